@@ -1,0 +1,35 @@
+# oncelog developer entry points. `make serve` and `make test` are the whole first run.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+
+.PHONY: venv serve test test-fast bench lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test,dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+serve: $(STAMP)
+	$(BIN)/oncelog serve --data-dir ./data --listen 127.0.0.1:9092
+
+test: $(STAMP)
+	$(BIN)/python -m pytest tests -p no:cacheprovider
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests/unit -q
+
+bench: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[bench]'
+	$(BIN)/python bench/run.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) data build *.egg-info
