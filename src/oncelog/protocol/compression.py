@@ -64,7 +64,7 @@ def compress(codec: int, data: Buffer) -> bytes:
         return _xerial_compress(data)
     if codec == 3:
         c = cramjam.lz4.Compressor(block_linked=False)
-        c.compress(data)
+        c.compress(data if isinstance(data, bytes) else bytes(data))
         return bytes(c.finish())
     return bytes(cramjam.zstd.compress(data))
 

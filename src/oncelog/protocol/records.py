@@ -335,11 +335,23 @@ class ControlRecord:
 
 
 def _slow_varint(data: bytes, p: int) -> tuple[int, int]:
-    """Multi-byte zigzag varint at ``p`` (up to 10 bytes, i.e. also varlongs)."""
-    try:
-        return _varint.decode_varlong(data, p)
-    except _varint.VarintError as e:
-        raise CorruptRecordError(f"malformed varint in records section: {e}") from None
+    """Zigzag varint at ``p`` of up to 10 bytes (so also varlongs); callers inline the 1-2 byte cases."""
+    result = 0
+    shift = 0
+    n = len(data)
+    while shift < 70:
+        if p >= n:
+            raise CorruptRecordError(f"varint truncated at byte {p} of the records section")
+        b = data[p]
+        p += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            value = (result >> 1) ^ -(result & 1)
+            if not -(1 << 63) <= value < (1 << 63):
+                raise CorruptRecordError(f"varint before byte {p} of the records section overflows int64")
+            return value, p
+        shift += 7
+    raise CorruptRecordError(f"varint longer than 10 bytes before byte {p} of the records section")
 
 
 def _decode_section(data: bytes, h: BatchHeader) -> list[Record]:
@@ -364,6 +376,10 @@ def _decode_section(data: bytes, h: BatchHeader) -> list[Record]:
             if b < 0x80:
                 length = (b >> 1) ^ -(b & 1)
                 p += 1
+            elif data[p + 1] < 0x80:
+                z = (b & 0x7F) | (data[p + 1] << 7)
+                length = (z >> 1) ^ -(z & 1)
+                p += 2
             else:
                 length, p = slow(data, p)
             end = p + length
@@ -376,12 +392,20 @@ def _decode_section(data: bytes, h: BatchHeader) -> list[Record]:
             if b < 0x80:
                 ts_delta = (b >> 1) ^ -(b & 1)
                 p += 1
+            elif data[p + 1] < 0x80:
+                z = (b & 0x7F) | (data[p + 1] << 7)
+                ts_delta = (z >> 1) ^ -(z & 1)
+                p += 2
             else:
                 ts_delta, p = slow(data, p)
             b = data[p]
             if b < 0x80:
                 off_delta = (b >> 1) ^ -(b & 1)
                 p += 1
+            elif data[p + 1] < 0x80:
+                z = (b & 0x7F) | (data[p + 1] << 7)
+                off_delta = (z >> 1) ^ -(z & 1)
+                p += 2
             else:
                 off_delta, p = slow(data, p)
             b = data[p]
@@ -401,6 +425,10 @@ def _decode_section(data: bytes, h: BatchHeader) -> list[Record]:
             if b < 0x80:
                 vlen = (b >> 1) ^ -(b & 1)
                 p += 1
+            elif data[p + 1] < 0x80:
+                z = (b & 0x7F) | (data[p + 1] << 7)
+                vlen = (z >> 1) ^ -(z & 1)
+                p += 2
             else:
                 vlen, p = slow(data, p)
             if vlen < 0:
