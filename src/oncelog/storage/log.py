@@ -1,0 +1,669 @@
+"""The durable log of one partition: ``<data_dir>/<topic>-<partition>/``.
+
+Threading: ``append``, ``read``, ``roll``, retention and DeleteRecords run on one thread (the broker's event
+loop); ``flush`` may run on any thread concurrently with them. Shared state is guarded by ``_lock``; fsyncs run
+outside it on duplicated file descriptors, so a segment deleted meanwhile is harmless.
+
+Crash safety: data below ``durable_offset`` has been fdatasync'ed. ``partition.checkpoint`` (JSON, replaced
+atomically) keeps the log start offset and the recovery point: every segment whose base offset is below the
+recovery point is complete on disk with its indexes (it was fsynced after becoming inactive). After an unclean
+shutdown only segments at or above the recovery point are scanned (batch structure + CRC32C) and truncated at
+the first bad batch; later segments are then dropped, as Kafka's LogLoader does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from oncelog.clock import Clock
+from oncelog.protocol.records import (
+    LOG_OVERHEAD,
+    BatchHeader,
+    Compression,
+    CorruptRecordError,
+    TimestampType,
+    parse_batch_header,
+    set_base_offset,
+    set_max_timestamp_log_append,
+)
+
+from .config import LogConfig
+from .errors import KafkaStorageError, OffsetOutOfRangeError
+from .segment import INT32_MAX, LOG_SUFFIX, Segment, parse_segment_base
+
+__all__ = ["PartitionLog", "AppendResult", "ReadResult", "CHECKPOINT_FILE", "RollHook"]
+
+log = logging.getLogger("oncelog.storage")
+
+CHECKPOINT_FILE = "partition.checkpoint"
+_READ_SLACK = 16 * 1024  # extra bytes read past index_interval so the first pread usually suffices
+
+RollHook = Callable[[Segment, Segment], None]
+
+
+@dataclass(slots=True)
+class AppendResult:
+    first_offset: int
+    last_offset: int
+    log_append_time_ms: int  # -1 for CreateTime
+    max_timestamp: int
+    offset_of_max_timestamp: int
+
+
+@dataclass(slots=True)
+class ReadResult:
+    records: list[bytes | memoryview] = field(default_factory=list)
+    first_batch_offset: int = -1
+    size: int = 0
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` durably: tmp file, fsync, rename, fsync directory."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+class PartitionLog:
+    def __init__(self, directory: Path, topic: str, partition: int, config: LogConfig, clock: Clock) -> None:
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.clock = clock
+        self.on_roll: list[RollHook] = []  # called as hook(old_segment, new_segment) under the log lock
+        self._lock = threading.RLock()
+        self._flush_lock = threading.Lock()
+        self._ckpt_lock = threading.Lock()
+        self._segments: list[Segment] = []  # replaced, never mutated in place (readers take snapshots)
+        self._bases: list[int] = []
+        self._lso = 0
+        self._leo = 0
+        self._durable = 0
+        self._recovery_point = 0
+        self._ckpt_written: tuple[int, int] | None = None
+        self._dirty: list[Segment] = []
+        self._dir_dirty = False
+        self.last_flush_ms = clock.wall_ms()
+        self.closed = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    # ================================================================ open / recovery
+    @classmethod
+    def open(cls, directory: Path, topic: str, partition: int, config: LogConfig, clock: Clock, *,
+             clean_shutdown: bool) -> "PartitionLog":
+        self = cls(Path(directory), topic, partition, config, clock)
+        try:
+            self._load(clean_shutdown)
+        except OSError as e:
+            self._close_segments()
+            raise KafkaStorageError(
+                f"cannot open the log of {self.name} in {self.directory}: {e}; check the disk and permissions"
+            ) from e
+        return self
+
+    def _new_segment(self, base: int) -> Segment:
+        return Segment.create(self.directory, base, index_interval_bytes=self.config.index_interval_bytes,
+                              segment_index_bytes=self.config.segment_index_bytes, created_ms=self.clock.wall_ms())
+
+    def _load(self, clean_shutdown: bool) -> None:
+        d = self.directory
+        created = not d.exists()
+        d.mkdir(parents=True, exist_ok=True)
+        if created:
+            _fsync_dir(d.parent)
+        lso, rp = self._read_checkpoint(clean_shutdown)
+        bases: list[int] = []
+        for p in d.iterdir():
+            if p.name.endswith(".tmp"):
+                p.unlink(missing_ok=True)
+                continue
+            base = parse_segment_base(p.name)
+            if base is not None and p.name.endswith(LOG_SUFFIX):
+                bases.append(base)
+        bases.sort()
+        base_set = set(bases)
+        for p in d.iterdir():  # index files whose segment is gone
+            base = parse_segment_base(p.name)
+            if base is not None and base not in base_set and p.suffix in (".index", ".timeindex"):
+                p.unlink(missing_ok=True)
+
+        segments: list[Segment] = []
+        recovered: list[Segment] = []
+        now = self.clock.wall_ms()
+        for i, base in enumerate(bases):
+            seg = Segment(d, base, index_interval_bytes=self.config.index_interval_bytes,
+                          segment_index_bytes=self.config.segment_index_bytes, created_ms=now, new_file=False)
+            segments.append(seg)
+            last = i == len(bases) - 1
+            needs_scan = not clean_shutdown and (base >= rp or last)
+            if not needs_scan and seg.load_indexes():
+                continue
+            size_before = seg.size
+            truncated, next_off = seg.recover(check_crc=True)
+            recovered.append(seg)
+            if truncated:
+                log.warning(
+                    "recovered %s: truncated segment %s at offset %d, dropping %d of %d bytes (torn or corrupt tail)",
+                    self.name, seg.log_path.name, next_off, truncated, size_before,
+                )
+                rest = bases[i + 1:]
+                if rest:
+                    dropped = sum((d / f"{b:020d}{LOG_SUFFIX}").stat().st_size for b in rest)
+                    log.warning("recovered %s: deleting %d later segment(s) from offset %d (%d bytes)",
+                                self.name, len(rest), rest[0], dropped)
+                    for b in rest:
+                        s = Segment(d, b, index_interval_bytes=1, segment_index_bytes=8, created_ms=now,
+                                    new_file=False)
+                        s.delete()
+                break
+
+        if not segments:
+            segments.append(self._new_segment(max(lso, 0)))
+            self._dir_dirty = True
+        leo = segments[-1].next_offset
+        if lso > leo:
+            log.warning("%s: log start offset %d is beyond the recovered log end %d; starting an empty log at %d",
+                        self.name, lso, leo, lso)
+            for s in segments:
+                s.delete()
+            segments = [self._new_segment(lso)]
+            recovered = []
+            leo = lso
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._lso = max(lso, segments[0].base_offset)
+        self._leo = leo
+        for s in recovered:  # what recovery kept is now made durable, so durable_offset = log end is true
+            os.fdatasync(s.fd)
+            s.flush_indexes()
+        if recovered or self._dir_dirty:
+            _fsync_dir(d)
+            self._dir_dirty = False
+        self._durable = leo
+        # never past the active segment's base: it is scanned after every unclean shutdown anyway
+        self._recovery_point = segments[-1].base_offset
+        self._write_checkpoint()
+
+    def _read_checkpoint(self, clean_shutdown: bool) -> tuple[int, int]:
+        p = self.directory / CHECKPOINT_FILE
+        try:
+            data = json.loads(p.read_text())
+            lso, rp = int(data["log_start_offset"]), int(data["recovery_point"])
+            self._ckpt_written = (lso, rp)
+            return lso, rp
+        except FileNotFoundError:
+            return 0, 0
+        except (ValueError, KeyError, TypeError) as e:
+            log.warning("%s: unreadable %s (%s); recovering every segment", self.name, p, e)
+            return 0, 0
+
+    def _write_checkpoint(self) -> None:
+        with self._ckpt_lock:
+            state = (self._lso, self._recovery_point)
+            if state == self._ckpt_written:
+                return
+            body = json.dumps({"version": 1, "log_start_offset": state[0], "recovery_point": state[1]})
+            write_atomic(self.directory / CHECKPOINT_FILE, body.encode())
+            self._ckpt_written = state
+
+    # ================================================================ properties
+    @property
+    def log_start_offset(self) -> int:
+        return self._lso
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._leo
+
+    @property
+    def durable_offset(self) -> int:
+        return self._durable
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self._leo - self._durable
+
+    @property
+    def segments(self) -> list[Segment]:
+        return list(self._segments)
+
+    @property
+    def active_segment(self) -> Segment:
+        return self._segments[-1]
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    # ================================================================ append
+    def append(self, payload: bytearray, headers: list[BatchHeader], *,
+               log_append_time_ms: int | None = None) -> AppendResult:
+        """Assign offsets to the (already validated) batches in ``payload`` and write them in one call."""
+        if not headers:
+            raise ValueError("append needs at least one batch")
+        with self._lock:
+            if self.closed:
+                raise KafkaStorageError(f"the log of {self.name} is closed; the partition was deleted or shut down")
+            first = off = self._leo
+            max_ts, max_ts_off = -1, first
+            if log_append_time_ms is not None:
+                for h in headers:
+                    if h.timestamp_type != TimestampType.LOG_APPEND_TIME or h.max_timestamp != log_append_time_ms:
+                        set_max_timestamp_log_append(payload, h.position, h.size, log_append_time_ms)
+                        h.attributes |= 0x08
+                        h.max_timestamp = log_append_time_ms
+            for h in headers:
+                set_base_offset(payload, h.position, off)
+                h.base_offset = off
+                off += h.last_offset_delta + 1
+                if h.max_timestamp > max_ts:
+                    max_ts, max_ts_off = h.max_timestamp, off - 1
+            seg = self._segments[-1]
+            if seg.size and self._should_roll(seg, len(payload), max_ts, off - 1):
+                seg = self._roll_locked()
+            try:
+                seg.append(payload, headers, off)
+            except OSError as e:
+                raise KafkaStorageError(f"cannot append to {self.name} ({seg.log_path}): {e}") from e
+            if not seg.dirty:
+                seg.dirty = True
+                self._dirty.append(seg)
+            self._leo = off
+        if log_append_time_ms is not None:
+            max_ts_off = first  # every record carries the same timestamp: the first one has it
+        return AppendResult(first, off - 1, -1 if log_append_time_ms is None else log_append_time_ms,
+                            max_ts, max_ts_off)
+
+    def _should_roll(self, seg: Segment, size: int, max_ts: int, last_offset: int) -> bool:
+        c = self.config
+        if seg.size + size > c.segment_bytes:
+            return True
+        if seg.offset_index.full or seg.time_index.full:
+            return True
+        if last_offset - seg.base_offset > INT32_MAX:
+            return True
+        rts = seg.rolling_timestamp()
+        waited = max_ts - rts if rts is not None else self.clock.wall_ms() - seg.created_ms
+        return waited > c.segment_ms - c.segment_jitter_ms
+
+    def roll(self) -> Segment:
+        """Start a new active segment at the log end (no-op if the active segment is empty). Returns it."""
+        with self._lock:
+            if self._segments[-1].size == 0:
+                return self._segments[-1]
+            return self._roll_locked()
+
+    def _roll_locked(self) -> Segment:
+        old = self._segments[-1]
+        old.on_become_inactive()
+        if not old.dirty:  # its indexes still need an fsync before the recovery point may pass it
+            old.dirty = True
+            self._dirty.append(old)
+        new = self._new_segment(self._leo)
+        self._segments = self._segments + [new]
+        self._bases = self._bases + [new.base_offset]
+        self._dir_dirty = True
+        for hook in self.on_roll:
+            hook(old, new)
+        return new
+
+    # ================================================================ flush
+    def flush(self) -> int:
+        """fdatasync everything appended so far; return the new durable offset. Safe from any thread."""
+        with self._flush_lock:
+            with self._lock:
+                if self.closed:
+                    return self._durable
+                end = self._leo
+                segs, self._dirty = self._dirty, []
+                active = self._segments[-1]
+                active.offset_index.write_pending()
+                active.time_index.write_pending()
+                jobs: list[tuple[int, list[int]]] = []
+                for s in segs:
+                    s.dirty = False
+                    idx_fds: list[int] = []
+                    if s is not active:
+                        idx_fds = [os.dup(s.offset_index._open_fd()), os.dup(s.time_index._open_fd())]
+                    jobs.append((os.dup(s.fd), idx_fds))
+                dir_dirty, self._dir_dirty = self._dir_dirty, False
+                rp = active.base_offset
+            try:
+                for fd, idx_fds in jobs:
+                    os.fdatasync(fd)
+                    for i in idx_fds:
+                        os.fsync(i)
+                if dir_dirty:
+                    _fsync_dir(self.directory)
+            except OSError as e:
+                with self._lock:
+                    self._dir_dirty = self._dir_dirty or dir_dirty
+                raise KafkaStorageError(f"fsync of {self.name} failed: {e}; data above offset "
+                                        f"{self._durable} is not durable") from e
+            finally:
+                for fd, idx_fds in jobs:
+                    os.close(fd)
+                    for i in idx_fds:
+                        os.close(i)
+            with self._lock:
+                if end > self._durable:
+                    self._durable = end
+                self.last_flush_ms = self.clock.wall_ms()
+                advance = rp > self._recovery_point
+                if advance:
+                    self._recovery_point = rp
+            if advance:
+                self._write_checkpoint()
+            return self._durable
+
+    # ================================================================ read
+    def _check_range(self, offset: int) -> None:
+        if offset < self._lso or offset > self._leo:
+            raise OffsetOutOfRangeError(self.topic, self.partition, offset, self._lso, self._leo)
+
+    def read(self, offset: int, max_bytes: int, max_offset: int, *, min_one_batch: bool = True) -> ReadResult:
+        """Whole batches from the one containing ``offset``, each with last offset < ``max_offset``, up to
+        ``max_bytes`` (the first batch is returned whole anyway when ``min_one_batch``, KIP-74)."""
+        self._check_range(offset)
+        if offset >= self._leo or offset >= max_offset:
+            return ReadResult()
+        segs = self._segments
+        i = max(bisect_right(self._bases, offset) - 1, 0)
+        while i < len(segs):
+            seg = segs[i]
+            i += 1
+            if seg.next_offset <= offset or seg.closed:
+                continue
+            res = self._read_segment(seg, offset, max_bytes, max_offset, min_one_batch)
+            if res is not None:
+                return res
+        return ReadResult()
+
+    def _read_segment(self, seg: Segment, offset: int, max_bytes: int, max_offset: int,
+                      min_one_batch: bool) -> ReadResult | None:
+        end = seg.size
+        pos = seg.find_position(offset)
+        if pos >= end:
+            return None
+        want = min(end - pos, self.config.index_interval_bytes + _READ_SLACK + max(max_bytes, 0))
+        buf = os.pread(seg.fd, want, pos)
+        off = 0
+        # ---- skip to the batch containing `offset`
+        while True:
+            if pos + off >= end:
+                return None
+            if len(buf) - off < 27:
+                pos += off
+                buf = os.pread(seg.fd, min(end - pos, max(want, 4096)), pos)
+                off = 0
+                continue
+            base = int.from_bytes(buf[off:off + 8], "big", signed=True)
+            size = int.from_bytes(buf[off + 8:off + 12], "big", signed=True) + LOG_OVERHEAD
+            last = base + int.from_bytes(buf[off + 23:off + 27], "big", signed=True)
+            if last >= offset:
+                break
+            off += size
+        if last >= max_offset:
+            return ReadResult()
+        if size > max_bytes and not min_one_batch:
+            return ReadResult()
+        # ---- make sure the buffer holds the first batch and up to max_bytes after its start
+        need = min(end - (pos + off), max(size, max_bytes))
+        if len(buf) - off < need:
+            pos += off
+            buf = os.pread(seg.fd, need, pos)
+            off = 0
+            if len(buf) < size:
+                raise KafkaStorageError(f"{seg.log_path}: short read at position {pos}")
+        first_offset = base
+        start = off
+        total = size
+        off += size
+        limit = start + max(max_bytes, size)
+        blen = len(buf)
+        while off + 27 <= blen:
+            size = int.from_bytes(buf[off + 8:off + 12], "big", signed=True) + LOG_OVERHEAD
+            if off + size > limit or off + size > blen:
+                break
+            base = int.from_bytes(buf[off:off + 8], "big", signed=True)
+            if base + int.from_bytes(buf[off + 23:off + 27], "big", signed=True) >= max_offset:
+                break
+            if total + size > max_bytes:
+                break
+            total += size
+            off += size
+        return ReadResult([memoryview(buf)[start:start + total]], first_offset, total)
+
+    def iter_batches(self, from_offset: int = 0, *, chunk_bytes: int = 1 << 20) -> Iterator[tuple[BatchHeader, bytes]]:
+        """(header, batch bytes) for every batch from the one containing ``from_offset`` to the current end."""
+        offset = max(from_offset, self._lso)
+        end = self._leo
+        while offset < end:
+            try:
+                res = self.read(offset, chunk_bytes, end)
+            except OffsetOutOfRangeError:  # log start moved past us (retention): continue from there
+                offset = self._lso
+                continue
+            if not res.size:
+                return
+            for chunk in res.records:
+                pos = 0
+                while pos < len(chunk):
+                    h = parse_batch_header(chunk, pos)
+                    yield h, bytes(chunk[pos:pos + h.size])
+                    pos += h.size
+                    offset = h.next_offset
+
+    # ================================================================ timestamps
+    def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= ``ts_ms``; None if there is none.
+
+        Exact per record for uncompressed and LogAppendTime batches; for compressed CreateTime batches the batch's
+        first offset and max timestamp (a consumer starting there sees every record at or after ``ts_ms``).
+        """
+        lso = self._lso
+        for seg in self._segments:
+            if seg.max_timestamp < ts_ms or seg.next_offset <= lso or seg.closed:
+                continue
+            _, t_off = seg.time_index.lookup(ts_ms)
+            pos = seg.find_position(max(t_off, lso))
+            try:
+                for h in seg.scan(pos, check_crc=False, end=seg.size):
+                    if h.last_offset < lso or h.max_timestamp < ts_ms:
+                        continue
+                    return self._first_record_at(seg, h, ts_ms, lso)
+            except CorruptRecordError:  # pragma: no cover - recovery keeps segments well formed
+                continue
+        return None
+
+    def max_timestamp_and_offset(self) -> tuple[int, int]:
+        """(max timestamp, offset of the first record carrying it) over the log; (-1, -1) if no timestamps."""
+        best: Segment | None = None
+        for seg in self._segments:
+            if seg.max_timestamp >= 0 and seg.next_offset > self._lso and (
+                    best is None or seg.max_timestamp > best.max_timestamp):
+                best = seg
+        if best is None:
+            return -1, -1
+        ts = best.max_timestamp
+        pos = best.find_position(best.offset_of_max_timestamp)
+        for h in best.scan(pos, check_crc=False, end=best.size):
+            if h.max_timestamp == ts and h.last_offset >= self._lso:
+                off, rts = self._first_record_at(best, h, ts, self._lso)
+                return rts, off
+        return ts, best.offset_of_max_timestamp
+
+    def _first_record_at(self, seg: Segment, h: BatchHeader, ts_ms: int, lso: int) -> tuple[int, int]:
+        if h.timestamp_type == TimestampType.LOG_APPEND_TIME or h.compression != Compression.NONE:
+            return max(h.base_offset, lso), h.max_timestamp
+        buf = seg.pread(h.position, h.size)
+        try:
+            for delta, ts in _record_timestamps(buf, h.records_count):
+                off = h.base_offset + delta
+                if ts >= ts_ms and off >= lso:
+                    return off, ts
+        except (IndexError, ValueError):  # pragma: no cover - malformed records: fall back to the batch
+            pass
+        return max(h.base_offset, lso), h.max_timestamp
+
+    # ================================================================ deletion
+    def _delete_oldest_locked(self) -> Segment:
+        seg = self._segments[0]
+        self._segments = self._segments[1:]
+        self._bases = self._bases[1:]
+        if seg.dirty:
+            self._dirty = [s for s in self._dirty if s is not seg]
+        seg.delete()
+        return seg
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: make ``offset`` the log start offset; delete segments wholly below it. Returns it."""
+        with self._lock:
+            if offset > self._leo or offset < 0:
+                raise OffsetOutOfRangeError(self.topic, self.partition, offset, self._lso, self._leo)
+            if offset <= self._lso:
+                return self._lso
+            self._lso = offset
+            self._write_checkpoint()
+            if self._segments[-1].next_offset <= offset and self._segments[-1].size:
+                self._roll_locked()
+            n = 0
+            while len(self._segments) > 1 and self._segments[1].base_offset <= offset:
+                self._delete_oldest_locked()
+                n += 1
+            if n:
+                log.info("%s: log start offset now %d, deleted %d segment(s)", self.name, offset, n)
+            return self._lso
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete the oldest inactive segments past retention.ms (by newest timestamp) or retention.bytes."""
+        c = self.config
+        if not c.delete_enabled:
+            return 0
+        deleted = 0
+        with self._lock:
+            if self.closed:
+                return 0
+            if c.retention_ms >= 0:
+                while len(self._segments) > 1:
+                    seg = self._segments[0]
+                    newest = seg.max_timestamp if seg.max_timestamp >= 0 else _mtime_ms(seg)
+                    if now_ms - newest <= c.retention_ms:
+                        break
+                    self._delete_oldest_locked()
+                    deleted += 1
+            if c.retention_bytes >= 0:
+                excess = sum(s.size for s in self._segments) - c.retention_bytes
+                while len(self._segments) > 1 and excess - self._segments[0].size >= 0:
+                    excess -= self._delete_oldest_locked().size
+                    deleted += 1
+            if deleted:
+                self._lso = max(self._lso, self._segments[0].base_offset)
+                self._write_checkpoint()
+        return deleted
+
+    # ================================================================ lifecycle
+    def update_config(self, config: LogConfig) -> None:
+        with self._lock:
+            self.config = config
+            for s in self._segments:
+                s.index_interval_bytes = config.index_interval_bytes
+
+    def _close_segments(self) -> None:
+        for s in self._segments:
+            s.close()
+
+    def close(self) -> None:
+        """Flush, write final index entries and the checkpoint, close every file."""
+        if self.closed:
+            return
+        self.flush()
+        with self._lock:
+            active = self._segments[-1]
+            active.time_index.maybe_append(active.max_timestamp, active.offset_of_max_timestamp)
+            active.flush_indexes()
+            self._recovery_point = max(self._recovery_point, active.base_offset)
+            self._write_checkpoint()
+            self.closed = True
+            self._close_segments()
+
+    def close_without_flush(self) -> None:
+        """Close every file; further appends fail. For a log about to be deleted."""
+        with self._lock:
+            if not self.closed:
+                self.closed = True
+                self._close_segments()
+
+    def delete(self) -> None:
+        """Close without flushing and remove the partition folder."""
+        self.close_without_flush()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return f"PartitionLog({self.name}, start={self._lso}, end={self._leo}, durable={self._durable})"
+
+
+def _mtime_ms(seg: Segment) -> int:
+    try:
+        return int(os.fstat(seg.fd).st_mtime * 1000)
+    except OSError:
+        return 0
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def _record_timestamps(batch: bytes, count: int) -> Iterator[tuple[int, int]]:
+    """(offset delta, timestamp) of each record of an uncompressed v2 batch."""
+    base_ts = int.from_bytes(batch[27:35], "big", signed=True)
+    pos = 61
+    for _ in range(count):
+        length, pos = _varint(batch, pos)
+        nxt = pos + length
+        pos += 1  # attributes
+        ts_delta, pos = _varint(batch, pos)
+        off_delta, pos = _varint(batch, pos)
+        yield off_delta, base_ts + ts_delta
+        pos = nxt

@@ -1,0 +1,250 @@
+"""All partition logs of one data directory, plus the topic catalog.
+
+Layout::
+
+    <data_dir>/
+        .lock                       flock'ed while a broker owns the directory
+        .clean_shutdown             present only between a clean close and the next open
+        __cluster_metadata.json     TopicCatalog
+        <topic>-<partition>/        PartitionLog folders
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import shutil
+import threading
+from pathlib import Path
+
+from oncelog.clock import Clock
+
+from .catalog import TopicCatalog, TopicInfo
+from .config import LogConfig
+from .errors import InvalidPartitionsError, InvalidTopicError, KafkaStorageError, TopicExistsError, UnknownTopicError
+from .log import PartitionLog, _fsync_dir
+
+__all__ = ["LogManager", "validate_topic_name", "CLEAN_SHUTDOWN_FILE", "MAX_TOPIC_NAME_LENGTH"]
+
+log = logging.getLogger("oncelog.storage")
+
+CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
+LOCK_FILE = ".lock"
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
+_DELETE_SUFFIX = "-delete"
+
+
+def validate_topic_name(name: str) -> None:
+    """Raise InvalidTopicError unless ``name`` is a legal Kafka topic name."""
+    if not name:
+        raise InvalidTopicError("topic name is empty; use 1-249 characters from [a-zA-Z0-9._-]")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name {name!r} is not allowed; '.' and '..' are reserved")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(
+            f"topic name of {len(name)} characters is too long; the limit is {MAX_TOPIC_NAME_LENGTH}"
+        )
+    if not _LEGAL.fullmatch(name):
+        bad = sorted({c for c in name if not _LEGAL.fullmatch(c)})
+        raise InvalidTopicError(
+            f"topic name {name!r} contains illegal character(s) {''.join(bad)!r}; use only [a-zA-Z0-9._-]"
+        )
+
+
+def _collision_key(name: str) -> str:
+    return name.replace(".", "_")
+
+
+class LogManager:
+    def __init__(self, data_dir: Path, defaults: LogConfig, clock: Clock, catalog: TopicCatalog,
+                 lock_fd: int) -> None:
+        self.data_dir = data_dir
+        self.defaults = defaults
+        self.clock = clock
+        self.catalog = catalog
+        self._lock_fd = lock_fd
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._lock = threading.RLock()
+        self.closed = False
+        self.recovered = False  # True when the last shutdown was not clean
+
+    # ---------------------------------------------------------------- open
+    @classmethod
+    def open(cls, data_dir: Path, defaults: LogConfig, clock: Clock) -> "LogManager":
+        data_dir = Path(data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        lock_fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(lock_fd)
+            raise KafkaStorageError(
+                f"data directory {data_dir} is in use by another broker process; stop it or use another directory"
+            ) from None
+        try:
+            marker = data_dir / CLEAN_SHUTDOWN_FILE
+            clean = marker.exists()
+            if clean:
+                marker.unlink()
+                _fsync_dir(data_dir)
+            catalog = TopicCatalog.open(data_dir)
+            self = cls(data_dir, defaults, clock, catalog, lock_fd)
+            self.recovered = not clean
+            if not clean:
+                log.info("data directory %s was not shut down cleanly; recovering partition logs", data_dir)
+            self._remove_strays()
+            for info in catalog.topics():
+                cfg = LogConfig.from_kafka(info.configs, defaults)
+                for p in range(info.num_partitions):
+                    self._logs[(info.name, p)] = PartitionLog.open(
+                        self._dir_of(info.name, p), info.name, p, cfg, clock, clean_shutdown=clean)
+            return self
+        except BaseException:
+            fcntl.flock(lock_fd, fcntl.LOCK_UN)
+            os.close(lock_fd)
+            raise
+
+    def _dir_of(self, topic: str, partition: int) -> Path:
+        return self.data_dir / f"{topic}-{partition}"
+
+    def _remove_strays(self) -> None:
+        """Delete folders of deleted topics/partitions (a crash mid-delete leaves them behind)."""
+        for p in self.data_dir.iterdir():
+            if not p.is_dir():
+                continue
+            if p.name.endswith(_DELETE_SUFFIX):
+                shutil.rmtree(p, ignore_errors=True)
+                continue
+            topic, dash, num = p.name.rpartition("-")
+            if not dash or not num.isdigit():
+                continue
+            info = self.catalog.get(topic)
+            if info is None or int(num) >= info.num_partitions:
+                log.warning("removing %s: partition folder of a topic/partition that no longer exists", p)
+                shutil.rmtree(p, ignore_errors=True)
+
+    # ---------------------------------------------------------------- topics
+    @property
+    def cluster_id(self) -> str:
+        return self.catalog.cluster_id
+
+    def topics(self) -> list[TopicInfo]:
+        return self.catalog.topics()
+
+    def topic(self, name: str) -> TopicInfo:
+        info = self.catalog.get(name)
+        if info is None:
+            raise UnknownTopicError(name)
+        return info
+
+    def get_log(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._logs.get((topic, partition))
+
+    def logs(self) -> list[PartitionLog]:
+        return list(self._logs.values())
+
+    def topic_config(self, name: str) -> LogConfig:
+        return LogConfig.from_kafka(self.topic(name).configs, self.defaults)
+
+    def create_topic(self, name: str, num_partitions: int, configs: dict[str, str] | None = None) -> TopicInfo:
+        validate_topic_name(name)
+        if num_partitions < 1:
+            raise InvalidPartitionsError(f"topic {name!r} needs at least 1 partition, got {num_partitions}")
+        overrides = LogConfig.validate_overrides(configs or {})
+        cfg = LogConfig.from_kafka(overrides, self.defaults)
+        with self._lock:
+            if name in self.catalog:
+                raise TopicExistsError(name)
+            key = _collision_key(name)
+            for t in self.catalog.topics():
+                if _collision_key(t.name) == key:
+                    raise InvalidTopicError(
+                        f"topic {name!r} collides with existing topic {t.name!r} ('.' and '_' are equivalent in "
+                        f"metric names); pick another name"
+                    )
+            for p in range(num_partitions):  # leftovers of an older topic of the same name
+                shutil.rmtree(self._dir_of(name, p), ignore_errors=True)
+            info = self.catalog.create(name, num_partitions, overrides)
+            for p in range(num_partitions):
+                self._logs[(name, p)] = PartitionLog.open(self._dir_of(name, p), name, p, cfg, self.clock,
+                                                          clean_shutdown=True)
+            return info
+
+    def delete_topic(self, name: str) -> None:
+        with self._lock:
+            info = self.topic(name)
+            staged: list[Path] = []
+            for p in range(info.num_partitions):
+                plog = self._logs.pop((name, p), None)
+                if plog is not None:
+                    plog.close_without_flush()
+                d = self._dir_of(name, p)
+                if d.exists():
+                    target = d.with_name(f"{d.name}.{info.topic_id.hex}{_DELETE_SUFFIX}")
+                    os.replace(d, target)
+                    staged.append(target)
+            self.catalog.delete(name)
+            for d in staged:
+                shutil.rmtree(d, ignore_errors=True)
+
+    def add_partitions(self, name: str, new_total: int) -> TopicInfo:
+        with self._lock:
+            info = self.topic(name)
+            if new_total <= info.num_partitions:
+                raise InvalidPartitionsError(
+                    f"topic {name!r} has {info.num_partitions} partitions; the new count {new_total} must be larger"
+                )
+            cfg = LogConfig.from_kafka(info.configs, self.defaults)
+            for p in range(info.num_partitions, new_total):
+                shutil.rmtree(self._dir_of(name, p), ignore_errors=True)
+                self._logs[(name, p)] = PartitionLog.open(self._dir_of(name, p), name, p, cfg, self.clock,
+                                                          clean_shutdown=True)
+            return self.catalog.add_partitions(name, new_total)
+
+    def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
+        """Replace the topic's config overrides (AlterConfigs); validates first, applies to every partition."""
+        with self._lock:
+            info = self.topic(name)
+            overrides = LogConfig.validate_overrides(configs)
+            cfg = LogConfig.from_kafka(overrides, self.defaults)
+            info = self.catalog.set_configs(name, overrides)
+            for p in range(info.num_partitions):
+                plog = self._logs.get((name, p))
+                if plog is not None:
+                    plog.update_config(cfg)
+            return info
+
+    set_configs = set_topic_configs
+
+    # ---------------------------------------------------------------- maintenance
+    def flush_all(self) -> dict[tuple[str, int], int]:
+        return {k: plog.flush() for k, plog in list(self._logs.items())}
+
+    def apply_retention(self, now_ms: int) -> int:
+        return sum(plog.apply_retention(now_ms) for plog in list(self._logs.values()))
+
+    def close(self) -> None:
+        """Flush and close every log, then write the clean-shutdown marker."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            try:
+                for plog in self._logs.values():
+                    plog.close()
+                marker = self.data_dir / CLEAN_SHUTDOWN_FILE
+                fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                _fsync_dir(self.data_dir)
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                os.close(self._lock_fd)
+
+    def __repr__(self) -> str:
+        return f"LogManager({self.data_dir}, {len(self.catalog.topics())} topic(s), {len(self._logs)} log(s))"
