@@ -7,6 +7,7 @@ Each broker is started once per benchmark run, on a free loopback port, with a f
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -17,6 +18,16 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def _reason(log_tail: str) -> str:
+    """The line of a start-up log that says why: the last exception line, else the last line of text."""
+    lines = [ln.strip(" │╭╮╰╯─\t") for ln in log_tail.splitlines()]
+    lines = [ln for ln in lines if any(ch.isalnum() for ch in ln)]
+    for i in range(len(lines) - 1, -1, -1):
+        if re.match(r"^[\w.]*(Error|Exception|Exit)\b", lines[i]):
+            return " ".join(lines[i:i + 3])
+    return lines[-1] if lines else ""
 
 
 class BrokerUnavailable(RuntimeError):
@@ -115,8 +126,7 @@ class Broker:
             if not self.alive():
                 rc = self.proc.returncode if self.proc else None
                 tail = _tail(self.log_path)
-                lines = [ln.strip(" │╭╮╰╯─\t") for ln in tail.splitlines()]
-                last = next((ln for ln in reversed(lines) if any(ch.isalnum() for ch in ln)), "")
+                last = _reason(tail)
                 raise BrokerUnavailable(
                     f"{self.name} exited with code {rc} during start-up: {last.strip()}\n--- log tail:\n{tail}"
                 )
@@ -225,6 +235,7 @@ class OncelogBroker(Broker):
                "--listen", f"127.0.0.1:{self.port}", *self.extra_args]
         env = dict(os.environ)
         # Benchmark the working tree even when the package isn't installed into this interpreter.
+        env.setdefault("COLUMNS", "200")  # keep rich/typer error output on one line for the report
         src = str(REPO / "src")
         env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         return cmd, env
