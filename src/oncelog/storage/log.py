@@ -27,9 +27,9 @@ from oncelog.clock import Clock
 from oncelog.protocol.records import (
     LOG_OVERHEAD,
     BatchHeader,
-    Compression,
     CorruptRecordError,
     TimestampType,
+    decode_records,
     parse_batch_header,
     set_base_offset,
     set_max_timestamp_log_append,
@@ -490,8 +490,7 @@ class PartitionLog:
     def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= ``ts_ms``; None if there is none.
 
-        Exact per record for uncompressed and LogAppendTime batches; for compressed CreateTime batches the batch's
-        first offset and max timestamp (a consumer starting there sees every record at or after ``ts_ms``).
+        Only the one batch that holds the answer is decoded (decompressed if needed).
         """
         lso = self._lso
         for seg in self._segments:
@@ -526,16 +525,15 @@ class PartitionLog:
         return ts, best.offset_of_max_timestamp
 
     def _first_record_at(self, seg: Segment, h: BatchHeader, ts_ms: int, lso: int) -> tuple[int, int]:
-        if h.timestamp_type == TimestampType.LOG_APPEND_TIME or h.compression != Compression.NONE:
+        """(offset, timestamp) of the first record of batch ``h`` with timestamp >= ``ts_ms`` and offset >= lso."""
+        if h.timestamp_type == TimestampType.LOG_APPEND_TIME:
             return max(h.base_offset, lso), h.max_timestamp
-        buf = seg.pread(h.position, h.size)
         try:
-            for delta, ts in _record_timestamps(buf, h.records_count):
-                off = h.base_offset + delta
-                if ts >= ts_ms and off >= lso:
-                    return off, ts
-        except (IndexError, ValueError):  # pragma: no cover - malformed records: fall back to the batch
-            pass
+            for r in decode_records(seg.pread(h.position, h.size), 0, check_crc=False):
+                if r.timestamp >= ts_ms and r.offset >= lso:
+                    return r.offset, r.timestamp
+        except (CorruptRecordError, ValueError) as e:  # pragma: no cover - undecodable: answer per batch
+            log.debug("%s: cannot decode batch at offset %d for a timestamp lookup: %s", self.name, h.base_offset, e)
         return max(h.base_offset, lso), h.max_timestamp
 
     # ================================================================ deletion
@@ -640,30 +638,3 @@ def _mtime_ms(seg: Segment) -> int:
         return int(os.fstat(seg.fd).st_mtime * 1000)
     except OSError:
         return 0
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-
-
-def _record_timestamps(batch: bytes, count: int) -> Iterator[tuple[int, int]]:
-    """(offset delta, timestamp) of each record of an uncompressed v2 batch."""
-    base_ts = int.from_bytes(batch[27:35], "big", signed=True)
-    pos = 61
-    for _ in range(count):
-        length, pos = _varint(batch, pos)
-        nxt = pos + length
-        pos += 1  # attributes
-        ts_delta, pos = _varint(batch, pos)
-        off_delta, pos = _varint(batch, pos)
-        yield off_delta, base_ts + ts_delta
-        pos = nxt
