@@ -103,7 +103,7 @@ class Broker:
         self.port = free_port()
         self.starts += 1
         cmd, env = self.command()
-        log = open(self.log_path, "ab")
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
         log.write(f"\n=== start #{self.starts}: {' '.join(cmd)}\n".encode())
         log.flush()
         try:
@@ -193,7 +193,7 @@ class TansuBroker(Broker):
         super().__init__()
         self.binary = find_tansu(binary)
         try:
-            out = subprocess.run([self.binary, "--version"], capture_output=True, timeout=10, text=True)
+            out = subprocess.run([self.binary, "--version"], capture_output=True, timeout=10, text=True, check=False)
             self.version = (out.stdout.strip() or out.stderr.strip() or "?").removeprefix("tansu ")
         except (OSError, subprocess.TimeoutExpired):
             pass
@@ -223,7 +223,7 @@ class OncelogBroker(Broker):
         self.extra_args = extra_args or []
         try:
             out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                                 capture_output=True, text=True, timeout=10)
+                                 capture_output=True, text=True, timeout=10, check=False)
             self.version = f"git {out.stdout.strip()}" if out.returncode == 0 else "?"
         except (OSError, subprocess.TimeoutExpired):
             pass

@@ -20,7 +20,7 @@ import traceback
 import uuid
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer, Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 PARTITIONS = 3
