@@ -121,7 +121,9 @@ def test_default_cap_is_64_mib() -> None:
 
 
 @pytest.mark.parametrize("codec", COMPRESSED)
-@pytest.mark.parametrize("blob", [b"", b"\x00", os.urandom(64), b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01\xff"])
+@pytest.mark.parametrize(
+    "blob", [b"", b"\x00", os.urandom(64), b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01\xff"]
+)
 def test_garbage_raises_corrupt_record_error(codec: int, blob: bytes) -> None:
     try:
         out = decompress(codec, blob)

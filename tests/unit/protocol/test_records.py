@@ -45,7 +45,9 @@ def _build(codec: int = 0, n: int = 3, **kw: int | bool) -> bytes:
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_build_and_decode(codec: int) -> None:
-    b = RecordBatchBuilder(compression=codec, base_offset=100, producer_id=7, producer_epoch=2, base_sequence=10)
+    b = RecordBatchBuilder(
+        compression=codec, base_offset=100, producer_id=7, producer_epoch=2, base_sequence=10
+    )
     assert b.append(5_000, None, b"v0") == 0
     assert b.append(4_000, b"", None, [("a", b"1"), ("b", None), ("ünï", b"")]) == 1
     assert b.append(6_000, b"\x00\xff", b"x" * 300) == 2
@@ -106,7 +108,12 @@ def test_build_is_repeatable() -> None:
 @pytest.mark.parametrize("commit", [True, False])
 def test_control_batch_matches_kafka_end_transaction_marker(commit: bool) -> None:
     data = build_control_batch(
-        producer_id=9, producer_epoch=3, commit=commit, coordinator_epoch=17, timestamp_ms=1234, base_offset=50
+        producer_id=9,
+        producer_epoch=3,
+        commit=commit,
+        coordinator_epoch=17,
+        timestamp_ms=1234,
+        base_offset=50,
     )
     h = parse_batch_header(data)
     assert h.attributes == ATTR_TRANSACTIONAL | ATTR_CONTROL
@@ -225,7 +232,9 @@ _record = st.tuples(
     codec=st.sampled_from(CODECS),
     records=st.lists(_record, min_size=1, max_size=30),
     base_offset=st.integers(min_value=0, max_value=2**62),
-    producer=st.one_of(st.none(), st.tuples(st.integers(0, 2**62), st.integers(0, 32767), st.integers(0, 2**31 - 1))),
+    producer=st.one_of(
+        st.none(), st.tuples(st.integers(0, 2**62), st.integers(0, 32767), st.integers(0, 2**31 - 1))
+    ),
     is_transactional=st.booleans(),
     is_control=st.booleans(),
     log_append=st.booleans(),
@@ -319,7 +328,9 @@ _INTEROP_RECORDS = [
 def test_our_batches_decode_with_kafka_python(codec: int) -> None:
     from kafka.record.default_records import DefaultRecordBatch
 
-    b = RecordBatchBuilder(compression=codec, base_offset=1000, producer_id=5, producer_epoch=1, base_sequence=3)
+    b = RecordBatchBuilder(
+        compression=codec, base_offset=1000, producer_id=5, producer_epoch=1, base_sequence=3
+    )
     for ts, key, value, headers in _INTEROP_RECORDS:
         b.append(ts, key, value, headers)
     batch = DefaultRecordBatch(bytearray(b.build()))
@@ -352,8 +363,35 @@ def test_kafka_python_batches_decode_with_ours(codec: int, transactional: bool) 
         assert kb.append(i, ts, key, value, headers) is not None
     data = bytes(kb.build())
     (h,) = validate_batches(data)
-    assert (h.compression, h.is_transactional, h.records_count) == (codec, transactional, len(_INTEROP_RECORDS))
+    assert (h.compression, h.is_transactional, h.records_count) == (
+        codec,
+        transactional,
+        len(_INTEROP_RECORDS),
+    )
     ours = decode_records(data)
-    expected = [Record(i, ts, key, value, headers, (i if transactional else -1))
-                for i, (ts, key, value, headers) in enumerate(_INTEROP_RECORDS)]
+    expected = [
+        Record(i, ts, key, value, headers, (i if transactional else -1))
+        for i, (ts, key, value, headers) in enumerate(_INTEROP_RECORDS)
+    ]
     assert ours == expected
+
+
+@given(st.integers(min_value=-(2**63), max_value=2**63 - 1))
+def test_varlong_round_trip(n: int) -> None:
+    from oncelog.protocol.varint import decode_varlong, encode_varlong, varint_size
+
+    enc = encode_varlong(n)
+    assert len(enc) == varint_size(n) <= 10
+    assert decode_varlong(b"\xff" + enc, 1) == (n, 1 + len(enc))
+
+
+def test_varint_limits() -> None:
+    from oncelog.protocol.varint import VarintError, decode_varint, encode_varint
+
+    assert encode_varint(-1) == b"\x01" and encode_varint(300) == b"\xd8\x04"
+    with pytest.raises(OverflowError):
+        encode_varint(2**31)
+    with pytest.raises(VarintError, match="longer than 5"):
+        decode_varint(b"\xff" * 6, 0)
+    with pytest.raises(VarintError, match="truncated"):
+        decode_varint(b"\x80", 0)

@@ -81,9 +81,11 @@ def test_bit_flips_in_crc_region_are_always_detected(codec: int, data: st.DataOb
     pos = data.draw(st.integers(ATTRIBUTES_OFFSET, len(buf) - 1))
     bit = data.draw(st.integers(0, 7))
     buf[pos] ^= 1 << bit
-    with pytest.raises(CorruptRecordError, match="CRC32C"):
+    # usually "fails its CRC32C"; a flip that makes a header field impossible (e.g. a negative
+    # lastOffsetDelta) is reported by the header check that runs first: detected either way
+    with pytest.raises(CorruptRecordError):
         list(iter_batch_headers(buf, check_crc=True))
-    with pytest.raises(CorruptRecordError, match="CRC32C"):
+    with pytest.raises(CorruptRecordError):
         decode_records(buf)
 
 
