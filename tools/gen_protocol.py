@@ -706,6 +706,7 @@ def main(argv: list[str] | None = None) -> int:
 
     requests: dict[int, tuple[str, str]] = {}
     responses: dict[int, tuple[str, str]] = {}
+    versions: dict[int, tuple[int, int, int | None]] = {}
     for fname, path in collect(args.schemas, OVERRIDES).items():
         data = load_json(path)
         if data["type"] not in ("request", "response"):
@@ -718,6 +719,9 @@ def main(argv: list[str] | None = None) -> int:
         if schema.api_key in table:
             raise SchemaError(f"duplicate api key {schema.api_key}")
         table[schema.api_key] = (mod, schema.name)
+        if schema.kind == "request":
+            fmin = schema.flexible.lo if not schema.flexible.empty and schema.flexible.lo <= schema.valid.hi else None
+            versions[schema.api_key] = (schema.valid.lo, schema.valid.hi, fmin)
 
     coord: list[tuple[str, str]] = []
     for fname, path in collect(args.coordinator_records, Path("/nonexistent")).items():
@@ -740,6 +744,9 @@ def main(argv: list[str] | None = None) -> int:
     index.extend(f"    {k}: {requests[k]!r},\n" for k in sorted(requests))
     index.append("}\n\nRESPONSES: dict[int, tuple[str, str]] = {\n")
     index.extend(f"    {k}: {responses[k]!r},\n" for k in sorted(responses))
+    index.append("}\n\n# api key -> (min version, max version, first flexible version or None), from the request schema\n")
+    index.append("VERSIONS: dict[int, tuple[int, int, int | None]] = {\n")
+    index.extend(f"    {k}: {versions[k]!r},\n" for k in sorted(versions))
     index.append("}\n")
     write(out_dir / "_index.py", "".join(index))
 

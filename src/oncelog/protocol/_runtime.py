@@ -525,7 +525,7 @@ class Message:
             raise decode_error(exc, f"{cls.NAME} v{version}") from None
         except DECODE_EXCEPTIONS as exc:
             raise decode_error(exc, f"{cls.NAME} v{version}") from None
-        return msg, pos  # type: ignore[no-any-return]
+        return msg, pos
 
     @classmethod
     def decode(cls: type[M], buf: Buffer, version: int) -> M:
