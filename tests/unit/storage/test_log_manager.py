@@ -1,0 +1,115 @@
+"""LogManager and TopicCatalog: topics, partitions, configs, clean-shutdown marker, directory lock."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from storage_helpers import append, batch
+
+from oncelog.storage import (
+    CATALOG_FILE,
+    CLEAN_SHUTDOWN_FILE,
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidTopicError,
+    KafkaStorageError,
+    LogConfig,
+    LogManager,
+    TopicExistsError,
+    UnknownTopicError,
+    validate_topic_name,
+)
+from oncelog.testing import MockClock
+
+
+def test_topic_lifecycle_and_persistence(tmp_path: Path) -> None:
+    mgr = LogManager.open(tmp_path, LogConfig(), MockClock())
+    cid = mgr.cluster_id
+    assert len(cid) == 22
+    info = mgr.create_topic("orders", 3, {"retention.ms": "1000"})
+    assert info.num_partitions == 3 and isinstance(info.topic_id, uuid.UUID)
+    assert mgr.get_log("orders", 2) is not None and mgr.get_log("orders", 3) is None
+    assert mgr.get_log("orders", 0).config.retention_ms == 1000  # type: ignore[union-attr]
+    append(mgr.get_log("orders", 1), batch(3))  # type: ignore[arg-type]
+    with pytest.raises(TopicExistsError):
+        mgr.create_topic("orders", 1)
+    mgr.create_topic("or_ders", 1)
+    with pytest.raises(InvalidTopicError, match="collides"):
+        mgr.create_topic("or.ders", 1)
+    mgr.add_partitions("orders", 5)
+    with pytest.raises(InvalidPartitionsError):
+        mgr.add_partitions("orders", 5)
+    mgr.set_topic_configs("orders", {"segment.bytes": "100000"})
+    assert mgr.get_log("orders", 4).config.segment_bytes == 100000  # type: ignore[union-attr]
+    assert mgr.get_log("orders", 4).config.retention_ms == LogConfig().retention_ms  # type: ignore[union-attr]
+    with pytest.raises(InvalidConfigError):
+        mgr.set_topic_configs("orders", {"segment.bytes": "x"})
+    mgr.close()
+    assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    raw = json.loads((tmp_path / CATALOG_FILE).read_text())
+    assert raw["cluster_id"] == cid
+
+    mgr = LogManager.open(tmp_path, LogConfig(), MockClock())
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists() and not mgr.recovered
+    assert mgr.cluster_id == cid
+    assert {t.name for t in mgr.topics()} == {"orders", "or_ders"}
+    assert mgr.topic("orders").num_partitions == 5 and mgr.topic("orders").topic_id == info.topic_id
+    assert mgr.topic("orders").configs == {"segment.bytes": "100000"}
+    assert mgr.get_log("orders", 1).log_end_offset == 3  # type: ignore[union-attr]
+    mgr.delete_topic("orders")
+    assert not list(tmp_path.glob("orders-*"))
+    with pytest.raises(UnknownTopicError):
+        mgr.delete_topic("orders")
+    with pytest.raises(UnknownTopicError):
+        mgr.topic("orders")
+    mgr.create_topic("orders", 1)
+    assert mgr.get_log("orders", 0).log_end_offset == 0  # type: ignore[union-attr]
+    mgr.flush_all()
+    assert mgr.apply_retention(0) == 0
+    mgr.close()
+
+
+def test_unclean_shutdown_detected_and_strays_removed(tmp_path: Path) -> None:
+    mgr = LogManager.open(tmp_path, LogConfig(), MockClock())
+    mgr.create_topic("a", 1)
+    append(mgr.get_log("a", 0), batch(2))  # type: ignore[arg-type]
+    mgr.flush_all()
+    # crash: no close(); release the directory lock as process death would
+    import os
+    os.close(mgr._lock_fd)
+    (tmp_path / "ghost-0").mkdir()
+    (tmp_path / "a-7").mkdir()
+    mgr = LogManager.open(tmp_path, LogConfig(), MockClock())
+    assert mgr.recovered
+    assert mgr.get_log("a", 0).log_end_offset == 2  # type: ignore[union-attr]
+    assert not (tmp_path / "ghost-0").exists() and not (tmp_path / "a-7").exists()
+    mgr.close()
+
+
+def test_directory_lock(tmp_path: Path) -> None:
+    mgr = LogManager.open(tmp_path, LogConfig(), MockClock())
+    with pytest.raises(KafkaStorageError, match="in use"):
+        LogManager.open(tmp_path, LogConfig(), MockClock())
+    mgr.close()
+    LogManager.open(tmp_path, LogConfig(), MockClock()).close()
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a" * 250, "with space", "slash/", "ünï"])
+def test_invalid_topic_names(tmp_path: Path, name: str) -> None:
+    with pytest.raises(InvalidTopicError):
+        validate_topic_name(name)
+
+
+def test_valid_names_and_bad_create_args(tmp_path: Path) -> None:
+    for name in ["a", "A-b_c.d", "__consumer_offsets", "x" * 249]:
+        validate_topic_name(name)
+    mgr = LogManager.open(tmp_path, LogConfig(), MockClock())
+    with pytest.raises(InvalidPartitionsError):
+        mgr.create_topic("t", 0)
+    with pytest.raises(InvalidConfigError):
+        mgr.create_topic("t", 1, {"bogus": "1"})
+    assert mgr.topics() == []
+    mgr.close()
