@@ -310,7 +310,8 @@ class PartitionLog:
         c = self.config
         if seg.size + size > c.segment_bytes:
             return True
-        if seg.offset_index.full or seg.time_index.full:
+        oi, ti = seg.offset_index, seg.time_index
+        if len(oi.offsets) >= oi.max_entries or len(ti.timestamps) >= ti.max_entries:
             return True
         if last_offset - seg.base_offset > INT32_MAX:
             return True
