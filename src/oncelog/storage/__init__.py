@@ -18,10 +18,11 @@ from .log_manager import CLEAN_SHUTDOWN_FILE, LogManager, validate_topic_name
 from .segment import Segment
 
 __all__ = [
-    "AppendResult",
     "CATALOG_FILE",
     "CHECKPOINT_FILE",
     "CLEAN_SHUTDOWN_FILE",
+    "TOPIC_CONFIG_KEYS",
+    "AppendResult",
     "ConfigKey",
     "InvalidConfigError",
     "InvalidPartitionsError",
@@ -36,7 +37,6 @@ __all__ = [
     "RollHook",
     "Segment",
     "StorageError",
-    "TOPIC_CONFIG_KEYS",
     "TimeIndex",
     "TopicCatalog",
     "TopicExistsError",

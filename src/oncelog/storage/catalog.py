@@ -6,6 +6,7 @@ Every change rewrites the whole (small) file atomically: tmp file, fsync, rename
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import logging
 import threading
@@ -17,7 +18,7 @@ from typing import Any
 from .errors import KafkaStorageError, TopicExistsError, UnknownTopicError
 from .log import write_atomic
 
-__all__ = ["TopicCatalog", "TopicInfo", "CATALOG_FILE", "new_cluster_id"]
+__all__ = ["CATALOG_FILE", "TopicCatalog", "TopicInfo", "new_cluster_id"]
 
 log = logging.getLogger("oncelog.storage")
 
@@ -41,7 +42,7 @@ class TopicInfo:
                 "configs": dict(self.configs)}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "TopicInfo":
+    def from_json(cls, d: dict[str, Any]) -> TopicInfo:
         return cls(str(d["name"]), uuid.UUID(d["topic_id"]), int(d["num_partitions"]),
                    {str(k): str(v) for k, v in d.get("configs", {}).items()})
 
@@ -54,7 +55,7 @@ class TopicCatalog:
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, data_dir: Path) -> "TopicCatalog":
+    def open(cls, data_dir: Path) -> TopicCatalog:
         path = Path(data_dir) / CATALOG_FILE
         try:
             raw = json.loads(path.read_text())
@@ -115,10 +116,7 @@ class TopicCatalog:
             old = self._topics.get(name)
             if old is None:
                 raise UnknownTopicError(name)
-            d = {"name": old.name, "topic_id": old.topic_id, "num_partitions": old.num_partitions,
-                 "configs": old.configs}
-            d.update(changes)
-            info = TopicInfo(**d)
+            info = dataclasses.replace(old, **changes)
             self._topics[name] = info
             try:
                 self._save()

@@ -9,12 +9,13 @@ the table too, so clients and tools that set them are not refused.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from .errors import InvalidConfigError
 
-__all__ = ["LogConfig", "ConfigKey", "TOPIC_CONFIG_KEYS", "LONG_MAX"]
+__all__ = ["LONG_MAX", "TOPIC_CONFIG_KEYS", "ConfigKey", "LogConfig"]
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
@@ -49,7 +50,7 @@ class LogConfig:
 
     # ---------------------------------------------------------------- conversions
     @classmethod
-    def from_kafka(cls, overrides: Mapping[str, str | None], defaults: "LogConfig | None" = None) -> "LogConfig":
+    def from_kafka(cls, overrides: Mapping[str, str | None], defaults: LogConfig | None = None) -> LogConfig:
         """``defaults`` with the Kafka-named ``overrides`` applied; raises InvalidConfigError on any bad entry.
 
         A value of None removes nothing (the default stays); use it to express "reset to default" in callers.

@@ -14,14 +14,14 @@ The broker maps them to Kafka error codes:
 from __future__ import annotations
 
 __all__ = [
-    "StorageError",
-    "OffsetOutOfRangeError",
+    "InvalidConfigError",
+    "InvalidPartitionsError",
     "InvalidTopicError",
+    "KafkaStorageError",
+    "OffsetOutOfRangeError",
+    "StorageError",
     "TopicExistsError",
     "UnknownTopicError",
-    "InvalidPartitionsError",
-    "InvalidConfigError",
-    "KafkaStorageError",
 ]
 
 

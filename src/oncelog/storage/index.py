@@ -19,7 +19,7 @@ from array import array
 from bisect import bisect_right
 from pathlib import Path
 
-__all__ = ["OffsetIndex", "TimeIndex", "IndexCorruptError"]
+__all__ = ["IndexCorruptError", "OffsetIndex", "TimeIndex"]
 
 _OFF = struct.Struct(">ii")
 _TIME = struct.Struct(">qi")

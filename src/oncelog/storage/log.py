@@ -19,9 +19,9 @@ import os
 import shutil
 import threading
 from bisect import bisect_right
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 from oncelog.clock import Clock
 from oncelog.protocol.records import (
@@ -39,7 +39,7 @@ from .config import LogConfig
 from .errors import KafkaStorageError, OffsetOutOfRangeError
 from .segment import INT32_MAX, LOG_SUFFIX, Segment, parse_segment_base
 
-__all__ = ["PartitionLog", "AppendResult", "ReadResult", "CHECKPOINT_FILE", "RollHook"]
+__all__ = ["CHECKPOINT_FILE", "AppendResult", "PartitionLog", "ReadResult", "RollHook"]
 
 log = logging.getLogger("oncelog.storage")
 
@@ -118,7 +118,7 @@ class PartitionLog:
     # ================================================================ open / recovery
     @classmethod
     def open(cls, directory: Path, topic: str, partition: int, config: LogConfig, clock: Clock, *,
-             clean_shutdown: bool) -> "PartitionLog":
+             clean_shutdown: bool) -> PartitionLog:
         self = cls(Path(directory), topic, partition, config, clock)
         try:
             self._load(clean_shutdown)
@@ -379,8 +379,7 @@ class PartitionLog:
                     for i in idx_fds:
                         os.close(i)
             with self._lock:
-                if end > self._durable:
-                    self._durable = end
+                self._durable = max(self._durable, end)
                 self.last_flush_ms = self.clock.wall_ms()
                 advance = rp > self._recovery_point
                 if advance:

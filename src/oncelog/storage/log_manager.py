@@ -23,10 +23,16 @@ from oncelog.clock import Clock
 
 from .catalog import TopicCatalog, TopicInfo
 from .config import LogConfig
-from .errors import InvalidPartitionsError, InvalidTopicError, KafkaStorageError, TopicExistsError, UnknownTopicError
+from .errors import (
+    InvalidPartitionsError,
+    InvalidTopicError,
+    KafkaStorageError,
+    TopicExistsError,
+    UnknownTopicError,
+)
 from .log import PartitionLog, _fsync_dir
 
-__all__ = ["LogManager", "validate_topic_name", "CLEAN_SHUTDOWN_FILE", "MAX_TOPIC_NAME_LENGTH"]
+__all__ = ["CLEAN_SHUTDOWN_FILE", "MAX_TOPIC_NAME_LENGTH", "LogManager", "validate_topic_name"]
 
 log = logging.getLogger("oncelog.storage")
 
@@ -73,7 +79,7 @@ class LogManager:
 
     # ---------------------------------------------------------------- open
     @classmethod
-    def open(cls, data_dir: Path, defaults: LogConfig, clock: Clock) -> "LogManager":
+    def open(cls, data_dir: Path, defaults: LogConfig, clock: Clock) -> LogManager:
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         lock_fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 import os
 import struct
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Protocol
+from typing import Any, Protocol
 
 from oncelog.protocol.records import (
     BATCH_HEADER_SIZE,
@@ -25,7 +26,7 @@ from oncelog.protocol.records import (
 
 from .index import IndexCorruptError, OffsetIndex, TimeIndex
 
-__all__ = ["Segment", "segment_file_name", "parse_segment_base", "LOG_SUFFIX", "INDEX_SUFFIX", "TIMEINDEX_SUFFIX"]
+__all__ = ["INDEX_SUFFIX", "LOG_SUFFIX", "TIMEINDEX_SUFFIX", "Segment", "parse_segment_base", "segment_file_name"]
 
 log = logging.getLogger("oncelog.storage")
 
@@ -83,7 +84,7 @@ class Segment:
     # ---------------------------------------------------------------- creation / loading
     @classmethod
     def create(cls, directory: Path, base_offset: int, *, index_interval_bytes: int, segment_index_bytes: int,
-               created_ms: int) -> "Segment":
+               created_ms: int) -> Segment:
         seg = cls(directory, base_offset, index_interval_bytes=index_interval_bytes,
                   segment_index_bytes=segment_index_bytes, created_ms=created_ms, new_file=True)
         if seg.size:  # a stale file of the same name: start clean
@@ -100,7 +101,7 @@ class Segment:
                 return False
             self.offset_index.load(self.size)
             # The tail after the last index entry holds the last batches: scan it for the next offset.
-            last_off, pos = self.offset_index.last()
+            _, pos = self.offset_index.last()
             nxt = self.base_offset
             max_ts, max_ts_off = -1, self.base_offset
             since = 0

@@ -344,7 +344,7 @@ def test_concurrent_flush_while_appending(tmp_path: Path) -> None:
         try:
             while not stop.is_set():
                 durable.append(plog.flush())
-        except BaseException as e:  # pragma: no cover
+        except Exception as e:  # noqa: BLE001  # pragma: no cover
             errors.append(e)
 
     t = threading.Thread(target=flusher)
