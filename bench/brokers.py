@@ -25,8 +25,9 @@ def _reason(log_tail: str) -> str:
     lines = [ln.strip(" │╭╮╰╯─\t") for ln in log_tail.splitlines()]
     lines = [ln for ln in lines if any(ch.isalnum() for ch in ln)]
     for i in range(len(lines) - 1, -1, -1):
-        if re.match(r"^[\w.]*(Error|Exception|Exit)\b", lines[i]):
-            return " ".join(lines[i:i + 3])
+        if re.match(r"^[\w.]*(Error|Exception|Exit)\b", lines[i]) and not lines[i].startswith("Traceback"):
+            wrapped = i + 1 < len(lines) and lines[i + 1].startswith("(")  # rich wraps long messages
+            return " ".join(lines[i:i + 2] if wrapped else lines[i:i + 1])
     return lines[-1] if lines else ""
 
 
@@ -143,7 +144,8 @@ class Broker:
             time.sleep(0.2)
         self.stop()
         raise BrokerUnavailable(
-            f"{self.name} not ready within {timeout:.0f}s ({last})\n--- log tail:\n{_tail(self.log_path)}"
+            f"{self.name} not ready within {timeout:.0f}s ({last}); last error in its log: "
+            f"{_reason(_tail(self.log_path)) or '-'}\n--- log tail:\n{_tail(self.log_path)}"
         )
 
     def cpu_seconds(self) -> float | None:
