@@ -1,0 +1,3 @@
+from oncelog.cli.main import app
+
+app()

@@ -1,0 +1,217 @@
+"""One client connection: frames in, handlers called in request order, responses out in request order.
+
+Requests are pipelined: a handler that has to wait (acks=all fsync, long-poll fetch) does not stop the next request
+from being read and started, but responses always leave in the order their requests arrived. Anything a client
+sends that cannot be understood closes this connection only; the broker and other connections go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from oncelog.protocol import api as kapi
+from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.framing import FrameDecoder, FrameTooLargeError
+from oncelog.protocol.api import ProtocolDecodeError, RequestHeader
+
+from .router import NO_RESPONSE, RequestContext, Route
+
+if TYPE_CHECKING:
+    from .server import Broker
+
+__all__ = ["Connection"]
+
+log = logging.getLogger("oncelog.broker.connection")
+
+API_VERSIONS_KEY = 18
+MAX_PENDING = 100  # pipelined requests per connection before we stop reading from it
+
+
+class _Slot:
+    __slots__ = ("header", "route", "response", "ready", "started")
+
+    def __init__(self, header: RequestHeader, route: Route, started: float) -> None:
+        self.header = header
+        self.route = route
+        self.response: Any = None
+        self.ready = False
+        self.started = started
+
+
+class Connection(asyncio.Protocol):
+    _next_id = 0
+
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+        Connection._next_id += 1
+        self.id = Connection._next_id
+        self.decoder = FrameDecoder(broker.config.socket_request_max_bytes)
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self._slots: deque[_Slot] = deque()
+        self._closed = False
+        self._reading_paused = False
+        self._writing_paused = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # -- asyncio.Protocol -------------------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.broker.connections.add(self)
+        self.broker.metrics.connections.inc()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self.broker.connections.discard(self)
+        self.broker.metrics.connections.dec()
+        for task in list(self._tasks):
+            task.cancel()
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._update_reading()
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        try:
+            frames = self.decoder.feed(data)
+        except FrameTooLargeError as e:
+            self.close(f"request frame too large ({e}); the limit is socket.request.max.bytes="
+                       f"{self.broker.config.socket_request_max_bytes}")
+            return
+        except ProtocolDecodeError as e:
+            self.close(f"malformed frame: {e}")
+            return
+        for frame in frames:
+            if self._closed:
+                return
+            self._handle_frame(frame)
+        self._update_reading()
+
+    # -- request handling -------------------------------------------------------------------------------------
+    def _handle_frame(self, frame: bytes | memoryview) -> None:
+        started = time.perf_counter()
+        try:
+            header, offset = kapi.decode_request_header(frame)
+        except ProtocolDecodeError as e:
+            self.close(f"malformed request header: {e}")
+            return
+        route = self.broker.router.get(header.api_key, header.api_version)
+        if route is None:
+            if header.api_key == API_VERSIONS_KEY:
+                self._answer_unsupported_api_versions(header)
+                return
+            name = kapi.API_KEYS[header.api_key].name if header.api_key in kapi.API_KEYS else "unknown API"
+            self.close(f"client {header.client_id!r} sent {name} (key {header.api_key}) version "
+                       f"{header.api_version}, which this broker does not serve; see ApiVersions")
+            return
+        try:
+            request = kapi.decode_request(header.api_key, header.api_version, frame, offset)
+        except ProtocolDecodeError as e:
+            self.close(f"cannot decode {route.name} v{header.api_version} from client {header.client_id!r}: {e}")
+            return
+        ctx = RequestContext(self.id, self.peer, header.client_id, header.api_key, header.api_version,
+                             header.correlation_id)
+        try:
+            result = route.handle(self.broker, ctx, request)
+        except Exception:
+            log.exception("handler %s v%d failed for client %r; closing its connection", route.name,
+                          header.api_version, header.client_id)
+            self.close(None)
+            return
+        if result is NO_RESPONSE:
+            self.broker.metrics.observe_request(route.name, time.perf_counter() - started)
+            return
+        slot = _Slot(header, route, started)
+        if inspect.isawaitable(result):
+            self._slots.append(slot)
+            task = asyncio.ensure_future(result)
+            self._tasks.add(task)
+            task.add_done_callback(lambda t, s=slot: self._complete(s, t))  # type: ignore[misc]
+        elif not self._slots:
+            slot.response = result
+            self._send(slot)
+        else:
+            slot.response = result
+            slot.ready = True
+            self._slots.append(slot)
+
+    def _complete(self, slot: _Slot, task: "asyncio.Task[Any]") -> None:
+        self._tasks.discard(task)
+        if task.cancelled() or self._closed:
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("handler %s v%d failed for client %r; closing its connection", slot.route.name,
+                      slot.header.api_version, slot.header.client_id, exc_info=exc)
+            self.close(None)
+            return
+        slot.response = task.result()
+        slot.ready = True
+        while self._slots and self._slots[0].ready:
+            self._send(self._slots.popleft())
+        self._update_reading()
+
+    def _send(self, slot: _Slot) -> None:
+        if self._closed or self.transport is None:
+            return
+        h = slot.header
+        try:
+            buffers = kapi.encode_response(h.api_key, h.api_version, h.correlation_id, slot.response)
+        except Exception:
+            log.exception("cannot encode %s v%d response for client %r; closing its connection",
+                          slot.route.name, h.api_version, h.client_id)
+            self.close(None)
+            return
+        self.transport.writelines(buffers)
+        self.broker.metrics.observe_request(slot.route.name, time.perf_counter() - slot.started)
+
+    def _answer_unsupported_api_versions(self, header: RequestHeader) -> None:
+        """A client asking ApiVersions at a version we don't know gets a v0 answer with our versions (KIP-511)."""
+        from oncelog.protocol.messages.api_versions_response import ApiVersion, ApiVersionsResponse
+
+        response = ApiVersionsResponse(
+            error_code=ErrorCode.UNSUPPORTED_VERSION,
+            api_keys=[ApiVersion(api_key=r.api_key, min_version=r.min_version, max_version=r.max_version)
+                      for r in self.broker.router.routes.values()],
+        )
+        if self.transport is not None and not self._slots:
+            self.transport.writelines(kapi.encode_response(header.api_key, 0, header.correlation_id, response))
+        elif self.transport is not None:
+            slot = _Slot(RequestHeader(header.api_key, 0, header.correlation_id, header.client_id),
+                         self.broker.router.routes[API_VERSIONS_KEY], time.perf_counter())
+            slot.response, slot.ready = response, True
+            self._slots.append(slot)
+
+    # -- flow control -----------------------------------------------------------------------------------------
+    def _update_reading(self) -> None:
+        if self.transport is None or self._closed:
+            return
+        should_pause = self._writing_paused or len(self._slots) >= MAX_PENDING
+        if should_pause and not self._reading_paused:
+            self.transport.pause_reading()
+            self._reading_paused = True
+        elif not should_pause and self._reading_paused:
+            self.transport.resume_reading()
+            self._reading_paused = False
+
+    def close(self, reason: str | None) -> None:
+        if self._closed:
+            return
+        if reason:
+            log.warning("closing connection %d from %s: %s", self.id, self.peer, reason)
+        self._closed = True
+        if self.transport is not None:
+            self.transport.close()

@@ -1,0 +1,43 @@
+"""CreatePartitions (37): grow a topic's partition count."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.messages.create_partitions_request import CreatePartitionsRequest
+from oncelog.protocol.messages.create_partitions_response import (
+    CreatePartitionsResponse,
+    CreatePartitionsTopicResult,
+)
+
+from ._common import error_for
+
+if TYPE_CHECKING:
+    from oncelog.broker.router import RequestContext
+    from oncelog.broker.server import Broker
+
+API_KEY = 37
+MIN_VERSION = 0
+MAX_VERSION = 3
+
+
+def handle(broker: "Broker", ctx: "RequestContext", request: CreatePartitionsRequest) -> CreatePartitionsResponse:
+    results = []
+    for t in request.topics:
+        out = CreatePartitionsTopicResult(name=t.name, error_code=0, error_message=None)
+        results.append(out)
+        view = broker.topics.get(t.name)
+        if view is None:
+            out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            out.error_message = f"no topic {t.name} on this broker"
+        elif t.count <= len(view.partitions):
+            out.error_code = ErrorCode.INVALID_PARTITIONS
+            out.error_message = (f"topic {t.name} has {len(view.partitions)} partitions; the new count {t.count} "
+                                 "must be larger")
+        elif not request.validate_only:
+            try:
+                broker.topics.add_partitions(t.name, t.count)
+            except Exception as e:
+                out.error_code, out.error_message = error_for(e)
+    return CreatePartitionsResponse(throttle_time_ms=0, results=results)

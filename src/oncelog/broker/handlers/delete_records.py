@@ -1,0 +1,49 @@
+"""DeleteRecords (21): move a partition's log start offset forward (-1 means up to the high watermark)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.messages.delete_records_request import DeleteRecordsRequest
+from oncelog.protocol.messages.delete_records_response import (
+    DeleteRecordsPartitionResult,
+    DeleteRecordsResponse,
+    DeleteRecordsTopicResult,
+)
+
+from ._common import error_for
+
+if TYPE_CHECKING:
+    from oncelog.broker.router import RequestContext
+    from oncelog.broker.server import Broker
+
+API_KEY = 21
+MIN_VERSION = 0
+MAX_VERSION = 2
+
+
+def handle(broker: "Broker", ctx: "RequestContext", request: DeleteRecordsRequest) -> DeleteRecordsResponse:
+    topics = []
+    for t in request.topics:
+        view = broker.topics.get(t.name)
+        parts = []
+        for p in t.partitions:
+            out = DeleteRecordsPartitionResult(partition_index=p.partition_index, low_watermark=-1, error_code=0)
+            parts.append(out)
+            partition = view.partitions[p.partition_index] if view and 0 <= p.partition_index < len(
+                view.partitions) else None
+            if partition is None:
+                out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            target = partition.high_watermark if p.offset == -1 else p.offset
+            if target < 0 or target > partition.high_watermark:
+                out.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+                continue
+            try:
+                out.low_watermark = partition.log.delete_records_before(target)
+                partition.reset_after_truncation()
+            except Exception as e:
+                out.error_code, _ = error_for(e)
+        topics.append(DeleteRecordsTopicResult(name=t.name, partitions=parts))
+    return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)

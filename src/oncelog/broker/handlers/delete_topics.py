@@ -1,0 +1,49 @@
+"""DeleteTopics (20): by name (all versions) or by topic id (v6+)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING
+
+from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.messages.delete_topics_request import DeleteTopicsRequest
+from oncelog.protocol.messages.delete_topics_response import DeletableTopicResult, DeleteTopicsResponse
+
+from ..topics import INTERNAL_TOPICS
+
+if TYPE_CHECKING:
+    from oncelog.broker.router import RequestContext
+    from oncelog.broker.server import Broker
+
+API_KEY = 20
+MIN_VERSION = 1
+MAX_VERSION = 6
+
+ZERO_UUID = uuid.UUID(int=0)
+
+
+def handle(broker: "Broker", ctx: "RequestContext", request: DeleteTopicsRequest) -> DeleteTopicsResponse:
+    wanted: list[tuple[str | None, uuid.UUID]] = []
+    if ctx.api_version >= 6:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        wanted = [(name, ZERO_UUID) for name in request.topic_names]
+    results = []
+    for name, topic_id in wanted:
+        view = broker.topics.get(name) if name is not None else broker.topics.by_id(topic_id)
+        out = DeletableTopicResult(name=name, topic_id=topic_id, error_code=0, error_message=None)
+        results.append(out)
+        if view is None:
+            out.error_code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            out.error_message = f"no topic {name or topic_id} on this broker"
+            continue
+        out.name, out.topic_id = view.name, view.topic_id
+        if not broker.config.delete_topic_enable:
+            out.error_code = ErrorCode.TOPIC_DELETION_DISABLED
+            out.error_message = "delete.topic.enable is false on this broker"
+        elif view.name in INTERNAL_TOPICS:
+            out.error_code = ErrorCode.INVALID_REQUEST  # Kafka refuses to delete internal topics
+            out.error_message = f"{view.name} is an internal topic and cannot be deleted"
+        else:
+            broker.topics.delete(view.name)
+    return DeleteTopicsResponse(throttle_time_ms=0, responses=results)

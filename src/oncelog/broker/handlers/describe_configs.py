@@ -1,0 +1,52 @@
+"""DescribeConfigs (32): topic configs (overrides and defaults) and the broker's static settings."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from oncelog.protocol.messages.describe_configs_request import DescribeConfigsRequest
+from oncelog.protocol.messages.describe_configs_response import (
+    DescribeConfigsResourceResult,
+    DescribeConfigsResponse,
+    DescribeConfigsResult,
+    DescribeConfigsSynonym,
+)
+
+from ._configs import BROKER, CONFIG_TYPE, TOPIC, Source, check_resource, topic_entries
+
+if TYPE_CHECKING:
+    from oncelog.broker.router import RequestContext
+    from oncelog.broker.server import Broker
+
+API_KEY = 32
+MIN_VERSION = 1
+MAX_VERSION = 4
+
+
+def handle(broker: "Broker", ctx: "RequestContext", request: DescribeConfigsRequest) -> DescribeConfigsResponse:
+    results = []
+    for res in request.resources:
+        code, message = check_resource(broker, res.resource_type, res.resource_name)
+        out = DescribeConfigsResult(error_code=code, error_message=message, resource_type=res.resource_type,
+                                    resource_name=res.resource_name, configs=[])
+        results.append(out)
+        if code:
+            continue
+        wanted = set(res.configuration_keys) if res.configuration_keys is not None else None
+        if res.resource_type == TOPIC:
+            entries = topic_entries(broker, res.resource_name)
+        else:
+            assert res.resource_type == BROKER
+            entries = [(k, "" if v is None else str(v).lower() if isinstance(v, bool) else str(v),
+                        Source.STATIC_BROKER, "STRING", "") for k, v in broker.config.describe().items()]
+        for key, value, source, ktype, doc in entries:
+            if wanted is not None and key not in wanted:
+                continue
+            synonyms = [DescribeConfigsSynonym(name=key, value=value, source=source)] if request.include_synonyms \
+                else []
+            out.configs.append(DescribeConfigsResourceResult(
+                name=key, value=value, read_only=res.resource_type == BROKER, is_default=source == Source.DEFAULT,
+                config_source=source, is_sensitive=False, synonyms=synonyms,
+                config_type=CONFIG_TYPE.get(ktype, 0),
+                documentation=doc if request.include_documentation else None))
+    return DescribeConfigsResponse(throttle_time_ms=0, results=results)

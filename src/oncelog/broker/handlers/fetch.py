@@ -1,0 +1,149 @@
+"""Fetch (1): whole batches by reference, long-poll until min_bytes or max_wait_ms.
+
+Fetch sessions (KIP-227) are not kept: every answer carries session id 0, which tells clients to send full fetch
+requests; that is allowed by the protocol and costs only request size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.messages.fetch_request import FetchRequest
+from oncelog.protocol.messages.fetch_response import FetchableTopicResponse, FetchResponse, PartitionData
+from oncelog.storage import OffsetOutOfRangeError
+
+from ._common import error_for
+
+if TYPE_CHECKING:
+    from oncelog.broker.partition import Partition
+    from oncelog.broker.router import RequestContext
+    from oncelog.broker.server import Broker
+
+API_KEY = 1
+MIN_VERSION = 4
+MAX_VERSION = 17
+
+LEADER_EPOCH = 0
+READ_COMMITTED = 1
+
+
+@dataclass(slots=True)
+class _Want:
+    out: PartitionData
+    partition: "Partition | None"
+    fetch_offset: int
+    max_bytes: int
+
+
+def _plan(broker: "Broker", request: FetchRequest,
+          version: int) -> tuple[list[FetchableTopicResponse], list[_Want]]:
+    topics: list[FetchableTopicResponse] = []
+    wants: list[_Want] = []
+    for t in request.topics:
+        if version >= 13:
+            view = broker.topics.by_id(t.topic_id)
+            missing_code = ErrorCode.UNKNOWN_TOPIC_ID
+        else:
+            view = broker.topics.get(t.topic)
+            missing_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        resp = FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=[])
+        for p in t.partitions:
+            out = PartitionData(partition_index=p.partition, high_watermark=-1, last_stable_offset=-1,
+                                log_start_offset=-1, aborted_transactions=None, records=None)
+            partition = view.partitions[p.partition] if view and 0 <= p.partition < len(view.partitions) else None
+            if partition is None:
+                out.error_code = missing_code
+            elif p.current_leader_epoch > LEADER_EPOCH:
+                out.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
+                partition = None
+            resp.partitions.append(out)
+            wants.append(_Want(out, partition, p.fetch_offset, p.partition_max_bytes))
+        topics.append(resp)
+    return topics, wants
+
+
+def _read(broker: "Broker", wants: list[_Want], max_bytes: int, isolation: int) -> tuple[int, bool]:
+    """Fill every partition's records; return (bytes gathered, whether any partition has an error)."""
+    total = 0
+    error = False
+    first = True
+    for want in wants:
+        out = want.out
+        partition = want.partition
+        if partition is None:
+            error = True
+            continue
+        hw = partition.high_watermark
+        lso = partition.last_stable_offset
+        out.high_watermark = hw
+        out.last_stable_offset = lso
+        out.log_start_offset = partition.log_start_offset
+        out.error_code = ErrorCode.NONE
+        limit = lso if isolation == READ_COMMITTED else hw
+        budget = min(want.max_bytes, max_bytes - total)
+        if want.fetch_offset >= limit and want.fetch_offset <= partition.log_end_offset:
+            out.records = None
+            continue
+        try:
+            result = partition.log.read(want.fetch_offset, max(budget, 0), limit,
+                                        min_one_batch=first)
+        except OffsetOutOfRangeError:
+            out.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+            out.records = None
+            error = True
+            continue
+        except Exception as e:  # pragma: no cover - disk errors
+            out.error_code, _ = error_for(e)
+            error = True
+            continue
+        if result.size:
+            out.records = result.records
+            total += result.size
+            first = False
+            broker.metrics.bytes_out.labels(partition.topic).inc(result.size)
+        else:
+            out.records = None
+        if isolation == READ_COMMITTED:
+            out.aborted_transactions = partition_aborted(partition, want.fetch_offset, limit)
+    return total, error
+
+
+def partition_aborted(partition: "Partition", start: int, end: int) -> list | None:  # type: ignore[type-arg]
+    """Aborted transactions overlapping [start, end); the transactions work fills this in."""
+    finder = getattr(partition, "aborted_transactions", None)
+    return finder(start, end) if finder is not None else []
+
+
+def _response(topics: list[FetchableTopicResponse]) -> FetchResponse:
+    return FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=topics)
+
+
+def handle(broker: "Broker", ctx: "RequestContext", request: FetchRequest) -> object:
+    topics, wants = _plan(broker, request, ctx.api_version)
+    max_bytes = request.max_bytes
+    isolation = request.isolation_level
+    total, error = _read(broker, wants, max_bytes, isolation)
+    if error or total >= max(request.min_bytes, 1) or request.max_wait_ms <= 0 or not wants:
+        return _response(topics)
+    return _long_poll(topics, wants, request, max_bytes, isolation, broker)
+
+
+async def _long_poll(topics: list[FetchableTopicResponse], wants: list[_Want], request: FetchRequest,
+                     max_bytes: int, isolation: int, broker: "Broker") -> FetchResponse:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + request.max_wait_ms / 1000
+    partitions = [w.partition for w in wants if w.partition is not None]
+    while True:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            break
+        waits = [p.data_available() for p in partitions]
+        await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        total, error = _read(broker, wants, max_bytes, isolation)
+        if error or total >= request.min_bytes:
+            break
+    return _response(topics)
+

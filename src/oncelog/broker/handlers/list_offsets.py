@@ -1,0 +1,70 @@
+"""ListOffsets (2): earliest (-2), latest (-1), max timestamp (-3), earliest local (-4), latest tiered (-5), or the
+first offset at or after a timestamp."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.messages.list_offsets_request import ListOffsetsRequest
+from oncelog.protocol.messages.list_offsets_response import (
+    ListOffsetsPartitionResponse,
+    ListOffsetsResponse,
+    ListOffsetsTopicResponse,
+)
+
+if TYPE_CHECKING:
+    from oncelog.broker.partition import Partition
+    from oncelog.broker.router import RequestContext
+    from oncelog.broker.server import Broker
+
+API_KEY = 2
+MIN_VERSION = 1
+MAX_VERSION = 9
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+LEADER_EPOCH = 0
+
+
+def _lookup(partition: "Partition", timestamp: int, read_committed: bool) -> tuple[int, int]:
+    """(offset, timestamp) for one partition; (-1, -1) when no record is at or after ``timestamp``."""
+    if timestamp == LATEST:
+        return (partition.last_stable_offset if read_committed else partition.high_watermark), -1
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return partition.log_start_offset, -1
+    if timestamp == LATEST_TIERED:
+        return -1, -1
+    if timestamp == MAX_TIMESTAMP:
+        ts, offset = partition.log.max_timestamp_and_offset()
+        if offset < 0 or offset >= partition.high_watermark:
+            return -1, -1
+        return offset, ts
+    found = partition.log.offset_for_timestamp(timestamp)
+    if found is None or found[0] >= partition.high_watermark:
+        return -1, -1
+    return found
+
+
+def handle(broker: "Broker", ctx: "RequestContext", request: ListOffsetsRequest) -> ListOffsetsResponse:
+    read_committed = request.isolation_level == 1
+    topics = []
+    for t in request.topics:
+        view = broker.topics.get(t.name)
+        parts = []
+        for p in t.partitions:
+            out = ListOffsetsPartitionResponse(partition_index=p.partition_index, timestamp=-1, offset=-1,
+                                               leader_epoch=-1)
+            partition = view.partitions[p.partition_index] if view and 0 <= p.partition_index < len(
+                view.partitions) else None
+            if partition is None:
+                out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif p.current_leader_epoch > LEADER_EPOCH:
+                out.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
+            elif p.timestamp == MAX_TIMESTAMP and ctx.api_version < 7 or p.timestamp < LATEST_TIERED:
+                out.error_code = ErrorCode.UNSUPPORTED_VERSION if p.timestamp < 0 else ErrorCode.NONE
+            else:
+                out.offset, out.timestamp = _lookup(partition, p.timestamp, read_committed)
+                out.leader_epoch = LEADER_EPOCH if out.offset >= 0 else -1
+            parts.append(out)
+        topics.append(ListOffsetsTopicResponse(name=t.name, partitions=parts))
+    return ListOffsetsResponse(throttle_time_ms=0, topics=topics)

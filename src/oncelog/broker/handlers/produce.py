@@ -1,0 +1,133 @@
+"""Produce (0): validate whole batches (sizes, magic, CRC), assign offsets in place, append, then answer.
+
+acks=0 gets no answer, acks=1 is answered once the batch is in the log, acks=-1 (all) once it is on disk (group
+commit, see ``oncelog.broker.durability``). Records are never decoded here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.messages.produce_request import ProduceRequest
+from oncelog.protocol.messages.produce_response import (
+    PartitionProduceResponse,
+    ProduceResponse,
+    TopicProduceResponse,
+)
+from oncelog.protocol.records import (
+    CorruptRecordError,
+    InvalidRecordError,
+    UnsupportedMagicError,
+    set_max_timestamp_log_append,
+    set_partition_leader_epoch,
+    validate_batches,
+)
+
+from ..router import NO_RESPONSE
+from ._common import error_for
+
+if TYPE_CHECKING:
+    from oncelog.broker.partition import Partition
+    from oncelog.broker.router import RequestContext
+    from oncelog.broker.server import Broker
+
+API_KEY = 0
+MIN_VERSION = 3
+MAX_VERSION = 11
+
+LEADER_EPOCH = 0
+
+
+def _append_one(broker: "Broker", partition: "Partition", records: memoryview | bytes | None,
+                out: PartitionProduceResponse) -> int | None:
+    """Validate and append one partition's batches; fill ``out``; return the last offset appended or None."""
+    if not records:
+        out.error_code, out.error_message = ErrorCode.CORRUPT_MESSAGE, "produce request carries no record batch"
+        return None
+    max_bytes = partition.log.config.max_message_bytes
+    try:
+        headers = validate_batches(records)
+    except UnsupportedMagicError as e:
+        out.error_code, out.error_message = ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, str(e)
+        return None
+    except InvalidRecordError as e:
+        out.error_code, out.error_message = ErrorCode.INVALID_RECORD, str(e)
+        return None
+    except CorruptRecordError as e:
+        out.error_code, out.error_message = ErrorCode.CORRUPT_MESSAGE, str(e)
+        return None
+    for h in headers:
+        if h.size > max_bytes:
+            out.error_code = ErrorCode.MESSAGE_TOO_LARGE
+            out.error_message = (f"record batch of {h.size} bytes exceeds max.message.bytes={max_bytes} of "
+                                 f"{partition.topic}")
+            return None
+    payload = bytearray(records)
+    log_append_time: int | None = None
+    if partition.log.config.message_timestamp_type == "LogAppendTime":
+        log_append_time = broker.clock.wall_ms()
+        for h in headers:
+            set_max_timestamp_log_append(payload, h.position, h.size, log_append_time)
+    for h in headers:
+        set_partition_leader_epoch(payload, h.position, LEADER_EPOCH)
+    try:
+        result = partition.append(payload, headers, log_append_time)
+    except Exception as e:
+        out.error_code, out.error_message = error_for(e)
+        return None
+    out.base_offset = result.first_offset
+    out.log_append_time_ms = result.log_append_time_ms
+    out.log_start_offset = partition.log_start_offset
+    m = broker.metrics
+    m.bytes_in.labels(partition.topic).inc(len(payload))
+    m.records_in.labels(partition.topic).inc(sum(h.records_count for h in headers))
+    return result.last_offset
+
+
+def handle(broker: "Broker", ctx: "RequestContext", request: ProduceRequest) -> object:
+    responses: list[TopicProduceResponse] = []
+    waits: list[tuple[PartitionProduceResponse, asyncio.Future[None]]] = []
+    acks = request.acks
+    for topic in request.topic_data:
+        view = broker.topics.get(topic.name)
+        parts: list[PartitionProduceResponse] = []
+        for pdata in topic.partition_data:
+            out = PartitionProduceResponse(index=pdata.index, base_offset=-1, log_append_time_ms=-1,
+                                           log_start_offset=-1)
+            parts.append(out)
+            partition = view.partitions[pdata.index] if view and 0 <= pdata.index < len(view.partitions) else None
+            if partition is None:
+                out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                out.error_message = f"this broker has no partition {topic.name}-{pdata.index}"
+                continue
+            if acks not in (0, 1, -1):
+                out.error_code, out.error_message = ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not 0, 1 or -1"
+                continue
+            last = _append_one(broker, partition, pdata.records, out)
+            if last is not None and acks == -1:
+                waits.append((out, partition.wait_durable(last)))
+        responses.append(TopicProduceResponse(name=topic.name, partition_responses=parts))
+    response = ProduceResponse(responses=responses, throttle_time_ms=0)
+    if acks == 0:
+        return NO_RESPONSE
+    if not waits or all(f.done() for _, f in waits):
+        return response
+    return _await_durable(response, waits, request.timeout_ms)
+
+
+async def _await_durable(response: ProduceResponse,
+                         waits: list[tuple[PartitionProduceResponse, asyncio.Future[None]]],
+                         timeout_ms: int) -> ProduceResponse:
+    futures = [f for _, f in waits]
+    await asyncio.wait(futures, timeout=max(timeout_ms, 0) / 1000)
+    for out, fut in waits:
+        if not fut.done():
+            fut.cancel()
+            out.error_code = ErrorCode.REQUEST_TIMED_OUT
+            out.error_message = f"not on disk within the request timeout of {timeout_ms} ms"
+        elif fut.exception() is not None:
+            out.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+            out.error_message = str(fut.exception())
+    return response

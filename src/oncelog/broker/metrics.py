@@ -1,0 +1,73 @@
+"""Prometheus metrics: bytes and records in/out, request rate and latency per API, per-partition offsets.
+
+Each broker owns its own registry (tests run several brokers in one process). Per-partition gauges are collected
+at scrape time from the live partitions, so the produce and fetch paths pay nothing for them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from .topics import TopicRegistry
+
+__all__ = ["BrokerMetrics"]
+
+log = logging.getLogger("oncelog.broker.metrics")
+
+
+class _PartitionCollector(Collector):
+    def __init__(self, topics: "TopicRegistry") -> None:
+        self.topics = topics
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        labels = ["topic", "partition"]
+        leo = GaugeMetricFamily("oncelog_partition_log_end_offset", "Next offset to be assigned", labels=labels)
+        hw = GaugeMetricFamily("oncelog_partition_high_watermark", "High watermark (durable end)", labels=labels)
+        lso = GaugeMetricFamily("oncelog_partition_last_stable_offset", "Last stable offset", labels=labels)
+        start = GaugeMetricFamily("oncelog_partition_log_start_offset", "Log start offset", labels=labels)
+        for p in self.topics.all_partitions():
+            lv = [p.topic, str(p.index)]
+            leo.add_metric(lv, p.log_end_offset)
+            hw.add_metric(lv, p.high_watermark)
+            lso.add_metric(lv, p.last_stable_offset)
+            start.add_metric(lv, p.log_start_offset)
+        yield from (leo, hw, lso, start)
+
+
+class BrokerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter("oncelog_requests", "Requests served", ["api"], registry=r)
+        self.latency = Histogram("oncelog_request_latency_seconds", "Request latency from read to response written",
+                                 ["api"], registry=r,
+                                 buckets=(0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5))
+        self.bytes_in = Counter("oncelog_bytes_in", "Record batch bytes appended", ["topic"], registry=r)
+        self.records_in = Counter("oncelog_records_in", "Records appended", ["topic"], registry=r)
+        self.bytes_out = Counter("oncelog_bytes_out", "Record batch bytes served to fetchers", ["topic"], registry=r)
+        self.connections = Gauge("oncelog_connections", "Open client connections", registry=r)
+        self._children: dict[str, tuple[Counter, Histogram]] = {}
+
+    def observe_request(self, api: str, seconds: float) -> None:
+        child = self._children.get(api)
+        if child is None:
+            child = self._children[api] = (self.requests.labels(api), self.latency.labels(api))  # type: ignore[assignment]
+        child[0].inc()
+        child[1].observe(seconds)
+
+    def watch_partitions(self, topics: "TopicRegistry") -> None:
+        self.registry.register(_PartitionCollector(topics))
+
+    def serve(self, listen: str) -> None:
+        host, _, port = listen.rpartition(":")
+        try:
+            start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
+            log.info("Prometheus metrics on http://%s/metrics", listen)
+        except OSError as e:
+            log.warning("cannot serve metrics on %s (%s); the broker runs without a /metrics endpoint", listen, e)

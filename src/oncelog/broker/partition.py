@@ -1,0 +1,114 @@
+"""A partition as the broker serves it: its log, high watermark, and the waiters on both.
+
+The high watermark of this single-node broker is the durable end of the log when produce is durable per append
+(``log.flush.interval.messages=1``, the default) and the log end otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import deque
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from oncelog.protocol.records import BatchHeader
+    from oncelog.storage import AppendResult, PartitionLog
+
+__all__ = ["Partition"]
+
+
+class Partition:
+    def __init__(
+        self,
+        topic: str,
+        index: int,
+        topic_id: uuid.UUID,
+        log: "PartitionLog",
+        *,
+        durable_per_append: bool,
+        mark_dirty: Callable[["Partition"], None],
+    ) -> None:
+        self.topic = topic
+        self.index = index
+        self.topic_id = topic_id
+        self.log = log
+        self.durable_per_append = durable_per_append
+        self._mark_dirty = mark_dirty
+        self.high_watermark = log.durable_offset if durable_per_append else log.log_end_offset
+        if not durable_per_append:
+            self.high_watermark = log.log_end_offset
+        self.deleted = False
+        self._durable_waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        self._hw_future: asyncio.Future[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"Partition({self.topic}-{self.index})"
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """First offset of the earliest open transaction, else the high watermark (transactions refine this)."""
+        return self.high_watermark
+
+    def append(self, payload: bytearray, headers: list["BatchHeader"], log_append_time_ms: int | None) -> "AppendResult":
+        result = self.log.append(payload, headers, log_append_time_ms=log_append_time_ms)
+        self._mark_dirty(self)
+        if not self.durable_per_append:
+            self._advance_hw(self.log.log_end_offset)
+        return result
+
+    def wait_durable(self, last_offset: int) -> asyncio.Future[None]:
+        """A future done once every offset <= last_offset is on disk (immediately if it already is)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.log.durable_offset > last_offset or not self.durable_per_append:
+            fut.set_result(None)
+        else:
+            self._durable_waiters.append((last_offset, fut))
+        return fut
+
+    def on_durable(self, durable_offset: int) -> None:
+        waiters = self._durable_waiters
+        while waiters and waiters[0][0] < durable_offset:
+            _, fut = waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+        if self.durable_per_append:
+            self._advance_hw(durable_offset)
+
+    def _advance_hw(self, hw: int) -> None:
+        if hw > self.high_watermark:
+            self.high_watermark = hw
+            self.notify_readers()
+
+    def notify_readers(self) -> None:
+        fut = self._hw_future
+        if fut is not None:
+            self._hw_future = None
+            if not fut.done():
+                fut.set_result(None)
+
+    def data_available(self) -> asyncio.Future[None]:
+        """A future done at the next advance of the high watermark (long-poll fetches wait on it)."""
+        if self._hw_future is None or self._hw_future.done():
+            self._hw_future = asyncio.get_running_loop().create_future()
+        return self._hw_future
+
+    def reset_after_truncation(self) -> None:
+        """After DeleteRecords/retention the log start moved; the high watermark never goes below it."""
+        if self.high_watermark < self.log.log_start_offset:
+            self.high_watermark = self.log.log_start_offset
+
+    def fail_waiters(self, exc: BaseException) -> None:
+        while self._durable_waiters:
+            _, fut = self._durable_waiters.popleft()
+            if not fut.done():
+                fut.set_exception(exc)
+        self.notify_readers()

@@ -1,0 +1,79 @@
+"""API key -> handler. ApiVersions is answered from exactly what is registered here.
+
+Each handler module under ``oncelog.broker.handlers`` serves one API and exposes ``API_KEY``, ``MIN_VERSION``,
+``MAX_VERSION`` and ``handle(broker, ctx, request)``. A handler returns the response message, or an awaitable of
+it when it has to wait (fsync for acks=all, long-poll fetch), or ``NO_RESPONSE`` (acks=0 produce). Work done before
+a handler's first ``await`` happens in request order, so appends from one connection keep their order.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Union
+
+if TYPE_CHECKING:
+    from .server import Broker
+
+__all__ = ["Route", "Router", "RequestContext", "NO_RESPONSE", "HandlerResult"]
+
+
+class _NoResponse:
+    def __repr__(self) -> str:
+        return "NO_RESPONSE"
+
+
+NO_RESPONSE: Any = _NoResponse()
+HandlerResult = Union[Any, Awaitable[Any]]
+
+
+@dataclass(slots=True)
+class RequestContext:
+    connection_id: int
+    peer: str
+    client_id: str | None
+    api_key: int
+    api_version: int
+    correlation_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    api_key: int
+    name: str
+    min_version: int
+    max_version: int
+    handle: Callable[["Broker", RequestContext, Any], HandlerResult]
+
+
+class Router:
+    def __init__(self) -> None:
+        self.routes: dict[int, Route] = {}
+
+    def add_module(self, module: ModuleType) -> None:
+        key = int(module.API_KEY)
+        if key in self.routes:
+            raise RuntimeError(f"API key {key} is served twice ({module.__name__})")
+        self.routes[key] = Route(key, module.__name__.rsplit(".", 1)[-1], int(module.MIN_VERSION),
+                                 int(module.MAX_VERSION), module.handle)
+
+    @classmethod
+    def with_all_handlers(cls) -> "Router":
+        from . import handlers
+
+        router = cls()
+        for info in sorted(pkgutil.iter_modules(handlers.__path__), key=lambda i: i.name):
+            if info.name.startswith("_"):
+                continue
+            module = importlib.import_module(f"{handlers.__name__}.{info.name}")
+            if hasattr(module, "API_KEY"):
+                router.add_module(module)
+        return router
+
+    def get(self, api_key: int, api_version: int) -> Route | None:
+        route = self.routes.get(api_key)
+        if route is None or not (route.min_version <= api_version <= route.max_version):
+            return None
+        return route

@@ -1,0 +1,163 @@
+"""The broker process: storage, topics, group commit, the listener and background jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import uuid
+from typing import Any
+
+from oncelog.clock import SYSTEM_CLOCK, Clock
+from oncelog.storage import LogConfig, LogManager
+
+from .config import BrokerConfig
+from .connection import Connection
+from .durability import GroupCommitFlusher
+from .metrics import BrokerMetrics
+from .partition import Partition
+from .router import Router
+from .topics import TopicRegistry
+
+__all__ = ["Broker", "run_broker"]
+
+log = logging.getLogger("oncelog.broker")
+
+
+def log_defaults(config: BrokerConfig) -> LogConfig:
+    """Topic defaults derived from the broker's log.* settings."""
+    return LogConfig.from_kafka({
+        "segment.bytes": str(config.log_segment_bytes),
+        "segment.ms": str(config.log_roll_ms),
+        "index.interval.bytes": str(config.log_index_interval_bytes),
+        "retention.ms": str(config.log_retention_ms),
+        "retention.bytes": str(config.log_retention_bytes),
+        "cleanup.policy": config.log_cleanup_policy,
+        "max.message.bytes": str(config.message_max_bytes),
+        "message.timestamp.type": config.log_message_timestamp_type,
+    })
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.config = config
+        self.clock = clock
+        self.metrics = BrokerMetrics()
+        self.router = Router.with_all_handlers()
+        self.connections: set[Connection] = set()
+        self.durable_per_append = config.log_flush_interval_messages <= 1
+        self.flusher = GroupCommitFlusher(self._on_durable)
+        self.logs: LogManager | None = None
+        self._topics: TopicRegistry | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._background: list[asyncio.Task[Any]] = []
+        self._stopped = asyncio.Event()
+        self.cluster_id = ""
+
+    @property
+    def topics(self) -> TopicRegistry:
+        assert self._topics is not None, "broker not started"
+        return self._topics
+
+    def _on_durable(self, partition: Partition, durable: int) -> None:
+        partition.on_durable(durable)
+
+    async def start(self) -> None:
+        cfg = self.config
+        cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        loop = asyncio.get_running_loop()
+        self.logs = await loop.run_in_executor(None, LogManager.open, cfg.data_dir, log_defaults(cfg), self.clock)
+        self.cluster_id = self.logs.cluster_id
+        self._topics = TopicRegistry(self.logs, durable_per_append=self.durable_per_append,
+                                     mark_dirty=self.flusher.mark_dirty)
+        self.metrics.watch_partitions(self._topics)
+        self.flusher.start()
+        self._server = await loop.create_server(lambda: Connection(self), cfg.host, cfg.port, reuse_address=True,
+                                               backlog=1024)
+        if cfg.port == 0:
+            sock = self._server.sockets[0]
+            cfg.port = sock.getsockname()[1]
+        self._background.append(loop.create_task(self._retention_loop(), name="retention"))
+        if not self.durable_per_append:
+            self._background.append(loop.create_task(self._periodic_flush_loop(), name="periodic-flush"))
+        if cfg.metrics_listen:
+            self.metrics.serve(cfg.metrics_listen)
+        log.info("oncelog broker %d listening on %s:%d (data in %s, %d topic(s), cluster id %s, %s)",
+                 cfg.node_id, cfg.host, cfg.port, cfg.data_dir.resolve(), len(self._topics), self.cluster_id,
+                 "acks=all waits for fsync" if self.durable_per_append else "background flush")
+
+    async def _retention_loop(self) -> None:
+        interval = max(self.config.log_retention_check_interval_ms, 100) / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.apply_retention()
+            except Exception:
+                log.exception("retention check failed; will retry in %.0f s", interval)
+
+    def apply_retention(self) -> int:
+        deleted = 0
+        now = self.clock.wall_ms()
+        for p in self.topics.all_partitions():
+            n = p.log.apply_retention(now)
+            if n:
+                deleted += n
+                p.reset_after_truncation()
+                log.info("retention deleted %d segment(s) of %s-%d; log start offset now %d", n, p.topic, p.index,
+                         p.log_start_offset)
+        return deleted
+
+    async def _periodic_flush_loop(self) -> None:
+        interval = max(self.config.log_flush_interval_ms, 10) / 1000
+        while True:
+            await asyncio.sleep(interval)
+            for p in self.topics.all_partitions():
+                if p.log.durable_offset < p.log_end_offset:
+                    self.flusher.mark_dirty(p)
+
+    def new_topic_id(self) -> uuid.UUID:
+        return uuid.uuid4()
+
+    async def serve_forever(self) -> None:
+        await self._stopped.wait()
+
+    def request_stop(self) -> None:
+        self._stopped.set()
+
+    async def stop(self) -> None:
+        """Clean shutdown: stop accepting, finish flushing, close segments, write the clean-shutdown marker."""
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.close(None)
+        for task in self._background:
+            task.cancel()
+        for task in self._background:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.flusher.close()
+        if self.logs is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.logs.close)
+        log.info("oncelog broker stopped cleanly")
+
+
+async def _main(config: BrokerConfig) -> None:
+    broker = Broker(config)
+    await broker.start()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, broker.request_stop)
+    try:
+        await broker.serve_forever()
+    finally:
+        await broker.stop()
+
+
+def run_broker(config: BrokerConfig) -> None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover
+        asyncio.run(_main(config))
+    else:
+        uvloop.run(_main(config))
