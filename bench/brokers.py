@@ -26,6 +26,10 @@ def _reason(log_tail: str) -> str:
     lines = [ln for ln in lines if any(ch.isalnum() for ch in ln)]
     for i in range(len(lines) - 1, -1, -1):
         if re.match(r"^[\w.]*(Error|Exception|Exit)\b", lines[i]) and not lines[i].startswith("Traceback"):
+            if lines[i] == "Error" and i + 1 < len(lines):  # typer/rich usage-error box
+                return lines[i + 1]
+            if " " not in lines[i] and i > 0:  # bare `AssertionError`: show the failing source line
+                return f"{lines[i]} at `{lines[i - 1]}`"
             wrapped = i + 1 < len(lines) and lines[i + 1].startswith("(")  # rich wraps long messages
             return " ".join(lines[i:i + 2] if wrapped else lines[i:i + 1])
     return lines[-1] if lines else ""
