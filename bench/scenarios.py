@@ -35,6 +35,28 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+CLIENT_ERRORS: list[KafkaError] = []  # every error_cb error, to name the cause when a scenario fails
+
+
+def on_client_error(err: KafkaError) -> None:
+    CLIENT_ERRORS.append(err)
+    log(f"client error_cb: {err}")
+
+
+def unsupported_cause(exc: BaseException) -> str | None:
+    """The broker lacks a feature the client needs (e.g. idempotence, transactions) -> its message."""
+    seen: BaseException | None = exc
+    errs = list(CLIENT_ERRORS)
+    while seen is not None:
+        if isinstance(seen, KafkaException) and seen.args and isinstance(seen.args[0], KafkaError):
+            errs.append(seen.args[0])
+        seen = seen.__cause__ or seen.__context__
+    for e in errs:
+        if e.code() in (KafkaError._UNSUPPORTED_FEATURE, KafkaError.UNSUPPORTED_VERSION):
+            return str(e.str())
+    return None
+
+
 def values(size: int) -> list[bytes]:
     blob = os.urandom(size * POOL)
     return [blob[i * size:(i + 1) * size] for i in range(POOL)]
@@ -120,7 +142,7 @@ def producer_conf(a: argparse.Namespace, **extra: Any) -> dict[str, Any]:
         "linger.ms": 5,
         "delivery.report.only.error": True,
         "on_delivery": errs,
-        "error_cb": lambda e: log(f"producer error_cb: {e}"),
+        "error_cb": on_client_error,
     }
     conf.update(extra)
     return conf
@@ -159,7 +181,7 @@ def sc_consume(a: argparse.Namespace) -> dict[str, float]:
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
         "fetch.queue.backoff.ms": 10,
-        "error_cb": lambda e: log(f"consumer error_cb: {e}"),
+        "error_cb": on_client_error,
     })
     n = 0
     nbytes = 0
@@ -281,7 +303,11 @@ def main() -> int:
         result = {"ok": False, "kind": "unsupported", "error": str(e)}
     except Exception as e:  # noqa: BLE001 - reported, never crashes the run
         traceback.print_exc(file=sys.stderr)
-        result = {"ok": False, "kind": "error", "error": f"{type(e).__name__}: {e}"}
+        why = unsupported_cause(e)
+        if why is not None:
+            result = {"ok": False, "kind": "unsupported", "error": why}
+        else:
+            result = {"ok": False, "kind": "error", "error": f"{type(e).__name__}: {e}"}
     sys.stdout.write(json.dumps(result) + "\n")
     sys.stdout.flush()
     # librdkafka handles may block interpreter shutdown on a wedged broker; results are already out.
