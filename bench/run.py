@@ -244,9 +244,28 @@ def main(argv: list[str] | None = None) -> int:
           + ", ".join(f"{n} {v}" for n, v in env["brokers"].items()))
     for name, why in unavailable.items():
         print(f"\n{name}: not available — {why.splitlines()[0]}")
-    failures = [r for r in results if not r.get("ok") and r.get("kind") not in ("not available",)]
-    for r in failures:
-        print(f"\n- {r['broker']} {r['scenario']} r{r['round']}: {r.get('kind')}: {r.get('error', '')[:300]}")
+    cpu_lines = []
+    for scenario in a.scenarios:
+        parts = []
+        for b in a.brokers:
+            cs = [r["broker_cpu_s"] for r in results
+                  if r["broker"] == b and r["scenario"] == scenario and r.get("ok") and "broker_cpu_s" in r]
+            if cs:
+                parts.append(f"{b} {statistics.median(cs):.1f}")
+        if parts:
+            cpu_lines.append(f"{scenario}: " + " / ".join(parts))
+    if cpu_lines:
+        print("\nBroker CPU seconds per round (median; low broker CPU with similar throughput means the "
+              "client is the bottleneck): " + "; ".join(cpu_lines))
+    failures: dict[tuple[str, str, str, str], list[int]] = {}
+    for r in results:
+        if not r.get("ok") and r.get("kind") != "not available":
+            key = (r["broker"], r["scenario"], str(r.get("kind")), str(r.get("error", ""))[:300])
+            failures.setdefault(key, []).append(r["round"])
+    if failures:
+        print()
+    for (b, scenario, kind, err), rounds in failures.items():
+        print(f"- {b} {scenario} (round {','.join(map(str, rounds))}): {kind}: {err}")
     if a.json:
         Path(a.json).write_text(json.dumps({
             "command": cmdline, "args": {k: v for k, v in vars(a).items()}, "started": started,
