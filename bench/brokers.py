@@ -228,7 +228,7 @@ class OncelogBroker(Broker):
         self.python = python or sys.executable
         self.extra_args = extra_args or []
         try:
-            out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            out = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"],
                                  capture_output=True, text=True, timeout=10, check=False)
             self.version = f"git {out.stdout.strip()}" if out.returncode == 0 else "?"
         except (OSError, subprocess.TimeoutExpired):
