@@ -274,6 +274,7 @@ class ModuleGen:
         self.func_by_text: dict[str, str] = {}
         self.reader_name: dict[tuple[str, int], str] = {}
         self.writer_name: dict[tuple[str, int], str] = {}
+        self.struct_defaults: set[str] = set()
 
     # ------------------------------------------------------------------ helpers
     def sconst(self, fmt: str) -> str:
@@ -306,7 +307,13 @@ class ModuleGen:
         n = "n" if nul else ""
         L: list[str] = []
         if f.is_array:
-            L.append(f"{ind}_n, pos = _r_{c}alen(buf, pos)  # @{path}")
+            if flex:
+                L.extend(self._inline_uvarint("_n", ind, path))
+                L.append(f"{ind}_n -= 1")
+                L.append(f"{ind}if _n > len(buf) - pos:")
+                L.append(f"{ind}    raise _too_long(_n, len(buf) - pos)  # @{path}")
+            else:
+                L.append(f"{ind}_n, pos = _r_alen(buf, pos)  # @{path}")
             L.append(f"{ind}if _n < 0:")
             if nul:
                 L.append(f"{ind}    {target} = None")
@@ -350,6 +357,19 @@ class ModuleGen:
             code, size = FIXED[t]
             L.append(f"{ind}({target},) = {self.sconst(code)}.unpack_from(buf, pos)  # @{path}")
             L.append(f"{ind}pos += {size}")
+        elif t in ("string", "records") and flex:
+            L.extend(self._inline_uvarint("_n", ind, path))
+            L.append(f"{ind}if _n == 0:")
+            L.append(f"{ind}    {target} = None" if nul else f"{ind}    raise _null_error()  # @{path}")
+            L.append(f"{ind}else:")
+            L.append(f"{ind}    _ve = pos + _n - 1")
+            L.append(f"{ind}    if _ve > len(buf):")
+            L.append(f"{ind}        raise _too_long(_n - 1, len(buf) - pos)  # @{path}")
+            if t == "string":
+                L.append(f"{ind}    {target} = str(buf[pos:_ve], 'utf-8')  # @{path}")
+            else:
+                L.append(f"{ind}    {target} = buf[pos:_ve]")
+            L.append(f"{ind}    pos = _ve")
         elif t == "string":
             L.append(f"{ind}{target}, pos = _r_{c}{n}str(buf, pos)  # @{path}")
         elif t == "bytes":
@@ -359,6 +379,14 @@ class ModuleGen:
         else:
             raise SchemaError(t)
         return L
+
+    def _inline_uvarint(self, var: str, ind: str, path: str) -> list[str]:
+        return [
+            f"{ind}{var} = buf[pos]  # @{path}",
+            f"{ind}pos += 1",
+            f"{ind}if {var} > 127:",
+            f"{ind}    {var}, pos = _uvarint_cont(buf, pos, {var})  # @{path}",
+        ]
 
     def gen_reader(self, st: StructSpec, v: int) -> str:
         flex = v in self.s.flexible
@@ -520,15 +548,30 @@ class ModuleGen:
             else:
                 tagged = sorted(tagged, key=lambda x: x.tag or 0)
                 conds = []
-                for f in tagged:
+                for k, f in enumerate(tagged):
                     d = default_value(f)[0]
                     if d == "None":
-                        conds.append(f"o.{f.attr} is not None")
+                        cnd = f"o.{f.attr} is not None"
                     elif d == "[]":
-                        conds.append(f"o.{f.attr}")
+                        cnd = f"len(o.{f.attr}) != 0"
+                    elif f.struct is not None and not f.is_array and all(
+                        not g.is_array and g.struct is None for g in f.struct.fields
+                    ):
+                        # field-wise comparison with the defaults: much cheaper than dataclass __eq__
+                        L.append(f"    _x = o.{f.attr}")
+                        cmp = " or ".join(f"_x.{g.attr} != {default_value(g)[0]}" for g in f.struct.fields)
+                        cnd = f"_x.__class__ is not {f.struct.name}" + (f" or {cmp}" if cmp else "")
+                    elif f.struct is not None and not f.is_array:
+                        self.struct_defaults.add(f.struct.name)
+                        cnd = f"o.{f.attr} != _D_{f.struct.name}"
                     else:
-                        conds.append(f"o.{f.attr} != {d}")
-                L.append("    _nt = " + " + ".join(f"bool({cnd})" for cnd in conds))
+                        cnd = f"o.{f.attr} != {d}"
+                    L.append(f"    _c{k} = {cnd}")
+                    conds.append(f"_c{k}")
+                L.append("    _nt = " + " + ".join(conds))
+                L.append("    if not _nt:")
+                L.append("        out.append(0)")
+                L.append("        return")
                 L.append("    _w_uvarint(out, _nt)")
                 for f, cnd in zip(tagged, conds):
                     path = f"{st.name}.{f.name}"
@@ -590,6 +633,7 @@ class ModuleGen:
             "    join_tagged as _join_tagged,\n"
             "    null_error as _null_error,\n"
             "    skip_tagged as _skip_tagged,\n"
+            "    too_long as _too_long,\n"
             "    tagged_header as _tagged_header,\n"
             "    uvarint_cont as _uvarint_cont,\n"
             "    w_uvarint as _w_uvarint,\n"
@@ -648,6 +692,9 @@ class ModuleGen:
             for f in st.fields:
                 out.append(f"    {f.attr}: {py_type(f)} = {default_value(f)[1]}\n")
             out.append("\n")
+        out.append("\n")
+        for name in sorted(self.struct_defaults):
+            out.append(f"_D_{name} = {name}()  # default value of tagged fields (compared, never handed out)\n")
         out.append("\n")
         for fn in self.functions:
             out.append(fn)

@@ -120,7 +120,7 @@ def null_error() -> ProtocolDecodeError:
     return ProtocolDecodeError("null value in a non-nullable field")
 
 
-def _too_long(n: int, remaining: int) -> ProtocolDecodeError:
+def too_long(n: int, remaining: int) -> ProtocolDecodeError:
     return ProtocolDecodeError(f"length {n} exceeds the {remaining} remaining bytes")
 
 
@@ -172,7 +172,7 @@ def skip_tagged(buf: Any, pos: int, count: int) -> int:
         size, pos = r_uvarint(buf, pos)
         pos += size
         if pos > blen:
-            raise _too_long(size, blen - pos + size)
+            raise too_long(size, blen - pos + size)
     return pos
 
 
@@ -182,7 +182,7 @@ def tagged_header(buf: Any, pos: int) -> tuple[int, int, int]:
     size, pos = r_uvarint(buf, pos)
     end = pos + size
     if end > len(buf):
-        raise _too_long(size, len(buf) - pos)
+        raise too_long(size, len(buf) - pos)
     return tag, pos, end
 
 
@@ -203,7 +203,7 @@ def r_str(buf: Any, pos: int) -> tuple[str, int]:
         raise null_error()
     end = pos + n
     if end > len(buf):
-        raise _too_long(n, len(buf) - pos)
+        raise too_long(n, len(buf) - pos)
     return str(buf[pos:end], "utf-8"), end
 
 
@@ -214,7 +214,7 @@ def r_nstr(buf: Any, pos: int) -> tuple[str | None, int]:
         return None, pos
     end = pos + n
     if end > len(buf):
-        raise _too_long(n, len(buf) - pos)
+        raise too_long(n, len(buf) - pos)
     return str(buf[pos:end], "utf-8"), end
 
 
@@ -227,7 +227,7 @@ def r_cstr(buf: Any, pos: int) -> tuple[str, int]:
         raise null_error()
     end = pos + n - 1
     if end > len(buf):
-        raise _too_long(n - 1, len(buf) - pos)
+        raise too_long(n - 1, len(buf) - pos)
     return str(buf[pos:end], "utf-8"), end
 
 
@@ -240,7 +240,7 @@ def r_cnstr(buf: Any, pos: int) -> tuple[str | None, int]:
         return None, pos
     end = pos + n - 1
     if end > len(buf):
-        raise _too_long(n - 1, len(buf) - pos)
+        raise too_long(n - 1, len(buf) - pos)
     return str(buf[pos:end], "utf-8"), end
 
 
@@ -253,7 +253,7 @@ def _r_blob32(buf: Any, pos: int, nullable: bool) -> tuple[Any, int]:
         raise null_error()
     end = pos + n
     if end > len(buf):
-        raise _too_long(n, len(buf) - pos)
+        raise too_long(n, len(buf) - pos)
     return buf[pos:end], end
 
 
@@ -268,7 +268,7 @@ def _r_cblob(buf: Any, pos: int, nullable: bool) -> tuple[Any, int]:
         raise null_error()
     end = pos + n - 1
     if end > len(buf):
-        raise _too_long(n - 1, len(buf) - pos)
+        raise too_long(n - 1, len(buf) - pos)
     return buf[pos:end], end
 
 
@@ -313,7 +313,7 @@ def r_alen(buf: Any, pos: int) -> tuple[int, int]:
     (n,) = _i_unpack(buf, pos)
     pos += 4
     if n > len(buf) - pos:
-        raise _too_long(n, len(buf) - pos)
+        raise too_long(n, len(buf) - pos)
     return n, pos
 
 
@@ -325,7 +325,7 @@ def r_calen(buf: Any, pos: int) -> tuple[int, int]:
         n, pos = uvarint_cont(buf, pos, n)
     n -= 1
     if n > len(buf) - pos:
-        raise _too_long(n, len(buf) - pos)
+        raise too_long(n, len(buf) - pos)
     return n, pos
 
 
@@ -337,7 +337,7 @@ def r_fixed_arr(buf: Any, pos: int, n: int, code: str, size: int) -> tuple[list[
 
 def r_uuid_arr(buf: Any, pos: int, n: int) -> tuple[list[UUID], int]:
     if pos + 16 * n > len(buf):
-        raise _too_long(16 * n, len(buf) - pos)
+        raise too_long(16 * n, len(buf) - pos)
     return [r_uuid(buf, pos + 16 * k) for k in range(n)], pos + 16 * n
 
 
@@ -423,8 +423,25 @@ def w_cnbytes(out: bytearray, b: Any) -> None:
 RECORDS_BY_REFERENCE_MIN = 512
 
 
+def _uvarint_to(out: bytearray, n: int) -> None:
+    if n < 0x80:
+        out.append(n)
+    elif n < 0x4000:
+        out.append((n & 0x7F) | 0x80)
+        out.append(n >> 7)
+    else:
+        w_uvarint(out, n)
+
+
 def _w_records(out: bytearray, parts: list[Any], val: Any, compact: bool, nullable: bool) -> None:
-    if val is None:
+    tv = type(val)
+    if tv is bytes or tv is bytearray:
+        bufs: Sequence[Any] = (val,)
+        total = len(val)
+    elif tv is memoryview:
+        bufs = (val,)
+        total = val.nbytes
+    elif val is None:
         if not nullable:
             raise TypeError("records field is not nullable in this version")
         if compact:
@@ -432,12 +449,13 @@ def _w_records(out: bytearray, parts: list[Any], val: Any, compact: bool, nullab
         else:
             out += NULL32
         return
-    bufs: Sequence[Any] = val if isinstance(val, (list, tuple)) else (val,)
-    total = 0
-    for b in bufs:
-        total += b.nbytes if type(b) is memoryview else len(b)
+    else:
+        bufs = val if isinstance(val, (list, tuple)) else (val,)
+        total = 0
+        for b in bufs:
+            total += b.nbytes if type(b) is memoryview else len(b)
     if compact:
-        w_uvarint(out, total + 1)
+        _uvarint_to(out, total + 1)
     else:
         out += _i_pack(total)
     if total < RECORDS_BY_REFERENCE_MIN:
@@ -445,8 +463,8 @@ def _w_records(out: bytearray, parts: list[Any], val: Any, compact: bool, nullab
             out += b
         return
     if out:
-        parts.append(bytes(out))
-        out.clear()
+        parts.append(out[:])
+        del out[:]
     for b in bufs:
         if b:
             parts.append(b)
@@ -465,7 +483,30 @@ def w_crec(out: bytearray, parts: list[Any], val: Any) -> None:
 
 
 def w_cnrec(out: bytearray, parts: list[Any], val: Any) -> None:
-    _w_records(out, parts, val, True, True)
+    """Compact nullable records (Produce v9+, Fetch v12+): the hot path, specialised for one blob."""
+    tv = type(val)
+    if tv is bytes:
+        total = len(val)
+    elif val is None:
+        out.append(0)
+        return
+    else:
+        _w_records(out, parts, val, True, True)
+        return
+    n = total + 1
+    if n < 0x80:
+        out.append(n)
+    elif n < 0x4000:
+        out.append((n & 0x7F) | 0x80)
+        out.append(n >> 7)
+    else:
+        w_uvarint(out, n)
+    if total < RECORDS_BY_REFERENCE_MIN:
+        out += val
+        return
+    parts.append(out[:])
+    del out[:]
+    parts.append(val)
 
 
 def w_alen(out: bytearray, n: int) -> None:

@@ -213,14 +213,30 @@ def decode_request_header(buf: Any) -> tuple[RequestHeader, int]:
     return header, pos
 
 
-def decode_request(api_key: int, api_version: int, buf: Any, offset: int) -> Any:
-    """Decode the body of a request whose header ended at ``offset``."""
+_REQUEST_READERS: dict[tuple[int, int], tuple[Any, str]] = {}
+
+
+def _request_reader(api_key: int, api_version: int) -> tuple[Any, str]:
     spec = API_KEYS.get(api_key)
     if spec is None:
         raise ProtocolDecodeError(f"unknown api key {api_key}")
     if not spec.supports(api_version):
         raise ProtocolDecodeError(f"{spec.name}Request: unsupported version {api_version}")
-    return spec.request_class.decode_from(buf, api_version, offset)[0]
+    entry = (spec.request_class._READERS[api_version], f"{spec.name}Request v{api_version}")
+    _REQUEST_READERS[(api_key, api_version)] = entry
+    return entry
+
+
+def decode_request(api_key: int, api_version: int, buf: Any, offset: int) -> Any:
+    """Decode the body of a request whose header ended at ``offset``."""
+    entry = _REQUEST_READERS.get((api_key, api_version))
+    if entry is None:
+        entry = _request_reader(api_key, api_version)
+    mv = buf if type(buf) is memoryview and buf.c_contiguous and buf.format == "B" else _as_mv(buf)
+    try:
+        return entry[0](mv, offset)[0]
+    except DECODE_EXCEPTIONS as exc:
+        raise decode_error(exc, entry[1]) from None
 
 
 def _nbytes(p: Any) -> int:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -80,6 +81,7 @@ class AddOffsetsToTxnRequest(_Message):
     group_id: str = ''
 
 
+
 def _r_AddOffsetsToTxnRequest_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @AddOffsetsToTxnRequest.TransactionalId
     _f1, _f2 = _S_qh.unpack_from(buf, pos)  # @AddOffsetsToTxnRequest.ProducerId,ProducerEpoch
@@ -95,10 +97,32 @@ def _w_AddOffsetsToTxnRequest_0(out, parts, o):
 
 
 def _r_AddOffsetsToTxnRequest_3(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @AddOffsetsToTxnRequest.TransactionalId
+    _n = buf[pos]  # @AddOffsetsToTxnRequest.TransactionalId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AddOffsetsToTxnRequest.TransactionalId
+    if _n == 0:
+        raise _null_error()  # @AddOffsetsToTxnRequest.TransactionalId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @AddOffsetsToTxnRequest.TransactionalId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @AddOffsetsToTxnRequest.TransactionalId
+        pos = _ve
     _f1, _f2 = _S_qh.unpack_from(buf, pos)  # @AddOffsetsToTxnRequest.ProducerId,ProducerEpoch
     pos += 10
-    _f3, pos = _r_cstr(buf, pos)  # @AddOffsetsToTxnRequest.GroupId
+    _n = buf[pos]  # @AddOffsetsToTxnRequest.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AddOffsetsToTxnRequest.GroupId
+    if _n == 0:
+        raise _null_error()  # @AddOffsetsToTxnRequest.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @AddOffsetsToTxnRequest.GroupId
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @AddOffsetsToTxnRequest.GroupId
+        pos = _ve
     _nt = buf[pos]  # @AddOffsetsToTxnRequest._tagged_fields
     pos += 1
     if _nt:

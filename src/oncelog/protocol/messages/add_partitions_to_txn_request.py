@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -97,6 +98,7 @@ class AddPartitionsToTxnRequest(_Message):
     v3_and_below_topics: list[AddPartitionsToTxnTopic] = _field(default_factory=list)
 
 
+
 def _r_AddPartitionsToTxnTopic_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @AddPartitionsToTxnTopic.Name
     _n, pos = _r_alen(buf, pos)  # @AddPartitionsToTxnTopic.Partitions
@@ -118,8 +120,25 @@ def _w_AddPartitionsToTxnTopic_0(out, parts, o):
 
 
 def _r_AddPartitionsToTxnTopic_3(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @AddPartitionsToTxnTopic.Name
-    _n, pos = _r_calen(buf, pos)  # @AddPartitionsToTxnTopic.Partitions
+    _n = buf[pos]  # @AddPartitionsToTxnTopic.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AddPartitionsToTxnTopic.Name
+    if _n == 0:
+        raise _null_error()  # @AddPartitionsToTxnTopic.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @AddPartitionsToTxnTopic.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @AddPartitionsToTxnTopic.Name
+        pos = _ve
+    _n = buf[pos]  # @AddPartitionsToTxnTopic.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AddPartitionsToTxnTopic.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AddPartitionsToTxnTopic.Partitions
     if _n < 0:
         raise _null_error()  # @AddPartitionsToTxnTopic.Partitions
     else:
@@ -145,10 +164,27 @@ def _w_AddPartitionsToTxnTopic_3(out, parts, o):
 
 
 def _r_AddPartitionsToTxnTransaction_4(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @AddPartitionsToTxnTransaction.TransactionalId
+    _n = buf[pos]  # @AddPartitionsToTxnTransaction.TransactionalId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AddPartitionsToTxnTransaction.TransactionalId
+    if _n == 0:
+        raise _null_error()  # @AddPartitionsToTxnTransaction.TransactionalId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @AddPartitionsToTxnTransaction.TransactionalId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @AddPartitionsToTxnTransaction.TransactionalId
+        pos = _ve
     _f1, _f2, _f3 = _S_qhB_.unpack_from(buf, pos)  # @AddPartitionsToTxnTransaction.ProducerId,ProducerEpoch,VerifyOnly
     pos += 11
-    _n, pos = _r_calen(buf, pos)  # @AddPartitionsToTxnTransaction.Topics
+    _n = buf[pos]  # @AddPartitionsToTxnTransaction.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AddPartitionsToTxnTransaction.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AddPartitionsToTxnTransaction.Topics
     if _n < 0:
         raise _null_error()  # @AddPartitionsToTxnTransaction.Topics
     else:
@@ -208,10 +244,27 @@ def _w_AddPartitionsToTxnRequest_0(out, parts, o):
 
 
 def _r_AddPartitionsToTxnRequest_3(buf, pos):
-    _f1, pos = _r_cstr(buf, pos)  # @AddPartitionsToTxnRequest.V3AndBelowTransactionalId
+    _n = buf[pos]  # @AddPartitionsToTxnRequest.V3AndBelowTransactionalId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AddPartitionsToTxnRequest.V3AndBelowTransactionalId
+    if _n == 0:
+        raise _null_error()  # @AddPartitionsToTxnRequest.V3AndBelowTransactionalId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @AddPartitionsToTxnRequest.V3AndBelowTransactionalId
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @AddPartitionsToTxnRequest.V3AndBelowTransactionalId
+        pos = _ve
     _f2, _f3 = _S_qh.unpack_from(buf, pos)  # @AddPartitionsToTxnRequest.V3AndBelowProducerId,V3AndBelowProducerEpoch
     pos += 10
-    _n, pos = _r_calen(buf, pos)  # @AddPartitionsToTxnRequest.V3AndBelowTopics
+    _n = buf[pos]  # @AddPartitionsToTxnRequest.V3AndBelowTopics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AddPartitionsToTxnRequest.V3AndBelowTopics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AddPartitionsToTxnRequest.V3AndBelowTopics
     if _n < 0:
         raise _null_error()  # @AddPartitionsToTxnRequest.V3AndBelowTopics
     else:
@@ -243,7 +296,13 @@ def _w_AddPartitionsToTxnRequest_3(out, parts, o):
 
 
 def _r_AddPartitionsToTxnRequest_4(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @AddPartitionsToTxnRequest.Transactions
+    _n = buf[pos]  # @AddPartitionsToTxnRequest.Transactions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AddPartitionsToTxnRequest.Transactions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AddPartitionsToTxnRequest.Transactions
     if _n < 0:
         raise _null_error()  # @AddPartitionsToTxnRequest.Transactions
     else:

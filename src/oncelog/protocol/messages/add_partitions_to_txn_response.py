@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -99,6 +100,7 @@ class AddPartitionsToTxnResponse(_Message):
     results_by_topic_v3_and_below: list[AddPartitionsToTxnTopicResult] = _field(default_factory=list)
 
 
+
 def _r_AddPartitionsToTxnPartitionResult_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @AddPartitionsToTxnPartitionResult.PartitionIndex,PartitionErrorCode
     pos += 6
@@ -152,8 +154,25 @@ def _w_AddPartitionsToTxnTopicResult_0(out, parts, o):
 
 
 def _r_AddPartitionsToTxnTopicResult_3(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @AddPartitionsToTxnTopicResult.Name
-    _n, pos = _r_calen(buf, pos)  # @AddPartitionsToTxnTopicResult.ResultsByPartition
+    _n = buf[pos]  # @AddPartitionsToTxnTopicResult.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AddPartitionsToTxnTopicResult.Name
+    if _n == 0:
+        raise _null_error()  # @AddPartitionsToTxnTopicResult.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @AddPartitionsToTxnTopicResult.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @AddPartitionsToTxnTopicResult.Name
+        pos = _ve
+    _n = buf[pos]  # @AddPartitionsToTxnTopicResult.ResultsByPartition
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AddPartitionsToTxnTopicResult.ResultsByPartition
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AddPartitionsToTxnTopicResult.ResultsByPartition
     if _n < 0:
         raise _null_error()  # @AddPartitionsToTxnTopicResult.ResultsByPartition
     else:
@@ -184,8 +203,25 @@ def _w_AddPartitionsToTxnTopicResult_3(out, parts, o):
 
 
 def _r_AddPartitionsToTxnResult_4(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @AddPartitionsToTxnResult.TransactionalId
-    _n, pos = _r_calen(buf, pos)  # @AddPartitionsToTxnResult.TopicResults
+    _n = buf[pos]  # @AddPartitionsToTxnResult.TransactionalId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AddPartitionsToTxnResult.TransactionalId
+    if _n == 0:
+        raise _null_error()  # @AddPartitionsToTxnResult.TransactionalId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @AddPartitionsToTxnResult.TransactionalId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @AddPartitionsToTxnResult.TransactionalId
+        pos = _ve
+    _n = buf[pos]  # @AddPartitionsToTxnResult.TopicResults
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AddPartitionsToTxnResult.TopicResults
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AddPartitionsToTxnResult.TopicResults
     if _n < 0:
         raise _null_error()  # @AddPartitionsToTxnResult.TopicResults
     else:
@@ -244,7 +280,13 @@ def _w_AddPartitionsToTxnResponse_0(out, parts, o):
 def _r_AddPartitionsToTxnResponse_3(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @AddPartitionsToTxnResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @AddPartitionsToTxnResponse.ResultsByTopicV3AndBelow
+    _n = buf[pos]  # @AddPartitionsToTxnResponse.ResultsByTopicV3AndBelow
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AddPartitionsToTxnResponse.ResultsByTopicV3AndBelow
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AddPartitionsToTxnResponse.ResultsByTopicV3AndBelow
     if _n < 0:
         raise _null_error()  # @AddPartitionsToTxnResponse.ResultsByTopicV3AndBelow
     else:
@@ -277,7 +319,13 @@ def _w_AddPartitionsToTxnResponse_3(out, parts, o):
 def _r_AddPartitionsToTxnResponse_4(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @AddPartitionsToTxnResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _n, pos = _r_calen(buf, pos)  # @AddPartitionsToTxnResponse.ResultsByTransaction
+    _n = buf[pos]  # @AddPartitionsToTxnResponse.ResultsByTransaction
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AddPartitionsToTxnResponse.ResultsByTransaction
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AddPartitionsToTxnResponse.ResultsByTransaction
     if _n < 0:
         raise _null_error()  # @AddPartitionsToTxnResponse.ResultsByTransaction
     else:

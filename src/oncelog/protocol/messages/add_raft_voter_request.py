@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -89,9 +90,32 @@ class AddRaftVoterRequest(_Message):
     listeners: list[Listener] = _field(default_factory=list)
 
 
+
 def _r_Listener_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @Listener.Name
-    _f1, pos = _r_cstr(buf, pos)  # @Listener.Host
+    _n = buf[pos]  # @Listener.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Listener.Name
+    if _n == 0:
+        raise _null_error()  # @Listener.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @Listener.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @Listener.Name
+        pos = _ve
+    _n = buf[pos]  # @Listener.Host
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Listener.Host
+    if _n == 0:
+        raise _null_error()  # @Listener.Host
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @Listener.Host
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @Listener.Host
+        pos = _ve
     (_f2,) = _S_H.unpack_from(buf, pos)  # @Listener.Port
     pos += 2
     _nt = buf[pos]  # @Listener._tagged_fields
@@ -111,11 +135,28 @@ def _w_Listener_0(out, parts, o):
 
 
 def _r_AddRaftVoterRequest_0(buf, pos):
-    _f0, pos = _r_cnstr(buf, pos)  # @AddRaftVoterRequest.ClusterId
+    _n = buf[pos]  # @AddRaftVoterRequest.ClusterId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AddRaftVoterRequest.ClusterId
+    if _n == 0:
+        _f0 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @AddRaftVoterRequest.ClusterId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @AddRaftVoterRequest.ClusterId
+        pos = _ve
     _f1, _f2, _f3 = _S_iiU.unpack_from(buf, pos)  # @AddRaftVoterRequest.TimeoutMs,VoterId,VoterDirectoryId
     pos += 24
     _f3 = _uuid_from_bytes(_f3)
-    _n, pos = _r_calen(buf, pos)  # @AddRaftVoterRequest.Listeners
+    _n = buf[pos]  # @AddRaftVoterRequest.Listeners
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AddRaftVoterRequest.Listeners
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AddRaftVoterRequest.Listeners
     if _n < 0:
         raise _null_error()  # @AddRaftVoterRequest.Listeners
     else:

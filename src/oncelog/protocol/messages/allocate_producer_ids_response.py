@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -78,6 +79,7 @@ class AllocateProducerIdsResponse(_Message):
     error_code: int = 0
     producer_id_start: int = 0
     producer_id_len: int = 0
+
 
 
 def _r_AllocateProducerIdsResponse_0(buf, pos):

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -98,6 +99,7 @@ class AlterClientQuotasRequest(_Message):
     validate_only: bool = False
 
 
+
 def _r_EntityData_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @EntityData.EntityType
     _f1, pos = _r_nstr(buf, pos)  # @EntityData.EntityName
@@ -110,8 +112,30 @@ def _w_EntityData_0(out, parts, o):
 
 
 def _r_EntityData_1(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @EntityData.EntityType
-    _f1, pos = _r_cnstr(buf, pos)  # @EntityData.EntityName
+    _n = buf[pos]  # @EntityData.EntityType
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @EntityData.EntityType
+    if _n == 0:
+        raise _null_error()  # @EntityData.EntityType
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @EntityData.EntityType
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @EntityData.EntityType
+        pos = _ve
+    _n = buf[pos]  # @EntityData.EntityName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @EntityData.EntityName
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @EntityData.EntityName
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @EntityData.EntityName
+        pos = _ve
     _nt = buf[pos]  # @EntityData._tagged_fields
     pos += 1
     if _nt:
@@ -140,7 +164,18 @@ def _w_OpData_0(out, parts, o):
 
 
 def _r_OpData_1(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @OpData.Key
+    _n = buf[pos]  # @OpData.Key
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OpData.Key
+    if _n == 0:
+        raise _null_error()  # @OpData.Key
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @OpData.Key
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @OpData.Key
+        pos = _ve
     _f1, _f2 = _S_dB_.unpack_from(buf, pos)  # @OpData.Value,Remove
     pos += 9
     _nt = buf[pos]  # @OpData._tagged_fields
@@ -198,7 +233,13 @@ def _w_EntryData_0(out, parts, o):
 
 
 def _r_EntryData_1(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @EntryData.Entity
+    _n = buf[pos]  # @EntryData.Entity
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @EntryData.Entity
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @EntryData.Entity
     if _n < 0:
         raise _null_error()  # @EntryData.Entity
     else:
@@ -207,7 +248,13 @@ def _r_EntryData_1(buf, pos):
         for _ in range(_n):
             _e, pos = _r_EntityData_1(buf, pos)  # @EntryData.Entity
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @EntryData.Ops
+    _n = buf[pos]  # @EntryData.Ops
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @EntryData.Ops
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @EntryData.Ops
     if _n < 0:
         raise _null_error()  # @EntryData.Ops
     else:
@@ -270,7 +317,13 @@ def _w_AlterClientQuotasRequest_0(out, parts, o):
 
 
 def _r_AlterClientQuotasRequest_1(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @AlterClientQuotasRequest.Entries
+    _n = buf[pos]  # @AlterClientQuotasRequest.Entries
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterClientQuotasRequest.Entries
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AlterClientQuotasRequest.Entries
     if _n < 0:
         raise _null_error()  # @AlterClientQuotasRequest.Entries
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -92,6 +93,7 @@ class AlterClientQuotasResponse(_Message):
     entries: list[EntryData] = _field(default_factory=list)
 
 
+
 def _r_EntityData_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @EntityData.EntityType
     _f1, pos = _r_nstr(buf, pos)  # @EntityData.EntityName
@@ -104,8 +106,30 @@ def _w_EntityData_0(out, parts, o):
 
 
 def _r_EntityData_1(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @EntityData.EntityType
-    _f1, pos = _r_cnstr(buf, pos)  # @EntityData.EntityName
+    _n = buf[pos]  # @EntityData.EntityType
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @EntityData.EntityType
+    if _n == 0:
+        raise _null_error()  # @EntityData.EntityType
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @EntityData.EntityType
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @EntityData.EntityType
+        pos = _ve
+    _n = buf[pos]  # @EntityData.EntityName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @EntityData.EntityName
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @EntityData.EntityName
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @EntityData.EntityName
+        pos = _ve
     _nt = buf[pos]  # @EntityData._tagged_fields
     pos += 1
     if _nt:
@@ -152,8 +176,25 @@ def _w_EntryData_0(out, parts, o):
 def _r_EntryData_1(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @EntryData.ErrorCode
     pos += 2
-    _f1, pos = _r_cnstr(buf, pos)  # @EntryData.ErrorMessage
-    _n, pos = _r_calen(buf, pos)  # @EntryData.Entity
+    _n = buf[pos]  # @EntryData.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @EntryData.ErrorMessage
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @EntryData.ErrorMessage
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @EntryData.ErrorMessage
+        pos = _ve
+    _n = buf[pos]  # @EntryData.Entity
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @EntryData.Entity
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @EntryData.Entity
     if _n < 0:
         raise _null_error()  # @EntryData.Entity
     else:
@@ -213,7 +254,13 @@ def _w_AlterClientQuotasResponse_0(out, parts, o):
 def _r_AlterClientQuotasResponse_1(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @AlterClientQuotasResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @AlterClientQuotasResponse.Entries
+    _n = buf[pos]  # @AlterClientQuotasResponse.Entries
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterClientQuotasResponse.Entries
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AlterClientQuotasResponse.Entries
     if _n < 0:
         raise _null_error()  # @AlterClientQuotasResponse.Entries
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -90,10 +91,17 @@ class AlterPartitionReassignmentsRequest(_Message):
     topics: list[ReassignableTopic] = _field(default_factory=list)
 
 
+
 def _r_ReassignablePartition_0(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @ReassignablePartition.PartitionIndex
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @ReassignablePartition.Replicas
+    _n = buf[pos]  # @ReassignablePartition.Replicas
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ReassignablePartition.Replicas
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ReassignablePartition.Replicas
     if _n < 0:
         _f1 = None
     else:
@@ -119,8 +127,25 @@ def _w_ReassignablePartition_0(out, parts, o):
 
 
 def _r_ReassignableTopic_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @ReassignableTopic.Name
-    _n, pos = _r_calen(buf, pos)  # @ReassignableTopic.Partitions
+    _n = buf[pos]  # @ReassignableTopic.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ReassignableTopic.Name
+    if _n == 0:
+        raise _null_error()  # @ReassignableTopic.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ReassignableTopic.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @ReassignableTopic.Name
+        pos = _ve
+    _n = buf[pos]  # @ReassignableTopic.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ReassignableTopic.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ReassignableTopic.Partitions
     if _n < 0:
         raise _null_error()  # @ReassignableTopic.Partitions
     else:
@@ -153,7 +178,13 @@ def _w_ReassignableTopic_0(out, parts, o):
 def _r_AlterPartitionReassignmentsRequest_0(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @AlterPartitionReassignmentsRequest.TimeoutMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @AlterPartitionReassignmentsRequest.Topics
+    _n = buf[pos]  # @AlterPartitionReassignmentsRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterPartitionReassignmentsRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AlterPartitionReassignmentsRequest.Topics
     if _n < 0:
         raise _null_error()  # @AlterPartitionReassignmentsRequest.Topics
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -93,10 +94,22 @@ class AlterPartitionReassignmentsResponse(_Message):
     responses: list[ReassignableTopicResponse] = _field(default_factory=list)
 
 
+
 def _r_ReassignablePartitionResponse_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @ReassignablePartitionResponse.PartitionIndex,ErrorCode
     pos += 6
-    _f2, pos = _r_cnstr(buf, pos)  # @ReassignablePartitionResponse.ErrorMessage
+    _n = buf[pos]  # @ReassignablePartitionResponse.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ReassignablePartitionResponse.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ReassignablePartitionResponse.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @ReassignablePartitionResponse.ErrorMessage
+        pos = _ve
     _nt = buf[pos]  # @ReassignablePartitionResponse._tagged_fields
     pos += 1
     if _nt:
@@ -113,8 +126,25 @@ def _w_ReassignablePartitionResponse_0(out, parts, o):
 
 
 def _r_ReassignableTopicResponse_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @ReassignableTopicResponse.Name
-    _n, pos = _r_calen(buf, pos)  # @ReassignableTopicResponse.Partitions
+    _n = buf[pos]  # @ReassignableTopicResponse.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ReassignableTopicResponse.Name
+    if _n == 0:
+        raise _null_error()  # @ReassignableTopicResponse.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ReassignableTopicResponse.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @ReassignableTopicResponse.Name
+        pos = _ve
+    _n = buf[pos]  # @ReassignableTopicResponse.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ReassignableTopicResponse.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ReassignableTopicResponse.Partitions
     if _n < 0:
         raise _null_error()  # @ReassignableTopicResponse.Partitions
     else:
@@ -147,8 +177,25 @@ def _w_ReassignableTopicResponse_0(out, parts, o):
 def _r_AlterPartitionReassignmentsResponse_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @AlterPartitionReassignmentsResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _f2, pos = _r_cnstr(buf, pos)  # @AlterPartitionReassignmentsResponse.ErrorMessage
-    _n, pos = _r_calen(buf, pos)  # @AlterPartitionReassignmentsResponse.Responses
+    _n = buf[pos]  # @AlterPartitionReassignmentsResponse.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterPartitionReassignmentsResponse.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @AlterPartitionReassignmentsResponse.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @AlterPartitionReassignmentsResponse.ErrorMessage
+        pos = _ve
+    _n = buf[pos]  # @AlterPartitionReassignmentsResponse.Responses
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterPartitionReassignmentsResponse.Responses
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AlterPartitionReassignmentsResponse.Responses
     if _n < 0:
         raise _null_error()  # @AlterPartitionReassignmentsResponse.Responses
     else:

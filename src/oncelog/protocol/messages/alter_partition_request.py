@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -105,6 +106,7 @@ class AlterPartitionRequest(_Message):
     topics: list[TopicData] = _field(default_factory=list)
 
 
+
 def _r_BrokerState_3(buf, pos):
     _f0, _f1 = _S_iq.unpack_from(buf, pos)  # @BrokerState.BrokerId,BrokerEpoch
     pos += 12
@@ -125,7 +127,13 @@ def _w_BrokerState_3(out, parts, o):
 def _r_PartitionData_0(buf, pos):
     _f0, _f1 = _S_ii.unpack_from(buf, pos)  # @PartitionData.PartitionIndex,LeaderEpoch
     pos += 8
-    _n, pos = _r_calen(buf, pos)  # @PartitionData.NewIsr
+    _n = buf[pos]  # @PartitionData.NewIsr
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionData.NewIsr
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @PartitionData.NewIsr
     if _n < 0:
         raise _null_error()  # @PartitionData.NewIsr
     else:
@@ -156,7 +164,13 @@ def _w_PartitionData_0(out, parts, o):
 def _r_PartitionData_1(buf, pos):
     _f0, _f1 = _S_ii.unpack_from(buf, pos)  # @PartitionData.PartitionIndex,LeaderEpoch
     pos += 8
-    _n, pos = _r_calen(buf, pos)  # @PartitionData.NewIsr
+    _n = buf[pos]  # @PartitionData.NewIsr
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionData.NewIsr
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @PartitionData.NewIsr
     if _n < 0:
         raise _null_error()  # @PartitionData.NewIsr
     else:
@@ -187,7 +201,13 @@ def _w_PartitionData_1(out, parts, o):
 def _r_PartitionData_3(buf, pos):
     _f0, _f1 = _S_ii.unpack_from(buf, pos)  # @PartitionData.PartitionIndex,LeaderEpoch
     pos += 8
-    _n, pos = _r_calen(buf, pos)  # @PartitionData.NewIsrWithEpochs
+    _n = buf[pos]  # @PartitionData.NewIsrWithEpochs
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionData.NewIsrWithEpochs
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @PartitionData.NewIsrWithEpochs
     if _n < 0:
         raise _null_error()  # @PartitionData.NewIsrWithEpochs
     else:
@@ -221,8 +241,25 @@ def _w_PartitionData_3(out, parts, o):
 
 
 def _r_TopicData_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TopicData.TopicName
-    _n, pos = _r_calen(buf, pos)  # @TopicData.Partitions
+    _n = buf[pos]  # @TopicData.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.TopicName
+    if _n == 0:
+        raise _null_error()  # @TopicData.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TopicData.TopicName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TopicData.TopicName
+        pos = _ve
+    _n = buf[pos]  # @TopicData.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicData.Partitions
     if _n < 0:
         raise _null_error()  # @TopicData.Partitions
     else:
@@ -253,8 +290,25 @@ def _w_TopicData_0(out, parts, o):
 
 
 def _r_TopicData_1(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TopicData.TopicName
-    _n, pos = _r_calen(buf, pos)  # @TopicData.Partitions
+    _n = buf[pos]  # @TopicData.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.TopicName
+    if _n == 0:
+        raise _null_error()  # @TopicData.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TopicData.TopicName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TopicData.TopicName
+        pos = _ve
+    _n = buf[pos]  # @TopicData.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicData.Partitions
     if _n < 0:
         raise _null_error()  # @TopicData.Partitions
     else:
@@ -287,7 +341,13 @@ def _w_TopicData_1(out, parts, o):
 def _r_TopicData_2(buf, pos):
     _f1 = _r_uuid(buf, pos)  # @TopicData.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @TopicData.Partitions
+    _n = buf[pos]  # @TopicData.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicData.Partitions
     if _n < 0:
         raise _null_error()  # @TopicData.Partitions
     else:
@@ -320,7 +380,13 @@ def _w_TopicData_2(out, parts, o):
 def _r_TopicData_3(buf, pos):
     _f1 = _r_uuid(buf, pos)  # @TopicData.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @TopicData.Partitions
+    _n = buf[pos]  # @TopicData.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicData.Partitions
     if _n < 0:
         raise _null_error()  # @TopicData.Partitions
     else:
@@ -353,7 +419,13 @@ def _w_TopicData_3(out, parts, o):
 def _r_AlterPartitionRequest_0(buf, pos):
     _f0, _f1 = _S_iq.unpack_from(buf, pos)  # @AlterPartitionRequest.BrokerId,BrokerEpoch
     pos += 12
-    _n, pos = _r_calen(buf, pos)  # @AlterPartitionRequest.Topics
+    _n = buf[pos]  # @AlterPartitionRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterPartitionRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AlterPartitionRequest.Topics
     if _n < 0:
         raise _null_error()  # @AlterPartitionRequest.Topics
     else:
@@ -386,7 +458,13 @@ def _w_AlterPartitionRequest_0(out, parts, o):
 def _r_AlterPartitionRequest_1(buf, pos):
     _f0, _f1 = _S_iq.unpack_from(buf, pos)  # @AlterPartitionRequest.BrokerId,BrokerEpoch
     pos += 12
-    _n, pos = _r_calen(buf, pos)  # @AlterPartitionRequest.Topics
+    _n = buf[pos]  # @AlterPartitionRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterPartitionRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AlterPartitionRequest.Topics
     if _n < 0:
         raise _null_error()  # @AlterPartitionRequest.Topics
     else:
@@ -419,7 +497,13 @@ def _w_AlterPartitionRequest_1(out, parts, o):
 def _r_AlterPartitionRequest_2(buf, pos):
     _f0, _f1 = _S_iq.unpack_from(buf, pos)  # @AlterPartitionRequest.BrokerId,BrokerEpoch
     pos += 12
-    _n, pos = _r_calen(buf, pos)  # @AlterPartitionRequest.Topics
+    _n = buf[pos]  # @AlterPartitionRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterPartitionRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AlterPartitionRequest.Topics
     if _n < 0:
         raise _null_error()  # @AlterPartitionRequest.Topics
     else:
@@ -452,7 +536,13 @@ def _w_AlterPartitionRequest_2(out, parts, o):
 def _r_AlterPartitionRequest_3(buf, pos):
     _f0, _f1 = _S_iq.unpack_from(buf, pos)  # @AlterPartitionRequest.BrokerId,BrokerEpoch
     pos += 12
-    _n, pos = _r_calen(buf, pos)  # @AlterPartitionRequest.Topics
+    _n = buf[pos]  # @AlterPartitionRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterPartitionRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AlterPartitionRequest.Topics
     if _n < 0:
         raise _null_error()  # @AlterPartitionRequest.Topics
     else:

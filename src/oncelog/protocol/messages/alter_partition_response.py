@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -100,10 +101,17 @@ class AlterPartitionResponse(_Message):
     topics: list[TopicData] = _field(default_factory=list)
 
 
+
 def _r_PartitionData_0(buf, pos):
     _f0, _f1, _f2, _f3 = _S_ihii.unpack_from(buf, pos)  # @PartitionData.PartitionIndex,ErrorCode,LeaderId,LeaderEpoch
     pos += 14
-    _n, pos = _r_calen(buf, pos)  # @PartitionData.Isr
+    _n = buf[pos]  # @PartitionData.Isr
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionData.Isr
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @PartitionData.Isr
     if _n < 0:
         raise _null_error()  # @PartitionData.Isr
     else:
@@ -134,7 +142,13 @@ def _w_PartitionData_0(out, parts, o):
 def _r_PartitionData_1(buf, pos):
     _f0, _f1, _f2, _f3 = _S_ihii.unpack_from(buf, pos)  # @PartitionData.PartitionIndex,ErrorCode,LeaderId,LeaderEpoch
     pos += 14
-    _n, pos = _r_calen(buf, pos)  # @PartitionData.Isr
+    _n = buf[pos]  # @PartitionData.Isr
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionData.Isr
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @PartitionData.Isr
     if _n < 0:
         raise _null_error()  # @PartitionData.Isr
     else:
@@ -163,8 +177,25 @@ def _w_PartitionData_1(out, parts, o):
 
 
 def _r_TopicData_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TopicData.TopicName
-    _n, pos = _r_calen(buf, pos)  # @TopicData.Partitions
+    _n = buf[pos]  # @TopicData.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.TopicName
+    if _n == 0:
+        raise _null_error()  # @TopicData.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TopicData.TopicName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TopicData.TopicName
+        pos = _ve
+    _n = buf[pos]  # @TopicData.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicData.Partitions
     if _n < 0:
         raise _null_error()  # @TopicData.Partitions
     else:
@@ -195,8 +226,25 @@ def _w_TopicData_0(out, parts, o):
 
 
 def _r_TopicData_1(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TopicData.TopicName
-    _n, pos = _r_calen(buf, pos)  # @TopicData.Partitions
+    _n = buf[pos]  # @TopicData.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.TopicName
+    if _n == 0:
+        raise _null_error()  # @TopicData.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TopicData.TopicName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TopicData.TopicName
+        pos = _ve
+    _n = buf[pos]  # @TopicData.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicData.Partitions
     if _n < 0:
         raise _null_error()  # @TopicData.Partitions
     else:
@@ -229,7 +277,13 @@ def _w_TopicData_1(out, parts, o):
 def _r_TopicData_2(buf, pos):
     _f1 = _r_uuid(buf, pos)  # @TopicData.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @TopicData.Partitions
+    _n = buf[pos]  # @TopicData.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicData.Partitions
     if _n < 0:
         raise _null_error()  # @TopicData.Partitions
     else:
@@ -262,7 +316,13 @@ def _w_TopicData_2(out, parts, o):
 def _r_AlterPartitionResponse_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @AlterPartitionResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _n, pos = _r_calen(buf, pos)  # @AlterPartitionResponse.Topics
+    _n = buf[pos]  # @AlterPartitionResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterPartitionResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AlterPartitionResponse.Topics
     if _n < 0:
         raise _null_error()  # @AlterPartitionResponse.Topics
     else:
@@ -295,7 +355,13 @@ def _w_AlterPartitionResponse_0(out, parts, o):
 def _r_AlterPartitionResponse_1(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @AlterPartitionResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _n, pos = _r_calen(buf, pos)  # @AlterPartitionResponse.Topics
+    _n = buf[pos]  # @AlterPartitionResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterPartitionResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AlterPartitionResponse.Topics
     if _n < 0:
         raise _null_error()  # @AlterPartitionResponse.Topics
     else:
@@ -328,7 +394,13 @@ def _w_AlterPartitionResponse_1(out, parts, o):
 def _r_AlterPartitionResponse_2(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @AlterPartitionResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _n, pos = _r_calen(buf, pos)  # @AlterPartitionResponse.Topics
+    _n = buf[pos]  # @AlterPartitionResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterPartitionResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AlterPartitionResponse.Topics
     if _n < 0:
         raise _null_error()  # @AlterPartitionResponse.Topics
     else:

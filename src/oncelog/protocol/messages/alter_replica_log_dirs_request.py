@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -88,6 +89,7 @@ class AlterReplicaLogDirsRequest(_Message):
     dirs: list[AlterReplicaLogDir] = _field(default_factory=list)
 
 
+
 def _r_AlterReplicaLogDirTopic_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @AlterReplicaLogDirTopic.Name
     _n, pos = _r_alen(buf, pos)  # @AlterReplicaLogDirTopic.Partitions
@@ -109,8 +111,25 @@ def _w_AlterReplicaLogDirTopic_0(out, parts, o):
 
 
 def _r_AlterReplicaLogDirTopic_2(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @AlterReplicaLogDirTopic.Name
-    _n, pos = _r_calen(buf, pos)  # @AlterReplicaLogDirTopic.Partitions
+    _n = buf[pos]  # @AlterReplicaLogDirTopic.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterReplicaLogDirTopic.Name
+    if _n == 0:
+        raise _null_error()  # @AlterReplicaLogDirTopic.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @AlterReplicaLogDirTopic.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @AlterReplicaLogDirTopic.Name
+        pos = _ve
+    _n = buf[pos]  # @AlterReplicaLogDirTopic.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterReplicaLogDirTopic.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AlterReplicaLogDirTopic.Partitions
     if _n < 0:
         raise _null_error()  # @AlterReplicaLogDirTopic.Partitions
     else:
@@ -161,8 +180,25 @@ def _w_AlterReplicaLogDir_0(out, parts, o):
 
 
 def _r_AlterReplicaLogDir_2(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @AlterReplicaLogDir.Path
-    _n, pos = _r_calen(buf, pos)  # @AlterReplicaLogDir.Topics
+    _n = buf[pos]  # @AlterReplicaLogDir.Path
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterReplicaLogDir.Path
+    if _n == 0:
+        raise _null_error()  # @AlterReplicaLogDir.Path
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @AlterReplicaLogDir.Path
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @AlterReplicaLogDir.Path
+        pos = _ve
+    _n = buf[pos]  # @AlterReplicaLogDir.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterReplicaLogDir.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AlterReplicaLogDir.Topics
     if _n < 0:
         raise _null_error()  # @AlterReplicaLogDir.Topics
     else:
@@ -216,7 +252,13 @@ def _w_AlterReplicaLogDirsRequest_0(out, parts, o):
 
 
 def _r_AlterReplicaLogDirsRequest_2(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @AlterReplicaLogDirsRequest.Dirs
+    _n = buf[pos]  # @AlterReplicaLogDirsRequest.Dirs
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterReplicaLogDirsRequest.Dirs
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AlterReplicaLogDirsRequest.Dirs
     if _n < 0:
         raise _null_error()  # @AlterReplicaLogDirsRequest.Dirs
     else:

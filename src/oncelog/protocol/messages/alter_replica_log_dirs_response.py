@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -91,6 +92,7 @@ class AlterReplicaLogDirsResponse(_Message):
     results: list[AlterReplicaLogDirTopicResult] = _field(default_factory=list)
 
 
+
 def _r_AlterReplicaLogDirPartitionResult_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @AlterReplicaLogDirPartitionResult.PartitionIndex,ErrorCode
     pos += 6
@@ -144,8 +146,25 @@ def _w_AlterReplicaLogDirTopicResult_0(out, parts, o):
 
 
 def _r_AlterReplicaLogDirTopicResult_2(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @AlterReplicaLogDirTopicResult.TopicName
-    _n, pos = _r_calen(buf, pos)  # @AlterReplicaLogDirTopicResult.Partitions
+    _n = buf[pos]  # @AlterReplicaLogDirTopicResult.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterReplicaLogDirTopicResult.TopicName
+    if _n == 0:
+        raise _null_error()  # @AlterReplicaLogDirTopicResult.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @AlterReplicaLogDirTopicResult.TopicName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @AlterReplicaLogDirTopicResult.TopicName
+        pos = _ve
+    _n = buf[pos]  # @AlterReplicaLogDirTopicResult.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterReplicaLogDirTopicResult.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AlterReplicaLogDirTopicResult.Partitions
     if _n < 0:
         raise _null_error()  # @AlterReplicaLogDirTopicResult.Partitions
     else:
@@ -204,7 +223,13 @@ def _w_AlterReplicaLogDirsResponse_0(out, parts, o):
 def _r_AlterReplicaLogDirsResponse_2(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @AlterReplicaLogDirsResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @AlterReplicaLogDirsResponse.Results
+    _n = buf[pos]  # @AlterReplicaLogDirsResponse.Results
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterReplicaLogDirsResponse.Results
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AlterReplicaLogDirsResponse.Results
     if _n < 0:
         raise _null_error()  # @AlterReplicaLogDirsResponse.Results
     else:

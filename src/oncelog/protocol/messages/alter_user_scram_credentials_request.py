@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -94,8 +95,20 @@ class AlterUserScramCredentialsRequest(_Message):
     upsertions: list[ScramCredentialUpsertion] = _field(default_factory=list)
 
 
+
 def _r_ScramCredentialDeletion_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @ScramCredentialDeletion.Name
+    _n = buf[pos]  # @ScramCredentialDeletion.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ScramCredentialDeletion.Name
+    if _n == 0:
+        raise _null_error()  # @ScramCredentialDeletion.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ScramCredentialDeletion.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @ScramCredentialDeletion.Name
+        pos = _ve
     (_f1,) = _S_b.unpack_from(buf, pos)  # @ScramCredentialDeletion.Mechanism
     pos += 1
     _nt = buf[pos]  # @ScramCredentialDeletion._tagged_fields
@@ -114,7 +127,18 @@ def _w_ScramCredentialDeletion_0(out, parts, o):
 
 
 def _r_ScramCredentialUpsertion_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @ScramCredentialUpsertion.Name
+    _n = buf[pos]  # @ScramCredentialUpsertion.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ScramCredentialUpsertion.Name
+    if _n == 0:
+        raise _null_error()  # @ScramCredentialUpsertion.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ScramCredentialUpsertion.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @ScramCredentialUpsertion.Name
+        pos = _ve
     _f1, _f2 = _S_bi.unpack_from(buf, pos)  # @ScramCredentialUpsertion.Mechanism,Iterations
     pos += 5
     _f3, pos = _r_cbytes(buf, pos)  # @ScramCredentialUpsertion.Salt
@@ -137,7 +161,13 @@ def _w_ScramCredentialUpsertion_0(out, parts, o):
 
 
 def _r_AlterUserScramCredentialsRequest_0(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @AlterUserScramCredentialsRequest.Deletions
+    _n = buf[pos]  # @AlterUserScramCredentialsRequest.Deletions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterUserScramCredentialsRequest.Deletions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AlterUserScramCredentialsRequest.Deletions
     if _n < 0:
         raise _null_error()  # @AlterUserScramCredentialsRequest.Deletions
     else:
@@ -146,7 +176,13 @@ def _r_AlterUserScramCredentialsRequest_0(buf, pos):
         for _ in range(_n):
             _e, pos = _r_ScramCredentialDeletion_0(buf, pos)  # @AlterUserScramCredentialsRequest.Deletions
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @AlterUserScramCredentialsRequest.Upsertions
+    _n = buf[pos]  # @AlterUserScramCredentialsRequest.Upsertions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterUserScramCredentialsRequest.Upsertions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AlterUserScramCredentialsRequest.Upsertions
     if _n < 0:
         raise _null_error()  # @AlterUserScramCredentialsRequest.Upsertions
     else:

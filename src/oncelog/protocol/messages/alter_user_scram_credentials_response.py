@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -86,11 +87,34 @@ class AlterUserScramCredentialsResponse(_Message):
     results: list[AlterUserScramCredentialsResult] = _field(default_factory=list)
 
 
+
 def _r_AlterUserScramCredentialsResult_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @AlterUserScramCredentialsResult.User
+    _n = buf[pos]  # @AlterUserScramCredentialsResult.User
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterUserScramCredentialsResult.User
+    if _n == 0:
+        raise _null_error()  # @AlterUserScramCredentialsResult.User
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @AlterUserScramCredentialsResult.User
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @AlterUserScramCredentialsResult.User
+        pos = _ve
     (_f1,) = _S_h.unpack_from(buf, pos)  # @AlterUserScramCredentialsResult.ErrorCode
     pos += 2
-    _f2, pos = _r_cnstr(buf, pos)  # @AlterUserScramCredentialsResult.ErrorMessage
+    _n = buf[pos]  # @AlterUserScramCredentialsResult.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterUserScramCredentialsResult.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @AlterUserScramCredentialsResult.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @AlterUserScramCredentialsResult.ErrorMessage
+        pos = _ve
     _nt = buf[pos]  # @AlterUserScramCredentialsResult._tagged_fields
     pos += 1
     if _nt:
@@ -110,7 +134,13 @@ def _w_AlterUserScramCredentialsResult_0(out, parts, o):
 def _r_AlterUserScramCredentialsResponse_0(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @AlterUserScramCredentialsResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @AlterUserScramCredentialsResponse.Results
+    _n = buf[pos]  # @AlterUserScramCredentialsResponse.Results
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterUserScramCredentialsResponse.Results
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AlterUserScramCredentialsResponse.Results
     if _n < 0:
         raise _null_error()  # @AlterUserScramCredentialsResponse.Results
     else:

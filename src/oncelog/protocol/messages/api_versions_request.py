@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -77,6 +78,7 @@ class ApiVersionsRequest(_Message):
     client_software_version: str = ''
 
 
+
 def _r_ApiVersionsRequest_0(buf, pos):
     return ApiVersionsRequest('', ''), pos
 
@@ -86,8 +88,30 @@ def _w_ApiVersionsRequest_0(out, parts, o):
 
 
 def _r_ApiVersionsRequest_3(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @ApiVersionsRequest.ClientSoftwareName
-    _f1, pos = _r_cstr(buf, pos)  # @ApiVersionsRequest.ClientSoftwareVersion
+    _n = buf[pos]  # @ApiVersionsRequest.ClientSoftwareName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ApiVersionsRequest.ClientSoftwareName
+    if _n == 0:
+        raise _null_error()  # @ApiVersionsRequest.ClientSoftwareName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ApiVersionsRequest.ClientSoftwareName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @ApiVersionsRequest.ClientSoftwareName
+        pos = _ve
+    _n = buf[pos]  # @ApiVersionsRequest.ClientSoftwareVersion
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ApiVersionsRequest.ClientSoftwareVersion
+    if _n == 0:
+        raise _null_error()  # @ApiVersionsRequest.ClientSoftwareVersion
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ApiVersionsRequest.ClientSoftwareVersion
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @ApiVersionsRequest.ClientSoftwareVersion
+        pos = _ve
     _nt = buf[pos]  # @ApiVersionsRequest._tagged_fields
     pos += 1
     if _nt:

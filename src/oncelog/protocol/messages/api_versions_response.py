@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -109,6 +110,7 @@ class ApiVersionsResponse(_Message):
     zk_migration_ready: bool = False
 
 
+
 def _r_ApiVersion_0(buf, pos):
     _f0, _f1, _f2 = _S_hhh.unpack_from(buf, pos)  # @ApiVersion.ApiKey,MinVersion,MaxVersion
     pos += 6
@@ -137,7 +139,18 @@ def _w_ApiVersion_3(out, parts, o):
 
 
 def _r_SupportedFeatureKey_3(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @SupportedFeatureKey.Name
+    _n = buf[pos]  # @SupportedFeatureKey.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @SupportedFeatureKey.Name
+    if _n == 0:
+        raise _null_error()  # @SupportedFeatureKey.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @SupportedFeatureKey.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @SupportedFeatureKey.Name
+        pos = _ve
     _f1, _f2 = _S_hh.unpack_from(buf, pos)  # @SupportedFeatureKey.MinVersion,MaxVersion
     pos += 4
     _nt = buf[pos]  # @SupportedFeatureKey._tagged_fields
@@ -156,7 +169,18 @@ def _w_SupportedFeatureKey_3(out, parts, o):
 
 
 def _r_FinalizedFeatureKey_3(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @FinalizedFeatureKey.Name
+    _n = buf[pos]  # @FinalizedFeatureKey.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FinalizedFeatureKey.Name
+    if _n == 0:
+        raise _null_error()  # @FinalizedFeatureKey.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @FinalizedFeatureKey.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @FinalizedFeatureKey.Name
+        pos = _ve
     _f1, _f2 = _S_hh.unpack_from(buf, pos)  # @FinalizedFeatureKey.MaxVersionLevel,MinVersionLevel
     pos += 4
     _nt = buf[pos]  # @FinalizedFeatureKey._tagged_fields
@@ -232,7 +256,13 @@ def _w_ApiVersionsResponse_1(out, parts, o):
 def _r_ApiVersionsResponse_3(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @ApiVersionsResponse.ErrorCode
     pos += 2
-    _n, pos = _r_calen(buf, pos)  # @ApiVersionsResponse.ApiKeys
+    _n = buf[pos]  # @ApiVersionsResponse.ApiKeys
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ApiVersionsResponse.ApiKeys
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ApiVersionsResponse.ApiKeys
     if _n < 0:
         raise _null_error()  # @ApiVersionsResponse.ApiKeys
     else:
@@ -255,7 +285,13 @@ def _r_ApiVersionsResponse_3(buf, pos):
         for _ in range(_nt):
             _tag, pos, _end = _tagged_header(buf, pos)  # @ApiVersionsResponse._tagged_fields
             if _tag == 0:
-                _n, pos = _r_calen(buf, pos)  # @ApiVersionsResponse.SupportedFeatures
+                _n = buf[pos]  # @ApiVersionsResponse.SupportedFeatures
+                pos += 1
+                if _n > 127:
+                    _n, pos = _uvarint_cont(buf, pos, _n)  # @ApiVersionsResponse.SupportedFeatures
+                _n -= 1
+                if _n > len(buf) - pos:
+                    raise _too_long(_n, len(buf) - pos)  # @ApiVersionsResponse.SupportedFeatures
                 if _n < 0:
                     raise _null_error()  # @ApiVersionsResponse.SupportedFeatures
                 else:
@@ -268,7 +304,13 @@ def _r_ApiVersionsResponse_3(buf, pos):
                 (_f4,) = _S_q.unpack_from(buf, pos)  # @ApiVersionsResponse.FinalizedFeaturesEpoch
                 pos += 8
             elif _tag == 2:
-                _n, pos = _r_calen(buf, pos)  # @ApiVersionsResponse.FinalizedFeatures
+                _n = buf[pos]  # @ApiVersionsResponse.FinalizedFeatures
+                pos += 1
+                if _n > 127:
+                    _n, pos = _uvarint_cont(buf, pos, _n)  # @ApiVersionsResponse.FinalizedFeatures
+                _n -= 1
+                if _n > len(buf) - pos:
+                    raise _too_long(_n, len(buf) - pos)  # @ApiVersionsResponse.FinalizedFeatures
                 if _n < 0:
                     raise _null_error()  # @ApiVersionsResponse.FinalizedFeatures
                 else:
@@ -294,9 +336,16 @@ def _w_ApiVersionsResponse_3(out, parts, o):
         for _e in _a:
             _w_ApiVersion_3(out, parts, _e)  # @ApiVersionsResponse.ApiKeys
     out += _S_i.pack(o.throttle_time_ms)  # @ApiVersionsResponse.ThrottleTimeMs
-    _nt = bool(o.supported_features) + bool(o.finalized_features_epoch != -1) + bool(o.finalized_features) + bool(o.zk_migration_ready != False)
+    _c0 = len(o.supported_features) != 0
+    _c1 = o.finalized_features_epoch != -1
+    _c2 = len(o.finalized_features) != 0
+    _c3 = o.zk_migration_ready != False
+    _nt = _c0 + _c1 + _c2 + _c3
+    if not _nt:
+        out.append(0)
+        return
     _w_uvarint(out, _nt)
-    if o.supported_features:
+    if _c0:
         _t = bytearray()
         _tp = []
         _a = o.supported_features
@@ -310,7 +359,7 @@ def _w_ApiVersionsResponse_3(out, parts, o):
         out += b'\x00'
         _w_uvarint(out, len(_t))
         out += _t
-    if o.finalized_features_epoch != -1:
+    if _c1:
         _t = bytearray()
         _tp = []
         _t += _S_q.pack(o.finalized_features_epoch)  # @ApiVersionsResponse.FinalizedFeaturesEpoch
@@ -318,7 +367,7 @@ def _w_ApiVersionsResponse_3(out, parts, o):
         out += b'\x01'
         _w_uvarint(out, len(_t))
         out += _t
-    if o.finalized_features:
+    if _c2:
         _t = bytearray()
         _tp = []
         _a = o.finalized_features
@@ -332,7 +381,7 @@ def _w_ApiVersionsResponse_3(out, parts, o):
         out += b'\x02'
         _w_uvarint(out, len(_t))
         out += _t
-    if o.zk_migration_ready != False:
+    if _c3:
         _t = bytearray()
         _tp = []
         _t += _S_B_.pack(o.zk_migration_ready)  # @ApiVersionsResponse.ZkMigrationReady

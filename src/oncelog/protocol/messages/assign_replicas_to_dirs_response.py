@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -97,6 +98,7 @@ class AssignReplicasToDirsResponse(_Message):
     directories: list[DirectoryData] = _field(default_factory=list)
 
 
+
 def _r_PartitionData_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @PartitionData.PartitionIndex,ErrorCode
     pos += 6
@@ -117,7 +119,13 @@ def _w_PartitionData_0(out, parts, o):
 def _r_TopicData_0(buf, pos):
     _f0 = _r_uuid(buf, pos)  # @TopicData.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @TopicData.Partitions
+    _n = buf[pos]  # @TopicData.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicData.Partitions
     if _n < 0:
         raise _null_error()  # @TopicData.Partitions
     else:
@@ -150,7 +158,13 @@ def _w_TopicData_0(out, parts, o):
 def _r_DirectoryData_0(buf, pos):
     _f0 = _r_uuid(buf, pos)  # @DirectoryData.Id
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @DirectoryData.Topics
+    _n = buf[pos]  # @DirectoryData.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DirectoryData.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DirectoryData.Topics
     if _n < 0:
         raise _null_error()  # @DirectoryData.Topics
     else:
@@ -183,7 +197,13 @@ def _w_DirectoryData_0(out, parts, o):
 def _r_AssignReplicasToDirsResponse_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @AssignReplicasToDirsResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _n, pos = _r_calen(buf, pos)  # @AssignReplicasToDirsResponse.Directories
+    _n = buf[pos]  # @AssignReplicasToDirsResponse.Directories
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AssignReplicasToDirsResponse.Directories
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AssignReplicasToDirsResponse.Directories
     if _n < 0:
         raise _null_error()  # @AssignReplicasToDirsResponse.Directories
     else:

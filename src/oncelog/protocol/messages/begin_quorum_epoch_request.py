@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -104,6 +105,7 @@ class BeginQuorumEpochRequest(_Message):
     leader_endpoints: list[LeaderEndpoint] = _field(default_factory=list)
 
 
+
 def _r_PartitionData_0(buf, pos):
     _f0, _f2, _f3 = _S_iii.unpack_from(buf, pos)  # @PartitionData.PartitionIndex,LeaderId,LeaderEpoch
     pos += 12
@@ -158,8 +160,25 @@ def _w_TopicData_0(out, parts, o):
 
 
 def _r_TopicData_1(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TopicData.TopicName
-    _n, pos = _r_calen(buf, pos)  # @TopicData.Partitions
+    _n = buf[pos]  # @TopicData.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.TopicName
+    if _n == 0:
+        raise _null_error()  # @TopicData.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TopicData.TopicName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TopicData.TopicName
+        pos = _ve
+    _n = buf[pos]  # @TopicData.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicData.Partitions
     if _n < 0:
         raise _null_error()  # @TopicData.Partitions
     else:
@@ -190,8 +209,30 @@ def _w_TopicData_1(out, parts, o):
 
 
 def _r_LeaderEndpoint_1(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @LeaderEndpoint.Name
-    _f1, pos = _r_cstr(buf, pos)  # @LeaderEndpoint.Host
+    _n = buf[pos]  # @LeaderEndpoint.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderEndpoint.Name
+    if _n == 0:
+        raise _null_error()  # @LeaderEndpoint.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @LeaderEndpoint.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @LeaderEndpoint.Name
+        pos = _ve
+    _n = buf[pos]  # @LeaderEndpoint.Host
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderEndpoint.Host
+    if _n == 0:
+        raise _null_error()  # @LeaderEndpoint.Host
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @LeaderEndpoint.Host
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @LeaderEndpoint.Host
+        pos = _ve
     (_f2,) = _S_H.unpack_from(buf, pos)  # @LeaderEndpoint.Port
     pos += 2
     _nt = buf[pos]  # @LeaderEndpoint._tagged_fields
@@ -236,10 +277,27 @@ def _w_BeginQuorumEpochRequest_0(out, parts, o):
 
 
 def _r_BeginQuorumEpochRequest_1(buf, pos):
-    _f0, pos = _r_cnstr(buf, pos)  # @BeginQuorumEpochRequest.ClusterId
+    _n = buf[pos]  # @BeginQuorumEpochRequest.ClusterId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @BeginQuorumEpochRequest.ClusterId
+    if _n == 0:
+        _f0 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @BeginQuorumEpochRequest.ClusterId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @BeginQuorumEpochRequest.ClusterId
+        pos = _ve
     (_f1,) = _S_i.unpack_from(buf, pos)  # @BeginQuorumEpochRequest.VoterId
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @BeginQuorumEpochRequest.Topics
+    _n = buf[pos]  # @BeginQuorumEpochRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @BeginQuorumEpochRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @BeginQuorumEpochRequest.Topics
     if _n < 0:
         raise _null_error()  # @BeginQuorumEpochRequest.Topics
     else:
@@ -248,7 +306,13 @@ def _r_BeginQuorumEpochRequest_1(buf, pos):
         for _ in range(_n):
             _e, pos = _r_TopicData_1(buf, pos)  # @BeginQuorumEpochRequest.Topics
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @BeginQuorumEpochRequest.LeaderEndpoints
+    _n = buf[pos]  # @BeginQuorumEpochRequest.LeaderEndpoints
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @BeginQuorumEpochRequest.LeaderEndpoints
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @BeginQuorumEpochRequest.LeaderEndpoints
     if _n < 0:
         raise _null_error()  # @BeginQuorumEpochRequest.LeaderEndpoints
     else:

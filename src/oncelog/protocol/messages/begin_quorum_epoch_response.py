@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -103,6 +104,7 @@ class BeginQuorumEpochResponse(_Message):
     node_endpoints: list[NodeEndpoint] = _field(default_factory=list)
 
 
+
 def _r_PartitionData_0(buf, pos):
     _f0, _f1, _f2, _f3 = _S_ihii.unpack_from(buf, pos)  # @PartitionData.PartitionIndex,ErrorCode,LeaderId,LeaderEpoch
     pos += 14
@@ -156,8 +158,25 @@ def _w_TopicData_0(out, parts, o):
 
 
 def _r_TopicData_1(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TopicData.TopicName
-    _n, pos = _r_calen(buf, pos)  # @TopicData.Partitions
+    _n = buf[pos]  # @TopicData.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.TopicName
+    if _n == 0:
+        raise _null_error()  # @TopicData.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TopicData.TopicName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TopicData.TopicName
+        pos = _ve
+    _n = buf[pos]  # @TopicData.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicData.Partitions
     if _n < 0:
         raise _null_error()  # @TopicData.Partitions
     else:
@@ -190,7 +209,18 @@ def _w_TopicData_1(out, parts, o):
 def _r_NodeEndpoint_1(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @NodeEndpoint.NodeId
     pos += 4
-    _f1, pos = _r_cstr(buf, pos)  # @NodeEndpoint.Host
+    _n = buf[pos]  # @NodeEndpoint.Host
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @NodeEndpoint.Host
+    if _n == 0:
+        raise _null_error()  # @NodeEndpoint.Host
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @NodeEndpoint.Host
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @NodeEndpoint.Host
+        pos = _ve
     (_f2,) = _S_H.unpack_from(buf, pos)  # @NodeEndpoint.Port
     pos += 2
     _nt = buf[pos]  # @NodeEndpoint._tagged_fields
@@ -238,7 +268,13 @@ def _w_BeginQuorumEpochResponse_0(out, parts, o):
 def _r_BeginQuorumEpochResponse_1(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @BeginQuorumEpochResponse.ErrorCode
     pos += 2
-    _n, pos = _r_calen(buf, pos)  # @BeginQuorumEpochResponse.Topics
+    _n = buf[pos]  # @BeginQuorumEpochResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @BeginQuorumEpochResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @BeginQuorumEpochResponse.Topics
     if _n < 0:
         raise _null_error()  # @BeginQuorumEpochResponse.Topics
     else:
@@ -256,7 +292,13 @@ def _r_BeginQuorumEpochResponse_1(buf, pos):
         for _ in range(_nt):
             _tag, pos, _end = _tagged_header(buf, pos)  # @BeginQuorumEpochResponse._tagged_fields
             if _tag == 0:
-                _n, pos = _r_calen(buf, pos)  # @BeginQuorumEpochResponse.NodeEndpoints
+                _n = buf[pos]  # @BeginQuorumEpochResponse.NodeEndpoints
+                pos += 1
+                if _n > 127:
+                    _n, pos = _uvarint_cont(buf, pos, _n)  # @BeginQuorumEpochResponse.NodeEndpoints
+                _n -= 1
+                if _n > len(buf) - pos:
+                    raise _too_long(_n, len(buf) - pos)  # @BeginQuorumEpochResponse.NodeEndpoints
                 if _n < 0:
                     raise _null_error()  # @BeginQuorumEpochResponse.NodeEndpoints
                 else:
@@ -278,9 +320,13 @@ def _w_BeginQuorumEpochResponse_1(out, parts, o):
         _w_calen(out, len(_a))  # @BeginQuorumEpochResponse.Topics
         for _e in _a:
             _w_TopicData_1(out, parts, _e)  # @BeginQuorumEpochResponse.Topics
-    _nt = bool(o.node_endpoints)
+    _c0 = len(o.node_endpoints) != 0
+    _nt = _c0
+    if not _nt:
+        out.append(0)
+        return
     _w_uvarint(out, _nt)
-    if o.node_endpoints:
+    if _c0:
         _t = bytearray()
         _tp = []
         _a = o.node_endpoints

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -82,6 +83,7 @@ class BrokerHeartbeatRequest(_Message):
     offline_log_dirs: list[_UUID] = _field(default_factory=list)
 
 
+
 def _r_BrokerHeartbeatRequest_0(buf, pos):
     _f0, _f1, _f2, _f3, _f4 = _S_iqqB_B_.unpack_from(buf, pos)  # @BrokerHeartbeatRequest.BrokerId,BrokerEpoch,CurrentMetadataOffset,WantFence,WantShutDown
     pos += 22
@@ -111,7 +113,13 @@ def _r_BrokerHeartbeatRequest_1(buf, pos):
         for _ in range(_nt):
             _tag, pos, _end = _tagged_header(buf, pos)  # @BrokerHeartbeatRequest._tagged_fields
             if _tag == 0:
-                _n, pos = _r_calen(buf, pos)  # @BrokerHeartbeatRequest.OfflineLogDirs
+                _n = buf[pos]  # @BrokerHeartbeatRequest.OfflineLogDirs
+                pos += 1
+                if _n > 127:
+                    _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerHeartbeatRequest.OfflineLogDirs
+                _n -= 1
+                if _n > len(buf) - pos:
+                    raise _too_long(_n, len(buf) - pos)  # @BrokerHeartbeatRequest.OfflineLogDirs
                 if _n < 0:
                     raise _null_error()  # @BrokerHeartbeatRequest.OfflineLogDirs
                 else:
@@ -122,9 +130,13 @@ def _r_BrokerHeartbeatRequest_1(buf, pos):
 
 def _w_BrokerHeartbeatRequest_1(out, parts, o):
     out += _S_iqqB_B_.pack(o.broker_id, o.broker_epoch, o.current_metadata_offset, o.want_fence, o.want_shut_down)  # @BrokerHeartbeatRequest.BrokerId,BrokerEpoch,CurrentMetadataOffset,WantFence,WantShutDown
-    _nt = bool(o.offline_log_dirs)
+    _c0 = len(o.offline_log_dirs) != 0
+    _nt = _c0
+    if not _nt:
+        out.append(0)
+        return
     _w_uvarint(out, _nt)
-    if o.offline_log_dirs:
+    if _c0:
         _t = bytearray()
         _tp = []
         _a = o.offline_log_dirs

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -79,6 +80,7 @@ class BrokerHeartbeatResponse(_Message):
     is_caught_up: bool = False
     is_fenced: bool = True
     should_shut_down: bool = False
+
 
 
 def _r_BrokerHeartbeatResponse_0(buf, pos):

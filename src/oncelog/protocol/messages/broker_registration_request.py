@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -104,9 +105,32 @@ class BrokerRegistrationRequest(_Message):
     previous_broker_epoch: int = -1
 
 
+
 def _r_Listener_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @Listener.Name
-    _f1, pos = _r_cstr(buf, pos)  # @Listener.Host
+    _n = buf[pos]  # @Listener.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Listener.Name
+    if _n == 0:
+        raise _null_error()  # @Listener.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @Listener.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @Listener.Name
+        pos = _ve
+    _n = buf[pos]  # @Listener.Host
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Listener.Host
+    if _n == 0:
+        raise _null_error()  # @Listener.Host
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @Listener.Host
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @Listener.Host
+        pos = _ve
     _f2, _f3 = _S_Hh.unpack_from(buf, pos)  # @Listener.Port,SecurityProtocol
     pos += 4
     _nt = buf[pos]  # @Listener._tagged_fields
@@ -126,7 +150,18 @@ def _w_Listener_0(out, parts, o):
 
 
 def _r_Feature_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @Feature.Name
+    _n = buf[pos]  # @Feature.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Feature.Name
+    if _n == 0:
+        raise _null_error()  # @Feature.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @Feature.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @Feature.Name
+        pos = _ve
     _f1, _f2 = _S_hh.unpack_from(buf, pos)  # @Feature.MinSupportedVersion,MaxSupportedVersion
     pos += 4
     _nt = buf[pos]  # @Feature._tagged_fields
@@ -147,10 +182,27 @@ def _w_Feature_0(out, parts, o):
 def _r_BrokerRegistrationRequest_0(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @BrokerRegistrationRequest.BrokerId
     pos += 4
-    _f1, pos = _r_cstr(buf, pos)  # @BrokerRegistrationRequest.ClusterId
+    _n = buf[pos]  # @BrokerRegistrationRequest.ClusterId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerRegistrationRequest.ClusterId
+    if _n == 0:
+        raise _null_error()  # @BrokerRegistrationRequest.ClusterId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @BrokerRegistrationRequest.ClusterId
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @BrokerRegistrationRequest.ClusterId
+        pos = _ve
     _f2 = _r_uuid(buf, pos)  # @BrokerRegistrationRequest.IncarnationId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @BrokerRegistrationRequest.Listeners
+    _n = buf[pos]  # @BrokerRegistrationRequest.Listeners
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerRegistrationRequest.Listeners
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @BrokerRegistrationRequest.Listeners
     if _n < 0:
         raise _null_error()  # @BrokerRegistrationRequest.Listeners
     else:
@@ -159,7 +211,13 @@ def _r_BrokerRegistrationRequest_0(buf, pos):
         for _ in range(_n):
             _e, pos = _r_Listener_0(buf, pos)  # @BrokerRegistrationRequest.Listeners
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @BrokerRegistrationRequest.Features
+    _n = buf[pos]  # @BrokerRegistrationRequest.Features
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerRegistrationRequest.Features
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @BrokerRegistrationRequest.Features
     if _n < 0:
         raise _null_error()  # @BrokerRegistrationRequest.Features
     else:
@@ -168,7 +226,18 @@ def _r_BrokerRegistrationRequest_0(buf, pos):
         for _ in range(_n):
             _e, pos = _r_Feature_0(buf, pos)  # @BrokerRegistrationRequest.Features
             _app(_e)
-    _f5, pos = _r_cnstr(buf, pos)  # @BrokerRegistrationRequest.Rack
+    _n = buf[pos]  # @BrokerRegistrationRequest.Rack
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerRegistrationRequest.Rack
+    if _n == 0:
+        _f5 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @BrokerRegistrationRequest.Rack
+        _f5 = str(buf[pos:_ve], 'utf-8')  # @BrokerRegistrationRequest.Rack
+        pos = _ve
     _nt = buf[pos]  # @BrokerRegistrationRequest._tagged_fields
     pos += 1
     if _nt:
@@ -203,10 +272,27 @@ def _w_BrokerRegistrationRequest_0(out, parts, o):
 def _r_BrokerRegistrationRequest_1(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @BrokerRegistrationRequest.BrokerId
     pos += 4
-    _f1, pos = _r_cstr(buf, pos)  # @BrokerRegistrationRequest.ClusterId
+    _n = buf[pos]  # @BrokerRegistrationRequest.ClusterId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerRegistrationRequest.ClusterId
+    if _n == 0:
+        raise _null_error()  # @BrokerRegistrationRequest.ClusterId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @BrokerRegistrationRequest.ClusterId
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @BrokerRegistrationRequest.ClusterId
+        pos = _ve
     _f2 = _r_uuid(buf, pos)  # @BrokerRegistrationRequest.IncarnationId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @BrokerRegistrationRequest.Listeners
+    _n = buf[pos]  # @BrokerRegistrationRequest.Listeners
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerRegistrationRequest.Listeners
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @BrokerRegistrationRequest.Listeners
     if _n < 0:
         raise _null_error()  # @BrokerRegistrationRequest.Listeners
     else:
@@ -215,7 +301,13 @@ def _r_BrokerRegistrationRequest_1(buf, pos):
         for _ in range(_n):
             _e, pos = _r_Listener_0(buf, pos)  # @BrokerRegistrationRequest.Listeners
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @BrokerRegistrationRequest.Features
+    _n = buf[pos]  # @BrokerRegistrationRequest.Features
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerRegistrationRequest.Features
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @BrokerRegistrationRequest.Features
     if _n < 0:
         raise _null_error()  # @BrokerRegistrationRequest.Features
     else:
@@ -224,7 +316,18 @@ def _r_BrokerRegistrationRequest_1(buf, pos):
         for _ in range(_n):
             _e, pos = _r_Feature_0(buf, pos)  # @BrokerRegistrationRequest.Features
             _app(_e)
-    _f5, pos = _r_cnstr(buf, pos)  # @BrokerRegistrationRequest.Rack
+    _n = buf[pos]  # @BrokerRegistrationRequest.Rack
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerRegistrationRequest.Rack
+    if _n == 0:
+        _f5 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @BrokerRegistrationRequest.Rack
+        _f5 = str(buf[pos:_ve], 'utf-8')  # @BrokerRegistrationRequest.Rack
+        pos = _ve
     (_f6,) = _S_B_.unpack_from(buf, pos)  # @BrokerRegistrationRequest.IsMigratingZkBroker
     pos += 1
     _nt = buf[pos]  # @BrokerRegistrationRequest._tagged_fields
@@ -262,10 +365,27 @@ def _w_BrokerRegistrationRequest_1(out, parts, o):
 def _r_BrokerRegistrationRequest_2(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @BrokerRegistrationRequest.BrokerId
     pos += 4
-    _f1, pos = _r_cstr(buf, pos)  # @BrokerRegistrationRequest.ClusterId
+    _n = buf[pos]  # @BrokerRegistrationRequest.ClusterId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerRegistrationRequest.ClusterId
+    if _n == 0:
+        raise _null_error()  # @BrokerRegistrationRequest.ClusterId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @BrokerRegistrationRequest.ClusterId
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @BrokerRegistrationRequest.ClusterId
+        pos = _ve
     _f2 = _r_uuid(buf, pos)  # @BrokerRegistrationRequest.IncarnationId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @BrokerRegistrationRequest.Listeners
+    _n = buf[pos]  # @BrokerRegistrationRequest.Listeners
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerRegistrationRequest.Listeners
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @BrokerRegistrationRequest.Listeners
     if _n < 0:
         raise _null_error()  # @BrokerRegistrationRequest.Listeners
     else:
@@ -274,7 +394,13 @@ def _r_BrokerRegistrationRequest_2(buf, pos):
         for _ in range(_n):
             _e, pos = _r_Listener_0(buf, pos)  # @BrokerRegistrationRequest.Listeners
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @BrokerRegistrationRequest.Features
+    _n = buf[pos]  # @BrokerRegistrationRequest.Features
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerRegistrationRequest.Features
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @BrokerRegistrationRequest.Features
     if _n < 0:
         raise _null_error()  # @BrokerRegistrationRequest.Features
     else:
@@ -283,10 +409,27 @@ def _r_BrokerRegistrationRequest_2(buf, pos):
         for _ in range(_n):
             _e, pos = _r_Feature_0(buf, pos)  # @BrokerRegistrationRequest.Features
             _app(_e)
-    _f5, pos = _r_cnstr(buf, pos)  # @BrokerRegistrationRequest.Rack
+    _n = buf[pos]  # @BrokerRegistrationRequest.Rack
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerRegistrationRequest.Rack
+    if _n == 0:
+        _f5 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @BrokerRegistrationRequest.Rack
+        _f5 = str(buf[pos:_ve], 'utf-8')  # @BrokerRegistrationRequest.Rack
+        pos = _ve
     (_f6,) = _S_B_.unpack_from(buf, pos)  # @BrokerRegistrationRequest.IsMigratingZkBroker
     pos += 1
-    _n, pos = _r_calen(buf, pos)  # @BrokerRegistrationRequest.LogDirs
+    _n = buf[pos]  # @BrokerRegistrationRequest.LogDirs
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerRegistrationRequest.LogDirs
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @BrokerRegistrationRequest.LogDirs
     if _n < 0:
         raise _null_error()  # @BrokerRegistrationRequest.LogDirs
     else:
@@ -333,10 +476,27 @@ def _w_BrokerRegistrationRequest_2(out, parts, o):
 def _r_BrokerRegistrationRequest_3(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @BrokerRegistrationRequest.BrokerId
     pos += 4
-    _f1, pos = _r_cstr(buf, pos)  # @BrokerRegistrationRequest.ClusterId
+    _n = buf[pos]  # @BrokerRegistrationRequest.ClusterId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerRegistrationRequest.ClusterId
+    if _n == 0:
+        raise _null_error()  # @BrokerRegistrationRequest.ClusterId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @BrokerRegistrationRequest.ClusterId
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @BrokerRegistrationRequest.ClusterId
+        pos = _ve
     _f2 = _r_uuid(buf, pos)  # @BrokerRegistrationRequest.IncarnationId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @BrokerRegistrationRequest.Listeners
+    _n = buf[pos]  # @BrokerRegistrationRequest.Listeners
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerRegistrationRequest.Listeners
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @BrokerRegistrationRequest.Listeners
     if _n < 0:
         raise _null_error()  # @BrokerRegistrationRequest.Listeners
     else:
@@ -345,7 +505,13 @@ def _r_BrokerRegistrationRequest_3(buf, pos):
         for _ in range(_n):
             _e, pos = _r_Listener_0(buf, pos)  # @BrokerRegistrationRequest.Listeners
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @BrokerRegistrationRequest.Features
+    _n = buf[pos]  # @BrokerRegistrationRequest.Features
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerRegistrationRequest.Features
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @BrokerRegistrationRequest.Features
     if _n < 0:
         raise _null_error()  # @BrokerRegistrationRequest.Features
     else:
@@ -354,10 +520,27 @@ def _r_BrokerRegistrationRequest_3(buf, pos):
         for _ in range(_n):
             _e, pos = _r_Feature_0(buf, pos)  # @BrokerRegistrationRequest.Features
             _app(_e)
-    _f5, pos = _r_cnstr(buf, pos)  # @BrokerRegistrationRequest.Rack
+    _n = buf[pos]  # @BrokerRegistrationRequest.Rack
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerRegistrationRequest.Rack
+    if _n == 0:
+        _f5 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @BrokerRegistrationRequest.Rack
+        _f5 = str(buf[pos:_ve], 'utf-8')  # @BrokerRegistrationRequest.Rack
+        pos = _ve
     (_f6,) = _S_B_.unpack_from(buf, pos)  # @BrokerRegistrationRequest.IsMigratingZkBroker
     pos += 1
-    _n, pos = _r_calen(buf, pos)  # @BrokerRegistrationRequest.LogDirs
+    _n = buf[pos]  # @BrokerRegistrationRequest.LogDirs
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerRegistrationRequest.LogDirs
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @BrokerRegistrationRequest.LogDirs
     if _n < 0:
         raise _null_error()  # @BrokerRegistrationRequest.LogDirs
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -78,8 +79,15 @@ class ConsumerGroupDescribeRequest(_Message):
     include_authorized_operations: bool = False
 
 
+
 def _r_ConsumerGroupDescribeRequest_0(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @ConsumerGroupDescribeRequest.GroupIds
+    _n = buf[pos]  # @ConsumerGroupDescribeRequest.GroupIds
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupDescribeRequest.GroupIds
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ConsumerGroupDescribeRequest.GroupIds
     if _n < 0:
         raise _null_error()  # @ConsumerGroupDescribeRequest.GroupIds
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -119,11 +120,29 @@ class ConsumerGroupDescribeResponse(_Message):
     groups: list[DescribedGroup] = _field(default_factory=list)
 
 
+
 def _r_TopicPartitions_0(buf, pos):
     _f0 = _r_uuid(buf, pos)  # @TopicPartitions.TopicId
     pos += 16
-    _f1, pos = _r_cstr(buf, pos)  # @TopicPartitions.TopicName
-    _n, pos = _r_calen(buf, pos)  # @TopicPartitions.Partitions
+    _n = buf[pos]  # @TopicPartitions.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicPartitions.TopicName
+    if _n == 0:
+        raise _null_error()  # @TopicPartitions.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TopicPartitions.TopicName
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @TopicPartitions.TopicName
+        pos = _ve
+    _n = buf[pos]  # @TopicPartitions.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicPartitions.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicPartitions.Partitions
     if _n < 0:
         raise _null_error()  # @TopicPartitions.Partitions
     else:
@@ -150,7 +169,13 @@ def _w_TopicPartitions_0(out, parts, o):
 
 
 def _r_Assignment_0(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @Assignment.TopicPartitions
+    _n = buf[pos]  # @Assignment.TopicPartitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Assignment.TopicPartitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @Assignment.TopicPartitions
     if _n < 0:
         raise _null_error()  # @Assignment.TopicPartitions
     else:
@@ -180,19 +205,91 @@ def _w_Assignment_0(out, parts, o):
 
 
 def _r_Member_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @Member.MemberId
-    _f1, pos = _r_cnstr(buf, pos)  # @Member.InstanceId
-    _f2, pos = _r_cnstr(buf, pos)  # @Member.RackId
+    _n = buf[pos]  # @Member.MemberId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Member.MemberId
+    if _n == 0:
+        raise _null_error()  # @Member.MemberId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @Member.MemberId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @Member.MemberId
+        pos = _ve
+    _n = buf[pos]  # @Member.InstanceId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Member.InstanceId
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @Member.InstanceId
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @Member.InstanceId
+        pos = _ve
+    _n = buf[pos]  # @Member.RackId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Member.RackId
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @Member.RackId
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @Member.RackId
+        pos = _ve
     (_f3,) = _S_i.unpack_from(buf, pos)  # @Member.MemberEpoch
     pos += 4
-    _f4, pos = _r_cstr(buf, pos)  # @Member.ClientId
-    _f5, pos = _r_cstr(buf, pos)  # @Member.ClientHost
-    _n, pos = _r_calen(buf, pos)  # @Member.SubscribedTopicNames
+    _n = buf[pos]  # @Member.ClientId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Member.ClientId
+    if _n == 0:
+        raise _null_error()  # @Member.ClientId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @Member.ClientId
+        _f4 = str(buf[pos:_ve], 'utf-8')  # @Member.ClientId
+        pos = _ve
+    _n = buf[pos]  # @Member.ClientHost
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Member.ClientHost
+    if _n == 0:
+        raise _null_error()  # @Member.ClientHost
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @Member.ClientHost
+        _f5 = str(buf[pos:_ve], 'utf-8')  # @Member.ClientHost
+        pos = _ve
+    _n = buf[pos]  # @Member.SubscribedTopicNames
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Member.SubscribedTopicNames
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @Member.SubscribedTopicNames
     if _n < 0:
         raise _null_error()  # @Member.SubscribedTopicNames
     else:
         _f6, pos = _r_list(buf, pos, _n, _r_cstr)  # @Member.SubscribedTopicNames
-    _f7, pos = _r_cnstr(buf, pos)  # @Member.SubscribedTopicRegex
+    _n = buf[pos]  # @Member.SubscribedTopicRegex
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Member.SubscribedTopicRegex
+    if _n == 0:
+        _f7 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @Member.SubscribedTopicRegex
+        _f7 = str(buf[pos:_ve], 'utf-8')  # @Member.SubscribedTopicRegex
+        pos = _ve
     _f8, pos = _r_Assignment_0(buf, pos)  # @Member.Assignment
     _f9, pos = _r_Assignment_0(buf, pos)  # @Member.TargetAssignment
     _nt = buf[pos]  # @Member._tagged_fields
@@ -227,13 +324,63 @@ def _w_Member_0(out, parts, o):
 def _r_DescribedGroup_0(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @DescribedGroup.ErrorCode
     pos += 2
-    _f1, pos = _r_cnstr(buf, pos)  # @DescribedGroup.ErrorMessage
-    _f2, pos = _r_cstr(buf, pos)  # @DescribedGroup.GroupId
-    _f3, pos = _r_cstr(buf, pos)  # @DescribedGroup.GroupState
+    _n = buf[pos]  # @DescribedGroup.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedGroup.ErrorMessage
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribedGroup.ErrorMessage
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @DescribedGroup.ErrorMessage
+        pos = _ve
+    _n = buf[pos]  # @DescribedGroup.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedGroup.GroupId
+    if _n == 0:
+        raise _null_error()  # @DescribedGroup.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribedGroup.GroupId
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @DescribedGroup.GroupId
+        pos = _ve
+    _n = buf[pos]  # @DescribedGroup.GroupState
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedGroup.GroupState
+    if _n == 0:
+        raise _null_error()  # @DescribedGroup.GroupState
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribedGroup.GroupState
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @DescribedGroup.GroupState
+        pos = _ve
     _f4, _f5 = _S_ii.unpack_from(buf, pos)  # @DescribedGroup.GroupEpoch,AssignmentEpoch
     pos += 8
-    _f6, pos = _r_cstr(buf, pos)  # @DescribedGroup.AssignorName
-    _n, pos = _r_calen(buf, pos)  # @DescribedGroup.Members
+    _n = buf[pos]  # @DescribedGroup.AssignorName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedGroup.AssignorName
+    if _n == 0:
+        raise _null_error()  # @DescribedGroup.AssignorName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribedGroup.AssignorName
+        _f6 = str(buf[pos:_ve], 'utf-8')  # @DescribedGroup.AssignorName
+        pos = _ve
+    _n = buf[pos]  # @DescribedGroup.Members
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedGroup.Members
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribedGroup.Members
     if _n < 0:
         raise _null_error()  # @DescribedGroup.Members
     else:
@@ -274,7 +421,13 @@ def _w_DescribedGroup_0(out, parts, o):
 def _r_ConsumerGroupDescribeResponse_0(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @ConsumerGroupDescribeResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @ConsumerGroupDescribeResponse.Groups
+    _n = buf[pos]  # @ConsumerGroupDescribeResponse.Groups
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupDescribeResponse.Groups
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ConsumerGroupDescribeResponse.Groups
     if _n < 0:
         raise _null_error()  # @ConsumerGroupDescribeResponse.Groups
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -92,10 +93,17 @@ class ConsumerGroupHeartbeatRequest(_Message):
     topic_partitions: list[TopicPartitions] | None = None
 
 
+
 def _r_TopicPartitions_0(buf, pos):
     _f0 = _r_uuid(buf, pos)  # @TopicPartitions.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @TopicPartitions.Partitions
+    _n = buf[pos]  # @TopicPartitions.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicPartitions.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicPartitions.Partitions
     if _n < 0:
         raise _null_error()  # @TopicPartitions.Partitions
     else:
@@ -121,21 +129,88 @@ def _w_TopicPartitions_0(out, parts, o):
 
 
 def _r_ConsumerGroupHeartbeatRequest_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @ConsumerGroupHeartbeatRequest.GroupId
-    _f1, pos = _r_cstr(buf, pos)  # @ConsumerGroupHeartbeatRequest.MemberId
+    _n = buf[pos]  # @ConsumerGroupHeartbeatRequest.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupHeartbeatRequest.GroupId
+    if _n == 0:
+        raise _null_error()  # @ConsumerGroupHeartbeatRequest.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ConsumerGroupHeartbeatRequest.GroupId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @ConsumerGroupHeartbeatRequest.GroupId
+        pos = _ve
+    _n = buf[pos]  # @ConsumerGroupHeartbeatRequest.MemberId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupHeartbeatRequest.MemberId
+    if _n == 0:
+        raise _null_error()  # @ConsumerGroupHeartbeatRequest.MemberId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ConsumerGroupHeartbeatRequest.MemberId
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @ConsumerGroupHeartbeatRequest.MemberId
+        pos = _ve
     (_f2,) = _S_i.unpack_from(buf, pos)  # @ConsumerGroupHeartbeatRequest.MemberEpoch
     pos += 4
-    _f3, pos = _r_cnstr(buf, pos)  # @ConsumerGroupHeartbeatRequest.InstanceId
-    _f4, pos = _r_cnstr(buf, pos)  # @ConsumerGroupHeartbeatRequest.RackId
+    _n = buf[pos]  # @ConsumerGroupHeartbeatRequest.InstanceId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupHeartbeatRequest.InstanceId
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ConsumerGroupHeartbeatRequest.InstanceId
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @ConsumerGroupHeartbeatRequest.InstanceId
+        pos = _ve
+    _n = buf[pos]  # @ConsumerGroupHeartbeatRequest.RackId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupHeartbeatRequest.RackId
+    if _n == 0:
+        _f4 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ConsumerGroupHeartbeatRequest.RackId
+        _f4 = str(buf[pos:_ve], 'utf-8')  # @ConsumerGroupHeartbeatRequest.RackId
+        pos = _ve
     (_f5,) = _S_i.unpack_from(buf, pos)  # @ConsumerGroupHeartbeatRequest.RebalanceTimeoutMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @ConsumerGroupHeartbeatRequest.SubscribedTopicNames
+    _n = buf[pos]  # @ConsumerGroupHeartbeatRequest.SubscribedTopicNames
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupHeartbeatRequest.SubscribedTopicNames
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ConsumerGroupHeartbeatRequest.SubscribedTopicNames
     if _n < 0:
         _f6 = None
     else:
         _f6, pos = _r_list(buf, pos, _n, _r_cstr)  # @ConsumerGroupHeartbeatRequest.SubscribedTopicNames
-    _f8, pos = _r_cnstr(buf, pos)  # @ConsumerGroupHeartbeatRequest.ServerAssignor
-    _n, pos = _r_calen(buf, pos)  # @ConsumerGroupHeartbeatRequest.TopicPartitions
+    _n = buf[pos]  # @ConsumerGroupHeartbeatRequest.ServerAssignor
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupHeartbeatRequest.ServerAssignor
+    if _n == 0:
+        _f8 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ConsumerGroupHeartbeatRequest.ServerAssignor
+        _f8 = str(buf[pos:_ve], 'utf-8')  # @ConsumerGroupHeartbeatRequest.ServerAssignor
+        pos = _ve
+    _n = buf[pos]  # @ConsumerGroupHeartbeatRequest.TopicPartitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupHeartbeatRequest.TopicPartitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ConsumerGroupHeartbeatRequest.TopicPartitions
     if _n < 0:
         _f9 = None
     else:
@@ -179,22 +254,100 @@ def _w_ConsumerGroupHeartbeatRequest_0(out, parts, o):
 
 
 def _r_ConsumerGroupHeartbeatRequest_1(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @ConsumerGroupHeartbeatRequest.GroupId
-    _f1, pos = _r_cstr(buf, pos)  # @ConsumerGroupHeartbeatRequest.MemberId
+    _n = buf[pos]  # @ConsumerGroupHeartbeatRequest.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupHeartbeatRequest.GroupId
+    if _n == 0:
+        raise _null_error()  # @ConsumerGroupHeartbeatRequest.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ConsumerGroupHeartbeatRequest.GroupId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @ConsumerGroupHeartbeatRequest.GroupId
+        pos = _ve
+    _n = buf[pos]  # @ConsumerGroupHeartbeatRequest.MemberId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupHeartbeatRequest.MemberId
+    if _n == 0:
+        raise _null_error()  # @ConsumerGroupHeartbeatRequest.MemberId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ConsumerGroupHeartbeatRequest.MemberId
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @ConsumerGroupHeartbeatRequest.MemberId
+        pos = _ve
     (_f2,) = _S_i.unpack_from(buf, pos)  # @ConsumerGroupHeartbeatRequest.MemberEpoch
     pos += 4
-    _f3, pos = _r_cnstr(buf, pos)  # @ConsumerGroupHeartbeatRequest.InstanceId
-    _f4, pos = _r_cnstr(buf, pos)  # @ConsumerGroupHeartbeatRequest.RackId
+    _n = buf[pos]  # @ConsumerGroupHeartbeatRequest.InstanceId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupHeartbeatRequest.InstanceId
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ConsumerGroupHeartbeatRequest.InstanceId
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @ConsumerGroupHeartbeatRequest.InstanceId
+        pos = _ve
+    _n = buf[pos]  # @ConsumerGroupHeartbeatRequest.RackId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupHeartbeatRequest.RackId
+    if _n == 0:
+        _f4 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ConsumerGroupHeartbeatRequest.RackId
+        _f4 = str(buf[pos:_ve], 'utf-8')  # @ConsumerGroupHeartbeatRequest.RackId
+        pos = _ve
     (_f5,) = _S_i.unpack_from(buf, pos)  # @ConsumerGroupHeartbeatRequest.RebalanceTimeoutMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @ConsumerGroupHeartbeatRequest.SubscribedTopicNames
+    _n = buf[pos]  # @ConsumerGroupHeartbeatRequest.SubscribedTopicNames
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupHeartbeatRequest.SubscribedTopicNames
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ConsumerGroupHeartbeatRequest.SubscribedTopicNames
     if _n < 0:
         _f6 = None
     else:
         _f6, pos = _r_list(buf, pos, _n, _r_cstr)  # @ConsumerGroupHeartbeatRequest.SubscribedTopicNames
-    _f7, pos = _r_cnstr(buf, pos)  # @ConsumerGroupHeartbeatRequest.SubscribedTopicRegex
-    _f8, pos = _r_cnstr(buf, pos)  # @ConsumerGroupHeartbeatRequest.ServerAssignor
-    _n, pos = _r_calen(buf, pos)  # @ConsumerGroupHeartbeatRequest.TopicPartitions
+    _n = buf[pos]  # @ConsumerGroupHeartbeatRequest.SubscribedTopicRegex
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupHeartbeatRequest.SubscribedTopicRegex
+    if _n == 0:
+        _f7 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ConsumerGroupHeartbeatRequest.SubscribedTopicRegex
+        _f7 = str(buf[pos:_ve], 'utf-8')  # @ConsumerGroupHeartbeatRequest.SubscribedTopicRegex
+        pos = _ve
+    _n = buf[pos]  # @ConsumerGroupHeartbeatRequest.ServerAssignor
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupHeartbeatRequest.ServerAssignor
+    if _n == 0:
+        _f8 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ConsumerGroupHeartbeatRequest.ServerAssignor
+        _f8 = str(buf[pos:_ve], 'utf-8')  # @ConsumerGroupHeartbeatRequest.ServerAssignor
+        pos = _ve
+    _n = buf[pos]  # @ConsumerGroupHeartbeatRequest.TopicPartitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupHeartbeatRequest.TopicPartitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ConsumerGroupHeartbeatRequest.TopicPartitions
     if _n < 0:
         _f9 = None
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -85,6 +86,7 @@ class ControlledShutdownResponse(_Message):
     remaining_partitions: list[RemainingPartition] = _field(default_factory=list)
 
 
+
 def _r_RemainingPartition_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @RemainingPartition.TopicName
     (_f1,) = _S_i.unpack_from(buf, pos)  # @RemainingPartition.PartitionIndex
@@ -98,7 +100,18 @@ def _w_RemainingPartition_0(out, parts, o):
 
 
 def _r_RemainingPartition_3(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @RemainingPartition.TopicName
+    _n = buf[pos]  # @RemainingPartition.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @RemainingPartition.TopicName
+    if _n == 0:
+        raise _null_error()  # @RemainingPartition.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @RemainingPartition.TopicName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @RemainingPartition.TopicName
+        pos = _ve
     (_f1,) = _S_i.unpack_from(buf, pos)  # @RemainingPartition.PartitionIndex
     pos += 4
     _nt = buf[pos]  # @RemainingPartition._tagged_fields
@@ -145,7 +158,13 @@ def _w_ControlledShutdownResponse_0(out, parts, o):
 def _r_ControlledShutdownResponse_3(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @ControlledShutdownResponse.ErrorCode
     pos += 2
-    _n, pos = _r_calen(buf, pos)  # @ControlledShutdownResponse.RemainingPartitions
+    _n = buf[pos]  # @ControlledShutdownResponse.RemainingPartitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ControlledShutdownResponse.RemainingPartitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ControlledShutdownResponse.RemainingPartitions
     if _n < 0:
         raise _null_error()  # @ControlledShutdownResponse.RemainingPartitions
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -98,9 +99,32 @@ class ControllerRegistrationRequest(_Message):
     features: list[Feature] = _field(default_factory=list)
 
 
+
 def _r_Listener_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @Listener.Name
-    _f1, pos = _r_cstr(buf, pos)  # @Listener.Host
+    _n = buf[pos]  # @Listener.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Listener.Name
+    if _n == 0:
+        raise _null_error()  # @Listener.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @Listener.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @Listener.Name
+        pos = _ve
+    _n = buf[pos]  # @Listener.Host
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Listener.Host
+    if _n == 0:
+        raise _null_error()  # @Listener.Host
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @Listener.Host
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @Listener.Host
+        pos = _ve
     _f2, _f3 = _S_Hh.unpack_from(buf, pos)  # @Listener.Port,SecurityProtocol
     pos += 4
     _nt = buf[pos]  # @Listener._tagged_fields
@@ -120,7 +144,18 @@ def _w_Listener_0(out, parts, o):
 
 
 def _r_Feature_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @Feature.Name
+    _n = buf[pos]  # @Feature.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Feature.Name
+    if _n == 0:
+        raise _null_error()  # @Feature.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @Feature.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @Feature.Name
+        pos = _ve
     _f1, _f2 = _S_hh.unpack_from(buf, pos)  # @Feature.MinSupportedVersion,MaxSupportedVersion
     pos += 4
     _nt = buf[pos]  # @Feature._tagged_fields
@@ -142,7 +177,13 @@ def _r_ControllerRegistrationRequest_0(buf, pos):
     _f0, _f1, _f2 = _S_iUB_.unpack_from(buf, pos)  # @ControllerRegistrationRequest.ControllerId,IncarnationId,ZkMigrationReady
     pos += 21
     _f1 = _uuid_from_bytes(_f1)
-    _n, pos = _r_calen(buf, pos)  # @ControllerRegistrationRequest.Listeners
+    _n = buf[pos]  # @ControllerRegistrationRequest.Listeners
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ControllerRegistrationRequest.Listeners
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ControllerRegistrationRequest.Listeners
     if _n < 0:
         raise _null_error()  # @ControllerRegistrationRequest.Listeners
     else:
@@ -151,7 +192,13 @@ def _r_ControllerRegistrationRequest_0(buf, pos):
         for _ in range(_n):
             _e, pos = _r_Listener_0(buf, pos)  # @ControllerRegistrationRequest.Listeners
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @ControllerRegistrationRequest.Features
+    _n = buf[pos]  # @ControllerRegistrationRequest.Features
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ControllerRegistrationRequest.Features
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ControllerRegistrationRequest.Features
     if _n < 0:
         raise _null_error()  # @ControllerRegistrationRequest.Features
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -89,6 +90,7 @@ class CreateAclsRequest(_Message):
     creations: list[AclCreation] = _field(default_factory=list)
 
 
+
 def _r_AclCreation_0(buf, pos):
     (_f0,) = _S_b.unpack_from(buf, pos)  # @AclCreation.ResourceType
     pos += 1
@@ -133,11 +135,44 @@ def _w_AclCreation_1(out, parts, o):
 def _r_AclCreation_2(buf, pos):
     (_f0,) = _S_b.unpack_from(buf, pos)  # @AclCreation.ResourceType
     pos += 1
-    _f1, pos = _r_cstr(buf, pos)  # @AclCreation.ResourceName
+    _n = buf[pos]  # @AclCreation.ResourceName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AclCreation.ResourceName
+    if _n == 0:
+        raise _null_error()  # @AclCreation.ResourceName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @AclCreation.ResourceName
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @AclCreation.ResourceName
+        pos = _ve
     (_f2,) = _S_b.unpack_from(buf, pos)  # @AclCreation.ResourcePatternType
     pos += 1
-    _f3, pos = _r_cstr(buf, pos)  # @AclCreation.Principal
-    _f4, pos = _r_cstr(buf, pos)  # @AclCreation.Host
+    _n = buf[pos]  # @AclCreation.Principal
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AclCreation.Principal
+    if _n == 0:
+        raise _null_error()  # @AclCreation.Principal
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @AclCreation.Principal
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @AclCreation.Principal
+        pos = _ve
+    _n = buf[pos]  # @AclCreation.Host
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AclCreation.Host
+    if _n == 0:
+        raise _null_error()  # @AclCreation.Host
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @AclCreation.Host
+        _f4 = str(buf[pos:_ve], 'utf-8')  # @AclCreation.Host
+        pos = _ve
     _f5, _f6 = _S_bb.unpack_from(buf, pos)  # @AclCreation.Operation,PermissionType
     pos += 2
     _nt = buf[pos]  # @AclCreation._tagged_fields
@@ -206,7 +241,13 @@ def _w_CreateAclsRequest_1(out, parts, o):
 
 
 def _r_CreateAclsRequest_2(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @CreateAclsRequest.Creations
+    _n = buf[pos]  # @CreateAclsRequest.Creations
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateAclsRequest.Creations
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @CreateAclsRequest.Creations
     if _n < 0:
         raise _null_error()  # @CreateAclsRequest.Creations
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -85,6 +86,7 @@ class CreateAclsResponse(_Message):
     results: list[AclCreationResult] = _field(default_factory=list)
 
 
+
 def _r_AclCreationResult_0(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @AclCreationResult.ErrorCode
     pos += 2
@@ -100,7 +102,18 @@ def _w_AclCreationResult_0(out, parts, o):
 def _r_AclCreationResult_2(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @AclCreationResult.ErrorCode
     pos += 2
-    _f1, pos = _r_cnstr(buf, pos)  # @AclCreationResult.ErrorMessage
+    _n = buf[pos]  # @AclCreationResult.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AclCreationResult.ErrorMessage
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @AclCreationResult.ErrorMessage
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @AclCreationResult.ErrorMessage
+        pos = _ve
     _nt = buf[pos]  # @AclCreationResult._tagged_fields
     pos += 1
     if _nt:
@@ -145,7 +158,13 @@ def _w_CreateAclsResponse_0(out, parts, o):
 def _r_CreateAclsResponse_2(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @CreateAclsResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @CreateAclsResponse.Results
+    _n = buf[pos]  # @CreateAclsResponse.Results
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateAclsResponse.Results
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @CreateAclsResponse.Results
     if _n < 0:
         raise _null_error()  # @CreateAclsResponse.Results
     else:

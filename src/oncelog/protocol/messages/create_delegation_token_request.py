@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -86,6 +87,7 @@ class CreateDelegationTokenRequest(_Message):
     max_lifetime_ms: int = 0
 
 
+
 def _r_CreatableRenewers_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @CreatableRenewers.PrincipalType
     _f1, pos = _r_str(buf, pos)  # @CreatableRenewers.PrincipalName
@@ -98,8 +100,30 @@ def _w_CreatableRenewers_0(out, parts, o):
 
 
 def _r_CreatableRenewers_2(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @CreatableRenewers.PrincipalType
-    _f1, pos = _r_cstr(buf, pos)  # @CreatableRenewers.PrincipalName
+    _n = buf[pos]  # @CreatableRenewers.PrincipalType
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatableRenewers.PrincipalType
+    if _n == 0:
+        raise _null_error()  # @CreatableRenewers.PrincipalType
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @CreatableRenewers.PrincipalType
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @CreatableRenewers.PrincipalType
+        pos = _ve
+    _n = buf[pos]  # @CreatableRenewers.PrincipalName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatableRenewers.PrincipalName
+    if _n == 0:
+        raise _null_error()  # @CreatableRenewers.PrincipalName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @CreatableRenewers.PrincipalName
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @CreatableRenewers.PrincipalName
+        pos = _ve
     _nt = buf[pos]  # @CreatableRenewers._tagged_fields
     pos += 1
     if _nt:
@@ -142,7 +166,13 @@ def _w_CreateDelegationTokenRequest_0(out, parts, o):
 
 
 def _r_CreateDelegationTokenRequest_2(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @CreateDelegationTokenRequest.Renewers
+    _n = buf[pos]  # @CreateDelegationTokenRequest.Renewers
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateDelegationTokenRequest.Renewers
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @CreateDelegationTokenRequest.Renewers
     if _n < 0:
         raise _null_error()  # @CreateDelegationTokenRequest.Renewers
     else:
@@ -175,9 +205,37 @@ def _w_CreateDelegationTokenRequest_2(out, parts, o):
 
 
 def _r_CreateDelegationTokenRequest_3(buf, pos):
-    _f0, pos = _r_cnstr(buf, pos)  # @CreateDelegationTokenRequest.OwnerPrincipalType
-    _f1, pos = _r_cnstr(buf, pos)  # @CreateDelegationTokenRequest.OwnerPrincipalName
-    _n, pos = _r_calen(buf, pos)  # @CreateDelegationTokenRequest.Renewers
+    _n = buf[pos]  # @CreateDelegationTokenRequest.OwnerPrincipalType
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateDelegationTokenRequest.OwnerPrincipalType
+    if _n == 0:
+        _f0 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @CreateDelegationTokenRequest.OwnerPrincipalType
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @CreateDelegationTokenRequest.OwnerPrincipalType
+        pos = _ve
+    _n = buf[pos]  # @CreateDelegationTokenRequest.OwnerPrincipalName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateDelegationTokenRequest.OwnerPrincipalName
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @CreateDelegationTokenRequest.OwnerPrincipalName
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @CreateDelegationTokenRequest.OwnerPrincipalName
+        pos = _ve
+    _n = buf[pos]  # @CreateDelegationTokenRequest.Renewers
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateDelegationTokenRequest.Renewers
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @CreateDelegationTokenRequest.Renewers
     if _n < 0:
         raise _null_error()  # @CreateDelegationTokenRequest.Renewers
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -89,6 +90,7 @@ class CreateDelegationTokenResponse(_Message):
     throttle_time_ms: int = 0
 
 
+
 def _r_CreateDelegationTokenResponse_0(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @CreateDelegationTokenResponse.ErrorCode
     pos += 2
@@ -116,11 +118,44 @@ def _w_CreateDelegationTokenResponse_0(out, parts, o):
 def _r_CreateDelegationTokenResponse_2(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @CreateDelegationTokenResponse.ErrorCode
     pos += 2
-    _f1, pos = _r_cstr(buf, pos)  # @CreateDelegationTokenResponse.PrincipalType
-    _f2, pos = _r_cstr(buf, pos)  # @CreateDelegationTokenResponse.PrincipalName
+    _n = buf[pos]  # @CreateDelegationTokenResponse.PrincipalType
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateDelegationTokenResponse.PrincipalType
+    if _n == 0:
+        raise _null_error()  # @CreateDelegationTokenResponse.PrincipalType
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @CreateDelegationTokenResponse.PrincipalType
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @CreateDelegationTokenResponse.PrincipalType
+        pos = _ve
+    _n = buf[pos]  # @CreateDelegationTokenResponse.PrincipalName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateDelegationTokenResponse.PrincipalName
+    if _n == 0:
+        raise _null_error()  # @CreateDelegationTokenResponse.PrincipalName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @CreateDelegationTokenResponse.PrincipalName
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @CreateDelegationTokenResponse.PrincipalName
+        pos = _ve
     _f5, _f6, _f7 = _S_qqq.unpack_from(buf, pos)  # @CreateDelegationTokenResponse.IssueTimestampMs,ExpiryTimestampMs,MaxTimestampMs
     pos += 24
-    _f8, pos = _r_cstr(buf, pos)  # @CreateDelegationTokenResponse.TokenId
+    _n = buf[pos]  # @CreateDelegationTokenResponse.TokenId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateDelegationTokenResponse.TokenId
+    if _n == 0:
+        raise _null_error()  # @CreateDelegationTokenResponse.TokenId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @CreateDelegationTokenResponse.TokenId
+        _f8 = str(buf[pos:_ve], 'utf-8')  # @CreateDelegationTokenResponse.TokenId
+        pos = _ve
     _f9, pos = _r_cbytes(buf, pos)  # @CreateDelegationTokenResponse.Hmac
     (_f10,) = _S_i.unpack_from(buf, pos)  # @CreateDelegationTokenResponse.ThrottleTimeMs
     pos += 4
@@ -147,13 +182,68 @@ def _w_CreateDelegationTokenResponse_2(out, parts, o):
 def _r_CreateDelegationTokenResponse_3(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @CreateDelegationTokenResponse.ErrorCode
     pos += 2
-    _f1, pos = _r_cstr(buf, pos)  # @CreateDelegationTokenResponse.PrincipalType
-    _f2, pos = _r_cstr(buf, pos)  # @CreateDelegationTokenResponse.PrincipalName
-    _f3, pos = _r_cstr(buf, pos)  # @CreateDelegationTokenResponse.TokenRequesterPrincipalType
-    _f4, pos = _r_cstr(buf, pos)  # @CreateDelegationTokenResponse.TokenRequesterPrincipalName
+    _n = buf[pos]  # @CreateDelegationTokenResponse.PrincipalType
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateDelegationTokenResponse.PrincipalType
+    if _n == 0:
+        raise _null_error()  # @CreateDelegationTokenResponse.PrincipalType
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @CreateDelegationTokenResponse.PrincipalType
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @CreateDelegationTokenResponse.PrincipalType
+        pos = _ve
+    _n = buf[pos]  # @CreateDelegationTokenResponse.PrincipalName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateDelegationTokenResponse.PrincipalName
+    if _n == 0:
+        raise _null_error()  # @CreateDelegationTokenResponse.PrincipalName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @CreateDelegationTokenResponse.PrincipalName
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @CreateDelegationTokenResponse.PrincipalName
+        pos = _ve
+    _n = buf[pos]  # @CreateDelegationTokenResponse.TokenRequesterPrincipalType
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateDelegationTokenResponse.TokenRequesterPrincipalType
+    if _n == 0:
+        raise _null_error()  # @CreateDelegationTokenResponse.TokenRequesterPrincipalType
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @CreateDelegationTokenResponse.TokenRequesterPrincipalType
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @CreateDelegationTokenResponse.TokenRequesterPrincipalType
+        pos = _ve
+    _n = buf[pos]  # @CreateDelegationTokenResponse.TokenRequesterPrincipalName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateDelegationTokenResponse.TokenRequesterPrincipalName
+    if _n == 0:
+        raise _null_error()  # @CreateDelegationTokenResponse.TokenRequesterPrincipalName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @CreateDelegationTokenResponse.TokenRequesterPrincipalName
+        _f4 = str(buf[pos:_ve], 'utf-8')  # @CreateDelegationTokenResponse.TokenRequesterPrincipalName
+        pos = _ve
     _f5, _f6, _f7 = _S_qqq.unpack_from(buf, pos)  # @CreateDelegationTokenResponse.IssueTimestampMs,ExpiryTimestampMs,MaxTimestampMs
     pos += 24
-    _f8, pos = _r_cstr(buf, pos)  # @CreateDelegationTokenResponse.TokenId
+    _n = buf[pos]  # @CreateDelegationTokenResponse.TokenId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateDelegationTokenResponse.TokenId
+    if _n == 0:
+        raise _null_error()  # @CreateDelegationTokenResponse.TokenId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @CreateDelegationTokenResponse.TokenId
+        _f8 = str(buf[pos:_ve], 'utf-8')  # @CreateDelegationTokenResponse.TokenId
+        pos = _ve
     _f9, pos = _r_cbytes(buf, pos)  # @CreateDelegationTokenResponse.Hmac
     (_f10,) = _S_i.unpack_from(buf, pos)  # @CreateDelegationTokenResponse.ThrottleTimeMs
     pos += 4

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -92,6 +93,7 @@ class CreatePartitionsRequest(_Message):
     validate_only: bool = False
 
 
+
 def _r_CreatePartitionsAssignment_0(buf, pos):
     _n, pos = _r_alen(buf, pos)  # @CreatePartitionsAssignment.BrokerIds
     if _n < 0:
@@ -111,7 +113,13 @@ def _w_CreatePartitionsAssignment_0(out, parts, o):
 
 
 def _r_CreatePartitionsAssignment_2(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @CreatePartitionsAssignment.BrokerIds
+    _n = buf[pos]  # @CreatePartitionsAssignment.BrokerIds
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatePartitionsAssignment.BrokerIds
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @CreatePartitionsAssignment.BrokerIds
     if _n < 0:
         raise _null_error()  # @CreatePartitionsAssignment.BrokerIds
     else:
@@ -164,10 +172,27 @@ def _w_CreatePartitionsTopic_0(out, parts, o):
 
 
 def _r_CreatePartitionsTopic_2(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @CreatePartitionsTopic.Name
+    _n = buf[pos]  # @CreatePartitionsTopic.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatePartitionsTopic.Name
+    if _n == 0:
+        raise _null_error()  # @CreatePartitionsTopic.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @CreatePartitionsTopic.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @CreatePartitionsTopic.Name
+        pos = _ve
     (_f1,) = _S_i.unpack_from(buf, pos)  # @CreatePartitionsTopic.Count
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @CreatePartitionsTopic.Assignments
+    _n = buf[pos]  # @CreatePartitionsTopic.Assignments
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatePartitionsTopic.Assignments
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @CreatePartitionsTopic.Assignments
     if _n < 0:
         _f2 = None
     else:
@@ -225,7 +250,13 @@ def _w_CreatePartitionsRequest_0(out, parts, o):
 
 
 def _r_CreatePartitionsRequest_2(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @CreatePartitionsRequest.Topics
+    _n = buf[pos]  # @CreatePartitionsRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatePartitionsRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @CreatePartitionsRequest.Topics
     if _n < 0:
         raise _null_error()  # @CreatePartitionsRequest.Topics
     else:

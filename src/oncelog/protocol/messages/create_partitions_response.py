@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -86,6 +87,7 @@ class CreatePartitionsResponse(_Message):
     results: list[CreatePartitionsTopicResult] = _field(default_factory=list)
 
 
+
 def _r_CreatePartitionsTopicResult_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @CreatePartitionsTopicResult.Name
     (_f1,) = _S_h.unpack_from(buf, pos)  # @CreatePartitionsTopicResult.ErrorCode
@@ -101,10 +103,32 @@ def _w_CreatePartitionsTopicResult_0(out, parts, o):
 
 
 def _r_CreatePartitionsTopicResult_2(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @CreatePartitionsTopicResult.Name
+    _n = buf[pos]  # @CreatePartitionsTopicResult.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatePartitionsTopicResult.Name
+    if _n == 0:
+        raise _null_error()  # @CreatePartitionsTopicResult.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @CreatePartitionsTopicResult.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @CreatePartitionsTopicResult.Name
+        pos = _ve
     (_f1,) = _S_h.unpack_from(buf, pos)  # @CreatePartitionsTopicResult.ErrorCode
     pos += 2
-    _f2, pos = _r_cnstr(buf, pos)  # @CreatePartitionsTopicResult.ErrorMessage
+    _n = buf[pos]  # @CreatePartitionsTopicResult.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatePartitionsTopicResult.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @CreatePartitionsTopicResult.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @CreatePartitionsTopicResult.ErrorMessage
+        pos = _ve
     _nt = buf[pos]  # @CreatePartitionsTopicResult._tagged_fields
     pos += 1
     if _nt:
@@ -150,7 +174,13 @@ def _w_CreatePartitionsResponse_0(out, parts, o):
 def _r_CreatePartitionsResponse_2(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @CreatePartitionsResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @CreatePartitionsResponse.Results
+    _n = buf[pos]  # @CreatePartitionsResponse.Results
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatePartitionsResponse.Results
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @CreatePartitionsResponse.Results
     if _n < 0:
         raise _null_error()  # @CreatePartitionsResponse.Results
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -102,6 +103,7 @@ class CreateTopicsRequest(_Message):
     validate_only: bool = False
 
 
+
 def _r_CreatableReplicaAssignment_0(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @CreatableReplicaAssignment.PartitionIndex
     pos += 4
@@ -126,7 +128,13 @@ def _w_CreatableReplicaAssignment_0(out, parts, o):
 def _r_CreatableReplicaAssignment_5(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @CreatableReplicaAssignment.PartitionIndex
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @CreatableReplicaAssignment.BrokerIds
+    _n = buf[pos]  # @CreatableReplicaAssignment.BrokerIds
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatableReplicaAssignment.BrokerIds
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @CreatableReplicaAssignment.BrokerIds
     if _n < 0:
         raise _null_error()  # @CreatableReplicaAssignment.BrokerIds
     else:
@@ -163,8 +171,30 @@ def _w_CreatableTopicConfig_0(out, parts, o):
 
 
 def _r_CreatableTopicConfig_5(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @CreatableTopicConfig.Name
-    _f1, pos = _r_cnstr(buf, pos)  # @CreatableTopicConfig.Value
+    _n = buf[pos]  # @CreatableTopicConfig.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatableTopicConfig.Name
+    if _n == 0:
+        raise _null_error()  # @CreatableTopicConfig.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @CreatableTopicConfig.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @CreatableTopicConfig.Name
+        pos = _ve
+    _n = buf[pos]  # @CreatableTopicConfig.Value
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatableTopicConfig.Value
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @CreatableTopicConfig.Value
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @CreatableTopicConfig.Value
+        pos = _ve
     _nt = buf[pos]  # @CreatableTopicConfig._tagged_fields
     pos += 1
     if _nt:
@@ -225,10 +255,27 @@ def _w_CreatableTopic_0(out, parts, o):
 
 
 def _r_CreatableTopic_5(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @CreatableTopic.Name
+    _n = buf[pos]  # @CreatableTopic.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatableTopic.Name
+    if _n == 0:
+        raise _null_error()  # @CreatableTopic.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @CreatableTopic.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @CreatableTopic.Name
+        pos = _ve
     _f1, _f2 = _S_ih.unpack_from(buf, pos)  # @CreatableTopic.NumPartitions,ReplicationFactor
     pos += 6
-    _n, pos = _r_calen(buf, pos)  # @CreatableTopic.Assignments
+    _n = buf[pos]  # @CreatableTopic.Assignments
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatableTopic.Assignments
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @CreatableTopic.Assignments
     if _n < 0:
         raise _null_error()  # @CreatableTopic.Assignments
     else:
@@ -237,7 +284,13 @@ def _r_CreatableTopic_5(buf, pos):
         for _ in range(_n):
             _e, pos = _r_CreatableReplicaAssignment_5(buf, pos)  # @CreatableTopic.Assignments
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @CreatableTopic.Configs
+    _n = buf[pos]  # @CreatableTopic.Configs
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatableTopic.Configs
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @CreatableTopic.Configs
     if _n < 0:
         raise _null_error()  # @CreatableTopic.Configs
     else:
@@ -328,7 +381,13 @@ def _w_CreateTopicsRequest_1(out, parts, o):
 
 
 def _r_CreateTopicsRequest_5(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @CreateTopicsRequest.Topics
+    _n = buf[pos]  # @CreateTopicsRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateTopicsRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @CreateTopicsRequest.Topics
     if _n < 0:
         raise _null_error()  # @CreateTopicsRequest.Topics
     else:

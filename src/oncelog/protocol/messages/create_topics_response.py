@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -103,9 +104,32 @@ class CreateTopicsResponse(_Message):
     topics: list[CreatableTopicResult] = _field(default_factory=list)
 
 
+
 def _r_CreatableTopicConfigs_5(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @CreatableTopicConfigs.Name
-    _f1, pos = _r_cnstr(buf, pos)  # @CreatableTopicConfigs.Value
+    _n = buf[pos]  # @CreatableTopicConfigs.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatableTopicConfigs.Name
+    if _n == 0:
+        raise _null_error()  # @CreatableTopicConfigs.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @CreatableTopicConfigs.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @CreatableTopicConfigs.Name
+        pos = _ve
+    _n = buf[pos]  # @CreatableTopicConfigs.Value
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatableTopicConfigs.Value
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @CreatableTopicConfigs.Value
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @CreatableTopicConfigs.Value
+        pos = _ve
     _f2, _f3, _f4 = _S_B_bB_.unpack_from(buf, pos)  # @CreatableTopicConfigs.ReadOnly,ConfigSource,IsSensitive
     pos += 3
     _nt = buf[pos]  # @CreatableTopicConfigs._tagged_fields
@@ -151,13 +175,41 @@ def _w_CreatableTopicResult_1(out, parts, o):
 
 
 def _r_CreatableTopicResult_5(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @CreatableTopicResult.Name
+    _n = buf[pos]  # @CreatableTopicResult.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatableTopicResult.Name
+    if _n == 0:
+        raise _null_error()  # @CreatableTopicResult.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @CreatableTopicResult.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @CreatableTopicResult.Name
+        pos = _ve
     (_f2,) = _S_h.unpack_from(buf, pos)  # @CreatableTopicResult.ErrorCode
     pos += 2
-    _f3, pos = _r_cnstr(buf, pos)  # @CreatableTopicResult.ErrorMessage
+    _n = buf[pos]  # @CreatableTopicResult.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatableTopicResult.ErrorMessage
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @CreatableTopicResult.ErrorMessage
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @CreatableTopicResult.ErrorMessage
+        pos = _ve
     _f5, _f6 = _S_ih.unpack_from(buf, pos)  # @CreatableTopicResult.NumPartitions,ReplicationFactor
     pos += 6
-    _n, pos = _r_calen(buf, pos)  # @CreatableTopicResult.Configs
+    _n = buf[pos]  # @CreatableTopicResult.Configs
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatableTopicResult.Configs
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @CreatableTopicResult.Configs
     if _n < 0:
         _f7 = None
     else:
@@ -193,9 +245,13 @@ def _w_CreatableTopicResult_5(out, parts, o):
         _w_calen(out, len(_a))  # @CreatableTopicResult.Configs
         for _e in _a:
             _w_CreatableTopicConfigs_5(out, parts, _e)  # @CreatableTopicResult.Configs
-    _nt = bool(o.topic_config_error_code != 0)
+    _c0 = o.topic_config_error_code != 0
+    _nt = _c0
+    if not _nt:
+        out.append(0)
+        return
     _w_uvarint(out, _nt)
-    if o.topic_config_error_code != 0:
+    if _c0:
         _t = bytearray()
         _tp = []
         _t += _S_h.pack(o.topic_config_error_code)  # @CreatableTopicResult.TopicConfigErrorCode
@@ -206,14 +262,42 @@ def _w_CreatableTopicResult_5(out, parts, o):
 
 
 def _r_CreatableTopicResult_7(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @CreatableTopicResult.Name
+    _n = buf[pos]  # @CreatableTopicResult.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatableTopicResult.Name
+    if _n == 0:
+        raise _null_error()  # @CreatableTopicResult.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @CreatableTopicResult.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @CreatableTopicResult.Name
+        pos = _ve
     _f1, _f2 = _S_Uh.unpack_from(buf, pos)  # @CreatableTopicResult.TopicId,ErrorCode
     pos += 18
     _f1 = _uuid_from_bytes(_f1)
-    _f3, pos = _r_cnstr(buf, pos)  # @CreatableTopicResult.ErrorMessage
+    _n = buf[pos]  # @CreatableTopicResult.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatableTopicResult.ErrorMessage
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @CreatableTopicResult.ErrorMessage
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @CreatableTopicResult.ErrorMessage
+        pos = _ve
     _f5, _f6 = _S_ih.unpack_from(buf, pos)  # @CreatableTopicResult.NumPartitions,ReplicationFactor
     pos += 6
-    _n, pos = _r_calen(buf, pos)  # @CreatableTopicResult.Configs
+    _n = buf[pos]  # @CreatableTopicResult.Configs
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatableTopicResult.Configs
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @CreatableTopicResult.Configs
     if _n < 0:
         _f7 = None
     else:
@@ -249,9 +333,13 @@ def _w_CreatableTopicResult_7(out, parts, o):
         _w_calen(out, len(_a))  # @CreatableTopicResult.Configs
         for _e in _a:
             _w_CreatableTopicConfigs_5(out, parts, _e)  # @CreatableTopicResult.Configs
-    _nt = bool(o.topic_config_error_code != 0)
+    _c0 = o.topic_config_error_code != 0
+    _nt = _c0
+    if not _nt:
+        out.append(0)
+        return
     _w_uvarint(out, _nt)
-    if o.topic_config_error_code != 0:
+    if _c0:
         _t = bytearray()
         _tp = []
         _t += _S_h.pack(o.topic_config_error_code)  # @CreatableTopicResult.TopicConfigErrorCode
@@ -336,7 +424,13 @@ def _w_CreateTopicsResponse_2(out, parts, o):
 def _r_CreateTopicsResponse_5(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @CreateTopicsResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @CreateTopicsResponse.Topics
+    _n = buf[pos]  # @CreateTopicsResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateTopicsResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @CreateTopicsResponse.Topics
     if _n < 0:
         raise _null_error()  # @CreateTopicsResponse.Topics
     else:
@@ -369,7 +463,13 @@ def _w_CreateTopicsResponse_5(out, parts, o):
 def _r_CreateTopicsResponse_7(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @CreateTopicsResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @CreateTopicsResponse.Topics
+    _n = buf[pos]  # @CreateTopicsResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateTopicsResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @CreateTopicsResponse.Topics
     if _n < 0:
         raise _null_error()  # @CreateTopicsResponse.Topics
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -89,6 +90,7 @@ class DeleteAclsRequest(_Message):
     filters: list[DeleteAclsFilter] = _field(default_factory=list)
 
 
+
 def _r_DeleteAclsFilter_0(buf, pos):
     (_f0,) = _S_b.unpack_from(buf, pos)  # @DeleteAclsFilter.ResourceTypeFilter
     pos += 1
@@ -133,11 +135,44 @@ def _w_DeleteAclsFilter_1(out, parts, o):
 def _r_DeleteAclsFilter_2(buf, pos):
     (_f0,) = _S_b.unpack_from(buf, pos)  # @DeleteAclsFilter.ResourceTypeFilter
     pos += 1
-    _f1, pos = _r_cnstr(buf, pos)  # @DeleteAclsFilter.ResourceNameFilter
+    _n = buf[pos]  # @DeleteAclsFilter.ResourceNameFilter
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteAclsFilter.ResourceNameFilter
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DeleteAclsFilter.ResourceNameFilter
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @DeleteAclsFilter.ResourceNameFilter
+        pos = _ve
     (_f2,) = _S_b.unpack_from(buf, pos)  # @DeleteAclsFilter.PatternTypeFilter
     pos += 1
-    _f3, pos = _r_cnstr(buf, pos)  # @DeleteAclsFilter.PrincipalFilter
-    _f4, pos = _r_cnstr(buf, pos)  # @DeleteAclsFilter.HostFilter
+    _n = buf[pos]  # @DeleteAclsFilter.PrincipalFilter
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteAclsFilter.PrincipalFilter
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DeleteAclsFilter.PrincipalFilter
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @DeleteAclsFilter.PrincipalFilter
+        pos = _ve
+    _n = buf[pos]  # @DeleteAclsFilter.HostFilter
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteAclsFilter.HostFilter
+    if _n == 0:
+        _f4 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DeleteAclsFilter.HostFilter
+        _f4 = str(buf[pos:_ve], 'utf-8')  # @DeleteAclsFilter.HostFilter
+        pos = _ve
     _f5, _f6 = _S_bb.unpack_from(buf, pos)  # @DeleteAclsFilter.Operation,PermissionType
     pos += 2
     _nt = buf[pos]  # @DeleteAclsFilter._tagged_fields
@@ -206,7 +241,13 @@ def _w_DeleteAclsRequest_1(out, parts, o):
 
 
 def _r_DeleteAclsRequest_2(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @DeleteAclsRequest.Filters
+    _n = buf[pos]  # @DeleteAclsRequest.Filters
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteAclsRequest.Filters
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DeleteAclsRequest.Filters
     if _n < 0:
         raise _null_error()  # @DeleteAclsRequest.Filters
     else:

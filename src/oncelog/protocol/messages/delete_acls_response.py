@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -101,6 +102,7 @@ class DeleteAclsResponse(_Message):
     filter_results: list[DeleteAclsFilterResult] = _field(default_factory=list)
 
 
+
 def _r_DeleteAclsMatchingAcl_0(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @DeleteAclsMatchingAcl.ErrorCode
     pos += 2
@@ -155,14 +157,58 @@ def _w_DeleteAclsMatchingAcl_1(out, parts, o):
 def _r_DeleteAclsMatchingAcl_2(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @DeleteAclsMatchingAcl.ErrorCode
     pos += 2
-    _f1, pos = _r_cnstr(buf, pos)  # @DeleteAclsMatchingAcl.ErrorMessage
+    _n = buf[pos]  # @DeleteAclsMatchingAcl.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteAclsMatchingAcl.ErrorMessage
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DeleteAclsMatchingAcl.ErrorMessage
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @DeleteAclsMatchingAcl.ErrorMessage
+        pos = _ve
     (_f2,) = _S_b.unpack_from(buf, pos)  # @DeleteAclsMatchingAcl.ResourceType
     pos += 1
-    _f3, pos = _r_cstr(buf, pos)  # @DeleteAclsMatchingAcl.ResourceName
+    _n = buf[pos]  # @DeleteAclsMatchingAcl.ResourceName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteAclsMatchingAcl.ResourceName
+    if _n == 0:
+        raise _null_error()  # @DeleteAclsMatchingAcl.ResourceName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DeleteAclsMatchingAcl.ResourceName
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @DeleteAclsMatchingAcl.ResourceName
+        pos = _ve
     (_f4,) = _S_b.unpack_from(buf, pos)  # @DeleteAclsMatchingAcl.PatternType
     pos += 1
-    _f5, pos = _r_cstr(buf, pos)  # @DeleteAclsMatchingAcl.Principal
-    _f6, pos = _r_cstr(buf, pos)  # @DeleteAclsMatchingAcl.Host
+    _n = buf[pos]  # @DeleteAclsMatchingAcl.Principal
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteAclsMatchingAcl.Principal
+    if _n == 0:
+        raise _null_error()  # @DeleteAclsMatchingAcl.Principal
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DeleteAclsMatchingAcl.Principal
+        _f5 = str(buf[pos:_ve], 'utf-8')  # @DeleteAclsMatchingAcl.Principal
+        pos = _ve
+    _n = buf[pos]  # @DeleteAclsMatchingAcl.Host
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteAclsMatchingAcl.Host
+    if _n == 0:
+        raise _null_error()  # @DeleteAclsMatchingAcl.Host
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DeleteAclsMatchingAcl.Host
+        _f6 = str(buf[pos:_ve], 'utf-8')  # @DeleteAclsMatchingAcl.Host
+        pos = _ve
     _f7, _f8 = _S_bb.unpack_from(buf, pos)  # @DeleteAclsMatchingAcl.Operation,PermissionType
     pos += 2
     _nt = buf[pos]  # @DeleteAclsMatchingAcl._tagged_fields
@@ -245,8 +291,25 @@ def _w_DeleteAclsFilterResult_1(out, parts, o):
 def _r_DeleteAclsFilterResult_2(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @DeleteAclsFilterResult.ErrorCode
     pos += 2
-    _f1, pos = _r_cnstr(buf, pos)  # @DeleteAclsFilterResult.ErrorMessage
-    _n, pos = _r_calen(buf, pos)  # @DeleteAclsFilterResult.MatchingAcls
+    _n = buf[pos]  # @DeleteAclsFilterResult.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteAclsFilterResult.ErrorMessage
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DeleteAclsFilterResult.ErrorMessage
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @DeleteAclsFilterResult.ErrorMessage
+        pos = _ve
+    _n = buf[pos]  # @DeleteAclsFilterResult.MatchingAcls
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteAclsFilterResult.MatchingAcls
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DeleteAclsFilterResult.MatchingAcls
     if _n < 0:
         raise _null_error()  # @DeleteAclsFilterResult.MatchingAcls
     else:
@@ -332,7 +395,13 @@ def _w_DeleteAclsResponse_1(out, parts, o):
 def _r_DeleteAclsResponse_2(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @DeleteAclsResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @DeleteAclsResponse.FilterResults
+    _n = buf[pos]  # @DeleteAclsResponse.FilterResults
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteAclsResponse.FilterResults
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DeleteAclsResponse.FilterResults
     if _n < 0:
         raise _null_error()  # @DeleteAclsResponse.FilterResults
     else:

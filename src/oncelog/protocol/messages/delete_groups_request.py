@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -76,6 +77,7 @@ class DeleteGroupsRequest(_Message):
     groups_names: list[str] = _field(default_factory=list)
 
 
+
 def _r_DeleteGroupsRequest_0(buf, pos):
     _n, pos = _r_alen(buf, pos)  # @DeleteGroupsRequest.GroupsNames
     if _n < 0:
@@ -96,7 +98,13 @@ def _w_DeleteGroupsRequest_0(out, parts, o):
 
 
 def _r_DeleteGroupsRequest_2(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @DeleteGroupsRequest.GroupsNames
+    _n = buf[pos]  # @DeleteGroupsRequest.GroupsNames
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteGroupsRequest.GroupsNames
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DeleteGroupsRequest.GroupsNames
     if _n < 0:
         raise _null_error()  # @DeleteGroupsRequest.GroupsNames
     else:

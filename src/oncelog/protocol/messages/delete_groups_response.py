@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -85,6 +86,7 @@ class DeleteGroupsResponse(_Message):
     results: list[DeletableGroupResult] = _field(default_factory=list)
 
 
+
 def _r_DeletableGroupResult_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @DeletableGroupResult.GroupId
     (_f1,) = _S_h.unpack_from(buf, pos)  # @DeletableGroupResult.ErrorCode
@@ -98,7 +100,18 @@ def _w_DeletableGroupResult_0(out, parts, o):
 
 
 def _r_DeletableGroupResult_2(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @DeletableGroupResult.GroupId
+    _n = buf[pos]  # @DeletableGroupResult.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeletableGroupResult.GroupId
+    if _n == 0:
+        raise _null_error()  # @DeletableGroupResult.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DeletableGroupResult.GroupId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @DeletableGroupResult.GroupId
+        pos = _ve
     (_f1,) = _S_h.unpack_from(buf, pos)  # @DeletableGroupResult.ErrorCode
     pos += 2
     _nt = buf[pos]  # @DeletableGroupResult._tagged_fields
@@ -145,7 +158,13 @@ def _w_DeleteGroupsResponse_0(out, parts, o):
 def _r_DeleteGroupsResponse_2(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @DeleteGroupsResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @DeleteGroupsResponse.Results
+    _n = buf[pos]  # @DeleteGroupsResponse.Results
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteGroupsResponse.Results
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DeleteGroupsResponse.Results
     if _n < 0:
         raise _null_error()  # @DeleteGroupsResponse.Results
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -91,6 +92,7 @@ class DeleteRecordsRequest(_Message):
     timeout_ms: int = 0
 
 
+
 def _r_DeleteRecordsPartition_0(buf, pos):
     _f0, _f1 = _S_iq.unpack_from(buf, pos)  # @DeleteRecordsPartition.PartitionIndex,Offset
     pos += 12
@@ -144,8 +146,25 @@ def _w_DeleteRecordsTopic_0(out, parts, o):
 
 
 def _r_DeleteRecordsTopic_2(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @DeleteRecordsTopic.Name
-    _n, pos = _r_calen(buf, pos)  # @DeleteRecordsTopic.Partitions
+    _n = buf[pos]  # @DeleteRecordsTopic.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteRecordsTopic.Name
+    if _n == 0:
+        raise _null_error()  # @DeleteRecordsTopic.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DeleteRecordsTopic.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @DeleteRecordsTopic.Name
+        pos = _ve
+    _n = buf[pos]  # @DeleteRecordsTopic.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteRecordsTopic.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DeleteRecordsTopic.Partitions
     if _n < 0:
         raise _null_error()  # @DeleteRecordsTopic.Partitions
     else:
@@ -202,7 +221,13 @@ def _w_DeleteRecordsRequest_0(out, parts, o):
 
 
 def _r_DeleteRecordsRequest_2(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @DeleteRecordsRequest.Topics
+    _n = buf[pos]  # @DeleteRecordsRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteRecordsRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DeleteRecordsRequest.Topics
     if _n < 0:
         raise _null_error()  # @DeleteRecordsRequest.Topics
     else:

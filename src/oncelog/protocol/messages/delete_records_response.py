@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -92,6 +93,7 @@ class DeleteRecordsResponse(_Message):
     topics: list[DeleteRecordsTopicResult] = _field(default_factory=list)
 
 
+
 def _r_DeleteRecordsPartitionResult_0(buf, pos):
     _f0, _f1, _f2 = _S_iqh.unpack_from(buf, pos)  # @DeleteRecordsPartitionResult.PartitionIndex,LowWatermark,ErrorCode
     pos += 14
@@ -145,8 +147,25 @@ def _w_DeleteRecordsTopicResult_0(out, parts, o):
 
 
 def _r_DeleteRecordsTopicResult_2(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @DeleteRecordsTopicResult.Name
-    _n, pos = _r_calen(buf, pos)  # @DeleteRecordsTopicResult.Partitions
+    _n = buf[pos]  # @DeleteRecordsTopicResult.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteRecordsTopicResult.Name
+    if _n == 0:
+        raise _null_error()  # @DeleteRecordsTopicResult.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DeleteRecordsTopicResult.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @DeleteRecordsTopicResult.Name
+        pos = _ve
+    _n = buf[pos]  # @DeleteRecordsTopicResult.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteRecordsTopicResult.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DeleteRecordsTopicResult.Partitions
     if _n < 0:
         raise _null_error()  # @DeleteRecordsTopicResult.Partitions
     else:
@@ -205,7 +224,13 @@ def _w_DeleteRecordsResponse_0(out, parts, o):
 def _r_DeleteRecordsResponse_2(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @DeleteRecordsResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @DeleteRecordsResponse.Topics
+    _n = buf[pos]  # @DeleteRecordsResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteRecordsResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DeleteRecordsResponse.Topics
     if _n < 0:
         raise _null_error()  # @DeleteRecordsResponse.Topics
     else:

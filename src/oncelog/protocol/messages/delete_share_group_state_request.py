@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -89,6 +90,7 @@ class DeleteShareGroupStateRequest(_Message):
     topics: list[DeleteStateData] = _field(default_factory=list)
 
 
+
 def _r_PartitionData_0(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @PartitionData.Partition
     pos += 4
@@ -109,7 +111,13 @@ def _w_PartitionData_0(out, parts, o):
 def _r_DeleteStateData_0(buf, pos):
     _f0 = _r_uuid(buf, pos)  # @DeleteStateData.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @DeleteStateData.Partitions
+    _n = buf[pos]  # @DeleteStateData.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteStateData.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DeleteStateData.Partitions
     if _n < 0:
         raise _null_error()  # @DeleteStateData.Partitions
     else:
@@ -140,8 +148,25 @@ def _w_DeleteStateData_0(out, parts, o):
 
 
 def _r_DeleteShareGroupStateRequest_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @DeleteShareGroupStateRequest.GroupId
-    _n, pos = _r_calen(buf, pos)  # @DeleteShareGroupStateRequest.Topics
+    _n = buf[pos]  # @DeleteShareGroupStateRequest.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteShareGroupStateRequest.GroupId
+    if _n == 0:
+        raise _null_error()  # @DeleteShareGroupStateRequest.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DeleteShareGroupStateRequest.GroupId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @DeleteShareGroupStateRequest.GroupId
+        pos = _ve
+    _n = buf[pos]  # @DeleteShareGroupStateRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteShareGroupStateRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DeleteShareGroupStateRequest.Topics
     if _n < 0:
         raise _null_error()  # @DeleteShareGroupStateRequest.Topics
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -90,10 +91,22 @@ class DeleteShareGroupStateResponse(_Message):
     results: list[DeleteStateResult] = _field(default_factory=list)
 
 
+
 def _r_PartitionResult_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @PartitionResult.Partition,ErrorCode
     pos += 6
-    _f2, pos = _r_cnstr(buf, pos)  # @PartitionResult.ErrorMessage
+    _n = buf[pos]  # @PartitionResult.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionResult.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @PartitionResult.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @PartitionResult.ErrorMessage
+        pos = _ve
     _nt = buf[pos]  # @PartitionResult._tagged_fields
     pos += 1
     if _nt:
@@ -112,7 +125,13 @@ def _w_PartitionResult_0(out, parts, o):
 def _r_DeleteStateResult_0(buf, pos):
     _f0 = _r_uuid(buf, pos)  # @DeleteStateResult.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @DeleteStateResult.Partitions
+    _n = buf[pos]  # @DeleteStateResult.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteStateResult.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DeleteStateResult.Partitions
     if _n < 0:
         raise _null_error()  # @DeleteStateResult.Partitions
     else:
@@ -143,7 +162,13 @@ def _w_DeleteStateResult_0(out, parts, o):
 
 
 def _r_DeleteShareGroupStateResponse_0(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @DeleteShareGroupStateResponse.Results
+    _n = buf[pos]  # @DeleteShareGroupStateResponse.Results
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteShareGroupStateResponse.Results
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DeleteShareGroupStateResponse.Results
     if _n < 0:
         raise _null_error()  # @DeleteShareGroupStateResponse.Results
     else:

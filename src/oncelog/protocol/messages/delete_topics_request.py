@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -85,8 +86,20 @@ class DeleteTopicsRequest(_Message):
     timeout_ms: int = 0
 
 
+
 def _r_DeleteTopicState_6(buf, pos):
-    _f0, pos = _r_cnstr(buf, pos)  # @DeleteTopicState.Name
+    _n = buf[pos]  # @DeleteTopicState.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteTopicState.Name
+    if _n == 0:
+        _f0 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DeleteTopicState.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @DeleteTopicState.Name
+        pos = _ve
     _f1 = _r_uuid(buf, pos)  # @DeleteTopicState.TopicId
     pos += 16
     _nt = buf[pos]  # @DeleteTopicState._tagged_fields
@@ -127,7 +140,13 @@ def _w_DeleteTopicsRequest_0(out, parts, o):
 
 
 def _r_DeleteTopicsRequest_4(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @DeleteTopicsRequest.TopicNames
+    _n = buf[pos]  # @DeleteTopicsRequest.TopicNames
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteTopicsRequest.TopicNames
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DeleteTopicsRequest.TopicNames
     if _n < 0:
         raise _null_error()  # @DeleteTopicsRequest.TopicNames
     else:
@@ -156,7 +175,13 @@ def _w_DeleteTopicsRequest_4(out, parts, o):
 
 
 def _r_DeleteTopicsRequest_6(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @DeleteTopicsRequest.Topics
+    _n = buf[pos]  # @DeleteTopicsRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteTopicsRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DeleteTopicsRequest.Topics
     if _n < 0:
         raise _null_error()  # @DeleteTopicsRequest.Topics
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -88,6 +89,7 @@ class DeleteTopicsResponse(_Message):
     responses: list[DeletableTopicResult] = _field(default_factory=list)
 
 
+
 def _r_DeletableTopicResult_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @DeletableTopicResult.Name
     (_f2,) = _S_h.unpack_from(buf, pos)  # @DeletableTopicResult.ErrorCode
@@ -101,7 +103,18 @@ def _w_DeletableTopicResult_0(out, parts, o):
 
 
 def _r_DeletableTopicResult_4(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @DeletableTopicResult.Name
+    _n = buf[pos]  # @DeletableTopicResult.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeletableTopicResult.Name
+    if _n == 0:
+        raise _null_error()  # @DeletableTopicResult.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DeletableTopicResult.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @DeletableTopicResult.Name
+        pos = _ve
     (_f2,) = _S_h.unpack_from(buf, pos)  # @DeletableTopicResult.ErrorCode
     pos += 2
     _nt = buf[pos]  # @DeletableTopicResult._tagged_fields
@@ -120,10 +133,32 @@ def _w_DeletableTopicResult_4(out, parts, o):
 
 
 def _r_DeletableTopicResult_5(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @DeletableTopicResult.Name
+    _n = buf[pos]  # @DeletableTopicResult.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeletableTopicResult.Name
+    if _n == 0:
+        raise _null_error()  # @DeletableTopicResult.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DeletableTopicResult.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @DeletableTopicResult.Name
+        pos = _ve
     (_f2,) = _S_h.unpack_from(buf, pos)  # @DeletableTopicResult.ErrorCode
     pos += 2
-    _f3, pos = _r_cnstr(buf, pos)  # @DeletableTopicResult.ErrorMessage
+    _n = buf[pos]  # @DeletableTopicResult.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeletableTopicResult.ErrorMessage
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DeletableTopicResult.ErrorMessage
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @DeletableTopicResult.ErrorMessage
+        pos = _ve
     _nt = buf[pos]  # @DeletableTopicResult._tagged_fields
     pos += 1
     if _nt:
@@ -141,11 +176,33 @@ def _w_DeletableTopicResult_5(out, parts, o):
 
 
 def _r_DeletableTopicResult_6(buf, pos):
-    _f0, pos = _r_cnstr(buf, pos)  # @DeletableTopicResult.Name
+    _n = buf[pos]  # @DeletableTopicResult.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeletableTopicResult.Name
+    if _n == 0:
+        _f0 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DeletableTopicResult.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @DeletableTopicResult.Name
+        pos = _ve
     _f1, _f2 = _S_Uh.unpack_from(buf, pos)  # @DeletableTopicResult.TopicId,ErrorCode
     pos += 18
     _f1 = _uuid_from_bytes(_f1)
-    _f3, pos = _r_cnstr(buf, pos)  # @DeletableTopicResult.ErrorMessage
+    _n = buf[pos]  # @DeletableTopicResult.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeletableTopicResult.ErrorMessage
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DeletableTopicResult.ErrorMessage
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @DeletableTopicResult.ErrorMessage
+        pos = _ve
     _nt = buf[pos]  # @DeletableTopicResult._tagged_fields
     pos += 1
     if _nt:
@@ -214,7 +271,13 @@ def _w_DeleteTopicsResponse_1(out, parts, o):
 def _r_DeleteTopicsResponse_4(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @DeleteTopicsResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @DeleteTopicsResponse.Responses
+    _n = buf[pos]  # @DeleteTopicsResponse.Responses
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteTopicsResponse.Responses
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DeleteTopicsResponse.Responses
     if _n < 0:
         raise _null_error()  # @DeleteTopicsResponse.Responses
     else:
@@ -247,7 +310,13 @@ def _w_DeleteTopicsResponse_4(out, parts, o):
 def _r_DeleteTopicsResponse_5(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @DeleteTopicsResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @DeleteTopicsResponse.Responses
+    _n = buf[pos]  # @DeleteTopicsResponse.Responses
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteTopicsResponse.Responses
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DeleteTopicsResponse.Responses
     if _n < 0:
         raise _null_error()  # @DeleteTopicsResponse.Responses
     else:
@@ -280,7 +349,13 @@ def _w_DeleteTopicsResponse_5(out, parts, o):
 def _r_DeleteTopicsResponse_6(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @DeleteTopicsResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @DeleteTopicsResponse.Responses
+    _n = buf[pos]  # @DeleteTopicsResponse.Responses
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteTopicsResponse.Responses
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DeleteTopicsResponse.Responses
     if _n < 0:
         raise _null_error()  # @DeleteTopicsResponse.Responses
     else:

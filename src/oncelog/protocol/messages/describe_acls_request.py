@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -84,6 +85,7 @@ class DescribeAclsRequest(_Message):
     permission_type: int = 0
 
 
+
 def _r_DescribeAclsRequest_0(buf, pos):
     (_f0,) = _S_b.unpack_from(buf, pos)  # @DescribeAclsRequest.ResourceTypeFilter
     pos += 1
@@ -128,11 +130,44 @@ def _w_DescribeAclsRequest_1(out, parts, o):
 def _r_DescribeAclsRequest_2(buf, pos):
     (_f0,) = _S_b.unpack_from(buf, pos)  # @DescribeAclsRequest.ResourceTypeFilter
     pos += 1
-    _f1, pos = _r_cnstr(buf, pos)  # @DescribeAclsRequest.ResourceNameFilter
+    _n = buf[pos]  # @DescribeAclsRequest.ResourceNameFilter
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeAclsRequest.ResourceNameFilter
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeAclsRequest.ResourceNameFilter
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @DescribeAclsRequest.ResourceNameFilter
+        pos = _ve
     (_f2,) = _S_b.unpack_from(buf, pos)  # @DescribeAclsRequest.PatternTypeFilter
     pos += 1
-    _f3, pos = _r_cnstr(buf, pos)  # @DescribeAclsRequest.PrincipalFilter
-    _f4, pos = _r_cnstr(buf, pos)  # @DescribeAclsRequest.HostFilter
+    _n = buf[pos]  # @DescribeAclsRequest.PrincipalFilter
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeAclsRequest.PrincipalFilter
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeAclsRequest.PrincipalFilter
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @DescribeAclsRequest.PrincipalFilter
+        pos = _ve
+    _n = buf[pos]  # @DescribeAclsRequest.HostFilter
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeAclsRequest.HostFilter
+    if _n == 0:
+        _f4 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeAclsRequest.HostFilter
+        _f4 = str(buf[pos:_ve], 'utf-8')  # @DescribeAclsRequest.HostFilter
+        pos = _ve
     _f5, _f6 = _S_bb.unpack_from(buf, pos)  # @DescribeAclsRequest.Operation,PermissionType
     pos += 2
     _nt = buf[pos]  # @DescribeAclsRequest._tagged_fields

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -98,6 +99,7 @@ class DescribeAclsResponse(_Message):
     resources: list[DescribeAclsResource] = _field(default_factory=list)
 
 
+
 def _r_AclDescription_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @AclDescription.Principal
     _f1, pos = _r_str(buf, pos)  # @AclDescription.Host
@@ -113,8 +115,30 @@ def _w_AclDescription_0(out, parts, o):
 
 
 def _r_AclDescription_2(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @AclDescription.Principal
-    _f1, pos = _r_cstr(buf, pos)  # @AclDescription.Host
+    _n = buf[pos]  # @AclDescription.Principal
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AclDescription.Principal
+    if _n == 0:
+        raise _null_error()  # @AclDescription.Principal
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @AclDescription.Principal
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @AclDescription.Principal
+        pos = _ve
+    _n = buf[pos]  # @AclDescription.Host
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AclDescription.Host
+    if _n == 0:
+        raise _null_error()  # @AclDescription.Host
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @AclDescription.Host
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @AclDescription.Host
+        pos = _ve
     _f2, _f3 = _S_bb.unpack_from(buf, pos)  # @AclDescription.Operation,PermissionType
     pos += 2
     _nt = buf[pos]  # @AclDescription._tagged_fields
@@ -195,10 +219,27 @@ def _w_DescribeAclsResource_1(out, parts, o):
 def _r_DescribeAclsResource_2(buf, pos):
     (_f0,) = _S_b.unpack_from(buf, pos)  # @DescribeAclsResource.ResourceType
     pos += 1
-    _f1, pos = _r_cstr(buf, pos)  # @DescribeAclsResource.ResourceName
+    _n = buf[pos]  # @DescribeAclsResource.ResourceName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeAclsResource.ResourceName
+    if _n == 0:
+        raise _null_error()  # @DescribeAclsResource.ResourceName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeAclsResource.ResourceName
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @DescribeAclsResource.ResourceName
+        pos = _ve
     (_f2,) = _S_b.unpack_from(buf, pos)  # @DescribeAclsResource.PatternType
     pos += 1
-    _n, pos = _r_calen(buf, pos)  # @DescribeAclsResource.Acls
+    _n = buf[pos]  # @DescribeAclsResource.Acls
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeAclsResource.Acls
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeAclsResource.Acls
     if _n < 0:
         raise _null_error()  # @DescribeAclsResource.Acls
     else:
@@ -289,8 +330,25 @@ def _w_DescribeAclsResponse_1(out, parts, o):
 def _r_DescribeAclsResponse_2(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @DescribeAclsResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _f2, pos = _r_cnstr(buf, pos)  # @DescribeAclsResponse.ErrorMessage
-    _n, pos = _r_calen(buf, pos)  # @DescribeAclsResponse.Resources
+    _n = buf[pos]  # @DescribeAclsResponse.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeAclsResponse.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeAclsResponse.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @DescribeAclsResponse.ErrorMessage
+        pos = _ve
+    _n = buf[pos]  # @DescribeAclsResponse.Resources
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeAclsResponse.Resources
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeAclsResponse.Resources
     if _n < 0:
         raise _null_error()  # @DescribeAclsResponse.Resources
     else:

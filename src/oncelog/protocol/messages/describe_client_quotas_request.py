@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -86,6 +87,7 @@ class DescribeClientQuotasRequest(_Message):
     strict: bool = False
 
 
+
 def _r_ComponentData_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @ComponentData.EntityType
     (_f1,) = _S_b.unpack_from(buf, pos)  # @ComponentData.MatchType
@@ -101,10 +103,32 @@ def _w_ComponentData_0(out, parts, o):
 
 
 def _r_ComponentData_1(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @ComponentData.EntityType
+    _n = buf[pos]  # @ComponentData.EntityType
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ComponentData.EntityType
+    if _n == 0:
+        raise _null_error()  # @ComponentData.EntityType
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ComponentData.EntityType
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @ComponentData.EntityType
+        pos = _ve
     (_f1,) = _S_b.unpack_from(buf, pos)  # @ComponentData.MatchType
     pos += 1
-    _f2, pos = _r_cnstr(buf, pos)  # @ComponentData.Match
+    _n = buf[pos]  # @ComponentData.Match
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ComponentData.Match
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ComponentData.Match
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @ComponentData.Match
+        pos = _ve
     _nt = buf[pos]  # @ComponentData._tagged_fields
     pos += 1
     if _nt:
@@ -148,7 +172,13 @@ def _w_DescribeClientQuotasRequest_0(out, parts, o):
 
 
 def _r_DescribeClientQuotasRequest_1(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @DescribeClientQuotasRequest.Components
+    _n = buf[pos]  # @DescribeClientQuotasRequest.Components
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeClientQuotasRequest.Components
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeClientQuotasRequest.Components
     if _n < 0:
         raise _null_error()  # @DescribeClientQuotasRequest.Components
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -99,6 +100,7 @@ class DescribeClientQuotasResponse(_Message):
     entries: list[EntryData] | None = _field(default_factory=list)
 
 
+
 def _r_EntityData_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @EntityData.EntityType
     _f1, pos = _r_nstr(buf, pos)  # @EntityData.EntityName
@@ -111,8 +113,30 @@ def _w_EntityData_0(out, parts, o):
 
 
 def _r_EntityData_1(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @EntityData.EntityType
-    _f1, pos = _r_cnstr(buf, pos)  # @EntityData.EntityName
+    _n = buf[pos]  # @EntityData.EntityType
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @EntityData.EntityType
+    if _n == 0:
+        raise _null_error()  # @EntityData.EntityType
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @EntityData.EntityType
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @EntityData.EntityType
+        pos = _ve
+    _n = buf[pos]  # @EntityData.EntityName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @EntityData.EntityName
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @EntityData.EntityName
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @EntityData.EntityName
+        pos = _ve
     _nt = buf[pos]  # @EntityData._tagged_fields
     pos += 1
     if _nt:
@@ -141,7 +165,18 @@ def _w_ValueData_0(out, parts, o):
 
 
 def _r_ValueData_1(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @ValueData.Key
+    _n = buf[pos]  # @ValueData.Key
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ValueData.Key
+    if _n == 0:
+        raise _null_error()  # @ValueData.Key
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ValueData.Key
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @ValueData.Key
+        pos = _ve
     (_f1,) = _S_d.unpack_from(buf, pos)  # @ValueData.Value
     pos += 8
     _nt = buf[pos]  # @ValueData._tagged_fields
@@ -199,7 +234,13 @@ def _w_EntryData_0(out, parts, o):
 
 
 def _r_EntryData_1(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @EntryData.Entity
+    _n = buf[pos]  # @EntryData.Entity
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @EntryData.Entity
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @EntryData.Entity
     if _n < 0:
         raise _null_error()  # @EntryData.Entity
     else:
@@ -208,7 +249,13 @@ def _r_EntryData_1(buf, pos):
         for _ in range(_n):
             _e, pos = _r_EntityData_1(buf, pos)  # @EntryData.Entity
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @EntryData.Values
+    _n = buf[pos]  # @EntryData.Values
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @EntryData.Values
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @EntryData.Values
     if _n < 0:
         raise _null_error()  # @EntryData.Values
     else:
@@ -275,8 +322,25 @@ def _w_DescribeClientQuotasResponse_0(out, parts, o):
 def _r_DescribeClientQuotasResponse_1(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @DescribeClientQuotasResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _f2, pos = _r_cnstr(buf, pos)  # @DescribeClientQuotasResponse.ErrorMessage
-    _n, pos = _r_calen(buf, pos)  # @DescribeClientQuotasResponse.Entries
+    _n = buf[pos]  # @DescribeClientQuotasResponse.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeClientQuotasResponse.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeClientQuotasResponse.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @DescribeClientQuotasResponse.ErrorMessage
+        pos = _ve
+    _n = buf[pos]  # @DescribeClientQuotasResponse.Entries
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeClientQuotasResponse.Entries
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeClientQuotasResponse.Entries
     if _n < 0:
         _f3 = None
     else:

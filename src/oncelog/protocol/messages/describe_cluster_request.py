@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -77,6 +78,7 @@ class DescribeClusterRequest(_Message):
     FLEXIBLE_MIN: ClassVar[int | None] = 0
     include_cluster_authorized_operations: bool = False
     endpoint_type: int = 1
+
 
 
 def _r_DescribeClusterRequest_0(buf, pos):

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -94,13 +95,36 @@ class DescribeClusterResponse(_Message):
     cluster_authorized_operations: int = -2147483648
 
 
+
 def _r_DescribeClusterBroker_0(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @DescribeClusterBroker.BrokerId
     pos += 4
-    _f1, pos = _r_cstr(buf, pos)  # @DescribeClusterBroker.Host
+    _n = buf[pos]  # @DescribeClusterBroker.Host
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeClusterBroker.Host
+    if _n == 0:
+        raise _null_error()  # @DescribeClusterBroker.Host
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeClusterBroker.Host
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @DescribeClusterBroker.Host
+        pos = _ve
     (_f2,) = _S_i.unpack_from(buf, pos)  # @DescribeClusterBroker.Port
     pos += 4
-    _f3, pos = _r_cnstr(buf, pos)  # @DescribeClusterBroker.Rack
+    _n = buf[pos]  # @DescribeClusterBroker.Rack
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeClusterBroker.Rack
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeClusterBroker.Rack
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @DescribeClusterBroker.Rack
+        pos = _ve
     _nt = buf[pos]  # @DescribeClusterBroker._tagged_fields
     pos += 1
     if _nt:
@@ -121,11 +145,39 @@ def _w_DescribeClusterBroker_0(out, parts, o):
 def _r_DescribeClusterResponse_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @DescribeClusterResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _f2, pos = _r_cnstr(buf, pos)  # @DescribeClusterResponse.ErrorMessage
-    _f4, pos = _r_cstr(buf, pos)  # @DescribeClusterResponse.ClusterId
+    _n = buf[pos]  # @DescribeClusterResponse.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeClusterResponse.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeClusterResponse.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @DescribeClusterResponse.ErrorMessage
+        pos = _ve
+    _n = buf[pos]  # @DescribeClusterResponse.ClusterId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeClusterResponse.ClusterId
+    if _n == 0:
+        raise _null_error()  # @DescribeClusterResponse.ClusterId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeClusterResponse.ClusterId
+        _f4 = str(buf[pos:_ve], 'utf-8')  # @DescribeClusterResponse.ClusterId
+        pos = _ve
     (_f5,) = _S_i.unpack_from(buf, pos)  # @DescribeClusterResponse.ControllerId
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @DescribeClusterResponse.Brokers
+    _n = buf[pos]  # @DescribeClusterResponse.Brokers
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeClusterResponse.Brokers
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeClusterResponse.Brokers
     if _n < 0:
         raise _null_error()  # @DescribeClusterResponse.Brokers
     else:
@@ -164,13 +216,41 @@ def _w_DescribeClusterResponse_0(out, parts, o):
 def _r_DescribeClusterResponse_1(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @DescribeClusterResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _f2, pos = _r_cnstr(buf, pos)  # @DescribeClusterResponse.ErrorMessage
+    _n = buf[pos]  # @DescribeClusterResponse.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeClusterResponse.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeClusterResponse.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @DescribeClusterResponse.ErrorMessage
+        pos = _ve
     (_f3,) = _S_b.unpack_from(buf, pos)  # @DescribeClusterResponse.EndpointType
     pos += 1
-    _f4, pos = _r_cstr(buf, pos)  # @DescribeClusterResponse.ClusterId
+    _n = buf[pos]  # @DescribeClusterResponse.ClusterId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeClusterResponse.ClusterId
+    if _n == 0:
+        raise _null_error()  # @DescribeClusterResponse.ClusterId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeClusterResponse.ClusterId
+        _f4 = str(buf[pos:_ve], 'utf-8')  # @DescribeClusterResponse.ClusterId
+        pos = _ve
     (_f5,) = _S_i.unpack_from(buf, pos)  # @DescribeClusterResponse.ControllerId
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @DescribeClusterResponse.Brokers
+    _n = buf[pos]  # @DescribeClusterResponse.Brokers
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeClusterResponse.Brokers
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeClusterResponse.Brokers
     if _n < 0:
         raise _null_error()  # @DescribeClusterResponse.Brokers
     else:

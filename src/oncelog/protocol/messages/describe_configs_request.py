@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -88,6 +89,7 @@ class DescribeConfigsRequest(_Message):
     include_documentation: bool = False
 
 
+
 def _r_DescribeConfigsResource_0(buf, pos):
     (_f0,) = _S_b.unpack_from(buf, pos)  # @DescribeConfigsResource.ResourceType
     pos += 1
@@ -115,8 +117,25 @@ def _w_DescribeConfigsResource_0(out, parts, o):
 def _r_DescribeConfigsResource_4(buf, pos):
     (_f0,) = _S_b.unpack_from(buf, pos)  # @DescribeConfigsResource.ResourceType
     pos += 1
-    _f1, pos = _r_cstr(buf, pos)  # @DescribeConfigsResource.ResourceName
-    _n, pos = _r_calen(buf, pos)  # @DescribeConfigsResource.ConfigurationKeys
+    _n = buf[pos]  # @DescribeConfigsResource.ResourceName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeConfigsResource.ResourceName
+    if _n == 0:
+        raise _null_error()  # @DescribeConfigsResource.ResourceName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeConfigsResource.ResourceName
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @DescribeConfigsResource.ResourceName
+        pos = _ve
+    _n = buf[pos]  # @DescribeConfigsResource.ConfigurationKeys
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeConfigsResource.ConfigurationKeys
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeConfigsResource.ConfigurationKeys
     if _n < 0:
         _f2 = None
     else:
@@ -219,7 +238,13 @@ def _w_DescribeConfigsRequest_3(out, parts, o):
 
 
 def _r_DescribeConfigsRequest_4(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @DescribeConfigsRequest.Resources
+    _n = buf[pos]  # @DescribeConfigsRequest.Resources
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeConfigsRequest.Resources
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeConfigsRequest.Resources
     if _n < 0:
         raise _null_error()  # @DescribeConfigsRequest.Resources
     else:

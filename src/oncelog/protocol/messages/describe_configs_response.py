@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -111,6 +112,7 @@ class DescribeConfigsResponse(_Message):
     results: list[DescribeConfigsResult] = _field(default_factory=list)
 
 
+
 def _r_DescribeConfigsSynonym_1(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @DescribeConfigsSynonym.Name
     _f1, pos = _r_nstr(buf, pos)  # @DescribeConfigsSynonym.Value
@@ -126,8 +128,30 @@ def _w_DescribeConfigsSynonym_1(out, parts, o):
 
 
 def _r_DescribeConfigsSynonym_4(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @DescribeConfigsSynonym.Name
-    _f1, pos = _r_cnstr(buf, pos)  # @DescribeConfigsSynonym.Value
+    _n = buf[pos]  # @DescribeConfigsSynonym.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeConfigsSynonym.Name
+    if _n == 0:
+        raise _null_error()  # @DescribeConfigsSynonym.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeConfigsSynonym.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @DescribeConfigsSynonym.Name
+        pos = _ve
+    _n = buf[pos]  # @DescribeConfigsSynonym.Value
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeConfigsSynonym.Value
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeConfigsSynonym.Value
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @DescribeConfigsSynonym.Value
+        pos = _ve
     (_f2,) = _S_b.unpack_from(buf, pos)  # @DescribeConfigsSynonym.Source
     pos += 1
     _nt = buf[pos]  # @DescribeConfigsSynonym._tagged_fields
@@ -226,11 +250,39 @@ def _w_DescribeConfigsResourceResult_3(out, parts, o):
 
 
 def _r_DescribeConfigsResourceResult_4(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @DescribeConfigsResourceResult.Name
-    _f1, pos = _r_cnstr(buf, pos)  # @DescribeConfigsResourceResult.Value
+    _n = buf[pos]  # @DescribeConfigsResourceResult.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeConfigsResourceResult.Name
+    if _n == 0:
+        raise _null_error()  # @DescribeConfigsResourceResult.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeConfigsResourceResult.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @DescribeConfigsResourceResult.Name
+        pos = _ve
+    _n = buf[pos]  # @DescribeConfigsResourceResult.Value
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeConfigsResourceResult.Value
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeConfigsResourceResult.Value
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @DescribeConfigsResourceResult.Value
+        pos = _ve
     _f2, _f4, _f5 = _S_B_bB_.unpack_from(buf, pos)  # @DescribeConfigsResourceResult.ReadOnly,ConfigSource,IsSensitive
     pos += 3
-    _n, pos = _r_calen(buf, pos)  # @DescribeConfigsResourceResult.Synonyms
+    _n = buf[pos]  # @DescribeConfigsResourceResult.Synonyms
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeConfigsResourceResult.Synonyms
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeConfigsResourceResult.Synonyms
     if _n < 0:
         raise _null_error()  # @DescribeConfigsResourceResult.Synonyms
     else:
@@ -241,7 +293,18 @@ def _r_DescribeConfigsResourceResult_4(buf, pos):
             _app(_e)
     (_f7,) = _S_b.unpack_from(buf, pos)  # @DescribeConfigsResourceResult.ConfigType
     pos += 1
-    _f8, pos = _r_cnstr(buf, pos)  # @DescribeConfigsResourceResult.Documentation
+    _n = buf[pos]  # @DescribeConfigsResourceResult.Documentation
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeConfigsResourceResult.Documentation
+    if _n == 0:
+        _f8 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeConfigsResourceResult.Documentation
+        _f8 = str(buf[pos:_ve], 'utf-8')  # @DescribeConfigsResourceResult.Documentation
+        pos = _ve
     _nt = buf[pos]  # @DescribeConfigsResourceResult._tagged_fields
     pos += 1
     if _nt:
@@ -369,11 +432,39 @@ def _w_DescribeConfigsResult_3(out, parts, o):
 def _r_DescribeConfigsResult_4(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @DescribeConfigsResult.ErrorCode
     pos += 2
-    _f1, pos = _r_cnstr(buf, pos)  # @DescribeConfigsResult.ErrorMessage
+    _n = buf[pos]  # @DescribeConfigsResult.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeConfigsResult.ErrorMessage
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeConfigsResult.ErrorMessage
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @DescribeConfigsResult.ErrorMessage
+        pos = _ve
     (_f2,) = _S_b.unpack_from(buf, pos)  # @DescribeConfigsResult.ResourceType
     pos += 1
-    _f3, pos = _r_cstr(buf, pos)  # @DescribeConfigsResult.ResourceName
-    _n, pos = _r_calen(buf, pos)  # @DescribeConfigsResult.Configs
+    _n = buf[pos]  # @DescribeConfigsResult.ResourceName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeConfigsResult.ResourceName
+    if _n == 0:
+        raise _null_error()  # @DescribeConfigsResult.ResourceName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeConfigsResult.ResourceName
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @DescribeConfigsResult.ResourceName
+        pos = _ve
+    _n = buf[pos]  # @DescribeConfigsResult.Configs
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeConfigsResult.Configs
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeConfigsResult.Configs
     if _n < 0:
         raise _null_error()  # @DescribeConfigsResult.Configs
     else:
@@ -487,7 +578,13 @@ def _w_DescribeConfigsResponse_3(out, parts, o):
 def _r_DescribeConfigsResponse_4(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @DescribeConfigsResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @DescribeConfigsResponse.Results
+    _n = buf[pos]  # @DescribeConfigsResponse.Results
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeConfigsResponse.Results
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeConfigsResponse.Results
     if _n < 0:
         raise _null_error()  # @DescribeConfigsResponse.Results
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -82,6 +83,7 @@ class DescribeDelegationTokenRequest(_Message):
     owners: list[DescribeDelegationTokenOwner] | None = _field(default_factory=list)
 
 
+
 def _r_DescribeDelegationTokenOwner_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @DescribeDelegationTokenOwner.PrincipalType
     _f1, pos = _r_str(buf, pos)  # @DescribeDelegationTokenOwner.PrincipalName
@@ -94,8 +96,30 @@ def _w_DescribeDelegationTokenOwner_0(out, parts, o):
 
 
 def _r_DescribeDelegationTokenOwner_2(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @DescribeDelegationTokenOwner.PrincipalType
-    _f1, pos = _r_cstr(buf, pos)  # @DescribeDelegationTokenOwner.PrincipalName
+    _n = buf[pos]  # @DescribeDelegationTokenOwner.PrincipalType
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeDelegationTokenOwner.PrincipalType
+    if _n == 0:
+        raise _null_error()  # @DescribeDelegationTokenOwner.PrincipalType
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeDelegationTokenOwner.PrincipalType
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @DescribeDelegationTokenOwner.PrincipalType
+        pos = _ve
+    _n = buf[pos]  # @DescribeDelegationTokenOwner.PrincipalName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeDelegationTokenOwner.PrincipalName
+    if _n == 0:
+        raise _null_error()  # @DescribeDelegationTokenOwner.PrincipalName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeDelegationTokenOwner.PrincipalName
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @DescribeDelegationTokenOwner.PrincipalName
+        pos = _ve
     _nt = buf[pos]  # @DescribeDelegationTokenOwner._tagged_fields
     pos += 1
     if _nt:
@@ -135,7 +159,13 @@ def _w_DescribeDelegationTokenRequest_0(out, parts, o):
 
 
 def _r_DescribeDelegationTokenRequest_2(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @DescribeDelegationTokenRequest.Owners
+    _n = buf[pos]  # @DescribeDelegationTokenRequest.Owners
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeDelegationTokenRequest.Owners
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeDelegationTokenRequest.Owners
     if _n < 0:
         _f0 = None
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -101,6 +102,7 @@ class DescribeDelegationTokenResponse(_Message):
     throttle_time_ms: int = 0
 
 
+
 def _r_DescribedDelegationTokenRenewer_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @DescribedDelegationTokenRenewer.PrincipalType
     _f1, pos = _r_str(buf, pos)  # @DescribedDelegationTokenRenewer.PrincipalName
@@ -113,8 +115,30 @@ def _w_DescribedDelegationTokenRenewer_0(out, parts, o):
 
 
 def _r_DescribedDelegationTokenRenewer_2(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @DescribedDelegationTokenRenewer.PrincipalType
-    _f1, pos = _r_cstr(buf, pos)  # @DescribedDelegationTokenRenewer.PrincipalName
+    _n = buf[pos]  # @DescribedDelegationTokenRenewer.PrincipalType
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedDelegationTokenRenewer.PrincipalType
+    if _n == 0:
+        raise _null_error()  # @DescribedDelegationTokenRenewer.PrincipalType
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribedDelegationTokenRenewer.PrincipalType
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @DescribedDelegationTokenRenewer.PrincipalType
+        pos = _ve
+    _n = buf[pos]  # @DescribedDelegationTokenRenewer.PrincipalName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedDelegationTokenRenewer.PrincipalName
+    if _n == 0:
+        raise _null_error()  # @DescribedDelegationTokenRenewer.PrincipalName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribedDelegationTokenRenewer.PrincipalName
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @DescribedDelegationTokenRenewer.PrincipalName
+        pos = _ve
     _nt = buf[pos]  # @DescribedDelegationTokenRenewer._tagged_fields
     pos += 1
     if _nt:
@@ -165,13 +189,52 @@ def _w_DescribedDelegationToken_0(out, parts, o):
 
 
 def _r_DescribedDelegationToken_2(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @DescribedDelegationToken.PrincipalType
-    _f1, pos = _r_cstr(buf, pos)  # @DescribedDelegationToken.PrincipalName
+    _n = buf[pos]  # @DescribedDelegationToken.PrincipalType
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedDelegationToken.PrincipalType
+    if _n == 0:
+        raise _null_error()  # @DescribedDelegationToken.PrincipalType
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribedDelegationToken.PrincipalType
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @DescribedDelegationToken.PrincipalType
+        pos = _ve
+    _n = buf[pos]  # @DescribedDelegationToken.PrincipalName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedDelegationToken.PrincipalName
+    if _n == 0:
+        raise _null_error()  # @DescribedDelegationToken.PrincipalName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribedDelegationToken.PrincipalName
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @DescribedDelegationToken.PrincipalName
+        pos = _ve
     _f4, _f5, _f6 = _S_qqq.unpack_from(buf, pos)  # @DescribedDelegationToken.IssueTimestamp,ExpiryTimestamp,MaxTimestamp
     pos += 24
-    _f7, pos = _r_cstr(buf, pos)  # @DescribedDelegationToken.TokenId
+    _n = buf[pos]  # @DescribedDelegationToken.TokenId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedDelegationToken.TokenId
+    if _n == 0:
+        raise _null_error()  # @DescribedDelegationToken.TokenId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribedDelegationToken.TokenId
+        _f7 = str(buf[pos:_ve], 'utf-8')  # @DescribedDelegationToken.TokenId
+        pos = _ve
     _f8, pos = _r_cbytes(buf, pos)  # @DescribedDelegationToken.Hmac
-    _n, pos = _r_calen(buf, pos)  # @DescribedDelegationToken.Renewers
+    _n = buf[pos]  # @DescribedDelegationToken.Renewers
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedDelegationToken.Renewers
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribedDelegationToken.Renewers
     if _n < 0:
         raise _null_error()  # @DescribedDelegationToken.Renewers
     else:
@@ -206,15 +269,76 @@ def _w_DescribedDelegationToken_2(out, parts, o):
 
 
 def _r_DescribedDelegationToken_3(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @DescribedDelegationToken.PrincipalType
-    _f1, pos = _r_cstr(buf, pos)  # @DescribedDelegationToken.PrincipalName
-    _f2, pos = _r_cstr(buf, pos)  # @DescribedDelegationToken.TokenRequesterPrincipalType
-    _f3, pos = _r_cstr(buf, pos)  # @DescribedDelegationToken.TokenRequesterPrincipalName
+    _n = buf[pos]  # @DescribedDelegationToken.PrincipalType
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedDelegationToken.PrincipalType
+    if _n == 0:
+        raise _null_error()  # @DescribedDelegationToken.PrincipalType
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribedDelegationToken.PrincipalType
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @DescribedDelegationToken.PrincipalType
+        pos = _ve
+    _n = buf[pos]  # @DescribedDelegationToken.PrincipalName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedDelegationToken.PrincipalName
+    if _n == 0:
+        raise _null_error()  # @DescribedDelegationToken.PrincipalName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribedDelegationToken.PrincipalName
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @DescribedDelegationToken.PrincipalName
+        pos = _ve
+    _n = buf[pos]  # @DescribedDelegationToken.TokenRequesterPrincipalType
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedDelegationToken.TokenRequesterPrincipalType
+    if _n == 0:
+        raise _null_error()  # @DescribedDelegationToken.TokenRequesterPrincipalType
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribedDelegationToken.TokenRequesterPrincipalType
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @DescribedDelegationToken.TokenRequesterPrincipalType
+        pos = _ve
+    _n = buf[pos]  # @DescribedDelegationToken.TokenRequesterPrincipalName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedDelegationToken.TokenRequesterPrincipalName
+    if _n == 0:
+        raise _null_error()  # @DescribedDelegationToken.TokenRequesterPrincipalName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribedDelegationToken.TokenRequesterPrincipalName
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @DescribedDelegationToken.TokenRequesterPrincipalName
+        pos = _ve
     _f4, _f5, _f6 = _S_qqq.unpack_from(buf, pos)  # @DescribedDelegationToken.IssueTimestamp,ExpiryTimestamp,MaxTimestamp
     pos += 24
-    _f7, pos = _r_cstr(buf, pos)  # @DescribedDelegationToken.TokenId
+    _n = buf[pos]  # @DescribedDelegationToken.TokenId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedDelegationToken.TokenId
+    if _n == 0:
+        raise _null_error()  # @DescribedDelegationToken.TokenId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribedDelegationToken.TokenId
+        _f7 = str(buf[pos:_ve], 'utf-8')  # @DescribedDelegationToken.TokenId
+        pos = _ve
     _f8, pos = _r_cbytes(buf, pos)  # @DescribedDelegationToken.Hmac
-    _n, pos = _r_calen(buf, pos)  # @DescribedDelegationToken.Renewers
+    _n = buf[pos]  # @DescribedDelegationToken.Renewers
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedDelegationToken.Renewers
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribedDelegationToken.Renewers
     if _n < 0:
         raise _null_error()  # @DescribedDelegationToken.Renewers
     else:
@@ -282,7 +406,13 @@ def _w_DescribeDelegationTokenResponse_0(out, parts, o):
 def _r_DescribeDelegationTokenResponse_2(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @DescribeDelegationTokenResponse.ErrorCode
     pos += 2
-    _n, pos = _r_calen(buf, pos)  # @DescribeDelegationTokenResponse.Tokens
+    _n = buf[pos]  # @DescribeDelegationTokenResponse.Tokens
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeDelegationTokenResponse.Tokens
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeDelegationTokenResponse.Tokens
     if _n < 0:
         raise _null_error()  # @DescribeDelegationTokenResponse.Tokens
     else:
@@ -318,7 +448,13 @@ def _w_DescribeDelegationTokenResponse_2(out, parts, o):
 def _r_DescribeDelegationTokenResponse_3(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @DescribeDelegationTokenResponse.ErrorCode
     pos += 2
-    _n, pos = _r_calen(buf, pos)  # @DescribeDelegationTokenResponse.Tokens
+    _n = buf[pos]  # @DescribeDelegationTokenResponse.Tokens
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeDelegationTokenResponse.Tokens
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeDelegationTokenResponse.Tokens
     if _n < 0:
         raise _null_error()  # @DescribeDelegationTokenResponse.Tokens
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -78,6 +79,7 @@ class DescribeGroupsRequest(_Message):
     include_authorized_operations: bool = False
 
 
+
 def _r_DescribeGroupsRequest_0(buf, pos):
     _n, pos = _r_alen(buf, pos)  # @DescribeGroupsRequest.Groups
     if _n < 0:
@@ -120,7 +122,13 @@ def _w_DescribeGroupsRequest_3(out, parts, o):
 
 
 def _r_DescribeGroupsRequest_5(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @DescribeGroupsRequest.Groups
+    _n = buf[pos]  # @DescribeGroupsRequest.Groups
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeGroupsRequest.Groups
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeGroupsRequest.Groups
     if _n < 0:
         raise _null_error()  # @DescribeGroupsRequest.Groups
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -100,6 +101,7 @@ class DescribeGroupsResponse(_Message):
     groups: list[DescribedGroup] = _field(default_factory=list)
 
 
+
 def _r_DescribedGroupMember_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @DescribedGroupMember.MemberId
     _f2, pos = _r_str(buf, pos)  # @DescribedGroupMember.ClientId
@@ -137,10 +139,54 @@ def _w_DescribedGroupMember_4(out, parts, o):
 
 
 def _r_DescribedGroupMember_5(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @DescribedGroupMember.MemberId
-    _f1, pos = _r_cnstr(buf, pos)  # @DescribedGroupMember.GroupInstanceId
-    _f2, pos = _r_cstr(buf, pos)  # @DescribedGroupMember.ClientId
-    _f3, pos = _r_cstr(buf, pos)  # @DescribedGroupMember.ClientHost
+    _n = buf[pos]  # @DescribedGroupMember.MemberId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedGroupMember.MemberId
+    if _n == 0:
+        raise _null_error()  # @DescribedGroupMember.MemberId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribedGroupMember.MemberId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @DescribedGroupMember.MemberId
+        pos = _ve
+    _n = buf[pos]  # @DescribedGroupMember.GroupInstanceId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedGroupMember.GroupInstanceId
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribedGroupMember.GroupInstanceId
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @DescribedGroupMember.GroupInstanceId
+        pos = _ve
+    _n = buf[pos]  # @DescribedGroupMember.ClientId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedGroupMember.ClientId
+    if _n == 0:
+        raise _null_error()  # @DescribedGroupMember.ClientId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribedGroupMember.ClientId
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @DescribedGroupMember.ClientId
+        pos = _ve
+    _n = buf[pos]  # @DescribedGroupMember.ClientHost
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedGroupMember.ClientHost
+    if _n == 0:
+        raise _null_error()  # @DescribedGroupMember.ClientHost
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribedGroupMember.ClientHost
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @DescribedGroupMember.ClientHost
+        pos = _ve
     _f4, pos = _r_cbytes(buf, pos)  # @DescribedGroupMember.MemberMetadata
     _f5, pos = _r_cbytes(buf, pos)  # @DescribedGroupMember.MemberAssignment
     _nt = buf[pos]  # @DescribedGroupMember._tagged_fields
@@ -273,11 +319,61 @@ def _w_DescribedGroup_4(out, parts, o):
 def _r_DescribedGroup_5(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @DescribedGroup.ErrorCode
     pos += 2
-    _f1, pos = _r_cstr(buf, pos)  # @DescribedGroup.GroupId
-    _f2, pos = _r_cstr(buf, pos)  # @DescribedGroup.GroupState
-    _f3, pos = _r_cstr(buf, pos)  # @DescribedGroup.ProtocolType
-    _f4, pos = _r_cstr(buf, pos)  # @DescribedGroup.ProtocolData
-    _n, pos = _r_calen(buf, pos)  # @DescribedGroup.Members
+    _n = buf[pos]  # @DescribedGroup.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedGroup.GroupId
+    if _n == 0:
+        raise _null_error()  # @DescribedGroup.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribedGroup.GroupId
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @DescribedGroup.GroupId
+        pos = _ve
+    _n = buf[pos]  # @DescribedGroup.GroupState
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedGroup.GroupState
+    if _n == 0:
+        raise _null_error()  # @DescribedGroup.GroupState
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribedGroup.GroupState
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @DescribedGroup.GroupState
+        pos = _ve
+    _n = buf[pos]  # @DescribedGroup.ProtocolType
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedGroup.ProtocolType
+    if _n == 0:
+        raise _null_error()  # @DescribedGroup.ProtocolType
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribedGroup.ProtocolType
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @DescribedGroup.ProtocolType
+        pos = _ve
+    _n = buf[pos]  # @DescribedGroup.ProtocolData
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedGroup.ProtocolData
+    if _n == 0:
+        raise _null_error()  # @DescribedGroup.ProtocolData
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribedGroup.ProtocolData
+        _f4 = str(buf[pos:_ve], 'utf-8')  # @DescribedGroup.ProtocolData
+        pos = _ve
+    _n = buf[pos]  # @DescribedGroup.Members
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedGroup.Members
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribedGroup.Members
     if _n < 0:
         raise _null_error()  # @DescribedGroup.Members
     else:
@@ -418,7 +514,13 @@ def _w_DescribeGroupsResponse_4(out, parts, o):
 def _r_DescribeGroupsResponse_5(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @DescribeGroupsResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @DescribeGroupsResponse.Groups
+    _n = buf[pos]  # @DescribeGroupsResponse.Groups
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeGroupsResponse.Groups
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeGroupsResponse.Groups
     if _n < 0:
         raise _null_error()  # @DescribeGroupsResponse.Groups
     else:

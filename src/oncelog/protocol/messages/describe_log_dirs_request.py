@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -82,6 +83,7 @@ class DescribeLogDirsRequest(_Message):
     topics: list[DescribableLogDirTopic] | None = _field(default_factory=list)
 
 
+
 def _r_DescribableLogDirTopic_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @DescribableLogDirTopic.Topic
     _n, pos = _r_alen(buf, pos)  # @DescribableLogDirTopic.Partitions
@@ -103,8 +105,25 @@ def _w_DescribableLogDirTopic_0(out, parts, o):
 
 
 def _r_DescribableLogDirTopic_2(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @DescribableLogDirTopic.Topic
-    _n, pos = _r_calen(buf, pos)  # @DescribableLogDirTopic.Partitions
+    _n = buf[pos]  # @DescribableLogDirTopic.Topic
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribableLogDirTopic.Topic
+    if _n == 0:
+        raise _null_error()  # @DescribableLogDirTopic.Topic
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribableLogDirTopic.Topic
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @DescribableLogDirTopic.Topic
+        pos = _ve
+    _n = buf[pos]  # @DescribableLogDirTopic.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribableLogDirTopic.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribableLogDirTopic.Partitions
     if _n < 0:
         raise _null_error()  # @DescribableLogDirTopic.Partitions
     else:
@@ -153,7 +172,13 @@ def _w_DescribeLogDirsRequest_0(out, parts, o):
 
 
 def _r_DescribeLogDirsRequest_2(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @DescribeLogDirsRequest.Topics
+    _n = buf[pos]  # @DescribeLogDirsRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeLogDirsRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeLogDirsRequest.Topics
     if _n < 0:
         _f0 = None
     else:

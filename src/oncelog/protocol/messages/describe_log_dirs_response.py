@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -106,6 +107,7 @@ class DescribeLogDirsResponse(_Message):
     results: list[DescribeLogDirsResult] = _field(default_factory=list)
 
 
+
 def _r_DescribeLogDirsPartition_0(buf, pos):
     _f0, _f1, _f2, _f3 = _S_iqqB_.unpack_from(buf, pos)  # @DescribeLogDirsPartition.PartitionIndex,PartitionSize,OffsetLag,IsFutureKey
     pos += 21
@@ -159,8 +161,25 @@ def _w_DescribeLogDirsTopic_0(out, parts, o):
 
 
 def _r_DescribeLogDirsTopic_2(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @DescribeLogDirsTopic.Name
-    _n, pos = _r_calen(buf, pos)  # @DescribeLogDirsTopic.Partitions
+    _n = buf[pos]  # @DescribeLogDirsTopic.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeLogDirsTopic.Name
+    if _n == 0:
+        raise _null_error()  # @DescribeLogDirsTopic.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeLogDirsTopic.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @DescribeLogDirsTopic.Name
+        pos = _ve
+    _n = buf[pos]  # @DescribeLogDirsTopic.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeLogDirsTopic.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeLogDirsTopic.Partitions
     if _n < 0:
         raise _null_error()  # @DescribeLogDirsTopic.Partitions
     else:
@@ -221,8 +240,25 @@ def _w_DescribeLogDirsResult_0(out, parts, o):
 def _r_DescribeLogDirsResult_2(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @DescribeLogDirsResult.ErrorCode
     pos += 2
-    _f1, pos = _r_cstr(buf, pos)  # @DescribeLogDirsResult.LogDir
-    _n, pos = _r_calen(buf, pos)  # @DescribeLogDirsResult.Topics
+    _n = buf[pos]  # @DescribeLogDirsResult.LogDir
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeLogDirsResult.LogDir
+    if _n == 0:
+        raise _null_error()  # @DescribeLogDirsResult.LogDir
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeLogDirsResult.LogDir
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @DescribeLogDirsResult.LogDir
+        pos = _ve
+    _n = buf[pos]  # @DescribeLogDirsResult.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeLogDirsResult.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeLogDirsResult.Topics
     if _n < 0:
         raise _null_error()  # @DescribeLogDirsResult.Topics
     else:
@@ -256,8 +292,25 @@ def _w_DescribeLogDirsResult_2(out, parts, o):
 def _r_DescribeLogDirsResult_4(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @DescribeLogDirsResult.ErrorCode
     pos += 2
-    _f1, pos = _r_cstr(buf, pos)  # @DescribeLogDirsResult.LogDir
-    _n, pos = _r_calen(buf, pos)  # @DescribeLogDirsResult.Topics
+    _n = buf[pos]  # @DescribeLogDirsResult.LogDir
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeLogDirsResult.LogDir
+    if _n == 0:
+        raise _null_error()  # @DescribeLogDirsResult.LogDir
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeLogDirsResult.LogDir
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @DescribeLogDirsResult.LogDir
+        pos = _ve
+    _n = buf[pos]  # @DescribeLogDirsResult.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeLogDirsResult.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeLogDirsResult.Topics
     if _n < 0:
         raise _null_error()  # @DescribeLogDirsResult.Topics
     else:
@@ -320,7 +373,13 @@ def _w_DescribeLogDirsResponse_0(out, parts, o):
 def _r_DescribeLogDirsResponse_2(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @DescribeLogDirsResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @DescribeLogDirsResponse.Results
+    _n = buf[pos]  # @DescribeLogDirsResponse.Results
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeLogDirsResponse.Results
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeLogDirsResponse.Results
     if _n < 0:
         raise _null_error()  # @DescribeLogDirsResponse.Results
     else:
@@ -353,7 +412,13 @@ def _w_DescribeLogDirsResponse_2(out, parts, o):
 def _r_DescribeLogDirsResponse_3(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @DescribeLogDirsResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _n, pos = _r_calen(buf, pos)  # @DescribeLogDirsResponse.Results
+    _n = buf[pos]  # @DescribeLogDirsResponse.Results
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeLogDirsResponse.Results
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeLogDirsResponse.Results
     if _n < 0:
         raise _null_error()  # @DescribeLogDirsResponse.Results
     else:
@@ -386,7 +451,13 @@ def _w_DescribeLogDirsResponse_3(out, parts, o):
 def _r_DescribeLogDirsResponse_4(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @DescribeLogDirsResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _n, pos = _r_calen(buf, pos)  # @DescribeLogDirsResponse.Results
+    _n = buf[pos]  # @DescribeLogDirsResponse.Results
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeLogDirsResponse.Results
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeLogDirsResponse.Results
     if _n < 0:
         raise _null_error()  # @DescribeLogDirsResponse.Results
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -82,9 +83,27 @@ class DescribeProducersRequest(_Message):
     topics: list[TopicRequest] = _field(default_factory=list)
 
 
+
 def _r_TopicRequest_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TopicRequest.Name
-    _n, pos = _r_calen(buf, pos)  # @TopicRequest.PartitionIndexes
+    _n = buf[pos]  # @TopicRequest.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicRequest.Name
+    if _n == 0:
+        raise _null_error()  # @TopicRequest.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TopicRequest.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TopicRequest.Name
+        pos = _ve
+    _n = buf[pos]  # @TopicRequest.PartitionIndexes
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicRequest.PartitionIndexes
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicRequest.PartitionIndexes
     if _n < 0:
         raise _null_error()  # @TopicRequest.PartitionIndexes
     else:
@@ -110,7 +129,13 @@ def _w_TopicRequest_0(out, parts, o):
 
 
 def _r_DescribeProducersRequest_0(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @DescribeProducersRequest.Topics
+    _n = buf[pos]  # @DescribeProducersRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeProducersRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeProducersRequest.Topics
     if _n < 0:
         raise _null_error()  # @DescribeProducersRequest.Topics
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -104,6 +105,7 @@ class DescribeProducersResponse(_Message):
     topics: list[TopicResponse] = _field(default_factory=list)
 
 
+
 def _r_ProducerState_0(buf, pos):
     _f0, _f1, _f2, _f3, _f4, _f5 = _S_qiiqiq.unpack_from(buf, pos)  # @ProducerState.ProducerId,ProducerEpoch,LastSequence,LastTimestamp,CoordinatorEpoch,CurrentTxnStartOffset
     pos += 36
@@ -124,8 +126,25 @@ def _w_ProducerState_0(out, parts, o):
 def _r_PartitionResponse_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @PartitionResponse.PartitionIndex,ErrorCode
     pos += 6
-    _f2, pos = _r_cnstr(buf, pos)  # @PartitionResponse.ErrorMessage
-    _n, pos = _r_calen(buf, pos)  # @PartitionResponse.ActiveProducers
+    _n = buf[pos]  # @PartitionResponse.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionResponse.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @PartitionResponse.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @PartitionResponse.ErrorMessage
+        pos = _ve
+    _n = buf[pos]  # @PartitionResponse.ActiveProducers
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionResponse.ActiveProducers
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @PartitionResponse.ActiveProducers
     if _n < 0:
         raise _null_error()  # @PartitionResponse.ActiveProducers
     else:
@@ -157,8 +176,25 @@ def _w_PartitionResponse_0(out, parts, o):
 
 
 def _r_TopicResponse_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TopicResponse.Name
-    _n, pos = _r_calen(buf, pos)  # @TopicResponse.Partitions
+    _n = buf[pos]  # @TopicResponse.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicResponse.Name
+    if _n == 0:
+        raise _null_error()  # @TopicResponse.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TopicResponse.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TopicResponse.Name
+        pos = _ve
+    _n = buf[pos]  # @TopicResponse.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicResponse.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicResponse.Partitions
     if _n < 0:
         raise _null_error()  # @TopicResponse.Partitions
     else:
@@ -191,7 +227,13 @@ def _w_TopicResponse_0(out, parts, o):
 def _r_DescribeProducersResponse_0(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @DescribeProducersResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @DescribeProducersResponse.Topics
+    _n = buf[pos]  # @DescribeProducersResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeProducersResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeProducersResponse.Topics
     if _n < 0:
         raise _null_error()  # @DescribeProducersResponse.Topics
     else:

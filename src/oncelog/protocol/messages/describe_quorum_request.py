@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -88,6 +89,7 @@ class DescribeQuorumRequest(_Message):
     topics: list[TopicData] = _field(default_factory=list)
 
 
+
 def _r_PartitionData_0(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @PartitionData.PartitionIndex
     pos += 4
@@ -106,8 +108,25 @@ def _w_PartitionData_0(out, parts, o):
 
 
 def _r_TopicData_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TopicData.TopicName
-    _n, pos = _r_calen(buf, pos)  # @TopicData.Partitions
+    _n = buf[pos]  # @TopicData.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.TopicName
+    if _n == 0:
+        raise _null_error()  # @TopicData.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TopicData.TopicName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TopicData.TopicName
+        pos = _ve
+    _n = buf[pos]  # @TopicData.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicData.Partitions
     if _n < 0:
         raise _null_error()  # @TopicData.Partitions
     else:
@@ -138,7 +157,13 @@ def _w_TopicData_0(out, parts, o):
 
 
 def _r_DescribeQuorumRequest_0(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @DescribeQuorumRequest.Topics
+    _n = buf[pos]  # @DescribeQuorumRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeQuorumRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeQuorumRequest.Topics
     if _n < 0:
         raise _null_error()  # @DescribeQuorumRequest.Topics
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -128,6 +129,7 @@ class DescribeQuorumResponse(_Message):
     nodes: list[Node] = _field(default_factory=list)
 
 
+
 def _r_ReplicaState_0(buf, pos):
     _f0, _f2 = _S_iq.unpack_from(buf, pos)  # @ReplicaState.ReplicaId,LogEndOffset
     pos += 12
@@ -183,7 +185,13 @@ def _w_ReplicaState_2(out, parts, o):
 def _r_PartitionData_0(buf, pos):
     _f0, _f1, _f3, _f4, _f5 = _S_ihiiq.unpack_from(buf, pos)  # @PartitionData.PartitionIndex,ErrorCode,LeaderId,LeaderEpoch,HighWatermark
     pos += 22
-    _n, pos = _r_calen(buf, pos)  # @PartitionData.CurrentVoters
+    _n = buf[pos]  # @PartitionData.CurrentVoters
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionData.CurrentVoters
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @PartitionData.CurrentVoters
     if _n < 0:
         raise _null_error()  # @PartitionData.CurrentVoters
     else:
@@ -192,7 +200,13 @@ def _r_PartitionData_0(buf, pos):
         for _ in range(_n):
             _e, pos = _r_ReplicaState_0(buf, pos)  # @PartitionData.CurrentVoters
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @PartitionData.Observers
+    _n = buf[pos]  # @PartitionData.Observers
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionData.Observers
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @PartitionData.Observers
     if _n < 0:
         raise _null_error()  # @PartitionData.Observers
     else:
@@ -232,7 +246,13 @@ def _w_PartitionData_0(out, parts, o):
 def _r_PartitionData_1(buf, pos):
     _f0, _f1, _f3, _f4, _f5 = _S_ihiiq.unpack_from(buf, pos)  # @PartitionData.PartitionIndex,ErrorCode,LeaderId,LeaderEpoch,HighWatermark
     pos += 22
-    _n, pos = _r_calen(buf, pos)  # @PartitionData.CurrentVoters
+    _n = buf[pos]  # @PartitionData.CurrentVoters
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionData.CurrentVoters
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @PartitionData.CurrentVoters
     if _n < 0:
         raise _null_error()  # @PartitionData.CurrentVoters
     else:
@@ -241,7 +261,13 @@ def _r_PartitionData_1(buf, pos):
         for _ in range(_n):
             _e, pos = _r_ReplicaState_1(buf, pos)  # @PartitionData.CurrentVoters
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @PartitionData.Observers
+    _n = buf[pos]  # @PartitionData.Observers
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionData.Observers
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @PartitionData.Observers
     if _n < 0:
         raise _null_error()  # @PartitionData.Observers
     else:
@@ -281,10 +307,27 @@ def _w_PartitionData_1(out, parts, o):
 def _r_PartitionData_2(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @PartitionData.PartitionIndex,ErrorCode
     pos += 6
-    _f2, pos = _r_cnstr(buf, pos)  # @PartitionData.ErrorMessage
+    _n = buf[pos]  # @PartitionData.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionData.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @PartitionData.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @PartitionData.ErrorMessage
+        pos = _ve
     _f3, _f4, _f5 = _S_iiq.unpack_from(buf, pos)  # @PartitionData.LeaderId,LeaderEpoch,HighWatermark
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @PartitionData.CurrentVoters
+    _n = buf[pos]  # @PartitionData.CurrentVoters
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionData.CurrentVoters
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @PartitionData.CurrentVoters
     if _n < 0:
         raise _null_error()  # @PartitionData.CurrentVoters
     else:
@@ -293,7 +336,13 @@ def _r_PartitionData_2(buf, pos):
         for _ in range(_n):
             _e, pos = _r_ReplicaState_2(buf, pos)  # @PartitionData.CurrentVoters
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @PartitionData.Observers
+    _n = buf[pos]  # @PartitionData.Observers
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionData.Observers
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @PartitionData.Observers
     if _n < 0:
         raise _null_error()  # @PartitionData.Observers
     else:
@@ -333,8 +382,25 @@ def _w_PartitionData_2(out, parts, o):
 
 
 def _r_TopicData_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TopicData.TopicName
-    _n, pos = _r_calen(buf, pos)  # @TopicData.Partitions
+    _n = buf[pos]  # @TopicData.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.TopicName
+    if _n == 0:
+        raise _null_error()  # @TopicData.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TopicData.TopicName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TopicData.TopicName
+        pos = _ve
+    _n = buf[pos]  # @TopicData.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicData.Partitions
     if _n < 0:
         raise _null_error()  # @TopicData.Partitions
     else:
@@ -365,8 +431,25 @@ def _w_TopicData_0(out, parts, o):
 
 
 def _r_TopicData_1(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TopicData.TopicName
-    _n, pos = _r_calen(buf, pos)  # @TopicData.Partitions
+    _n = buf[pos]  # @TopicData.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.TopicName
+    if _n == 0:
+        raise _null_error()  # @TopicData.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TopicData.TopicName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TopicData.TopicName
+        pos = _ve
+    _n = buf[pos]  # @TopicData.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicData.Partitions
     if _n < 0:
         raise _null_error()  # @TopicData.Partitions
     else:
@@ -397,8 +480,25 @@ def _w_TopicData_1(out, parts, o):
 
 
 def _r_TopicData_2(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TopicData.TopicName
-    _n, pos = _r_calen(buf, pos)  # @TopicData.Partitions
+    _n = buf[pos]  # @TopicData.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.TopicName
+    if _n == 0:
+        raise _null_error()  # @TopicData.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TopicData.TopicName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TopicData.TopicName
+        pos = _ve
+    _n = buf[pos]  # @TopicData.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicData.Partitions
     if _n < 0:
         raise _null_error()  # @TopicData.Partitions
     else:
@@ -429,8 +529,30 @@ def _w_TopicData_2(out, parts, o):
 
 
 def _r_Listener_2(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @Listener.Name
-    _f1, pos = _r_cstr(buf, pos)  # @Listener.Host
+    _n = buf[pos]  # @Listener.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Listener.Name
+    if _n == 0:
+        raise _null_error()  # @Listener.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @Listener.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @Listener.Name
+        pos = _ve
+    _n = buf[pos]  # @Listener.Host
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Listener.Host
+    if _n == 0:
+        raise _null_error()  # @Listener.Host
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @Listener.Host
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @Listener.Host
+        pos = _ve
     (_f2,) = _S_H.unpack_from(buf, pos)  # @Listener.Port
     pos += 2
     _nt = buf[pos]  # @Listener._tagged_fields
@@ -452,7 +574,13 @@ def _w_Listener_2(out, parts, o):
 def _r_Node_2(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @Node.NodeId
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @Node.Listeners
+    _n = buf[pos]  # @Node.Listeners
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Node.Listeners
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @Node.Listeners
     if _n < 0:
         raise _null_error()  # @Node.Listeners
     else:
@@ -485,7 +613,13 @@ def _w_Node_2(out, parts, o):
 def _r_DescribeQuorumResponse_0(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @DescribeQuorumResponse.ErrorCode
     pos += 2
-    _n, pos = _r_calen(buf, pos)  # @DescribeQuorumResponse.Topics
+    _n = buf[pos]  # @DescribeQuorumResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeQuorumResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeQuorumResponse.Topics
     if _n < 0:
         raise _null_error()  # @DescribeQuorumResponse.Topics
     else:
@@ -518,7 +652,13 @@ def _w_DescribeQuorumResponse_0(out, parts, o):
 def _r_DescribeQuorumResponse_1(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @DescribeQuorumResponse.ErrorCode
     pos += 2
-    _n, pos = _r_calen(buf, pos)  # @DescribeQuorumResponse.Topics
+    _n = buf[pos]  # @DescribeQuorumResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeQuorumResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeQuorumResponse.Topics
     if _n < 0:
         raise _null_error()  # @DescribeQuorumResponse.Topics
     else:
@@ -551,8 +691,25 @@ def _w_DescribeQuorumResponse_1(out, parts, o):
 def _r_DescribeQuorumResponse_2(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @DescribeQuorumResponse.ErrorCode
     pos += 2
-    _f1, pos = _r_cnstr(buf, pos)  # @DescribeQuorumResponse.ErrorMessage
-    _n, pos = _r_calen(buf, pos)  # @DescribeQuorumResponse.Topics
+    _n = buf[pos]  # @DescribeQuorumResponse.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeQuorumResponse.ErrorMessage
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeQuorumResponse.ErrorMessage
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @DescribeQuorumResponse.ErrorMessage
+        pos = _ve
+    _n = buf[pos]  # @DescribeQuorumResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeQuorumResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeQuorumResponse.Topics
     if _n < 0:
         raise _null_error()  # @DescribeQuorumResponse.Topics
     else:
@@ -561,7 +718,13 @@ def _r_DescribeQuorumResponse_2(buf, pos):
         for _ in range(_n):
             _e, pos = _r_TopicData_2(buf, pos)  # @DescribeQuorumResponse.Topics
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @DescribeQuorumResponse.Nodes
+    _n = buf[pos]  # @DescribeQuorumResponse.Nodes
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeQuorumResponse.Nodes
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeQuorumResponse.Nodes
     if _n < 0:
         raise _null_error()  # @DescribeQuorumResponse.Nodes
     else:

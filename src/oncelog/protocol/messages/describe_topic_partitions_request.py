@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -90,8 +91,20 @@ class DescribeTopicPartitionsRequest(_Message):
     cursor: Cursor | None = None
 
 
+
 def _r_TopicRequest_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TopicRequest.Name
+    _n = buf[pos]  # @TopicRequest.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicRequest.Name
+    if _n == 0:
+        raise _null_error()  # @TopicRequest.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TopicRequest.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TopicRequest.Name
+        pos = _ve
     _nt = buf[pos]  # @TopicRequest._tagged_fields
     pos += 1
     if _nt:
@@ -107,7 +120,18 @@ def _w_TopicRequest_0(out, parts, o):
 
 
 def _r_Cursor_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @Cursor.TopicName
+    _n = buf[pos]  # @Cursor.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Cursor.TopicName
+    if _n == 0:
+        raise _null_error()  # @Cursor.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @Cursor.TopicName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @Cursor.TopicName
+        pos = _ve
     (_f1,) = _S_i.unpack_from(buf, pos)  # @Cursor.PartitionIndex
     pos += 4
     _nt = buf[pos]  # @Cursor._tagged_fields
@@ -126,7 +150,13 @@ def _w_Cursor_0(out, parts, o):
 
 
 def _r_DescribeTopicPartitionsRequest_0(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @DescribeTopicPartitionsRequest.Topics
+    _n = buf[pos]  # @DescribeTopicPartitionsRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeTopicPartitionsRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeTopicPartitionsRequest.Topics
     if _n < 0:
         raise _null_error()  # @DescribeTopicPartitionsRequest.Topics
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -111,30 +112,61 @@ class DescribeTopicPartitionsResponse(_Message):
     next_cursor: Cursor | None = None
 
 
+
 def _r_DescribeTopicPartitionsResponsePartition_0(buf, pos):
     _f0, _f1, _f2, _f3 = _S_hiii.unpack_from(buf, pos)  # @DescribeTopicPartitionsResponsePartition.ErrorCode,PartitionIndex,LeaderId,LeaderEpoch
     pos += 14
-    _n, pos = _r_calen(buf, pos)  # @DescribeTopicPartitionsResponsePartition.ReplicaNodes
+    _n = buf[pos]  # @DescribeTopicPartitionsResponsePartition.ReplicaNodes
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeTopicPartitionsResponsePartition.ReplicaNodes
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeTopicPartitionsResponsePartition.ReplicaNodes
     if _n < 0:
         raise _null_error()  # @DescribeTopicPartitionsResponsePartition.ReplicaNodes
     else:
         _f4, pos = _r_fixed_arr(buf, pos, _n, 'i', 4)  # @DescribeTopicPartitionsResponsePartition.ReplicaNodes
-    _n, pos = _r_calen(buf, pos)  # @DescribeTopicPartitionsResponsePartition.IsrNodes
+    _n = buf[pos]  # @DescribeTopicPartitionsResponsePartition.IsrNodes
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeTopicPartitionsResponsePartition.IsrNodes
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeTopicPartitionsResponsePartition.IsrNodes
     if _n < 0:
         raise _null_error()  # @DescribeTopicPartitionsResponsePartition.IsrNodes
     else:
         _f5, pos = _r_fixed_arr(buf, pos, _n, 'i', 4)  # @DescribeTopicPartitionsResponsePartition.IsrNodes
-    _n, pos = _r_calen(buf, pos)  # @DescribeTopicPartitionsResponsePartition.EligibleLeaderReplicas
+    _n = buf[pos]  # @DescribeTopicPartitionsResponsePartition.EligibleLeaderReplicas
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeTopicPartitionsResponsePartition.EligibleLeaderReplicas
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeTopicPartitionsResponsePartition.EligibleLeaderReplicas
     if _n < 0:
         _f6 = None
     else:
         _f6, pos = _r_fixed_arr(buf, pos, _n, 'i', 4)  # @DescribeTopicPartitionsResponsePartition.EligibleLeaderReplicas
-    _n, pos = _r_calen(buf, pos)  # @DescribeTopicPartitionsResponsePartition.LastKnownElr
+    _n = buf[pos]  # @DescribeTopicPartitionsResponsePartition.LastKnownElr
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeTopicPartitionsResponsePartition.LastKnownElr
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeTopicPartitionsResponsePartition.LastKnownElr
     if _n < 0:
         _f7 = None
     else:
         _f7, pos = _r_fixed_arr(buf, pos, _n, 'i', 4)  # @DescribeTopicPartitionsResponsePartition.LastKnownElr
-    _n, pos = _r_calen(buf, pos)  # @DescribeTopicPartitionsResponsePartition.OfflineReplicas
+    _n = buf[pos]  # @DescribeTopicPartitionsResponsePartition.OfflineReplicas
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeTopicPartitionsResponsePartition.OfflineReplicas
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeTopicPartitionsResponsePartition.OfflineReplicas
     if _n < 0:
         raise _null_error()  # @DescribeTopicPartitionsResponsePartition.OfflineReplicas
     else:
@@ -186,11 +218,28 @@ def _w_DescribeTopicPartitionsResponsePartition_0(out, parts, o):
 def _r_DescribeTopicPartitionsResponseTopic_0(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @DescribeTopicPartitionsResponseTopic.ErrorCode
     pos += 2
-    _f1, pos = _r_cnstr(buf, pos)  # @DescribeTopicPartitionsResponseTopic.Name
+    _n = buf[pos]  # @DescribeTopicPartitionsResponseTopic.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeTopicPartitionsResponseTopic.Name
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeTopicPartitionsResponseTopic.Name
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @DescribeTopicPartitionsResponseTopic.Name
+        pos = _ve
     _f2, _f3 = _S_UB_.unpack_from(buf, pos)  # @DescribeTopicPartitionsResponseTopic.TopicId,IsInternal
     pos += 17
     _f2 = _uuid_from_bytes(_f2)
-    _n, pos = _r_calen(buf, pos)  # @DescribeTopicPartitionsResponseTopic.Partitions
+    _n = buf[pos]  # @DescribeTopicPartitionsResponseTopic.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeTopicPartitionsResponseTopic.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeTopicPartitionsResponseTopic.Partitions
     if _n < 0:
         raise _null_error()  # @DescribeTopicPartitionsResponseTopic.Partitions
     else:
@@ -226,7 +275,18 @@ def _w_DescribeTopicPartitionsResponseTopic_0(out, parts, o):
 
 
 def _r_Cursor_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @Cursor.TopicName
+    _n = buf[pos]  # @Cursor.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Cursor.TopicName
+    if _n == 0:
+        raise _null_error()  # @Cursor.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @Cursor.TopicName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @Cursor.TopicName
+        pos = _ve
     (_f1,) = _S_i.unpack_from(buf, pos)  # @Cursor.PartitionIndex
     pos += 4
     _nt = buf[pos]  # @Cursor._tagged_fields
@@ -247,7 +307,13 @@ def _w_Cursor_0(out, parts, o):
 def _r_DescribeTopicPartitionsResponse_0(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @DescribeTopicPartitionsResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @DescribeTopicPartitionsResponse.Topics
+    _n = buf[pos]  # @DescribeTopicPartitionsResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeTopicPartitionsResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeTopicPartitionsResponse.Topics
     if _n < 0:
         raise _null_error()  # @DescribeTopicPartitionsResponse.Topics
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -76,8 +77,15 @@ class DescribeTransactionsRequest(_Message):
     transactional_ids: list[str] = _field(default_factory=list)
 
 
+
 def _r_DescribeTransactionsRequest_0(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @DescribeTransactionsRequest.TransactionalIds
+    _n = buf[pos]  # @DescribeTransactionsRequest.TransactionalIds
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeTransactionsRequest.TransactionalIds
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeTransactionsRequest.TransactionalIds
     if _n < 0:
         raise _null_error()  # @DescribeTransactionsRequest.TransactionalIds
     else:

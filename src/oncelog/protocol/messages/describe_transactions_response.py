@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -98,9 +99,27 @@ class DescribeTransactionsResponse(_Message):
     transaction_states: list[TransactionState] = _field(default_factory=list)
 
 
+
 def _r_TopicData_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TopicData.Topic
-    _n, pos = _r_calen(buf, pos)  # @TopicData.Partitions
+    _n = buf[pos]  # @TopicData.Topic
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.Topic
+    if _n == 0:
+        raise _null_error()  # @TopicData.Topic
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TopicData.Topic
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TopicData.Topic
+        pos = _ve
+    _n = buf[pos]  # @TopicData.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicData.Partitions
     if _n < 0:
         raise _null_error()  # @TopicData.Partitions
     else:
@@ -128,11 +147,39 @@ def _w_TopicData_0(out, parts, o):
 def _r_TransactionState_0(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @TransactionState.ErrorCode
     pos += 2
-    _f1, pos = _r_cstr(buf, pos)  # @TransactionState.TransactionalId
-    _f2, pos = _r_cstr(buf, pos)  # @TransactionState.TransactionState
+    _n = buf[pos]  # @TransactionState.TransactionalId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TransactionState.TransactionalId
+    if _n == 0:
+        raise _null_error()  # @TransactionState.TransactionalId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TransactionState.TransactionalId
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @TransactionState.TransactionalId
+        pos = _ve
+    _n = buf[pos]  # @TransactionState.TransactionState
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TransactionState.TransactionState
+    if _n == 0:
+        raise _null_error()  # @TransactionState.TransactionState
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TransactionState.TransactionState
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @TransactionState.TransactionState
+        pos = _ve
     _f3, _f4, _f5, _f6 = _S_iqqh.unpack_from(buf, pos)  # @TransactionState.TransactionTimeoutMs,TransactionStartTimeMs,ProducerId,ProducerEpoch
     pos += 22
-    _n, pos = _r_calen(buf, pos)  # @TransactionState.Topics
+    _n = buf[pos]  # @TransactionState.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TransactionState.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TransactionState.Topics
     if _n < 0:
         raise _null_error()  # @TransactionState.Topics
     else:
@@ -168,7 +215,13 @@ def _w_TransactionState_0(out, parts, o):
 def _r_DescribeTransactionsResponse_0(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @DescribeTransactionsResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @DescribeTransactionsResponse.TransactionStates
+    _n = buf[pos]  # @DescribeTransactionsResponse.TransactionStates
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeTransactionsResponse.TransactionStates
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeTransactionsResponse.TransactionStates
     if _n < 0:
         raise _null_error()  # @DescribeTransactionsResponse.TransactionStates
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -81,8 +82,20 @@ class DescribeUserScramCredentialsRequest(_Message):
     users: list[UserName] | None = _field(default_factory=list)
 
 
+
 def _r_UserName_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @UserName.Name
+    _n = buf[pos]  # @UserName.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UserName.Name
+    if _n == 0:
+        raise _null_error()  # @UserName.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @UserName.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @UserName.Name
+        pos = _ve
     _nt = buf[pos]  # @UserName._tagged_fields
     pos += 1
     if _nt:
@@ -98,7 +111,13 @@ def _w_UserName_0(out, parts, o):
 
 
 def _r_DescribeUserScramCredentialsRequest_0(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @DescribeUserScramCredentialsRequest.Users
+    _n = buf[pos]  # @DescribeUserScramCredentialsRequest.Users
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeUserScramCredentialsRequest.Users
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeUserScramCredentialsRequest.Users
     if _n < 0:
         _f0 = None
     else:

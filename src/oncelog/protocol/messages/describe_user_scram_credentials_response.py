@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -96,6 +97,7 @@ class DescribeUserScramCredentialsResponse(_Message):
     results: list[DescribeUserScramCredentialsResult] = _field(default_factory=list)
 
 
+
 def _r_CredentialInfo_0(buf, pos):
     _f0, _f1 = _S_bi.unpack_from(buf, pos)  # @CredentialInfo.Mechanism,Iterations
     pos += 5
@@ -114,11 +116,39 @@ def _w_CredentialInfo_0(out, parts, o):
 
 
 def _r_DescribeUserScramCredentialsResult_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @DescribeUserScramCredentialsResult.User
+    _n = buf[pos]  # @DescribeUserScramCredentialsResult.User
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeUserScramCredentialsResult.User
+    if _n == 0:
+        raise _null_error()  # @DescribeUserScramCredentialsResult.User
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeUserScramCredentialsResult.User
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @DescribeUserScramCredentialsResult.User
+        pos = _ve
     (_f1,) = _S_h.unpack_from(buf, pos)  # @DescribeUserScramCredentialsResult.ErrorCode
     pos += 2
-    _f2, pos = _r_cnstr(buf, pos)  # @DescribeUserScramCredentialsResult.ErrorMessage
-    _n, pos = _r_calen(buf, pos)  # @DescribeUserScramCredentialsResult.CredentialInfos
+    _n = buf[pos]  # @DescribeUserScramCredentialsResult.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeUserScramCredentialsResult.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeUserScramCredentialsResult.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @DescribeUserScramCredentialsResult.ErrorMessage
+        pos = _ve
+    _n = buf[pos]  # @DescribeUserScramCredentialsResult.CredentialInfos
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeUserScramCredentialsResult.CredentialInfos
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeUserScramCredentialsResult.CredentialInfos
     if _n < 0:
         raise _null_error()  # @DescribeUserScramCredentialsResult.CredentialInfos
     else:
@@ -153,8 +183,25 @@ def _w_DescribeUserScramCredentialsResult_0(out, parts, o):
 def _r_DescribeUserScramCredentialsResponse_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @DescribeUserScramCredentialsResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _f2, pos = _r_cnstr(buf, pos)  # @DescribeUserScramCredentialsResponse.ErrorMessage
-    _n, pos = _r_calen(buf, pos)  # @DescribeUserScramCredentialsResponse.Results
+    _n = buf[pos]  # @DescribeUserScramCredentialsResponse.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeUserScramCredentialsResponse.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @DescribeUserScramCredentialsResponse.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @DescribeUserScramCredentialsResponse.ErrorMessage
+        pos = _ve
+    _n = buf[pos]  # @DescribeUserScramCredentialsResponse.Results
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeUserScramCredentialsResponse.Results
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @DescribeUserScramCredentialsResponse.Results
     if _n < 0:
         raise _null_error()  # @DescribeUserScramCredentialsResponse.Results
     else:

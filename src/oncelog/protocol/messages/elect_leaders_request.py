@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -86,6 +87,7 @@ class ElectLeadersRequest(_Message):
     timeout_ms: int = 60000
 
 
+
 def _r_TopicPartitions_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @TopicPartitions.Topic
     _n, pos = _r_alen(buf, pos)  # @TopicPartitions.Partitions
@@ -107,8 +109,25 @@ def _w_TopicPartitions_0(out, parts, o):
 
 
 def _r_TopicPartitions_2(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TopicPartitions.Topic
-    _n, pos = _r_calen(buf, pos)  # @TopicPartitions.Partitions
+    _n = buf[pos]  # @TopicPartitions.Topic
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicPartitions.Topic
+    if _n == 0:
+        raise _null_error()  # @TopicPartitions.Topic
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TopicPartitions.Topic
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TopicPartitions.Topic
+        pos = _ve
+    _n = buf[pos]  # @TopicPartitions.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicPartitions.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicPartitions.Partitions
     if _n < 0:
         raise _null_error()  # @TopicPartitions.Partitions
     else:
@@ -191,7 +210,13 @@ def _w_ElectLeadersRequest_1(out, parts, o):
 def _r_ElectLeadersRequest_2(buf, pos):
     (_f0,) = _S_b.unpack_from(buf, pos)  # @ElectLeadersRequest.ElectionType
     pos += 1
-    _n, pos = _r_calen(buf, pos)  # @ElectLeadersRequest.TopicPartitions
+    _n = buf[pos]  # @ElectLeadersRequest.TopicPartitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ElectLeadersRequest.TopicPartitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ElectLeadersRequest.TopicPartitions
     if _n < 0:
         _f1 = None
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -93,6 +94,7 @@ class ElectLeadersResponse(_Message):
     replica_election_results: list[ReplicaElectionResult] = _field(default_factory=list)
 
 
+
 def _r_PartitionResult_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @PartitionResult.PartitionId,ErrorCode
     pos += 6
@@ -108,7 +110,18 @@ def _w_PartitionResult_0(out, parts, o):
 def _r_PartitionResult_2(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @PartitionResult.PartitionId,ErrorCode
     pos += 6
-    _f2, pos = _r_cnstr(buf, pos)  # @PartitionResult.ErrorMessage
+    _n = buf[pos]  # @PartitionResult.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionResult.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @PartitionResult.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @PartitionResult.ErrorMessage
+        pos = _ve
     _nt = buf[pos]  # @PartitionResult._tagged_fields
     pos += 1
     if _nt:
@@ -150,8 +163,25 @@ def _w_ReplicaElectionResult_0(out, parts, o):
 
 
 def _r_ReplicaElectionResult_2(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @ReplicaElectionResult.Topic
-    _n, pos = _r_calen(buf, pos)  # @ReplicaElectionResult.PartitionResult
+    _n = buf[pos]  # @ReplicaElectionResult.Topic
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ReplicaElectionResult.Topic
+    if _n == 0:
+        raise _null_error()  # @ReplicaElectionResult.Topic
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ReplicaElectionResult.Topic
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @ReplicaElectionResult.Topic
+        pos = _ve
+    _n = buf[pos]  # @ReplicaElectionResult.PartitionResult
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ReplicaElectionResult.PartitionResult
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ReplicaElectionResult.PartitionResult
     if _n < 0:
         raise _null_error()  # @ReplicaElectionResult.PartitionResult
     else:
@@ -236,7 +266,13 @@ def _w_ElectLeadersResponse_1(out, parts, o):
 def _r_ElectLeadersResponse_2(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @ElectLeadersResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _n, pos = _r_calen(buf, pos)  # @ElectLeadersResponse.ReplicaElectionResults
+    _n = buf[pos]  # @ElectLeadersResponse.ReplicaElectionResults
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ElectLeadersResponse.ReplicaElectionResults
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ElectLeadersResponse.ReplicaElectionResults
     if _n < 0:
         raise _null_error()  # @ElectLeadersResponse.ReplicaElectionResults
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -109,6 +110,7 @@ class EndQuorumEpochRequest(_Message):
     leader_endpoints: list[LeaderEndpoint] = _field(default_factory=list)
 
 
+
 def _r_ReplicaInfo_1(buf, pos):
     _f0, _f1 = _S_iU.unpack_from(buf, pos)  # @ReplicaInfo.CandidateId,CandidateDirectoryId
     pos += 20
@@ -151,7 +153,13 @@ def _w_PartitionData_0(out, parts, o):
 def _r_PartitionData_1(buf, pos):
     _f0, _f1, _f2 = _S_iii.unpack_from(buf, pos)  # @PartitionData.PartitionIndex,LeaderId,LeaderEpoch
     pos += 12
-    _n, pos = _r_calen(buf, pos)  # @PartitionData.PreferredCandidates
+    _n = buf[pos]  # @PartitionData.PreferredCandidates
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionData.PreferredCandidates
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @PartitionData.PreferredCandidates
     if _n < 0:
         raise _null_error()  # @PartitionData.PreferredCandidates
     else:
@@ -207,8 +215,25 @@ def _w_TopicData_0(out, parts, o):
 
 
 def _r_TopicData_1(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TopicData.TopicName
-    _n, pos = _r_calen(buf, pos)  # @TopicData.Partitions
+    _n = buf[pos]  # @TopicData.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.TopicName
+    if _n == 0:
+        raise _null_error()  # @TopicData.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TopicData.TopicName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TopicData.TopicName
+        pos = _ve
+    _n = buf[pos]  # @TopicData.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicData.Partitions
     if _n < 0:
         raise _null_error()  # @TopicData.Partitions
     else:
@@ -239,8 +264,30 @@ def _w_TopicData_1(out, parts, o):
 
 
 def _r_LeaderEndpoint_1(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @LeaderEndpoint.Name
-    _f1, pos = _r_cstr(buf, pos)  # @LeaderEndpoint.Host
+    _n = buf[pos]  # @LeaderEndpoint.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderEndpoint.Name
+    if _n == 0:
+        raise _null_error()  # @LeaderEndpoint.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @LeaderEndpoint.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @LeaderEndpoint.Name
+        pos = _ve
+    _n = buf[pos]  # @LeaderEndpoint.Host
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderEndpoint.Host
+    if _n == 0:
+        raise _null_error()  # @LeaderEndpoint.Host
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @LeaderEndpoint.Host
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @LeaderEndpoint.Host
+        pos = _ve
     (_f2,) = _S_H.unpack_from(buf, pos)  # @LeaderEndpoint.Port
     pos += 2
     _nt = buf[pos]  # @LeaderEndpoint._tagged_fields
@@ -285,8 +332,25 @@ def _w_EndQuorumEpochRequest_0(out, parts, o):
 
 
 def _r_EndQuorumEpochRequest_1(buf, pos):
-    _f0, pos = _r_cnstr(buf, pos)  # @EndQuorumEpochRequest.ClusterId
-    _n, pos = _r_calen(buf, pos)  # @EndQuorumEpochRequest.Topics
+    _n = buf[pos]  # @EndQuorumEpochRequest.ClusterId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @EndQuorumEpochRequest.ClusterId
+    if _n == 0:
+        _f0 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @EndQuorumEpochRequest.ClusterId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @EndQuorumEpochRequest.ClusterId
+        pos = _ve
+    _n = buf[pos]  # @EndQuorumEpochRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @EndQuorumEpochRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @EndQuorumEpochRequest.Topics
     if _n < 0:
         raise _null_error()  # @EndQuorumEpochRequest.Topics
     else:
@@ -295,7 +359,13 @@ def _r_EndQuorumEpochRequest_1(buf, pos):
         for _ in range(_n):
             _e, pos = _r_TopicData_1(buf, pos)  # @EndQuorumEpochRequest.Topics
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @EndQuorumEpochRequest.LeaderEndpoints
+    _n = buf[pos]  # @EndQuorumEpochRequest.LeaderEndpoints
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @EndQuorumEpochRequest.LeaderEndpoints
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @EndQuorumEpochRequest.LeaderEndpoints
     if _n < 0:
         raise _null_error()  # @EndQuorumEpochRequest.LeaderEndpoints
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -80,6 +81,7 @@ class EndTxnRequest(_Message):
     committed: bool = False
 
 
+
 def _r_EndTxnRequest_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @EndTxnRequest.TransactionalId
     _f1, _f2, _f3 = _S_qhB_.unpack_from(buf, pos)  # @EndTxnRequest.ProducerId,ProducerEpoch,Committed
@@ -93,7 +95,18 @@ def _w_EndTxnRequest_0(out, parts, o):
 
 
 def _r_EndTxnRequest_3(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @EndTxnRequest.TransactionalId
+    _n = buf[pos]  # @EndTxnRequest.TransactionalId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @EndTxnRequest.TransactionalId
+    if _n == 0:
+        raise _null_error()  # @EndTxnRequest.TransactionalId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @EndTxnRequest.TransactionalId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @EndTxnRequest.TransactionalId
+        pos = _ve
     _f1, _f2, _f3 = _S_qhB_.unpack_from(buf, pos)  # @EndTxnRequest.ProducerId,ProducerEpoch,Committed
     pos += 11
     _nt = buf[pos]  # @EndTxnRequest._tagged_fields

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -128,6 +129,7 @@ class FetchRequest(_Message):
     rack_id: str = ''
 
 
+
 def _r_ReplicaState_15(buf, pos):
     _f0, _f1 = _S_iq.unpack_from(buf, pos)  # @ReplicaState.ReplicaId,ReplicaEpoch
     pos += 12
@@ -212,9 +214,13 @@ def _r_FetchPartition_17(buf, pos):
 
 def _w_FetchPartition_17(out, parts, o):
     out += _S_iiqiqi.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes)  # @FetchPartition.Partition,CurrentLeaderEpoch,FetchOffset,LastFetchedEpoch,LogStartOffset,PartitionMaxBytes
-    _nt = bool(o.replica_directory_id != _ZERO_UUID)
+    _c0 = o.replica_directory_id != _ZERO_UUID
+    _nt = _c0
+    if not _nt:
+        out.append(0)
+        return
     _w_uvarint(out, _nt)
-    if o.replica_directory_id != _ZERO_UUID:
+    if _c0:
         _t = bytearray()
         _tp = []
         _t += o.replica_directory_id.bytes  # @FetchPartition.ReplicaDirectoryId
@@ -300,8 +306,25 @@ def _w_FetchTopic_9(out, parts, o):
 
 
 def _r_FetchTopic_12(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @FetchTopic.Topic
-    _n, pos = _r_calen(buf, pos)  # @FetchTopic.Partitions
+    _n = buf[pos]  # @FetchTopic.Topic
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchTopic.Topic
+    if _n == 0:
+        raise _null_error()  # @FetchTopic.Topic
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @FetchTopic.Topic
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @FetchTopic.Topic
+        pos = _ve
+    _n = buf[pos]  # @FetchTopic.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchTopic.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @FetchTopic.Partitions
     if _n < 0:
         raise _null_error()  # @FetchTopic.Partitions
     else:
@@ -334,7 +357,13 @@ def _w_FetchTopic_12(out, parts, o):
 def _r_FetchTopic_13(buf, pos):
     _f1 = _r_uuid(buf, pos)  # @FetchTopic.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @FetchTopic.Partitions
+    _n = buf[pos]  # @FetchTopic.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchTopic.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @FetchTopic.Partitions
     if _n < 0:
         raise _null_error()  # @FetchTopic.Partitions
     else:
@@ -367,7 +396,13 @@ def _w_FetchTopic_13(out, parts, o):
 def _r_FetchTopic_17(buf, pos):
     _f1 = _r_uuid(buf, pos)  # @FetchTopic.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @FetchTopic.Partitions
+    _n = buf[pos]  # @FetchTopic.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchTopic.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @FetchTopic.Partitions
     if _n < 0:
         raise _null_error()  # @FetchTopic.Partitions
     else:
@@ -418,8 +453,25 @@ def _w_ForgottenTopic_7(out, parts, o):
 
 
 def _r_ForgottenTopic_12(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @ForgottenTopic.Topic
-    _n, pos = _r_calen(buf, pos)  # @ForgottenTopic.Partitions
+    _n = buf[pos]  # @ForgottenTopic.Topic
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ForgottenTopic.Topic
+    if _n == 0:
+        raise _null_error()  # @ForgottenTopic.Topic
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ForgottenTopic.Topic
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @ForgottenTopic.Topic
+        pos = _ve
+    _n = buf[pos]  # @ForgottenTopic.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ForgottenTopic.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ForgottenTopic.Partitions
     if _n < 0:
         raise _null_error()  # @ForgottenTopic.Partitions
     else:
@@ -447,7 +499,13 @@ def _w_ForgottenTopic_12(out, parts, o):
 def _r_ForgottenTopic_13(buf, pos):
     _f1 = _r_uuid(buf, pos)  # @ForgottenTopic.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @ForgottenTopic.Partitions
+    _n = buf[pos]  # @ForgottenTopic.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ForgottenTopic.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ForgottenTopic.Partitions
     if _n < 0:
         raise _null_error()  # @ForgottenTopic.Partitions
     else:
@@ -707,7 +765,13 @@ def _w_FetchRequest_11(out, parts, o):
 def _r_FetchRequest_12(buf, pos):
     _f1, _f3, _f4, _f5, _f6, _f7, _f8 = _S_iiiibii.unpack_from(buf, pos)  # @FetchRequest.ReplicaId,MaxWaitMs,MinBytes,MaxBytes,IsolationLevel,SessionId,SessionEpoch
     pos += 25
-    _n, pos = _r_calen(buf, pos)  # @FetchRequest.Topics
+    _n = buf[pos]  # @FetchRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @FetchRequest.Topics
     if _n < 0:
         raise _null_error()  # @FetchRequest.Topics
     else:
@@ -716,7 +780,13 @@ def _r_FetchRequest_12(buf, pos):
         for _ in range(_n):
             _e, pos = _r_FetchTopic_12(buf, pos)  # @FetchRequest.Topics
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @FetchRequest.ForgottenTopicsData
+    _n = buf[pos]  # @FetchRequest.ForgottenTopicsData
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchRequest.ForgottenTopicsData
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @FetchRequest.ForgottenTopicsData
     if _n < 0:
         raise _null_error()  # @FetchRequest.ForgottenTopicsData
     else:
@@ -725,7 +795,18 @@ def _r_FetchRequest_12(buf, pos):
         for _ in range(_n):
             _e, pos = _r_ForgottenTopic_12(buf, pos)  # @FetchRequest.ForgottenTopicsData
             _app(_e)
-    _f11, pos = _r_cstr(buf, pos)  # @FetchRequest.RackId
+    _n = buf[pos]  # @FetchRequest.RackId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchRequest.RackId
+    if _n == 0:
+        raise _null_error()  # @FetchRequest.RackId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @FetchRequest.RackId
+        _f11 = str(buf[pos:_ve], 'utf-8')  # @FetchRequest.RackId
+        pos = _ve
     _f0 = None
     _nt = buf[pos]  # @FetchRequest._tagged_fields
     pos += 1
@@ -735,7 +816,18 @@ def _r_FetchRequest_12(buf, pos):
         for _ in range(_nt):
             _tag, pos, _end = _tagged_header(buf, pos)  # @FetchRequest._tagged_fields
             if _tag == 0:
-                _f0, pos = _r_cnstr(buf, pos)  # @FetchRequest.ClusterId
+                _n = buf[pos]  # @FetchRequest.ClusterId
+                pos += 1
+                if _n > 127:
+                    _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchRequest.ClusterId
+                if _n == 0:
+                    _f0 = None
+                else:
+                    _ve = pos + _n - 1
+                    if _ve > len(buf):
+                        raise _too_long(_n - 1, len(buf) - pos)  # @FetchRequest.ClusterId
+                    _f0 = str(buf[pos:_ve], 'utf-8')  # @FetchRequest.ClusterId
+                    pos = _ve
             pos = _end
     return FetchRequest(_f0, _f1, ReplicaState(), _f3, _f4, _f5, _f6, _f7, _f8, _f9, _f10, _f11), pos
 
@@ -757,9 +849,13 @@ def _w_FetchRequest_12(out, parts, o):
         for _e in _a:
             _w_ForgottenTopic_12(out, parts, _e)  # @FetchRequest.ForgottenTopicsData
     _w_cstr(out, o.rack_id)  # @FetchRequest.RackId
-    _nt = bool(o.cluster_id is not None)
+    _c0 = o.cluster_id is not None
+    _nt = _c0
+    if not _nt:
+        out.append(0)
+        return
     _w_uvarint(out, _nt)
-    if o.cluster_id is not None:
+    if _c0:
         _t = bytearray()
         _tp = []
         _w_cnstr(_t, o.cluster_id)  # @FetchRequest.ClusterId
@@ -772,7 +868,13 @@ def _w_FetchRequest_12(out, parts, o):
 def _r_FetchRequest_13(buf, pos):
     _f1, _f3, _f4, _f5, _f6, _f7, _f8 = _S_iiiibii.unpack_from(buf, pos)  # @FetchRequest.ReplicaId,MaxWaitMs,MinBytes,MaxBytes,IsolationLevel,SessionId,SessionEpoch
     pos += 25
-    _n, pos = _r_calen(buf, pos)  # @FetchRequest.Topics
+    _n = buf[pos]  # @FetchRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @FetchRequest.Topics
     if _n < 0:
         raise _null_error()  # @FetchRequest.Topics
     else:
@@ -781,7 +883,13 @@ def _r_FetchRequest_13(buf, pos):
         for _ in range(_n):
             _e, pos = _r_FetchTopic_13(buf, pos)  # @FetchRequest.Topics
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @FetchRequest.ForgottenTopicsData
+    _n = buf[pos]  # @FetchRequest.ForgottenTopicsData
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchRequest.ForgottenTopicsData
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @FetchRequest.ForgottenTopicsData
     if _n < 0:
         raise _null_error()  # @FetchRequest.ForgottenTopicsData
     else:
@@ -790,7 +898,18 @@ def _r_FetchRequest_13(buf, pos):
         for _ in range(_n):
             _e, pos = _r_ForgottenTopic_13(buf, pos)  # @FetchRequest.ForgottenTopicsData
             _app(_e)
-    _f11, pos = _r_cstr(buf, pos)  # @FetchRequest.RackId
+    _n = buf[pos]  # @FetchRequest.RackId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchRequest.RackId
+    if _n == 0:
+        raise _null_error()  # @FetchRequest.RackId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @FetchRequest.RackId
+        _f11 = str(buf[pos:_ve], 'utf-8')  # @FetchRequest.RackId
+        pos = _ve
     _f0 = None
     _nt = buf[pos]  # @FetchRequest._tagged_fields
     pos += 1
@@ -800,7 +919,18 @@ def _r_FetchRequest_13(buf, pos):
         for _ in range(_nt):
             _tag, pos, _end = _tagged_header(buf, pos)  # @FetchRequest._tagged_fields
             if _tag == 0:
-                _f0, pos = _r_cnstr(buf, pos)  # @FetchRequest.ClusterId
+                _n = buf[pos]  # @FetchRequest.ClusterId
+                pos += 1
+                if _n > 127:
+                    _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchRequest.ClusterId
+                if _n == 0:
+                    _f0 = None
+                else:
+                    _ve = pos + _n - 1
+                    if _ve > len(buf):
+                        raise _too_long(_n - 1, len(buf) - pos)  # @FetchRequest.ClusterId
+                    _f0 = str(buf[pos:_ve], 'utf-8')  # @FetchRequest.ClusterId
+                    pos = _ve
             pos = _end
     return FetchRequest(_f0, _f1, ReplicaState(), _f3, _f4, _f5, _f6, _f7, _f8, _f9, _f10, _f11), pos
 
@@ -822,9 +952,13 @@ def _w_FetchRequest_13(out, parts, o):
         for _e in _a:
             _w_ForgottenTopic_13(out, parts, _e)  # @FetchRequest.ForgottenTopicsData
     _w_cstr(out, o.rack_id)  # @FetchRequest.RackId
-    _nt = bool(o.cluster_id is not None)
+    _c0 = o.cluster_id is not None
+    _nt = _c0
+    if not _nt:
+        out.append(0)
+        return
     _w_uvarint(out, _nt)
-    if o.cluster_id is not None:
+    if _c0:
         _t = bytearray()
         _tp = []
         _w_cnstr(_t, o.cluster_id)  # @FetchRequest.ClusterId
@@ -837,7 +971,13 @@ def _w_FetchRequest_13(out, parts, o):
 def _r_FetchRequest_15(buf, pos):
     _f3, _f4, _f5, _f6, _f7, _f8 = _S_iiibii.unpack_from(buf, pos)  # @FetchRequest.MaxWaitMs,MinBytes,MaxBytes,IsolationLevel,SessionId,SessionEpoch
     pos += 21
-    _n, pos = _r_calen(buf, pos)  # @FetchRequest.Topics
+    _n = buf[pos]  # @FetchRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @FetchRequest.Topics
     if _n < 0:
         raise _null_error()  # @FetchRequest.Topics
     else:
@@ -846,7 +986,13 @@ def _r_FetchRequest_15(buf, pos):
         for _ in range(_n):
             _e, pos = _r_FetchTopic_13(buf, pos)  # @FetchRequest.Topics
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @FetchRequest.ForgottenTopicsData
+    _n = buf[pos]  # @FetchRequest.ForgottenTopicsData
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchRequest.ForgottenTopicsData
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @FetchRequest.ForgottenTopicsData
     if _n < 0:
         raise _null_error()  # @FetchRequest.ForgottenTopicsData
     else:
@@ -855,7 +1001,18 @@ def _r_FetchRequest_15(buf, pos):
         for _ in range(_n):
             _e, pos = _r_ForgottenTopic_13(buf, pos)  # @FetchRequest.ForgottenTopicsData
             _app(_e)
-    _f11, pos = _r_cstr(buf, pos)  # @FetchRequest.RackId
+    _n = buf[pos]  # @FetchRequest.RackId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchRequest.RackId
+    if _n == 0:
+        raise _null_error()  # @FetchRequest.RackId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @FetchRequest.RackId
+        _f11 = str(buf[pos:_ve], 'utf-8')  # @FetchRequest.RackId
+        pos = _ve
     _f0 = None
     _f2 = ReplicaState()
     _nt = buf[pos]  # @FetchRequest._tagged_fields
@@ -866,7 +1023,18 @@ def _r_FetchRequest_15(buf, pos):
         for _ in range(_nt):
             _tag, pos, _end = _tagged_header(buf, pos)  # @FetchRequest._tagged_fields
             if _tag == 0:
-                _f0, pos = _r_cnstr(buf, pos)  # @FetchRequest.ClusterId
+                _n = buf[pos]  # @FetchRequest.ClusterId
+                pos += 1
+                if _n > 127:
+                    _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchRequest.ClusterId
+                if _n == 0:
+                    _f0 = None
+                else:
+                    _ve = pos + _n - 1
+                    if _ve > len(buf):
+                        raise _too_long(_n - 1, len(buf) - pos)  # @FetchRequest.ClusterId
+                    _f0 = str(buf[pos:_ve], 'utf-8')  # @FetchRequest.ClusterId
+                    pos = _ve
             elif _tag == 1:
                 _f2, pos = _r_ReplicaState_15(buf, pos)  # @FetchRequest.ReplicaState
             pos = _end
@@ -890,9 +1058,15 @@ def _w_FetchRequest_15(out, parts, o):
         for _e in _a:
             _w_ForgottenTopic_13(out, parts, _e)  # @FetchRequest.ForgottenTopicsData
     _w_cstr(out, o.rack_id)  # @FetchRequest.RackId
-    _nt = bool(o.cluster_id is not None) + bool(o.replica_state != ReplicaState())
+    _c0 = o.cluster_id is not None
+    _x = o.replica_state
+    _c1 = _x.__class__ is not ReplicaState or _x.replica_id != -1 or _x.replica_epoch != -1
+    _nt = _c0 + _c1
+    if not _nt:
+        out.append(0)
+        return
     _w_uvarint(out, _nt)
-    if o.cluster_id is not None:
+    if _c0:
         _t = bytearray()
         _tp = []
         _w_cnstr(_t, o.cluster_id)  # @FetchRequest.ClusterId
@@ -900,7 +1074,7 @@ def _w_FetchRequest_15(out, parts, o):
         out += b'\x00'
         _w_uvarint(out, len(_t))
         out += _t
-    if o.replica_state != ReplicaState():
+    if _c1:
         _t = bytearray()
         _tp = []
         _w_ReplicaState_15(_t, _tp, o.replica_state)  # @FetchRequest.ReplicaState
@@ -913,7 +1087,13 @@ def _w_FetchRequest_15(out, parts, o):
 def _r_FetchRequest_17(buf, pos):
     _f3, _f4, _f5, _f6, _f7, _f8 = _S_iiibii.unpack_from(buf, pos)  # @FetchRequest.MaxWaitMs,MinBytes,MaxBytes,IsolationLevel,SessionId,SessionEpoch
     pos += 21
-    _n, pos = _r_calen(buf, pos)  # @FetchRequest.Topics
+    _n = buf[pos]  # @FetchRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @FetchRequest.Topics
     if _n < 0:
         raise _null_error()  # @FetchRequest.Topics
     else:
@@ -922,7 +1102,13 @@ def _r_FetchRequest_17(buf, pos):
         for _ in range(_n):
             _e, pos = _r_FetchTopic_17(buf, pos)  # @FetchRequest.Topics
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @FetchRequest.ForgottenTopicsData
+    _n = buf[pos]  # @FetchRequest.ForgottenTopicsData
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchRequest.ForgottenTopicsData
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @FetchRequest.ForgottenTopicsData
     if _n < 0:
         raise _null_error()  # @FetchRequest.ForgottenTopicsData
     else:
@@ -931,7 +1117,18 @@ def _r_FetchRequest_17(buf, pos):
         for _ in range(_n):
             _e, pos = _r_ForgottenTopic_13(buf, pos)  # @FetchRequest.ForgottenTopicsData
             _app(_e)
-    _f11, pos = _r_cstr(buf, pos)  # @FetchRequest.RackId
+    _n = buf[pos]  # @FetchRequest.RackId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchRequest.RackId
+    if _n == 0:
+        raise _null_error()  # @FetchRequest.RackId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @FetchRequest.RackId
+        _f11 = str(buf[pos:_ve], 'utf-8')  # @FetchRequest.RackId
+        pos = _ve
     _f0 = None
     _f2 = ReplicaState()
     _nt = buf[pos]  # @FetchRequest._tagged_fields
@@ -942,7 +1139,18 @@ def _r_FetchRequest_17(buf, pos):
         for _ in range(_nt):
             _tag, pos, _end = _tagged_header(buf, pos)  # @FetchRequest._tagged_fields
             if _tag == 0:
-                _f0, pos = _r_cnstr(buf, pos)  # @FetchRequest.ClusterId
+                _n = buf[pos]  # @FetchRequest.ClusterId
+                pos += 1
+                if _n > 127:
+                    _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchRequest.ClusterId
+                if _n == 0:
+                    _f0 = None
+                else:
+                    _ve = pos + _n - 1
+                    if _ve > len(buf):
+                        raise _too_long(_n - 1, len(buf) - pos)  # @FetchRequest.ClusterId
+                    _f0 = str(buf[pos:_ve], 'utf-8')  # @FetchRequest.ClusterId
+                    pos = _ve
             elif _tag == 1:
                 _f2, pos = _r_ReplicaState_15(buf, pos)  # @FetchRequest.ReplicaState
             pos = _end
@@ -966,9 +1174,15 @@ def _w_FetchRequest_17(out, parts, o):
         for _e in _a:
             _w_ForgottenTopic_13(out, parts, _e)  # @FetchRequest.ForgottenTopicsData
     _w_cstr(out, o.rack_id)  # @FetchRequest.RackId
-    _nt = bool(o.cluster_id is not None) + bool(o.replica_state != ReplicaState())
+    _c0 = o.cluster_id is not None
+    _x = o.replica_state
+    _c1 = _x.__class__ is not ReplicaState or _x.replica_id != -1 or _x.replica_epoch != -1
+    _nt = _c0 + _c1
+    if not _nt:
+        out.append(0)
+        return
     _w_uvarint(out, _nt)
-    if o.cluster_id is not None:
+    if _c0:
         _t = bytearray()
         _tp = []
         _w_cnstr(_t, o.cluster_id)  # @FetchRequest.ClusterId
@@ -976,7 +1190,7 @@ def _w_FetchRequest_17(out, parts, o):
         out += b'\x00'
         _w_uvarint(out, len(_t))
         out += _t
-    if o.replica_state != ReplicaState():
+    if _c1:
         _t = bytearray()
         _tp = []
         _w_ReplicaState_15(_t, _tp, o.replica_state)  # @FetchRequest.ReplicaState

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -141,6 +142,7 @@ class FetchResponse(_Message):
     session_id: int = 0
     responses: list[FetchableTopicResponse] = _field(default_factory=list)
     node_endpoints: list[NodeEndpoint] = _field(default_factory=list)
+
 
 
 def _r_EpochEndOffset_12(buf, pos):
@@ -323,7 +325,13 @@ def _w_PartitionData_11(out, parts, o):
 def _r_PartitionData_12(buf, pos):
     _f0, _f1, _f2, _f3, _f4 = _S_ihqqq.unpack_from(buf, pos)  # @PartitionData.PartitionIndex,ErrorCode,HighWatermark,LastStableOffset,LogStartOffset
     pos += 30
-    _n, pos = _r_calen(buf, pos)  # @PartitionData.AbortedTransactions
+    _n = buf[pos]  # @PartitionData.AbortedTransactions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionData.AbortedTransactions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @PartitionData.AbortedTransactions
     if _n < 0:
         _f8 = None
     else:
@@ -334,7 +342,18 @@ def _r_PartitionData_12(buf, pos):
             _app(_e)
     (_f9,) = _S_i.unpack_from(buf, pos)  # @PartitionData.PreferredReadReplica
     pos += 4
-    _f10, pos = _r_cnrec(buf, pos)  # @PartitionData.Records
+    _n = buf[pos]  # @PartitionData.Records
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionData.Records
+    if _n == 0:
+        _f10 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @PartitionData.Records
+        _f10 = buf[pos:_ve]
+        pos = _ve
     _f5 = EpochEndOffset()
     _f6 = LeaderIdAndEpoch()
     _f7 = SnapshotId()
@@ -366,9 +385,18 @@ def _w_PartitionData_12(out, parts, o):
             _w_AbortedTransaction_12(out, parts, _e)  # @PartitionData.AbortedTransactions
     out += _S_i.pack(o.preferred_read_replica)  # @PartitionData.PreferredReadReplica
     _w_cnrec(out, parts, o.records)  # @PartitionData.Records
-    _nt = bool(o.diverging_epoch != EpochEndOffset()) + bool(o.current_leader != LeaderIdAndEpoch()) + bool(o.snapshot_id != SnapshotId())
+    _x = o.diverging_epoch
+    _c0 = _x.__class__ is not EpochEndOffset or _x.epoch != -1 or _x.end_offset != -1
+    _x = o.current_leader
+    _c1 = _x.__class__ is not LeaderIdAndEpoch or _x.leader_id != -1 or _x.leader_epoch != -1
+    _x = o.snapshot_id
+    _c2 = _x.__class__ is not SnapshotId or _x.end_offset != -1 or _x.epoch != -1
+    _nt = _c0 + _c1 + _c2
+    if not _nt:
+        out.append(0)
+        return
     _w_uvarint(out, _nt)
-    if o.diverging_epoch != EpochEndOffset():
+    if _c0:
         _t = bytearray()
         _tp = []
         _w_EpochEndOffset_12(_t, _tp, o.diverging_epoch)  # @PartitionData.DivergingEpoch
@@ -376,7 +404,7 @@ def _w_PartitionData_12(out, parts, o):
         out += b'\x00'
         _w_uvarint(out, len(_t))
         out += _t
-    if o.current_leader != LeaderIdAndEpoch():
+    if _c1:
         _t = bytearray()
         _tp = []
         _w_LeaderIdAndEpoch_12(_t, _tp, o.current_leader)  # @PartitionData.CurrentLeader
@@ -384,7 +412,7 @@ def _w_PartitionData_12(out, parts, o):
         out += b'\x01'
         _w_uvarint(out, len(_t))
         out += _t
-    if o.snapshot_id != SnapshotId():
+    if _c2:
         _t = bytearray()
         _tp = []
         _w_SnapshotId_12(_t, _tp, o.snapshot_id)  # @PartitionData.SnapshotId
@@ -495,8 +523,25 @@ def _w_FetchableTopicResponse_11(out, parts, o):
 
 
 def _r_FetchableTopicResponse_12(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @FetchableTopicResponse.Topic
-    _n, pos = _r_calen(buf, pos)  # @FetchableTopicResponse.Partitions
+    _n = buf[pos]  # @FetchableTopicResponse.Topic
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchableTopicResponse.Topic
+    if _n == 0:
+        raise _null_error()  # @FetchableTopicResponse.Topic
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @FetchableTopicResponse.Topic
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @FetchableTopicResponse.Topic
+        pos = _ve
+    _n = buf[pos]  # @FetchableTopicResponse.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchableTopicResponse.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @FetchableTopicResponse.Partitions
     if _n < 0:
         raise _null_error()  # @FetchableTopicResponse.Partitions
     else:
@@ -529,7 +574,13 @@ def _w_FetchableTopicResponse_12(out, parts, o):
 def _r_FetchableTopicResponse_13(buf, pos):
     _f1 = _r_uuid(buf, pos)  # @FetchableTopicResponse.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @FetchableTopicResponse.Partitions
+    _n = buf[pos]  # @FetchableTopicResponse.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchableTopicResponse.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @FetchableTopicResponse.Partitions
     if _n < 0:
         raise _null_error()  # @FetchableTopicResponse.Partitions
     else:
@@ -562,10 +613,32 @@ def _w_FetchableTopicResponse_13(out, parts, o):
 def _r_NodeEndpoint_16(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @NodeEndpoint.NodeId
     pos += 4
-    _f1, pos = _r_cstr(buf, pos)  # @NodeEndpoint.Host
+    _n = buf[pos]  # @NodeEndpoint.Host
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @NodeEndpoint.Host
+    if _n == 0:
+        raise _null_error()  # @NodeEndpoint.Host
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @NodeEndpoint.Host
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @NodeEndpoint.Host
+        pos = _ve
     (_f2,) = _S_i.unpack_from(buf, pos)  # @NodeEndpoint.Port
     pos += 4
-    _f3, pos = _r_cnstr(buf, pos)  # @NodeEndpoint.Rack
+    _n = buf[pos]  # @NodeEndpoint.Rack
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @NodeEndpoint.Rack
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @NodeEndpoint.Rack
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @NodeEndpoint.Rack
+        pos = _ve
     _nt = buf[pos]  # @NodeEndpoint._tagged_fields
     pos += 1
     if _nt:
@@ -739,7 +812,13 @@ def _w_FetchResponse_11(out, parts, o):
 def _r_FetchResponse_12(buf, pos):
     _f0, _f1, _f2 = _S_ihi.unpack_from(buf, pos)  # @FetchResponse.ThrottleTimeMs,ErrorCode,SessionId
     pos += 10
-    _n, pos = _r_calen(buf, pos)  # @FetchResponse.Responses
+    _n = buf[pos]  # @FetchResponse.Responses
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchResponse.Responses
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @FetchResponse.Responses
     if _n < 0:
         raise _null_error()  # @FetchResponse.Responses
     else:
@@ -772,7 +851,13 @@ def _w_FetchResponse_12(out, parts, o):
 def _r_FetchResponse_13(buf, pos):
     _f0, _f1, _f2 = _S_ihi.unpack_from(buf, pos)  # @FetchResponse.ThrottleTimeMs,ErrorCode,SessionId
     pos += 10
-    _n, pos = _r_calen(buf, pos)  # @FetchResponse.Responses
+    _n = buf[pos]  # @FetchResponse.Responses
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchResponse.Responses
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @FetchResponse.Responses
     if _n < 0:
         raise _null_error()  # @FetchResponse.Responses
     else:
@@ -805,7 +890,13 @@ def _w_FetchResponse_13(out, parts, o):
 def _r_FetchResponse_16(buf, pos):
     _f0, _f1, _f2 = _S_ihi.unpack_from(buf, pos)  # @FetchResponse.ThrottleTimeMs,ErrorCode,SessionId
     pos += 10
-    _n, pos = _r_calen(buf, pos)  # @FetchResponse.Responses
+    _n = buf[pos]  # @FetchResponse.Responses
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchResponse.Responses
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @FetchResponse.Responses
     if _n < 0:
         raise _null_error()  # @FetchResponse.Responses
     else:
@@ -823,7 +914,13 @@ def _r_FetchResponse_16(buf, pos):
         for _ in range(_nt):
             _tag, pos, _end = _tagged_header(buf, pos)  # @FetchResponse._tagged_fields
             if _tag == 0:
-                _n, pos = _r_calen(buf, pos)  # @FetchResponse.NodeEndpoints
+                _n = buf[pos]  # @FetchResponse.NodeEndpoints
+                pos += 1
+                if _n > 127:
+                    _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchResponse.NodeEndpoints
+                _n -= 1
+                if _n > len(buf) - pos:
+                    raise _too_long(_n, len(buf) - pos)  # @FetchResponse.NodeEndpoints
                 if _n < 0:
                     raise _null_error()  # @FetchResponse.NodeEndpoints
                 else:
@@ -845,9 +942,13 @@ def _w_FetchResponse_16(out, parts, o):
         _w_calen(out, len(_a))  # @FetchResponse.Responses
         for _e in _a:
             _w_FetchableTopicResponse_13(out, parts, _e)  # @FetchResponse.Responses
-    _nt = bool(o.node_endpoints)
+    _c0 = len(o.node_endpoints) != 0
+    _nt = _c0
+    if not _nt:
+        out.append(0)
+        return
     _w_uvarint(out, _nt)
-    if o.node_endpoints:
+    if _c0:
         _t = bytearray()
         _tp = []
         _a = o.node_endpoints

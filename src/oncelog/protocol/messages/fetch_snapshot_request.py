@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -103,6 +104,7 @@ class FetchSnapshotRequest(_Message):
     topics: list[TopicSnapshot] = _field(default_factory=list)
 
 
+
 def _r_SnapshotId_0(buf, pos):
     _f0, _f1 = _S_qi.unpack_from(buf, pos)  # @SnapshotId.EndOffset,Epoch
     pos += 12
@@ -167,9 +169,13 @@ def _w_PartitionSnapshot_1(out, parts, o):
     out += _S_ii.pack(o.partition, o.current_leader_epoch)  # @PartitionSnapshot.Partition,CurrentLeaderEpoch
     _w_SnapshotId_0(out, parts, o.snapshot_id)  # @PartitionSnapshot.SnapshotId
     out += _S_q.pack(o.position)  # @PartitionSnapshot.Position
-    _nt = bool(o.replica_directory_id != _ZERO_UUID)
+    _c0 = o.replica_directory_id != _ZERO_UUID
+    _nt = _c0
+    if not _nt:
+        out.append(0)
+        return
     _w_uvarint(out, _nt)
-    if o.replica_directory_id != _ZERO_UUID:
+    if _c0:
         _t = bytearray()
         _tp = []
         _t += o.replica_directory_id.bytes  # @PartitionSnapshot.ReplicaDirectoryId
@@ -180,8 +186,25 @@ def _w_PartitionSnapshot_1(out, parts, o):
 
 
 def _r_TopicSnapshot_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TopicSnapshot.Name
-    _n, pos = _r_calen(buf, pos)  # @TopicSnapshot.Partitions
+    _n = buf[pos]  # @TopicSnapshot.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicSnapshot.Name
+    if _n == 0:
+        raise _null_error()  # @TopicSnapshot.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TopicSnapshot.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TopicSnapshot.Name
+        pos = _ve
+    _n = buf[pos]  # @TopicSnapshot.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicSnapshot.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicSnapshot.Partitions
     if _n < 0:
         raise _null_error()  # @TopicSnapshot.Partitions
     else:
@@ -212,8 +235,25 @@ def _w_TopicSnapshot_0(out, parts, o):
 
 
 def _r_TopicSnapshot_1(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TopicSnapshot.Name
-    _n, pos = _r_calen(buf, pos)  # @TopicSnapshot.Partitions
+    _n = buf[pos]  # @TopicSnapshot.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicSnapshot.Name
+    if _n == 0:
+        raise _null_error()  # @TopicSnapshot.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TopicSnapshot.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TopicSnapshot.Name
+        pos = _ve
+    _n = buf[pos]  # @TopicSnapshot.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicSnapshot.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicSnapshot.Partitions
     if _n < 0:
         raise _null_error()  # @TopicSnapshot.Partitions
     else:
@@ -246,7 +286,13 @@ def _w_TopicSnapshot_1(out, parts, o):
 def _r_FetchSnapshotRequest_0(buf, pos):
     _f1, _f2 = _S_ii.unpack_from(buf, pos)  # @FetchSnapshotRequest.ReplicaId,MaxBytes
     pos += 8
-    _n, pos = _r_calen(buf, pos)  # @FetchSnapshotRequest.Topics
+    _n = buf[pos]  # @FetchSnapshotRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchSnapshotRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @FetchSnapshotRequest.Topics
     if _n < 0:
         raise _null_error()  # @FetchSnapshotRequest.Topics
     else:
@@ -264,7 +310,18 @@ def _r_FetchSnapshotRequest_0(buf, pos):
         for _ in range(_nt):
             _tag, pos, _end = _tagged_header(buf, pos)  # @FetchSnapshotRequest._tagged_fields
             if _tag == 0:
-                _f0, pos = _r_cnstr(buf, pos)  # @FetchSnapshotRequest.ClusterId
+                _n = buf[pos]  # @FetchSnapshotRequest.ClusterId
+                pos += 1
+                if _n > 127:
+                    _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchSnapshotRequest.ClusterId
+                if _n == 0:
+                    _f0 = None
+                else:
+                    _ve = pos + _n - 1
+                    if _ve > len(buf):
+                        raise _too_long(_n - 1, len(buf) - pos)  # @FetchSnapshotRequest.ClusterId
+                    _f0 = str(buf[pos:_ve], 'utf-8')  # @FetchSnapshotRequest.ClusterId
+                    pos = _ve
             pos = _end
     return FetchSnapshotRequest(_f0, _f1, _f2, _f3), pos
 
@@ -278,9 +335,13 @@ def _w_FetchSnapshotRequest_0(out, parts, o):
         _w_calen(out, len(_a))  # @FetchSnapshotRequest.Topics
         for _e in _a:
             _w_TopicSnapshot_0(out, parts, _e)  # @FetchSnapshotRequest.Topics
-    _nt = bool(o.cluster_id is not None)
+    _c0 = o.cluster_id is not None
+    _nt = _c0
+    if not _nt:
+        out.append(0)
+        return
     _w_uvarint(out, _nt)
-    if o.cluster_id is not None:
+    if _c0:
         _t = bytearray()
         _tp = []
         _w_cnstr(_t, o.cluster_id)  # @FetchSnapshotRequest.ClusterId
@@ -293,7 +354,13 @@ def _w_FetchSnapshotRequest_0(out, parts, o):
 def _r_FetchSnapshotRequest_1(buf, pos):
     _f1, _f2 = _S_ii.unpack_from(buf, pos)  # @FetchSnapshotRequest.ReplicaId,MaxBytes
     pos += 8
-    _n, pos = _r_calen(buf, pos)  # @FetchSnapshotRequest.Topics
+    _n = buf[pos]  # @FetchSnapshotRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchSnapshotRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @FetchSnapshotRequest.Topics
     if _n < 0:
         raise _null_error()  # @FetchSnapshotRequest.Topics
     else:
@@ -311,7 +378,18 @@ def _r_FetchSnapshotRequest_1(buf, pos):
         for _ in range(_nt):
             _tag, pos, _end = _tagged_header(buf, pos)  # @FetchSnapshotRequest._tagged_fields
             if _tag == 0:
-                _f0, pos = _r_cnstr(buf, pos)  # @FetchSnapshotRequest.ClusterId
+                _n = buf[pos]  # @FetchSnapshotRequest.ClusterId
+                pos += 1
+                if _n > 127:
+                    _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchSnapshotRequest.ClusterId
+                if _n == 0:
+                    _f0 = None
+                else:
+                    _ve = pos + _n - 1
+                    if _ve > len(buf):
+                        raise _too_long(_n - 1, len(buf) - pos)  # @FetchSnapshotRequest.ClusterId
+                    _f0 = str(buf[pos:_ve], 'utf-8')  # @FetchSnapshotRequest.ClusterId
+                    pos = _ve
             pos = _end
     return FetchSnapshotRequest(_f0, _f1, _f2, _f3), pos
 
@@ -325,9 +403,13 @@ def _w_FetchSnapshotRequest_1(out, parts, o):
         _w_calen(out, len(_a))  # @FetchSnapshotRequest.Topics
         for _e in _a:
             _w_TopicSnapshot_1(out, parts, _e)  # @FetchSnapshotRequest.Topics
-    _nt = bool(o.cluster_id is not None)
+    _c0 = o.cluster_id is not None
+    _nt = _c0
+    if not _nt:
+        out.append(0)
+        return
     _w_uvarint(out, _nt)
-    if o.cluster_id is not None:
+    if _c0:
         _t = bytearray()
         _tp = []
         _w_cnstr(_t, o.cluster_id)  # @FetchSnapshotRequest.ClusterId

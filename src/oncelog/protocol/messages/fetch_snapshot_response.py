@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -121,6 +122,7 @@ class FetchSnapshotResponse(_Message):
     node_endpoints: list[NodeEndpoint] = _field(default_factory=list)
 
 
+
 def _r_SnapshotId_0(buf, pos):
     _f0, _f1 = _S_qi.unpack_from(buf, pos)  # @SnapshotId.EndOffset,Epoch
     pos += 12
@@ -161,7 +163,18 @@ def _r_PartitionSnapshot_0(buf, pos):
     _f2, pos = _r_SnapshotId_0(buf, pos)  # @PartitionSnapshot.SnapshotId
     _f4, _f5 = _S_qq.unpack_from(buf, pos)  # @PartitionSnapshot.Size,Position
     pos += 16
-    _f6, pos = _r_crec(buf, pos)  # @PartitionSnapshot.UnalignedRecords
+    _n = buf[pos]  # @PartitionSnapshot.UnalignedRecords
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionSnapshot.UnalignedRecords
+    if _n == 0:
+        raise _null_error()  # @PartitionSnapshot.UnalignedRecords
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @PartitionSnapshot.UnalignedRecords
+        _f6 = buf[pos:_ve]
+        pos = _ve
     _f3 = LeaderIdAndEpoch()
     _nt = buf[pos]  # @PartitionSnapshot._tagged_fields
     pos += 1
@@ -181,9 +194,14 @@ def _w_PartitionSnapshot_0(out, parts, o):
     _w_SnapshotId_0(out, parts, o.snapshot_id)  # @PartitionSnapshot.SnapshotId
     out += _S_qq.pack(o.size, o.position)  # @PartitionSnapshot.Size,Position
     _w_crec(out, parts, o.unaligned_records)  # @PartitionSnapshot.UnalignedRecords
-    _nt = bool(o.current_leader != LeaderIdAndEpoch())
+    _x = o.current_leader
+    _c0 = _x.__class__ is not LeaderIdAndEpoch or _x.leader_id != 0 or _x.leader_epoch != 0
+    _nt = _c0
+    if not _nt:
+        out.append(0)
+        return
     _w_uvarint(out, _nt)
-    if o.current_leader != LeaderIdAndEpoch():
+    if _c0:
         _t = bytearray()
         _tp = []
         _w_LeaderIdAndEpoch_0(_t, _tp, o.current_leader)  # @PartitionSnapshot.CurrentLeader
@@ -194,8 +212,25 @@ def _w_PartitionSnapshot_0(out, parts, o):
 
 
 def _r_TopicSnapshot_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TopicSnapshot.Name
-    _n, pos = _r_calen(buf, pos)  # @TopicSnapshot.Partitions
+    _n = buf[pos]  # @TopicSnapshot.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicSnapshot.Name
+    if _n == 0:
+        raise _null_error()  # @TopicSnapshot.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TopicSnapshot.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TopicSnapshot.Name
+        pos = _ve
+    _n = buf[pos]  # @TopicSnapshot.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicSnapshot.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicSnapshot.Partitions
     if _n < 0:
         raise _null_error()  # @TopicSnapshot.Partitions
     else:
@@ -228,7 +263,18 @@ def _w_TopicSnapshot_0(out, parts, o):
 def _r_NodeEndpoint_1(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @NodeEndpoint.NodeId
     pos += 4
-    _f1, pos = _r_cstr(buf, pos)  # @NodeEndpoint.Host
+    _n = buf[pos]  # @NodeEndpoint.Host
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @NodeEndpoint.Host
+    if _n == 0:
+        raise _null_error()  # @NodeEndpoint.Host
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @NodeEndpoint.Host
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @NodeEndpoint.Host
+        pos = _ve
     (_f2,) = _S_H.unpack_from(buf, pos)  # @NodeEndpoint.Port
     pos += 2
     _nt = buf[pos]  # @NodeEndpoint._tagged_fields
@@ -250,7 +296,13 @@ def _w_NodeEndpoint_1(out, parts, o):
 def _r_FetchSnapshotResponse_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @FetchSnapshotResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _n, pos = _r_calen(buf, pos)  # @FetchSnapshotResponse.Topics
+    _n = buf[pos]  # @FetchSnapshotResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchSnapshotResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @FetchSnapshotResponse.Topics
     if _n < 0:
         raise _null_error()  # @FetchSnapshotResponse.Topics
     else:
@@ -283,7 +335,13 @@ def _w_FetchSnapshotResponse_0(out, parts, o):
 def _r_FetchSnapshotResponse_1(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @FetchSnapshotResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _n, pos = _r_calen(buf, pos)  # @FetchSnapshotResponse.Topics
+    _n = buf[pos]  # @FetchSnapshotResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchSnapshotResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @FetchSnapshotResponse.Topics
     if _n < 0:
         raise _null_error()  # @FetchSnapshotResponse.Topics
     else:
@@ -301,7 +359,13 @@ def _r_FetchSnapshotResponse_1(buf, pos):
         for _ in range(_nt):
             _tag, pos, _end = _tagged_header(buf, pos)  # @FetchSnapshotResponse._tagged_fields
             if _tag == 0:
-                _n, pos = _r_calen(buf, pos)  # @FetchSnapshotResponse.NodeEndpoints
+                _n = buf[pos]  # @FetchSnapshotResponse.NodeEndpoints
+                pos += 1
+                if _n > 127:
+                    _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchSnapshotResponse.NodeEndpoints
+                _n -= 1
+                if _n > len(buf) - pos:
+                    raise _too_long(_n, len(buf) - pos)  # @FetchSnapshotResponse.NodeEndpoints
                 if _n < 0:
                     raise _null_error()  # @FetchSnapshotResponse.NodeEndpoints
                 else:
@@ -323,9 +387,13 @@ def _w_FetchSnapshotResponse_1(out, parts, o):
         _w_calen(out, len(_a))  # @FetchSnapshotResponse.Topics
         for _e in _a:
             _w_TopicSnapshot_0(out, parts, _e)  # @FetchSnapshotResponse.Topics
-    _nt = bool(o.node_endpoints)
+    _c0 = len(o.node_endpoints) != 0
+    _nt = _c0
+    if not _nt:
+        out.append(0)
+        return
     _w_uvarint(out, _nt)
-    if o.node_endpoints:
+    if _c0:
         _t = bytearray()
         _tp = []
         _a = o.node_endpoints

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -79,6 +80,7 @@ class FindCoordinatorRequest(_Message):
     coordinator_keys: list[str] = _field(default_factory=list)
 
 
+
 def _r_FindCoordinatorRequest_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @FindCoordinatorRequest.Key
     return FindCoordinatorRequest(_f0, 0, []), pos
@@ -101,7 +103,18 @@ def _w_FindCoordinatorRequest_1(out, parts, o):
 
 
 def _r_FindCoordinatorRequest_3(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @FindCoordinatorRequest.Key
+    _n = buf[pos]  # @FindCoordinatorRequest.Key
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FindCoordinatorRequest.Key
+    if _n == 0:
+        raise _null_error()  # @FindCoordinatorRequest.Key
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @FindCoordinatorRequest.Key
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @FindCoordinatorRequest.Key
+        pos = _ve
     (_f1,) = _S_b.unpack_from(buf, pos)  # @FindCoordinatorRequest.KeyType
     pos += 1
     _nt = buf[pos]  # @FindCoordinatorRequest._tagged_fields
@@ -122,7 +135,13 @@ def _w_FindCoordinatorRequest_3(out, parts, o):
 def _r_FindCoordinatorRequest_4(buf, pos):
     (_f1,) = _S_b.unpack_from(buf, pos)  # @FindCoordinatorRequest.KeyType
     pos += 1
-    _n, pos = _r_calen(buf, pos)  # @FindCoordinatorRequest.CoordinatorKeys
+    _n = buf[pos]  # @FindCoordinatorRequest.CoordinatorKeys
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FindCoordinatorRequest.CoordinatorKeys
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @FindCoordinatorRequest.CoordinatorKeys
     if _n < 0:
         raise _null_error()  # @FindCoordinatorRequest.CoordinatorKeys
     else:

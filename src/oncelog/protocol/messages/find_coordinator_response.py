@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -95,14 +96,48 @@ class FindCoordinatorResponse(_Message):
     coordinators: list[Coordinator] = _field(default_factory=list)
 
 
+
 def _r_Coordinator_4(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @Coordinator.Key
+    _n = buf[pos]  # @Coordinator.Key
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Coordinator.Key
+    if _n == 0:
+        raise _null_error()  # @Coordinator.Key
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @Coordinator.Key
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @Coordinator.Key
+        pos = _ve
     (_f1,) = _S_i.unpack_from(buf, pos)  # @Coordinator.NodeId
     pos += 4
-    _f2, pos = _r_cstr(buf, pos)  # @Coordinator.Host
+    _n = buf[pos]  # @Coordinator.Host
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Coordinator.Host
+    if _n == 0:
+        raise _null_error()  # @Coordinator.Host
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @Coordinator.Host
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @Coordinator.Host
+        pos = _ve
     _f3, _f4 = _S_ih.unpack_from(buf, pos)  # @Coordinator.Port,ErrorCode
     pos += 6
-    _f5, pos = _r_cnstr(buf, pos)  # @Coordinator.ErrorMessage
+    _n = buf[pos]  # @Coordinator.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Coordinator.ErrorMessage
+    if _n == 0:
+        _f5 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @Coordinator.ErrorMessage
+        _f5 = str(buf[pos:_ve], 'utf-8')  # @Coordinator.ErrorMessage
+        pos = _ve
     _nt = buf[pos]  # @Coordinator._tagged_fields
     pos += 1
     if _nt:
@@ -159,10 +194,32 @@ def _w_FindCoordinatorResponse_1(out, parts, o):
 def _r_FindCoordinatorResponse_3(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @FindCoordinatorResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _f2, pos = _r_cnstr(buf, pos)  # @FindCoordinatorResponse.ErrorMessage
+    _n = buf[pos]  # @FindCoordinatorResponse.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FindCoordinatorResponse.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @FindCoordinatorResponse.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @FindCoordinatorResponse.ErrorMessage
+        pos = _ve
     (_f3,) = _S_i.unpack_from(buf, pos)  # @FindCoordinatorResponse.NodeId
     pos += 4
-    _f4, pos = _r_cstr(buf, pos)  # @FindCoordinatorResponse.Host
+    _n = buf[pos]  # @FindCoordinatorResponse.Host
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FindCoordinatorResponse.Host
+    if _n == 0:
+        raise _null_error()  # @FindCoordinatorResponse.Host
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @FindCoordinatorResponse.Host
+        _f4 = str(buf[pos:_ve], 'utf-8')  # @FindCoordinatorResponse.Host
+        pos = _ve
     (_f5,) = _S_i.unpack_from(buf, pos)  # @FindCoordinatorResponse.Port
     pos += 4
     _nt = buf[pos]  # @FindCoordinatorResponse._tagged_fields
@@ -186,7 +243,13 @@ def _w_FindCoordinatorResponse_3(out, parts, o):
 def _r_FindCoordinatorResponse_4(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @FindCoordinatorResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @FindCoordinatorResponse.Coordinators
+    _n = buf[pos]  # @FindCoordinatorResponse.Coordinators
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FindCoordinatorResponse.Coordinators
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @FindCoordinatorResponse.Coordinators
     if _n < 0:
         raise _null_error()  # @FindCoordinatorResponse.Coordinators
     else:

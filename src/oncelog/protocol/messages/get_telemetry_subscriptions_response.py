@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -86,18 +87,31 @@ class GetTelemetrySubscriptionsResponse(_Message):
     requested_metrics: list[str] = _field(default_factory=list)
 
 
+
 def _r_GetTelemetrySubscriptionsResponse_0(buf, pos):
     _f0, _f1, _f2, _f3 = _S_ihUi.unpack_from(buf, pos)  # @GetTelemetrySubscriptionsResponse.ThrottleTimeMs,ErrorCode,ClientInstanceId,SubscriptionId
     pos += 26
     _f2 = _uuid_from_bytes(_f2)
-    _n, pos = _r_calen(buf, pos)  # @GetTelemetrySubscriptionsResponse.AcceptedCompressionTypes
+    _n = buf[pos]  # @GetTelemetrySubscriptionsResponse.AcceptedCompressionTypes
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @GetTelemetrySubscriptionsResponse.AcceptedCompressionTypes
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @GetTelemetrySubscriptionsResponse.AcceptedCompressionTypes
     if _n < 0:
         raise _null_error()  # @GetTelemetrySubscriptionsResponse.AcceptedCompressionTypes
     else:
         _f4, pos = _r_fixed_arr(buf, pos, _n, 'b', 1)  # @GetTelemetrySubscriptionsResponse.AcceptedCompressionTypes
     _f5, _f6, _f7 = _S_iiB_.unpack_from(buf, pos)  # @GetTelemetrySubscriptionsResponse.PushIntervalMs,TelemetryMaxBytes,DeltaTemporality
     pos += 9
-    _n, pos = _r_calen(buf, pos)  # @GetTelemetrySubscriptionsResponse.RequestedMetrics
+    _n = buf[pos]  # @GetTelemetrySubscriptionsResponse.RequestedMetrics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @GetTelemetrySubscriptionsResponse.RequestedMetrics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @GetTelemetrySubscriptionsResponse.RequestedMetrics
     if _n < 0:
         raise _null_error()  # @GetTelemetrySubscriptionsResponse.RequestedMetrics
     else:

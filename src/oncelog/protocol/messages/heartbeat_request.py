@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -80,6 +81,7 @@ class HeartbeatRequest(_Message):
     group_instance_id: str | None = None
 
 
+
 def _r_HeartbeatRequest_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @HeartbeatRequest.GroupId
     (_f1,) = _S_i.unpack_from(buf, pos)  # @HeartbeatRequest.GenerationId
@@ -111,11 +113,44 @@ def _w_HeartbeatRequest_3(out, parts, o):
 
 
 def _r_HeartbeatRequest_4(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @HeartbeatRequest.GroupId
+    _n = buf[pos]  # @HeartbeatRequest.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @HeartbeatRequest.GroupId
+    if _n == 0:
+        raise _null_error()  # @HeartbeatRequest.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @HeartbeatRequest.GroupId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @HeartbeatRequest.GroupId
+        pos = _ve
     (_f1,) = _S_i.unpack_from(buf, pos)  # @HeartbeatRequest.GenerationId
     pos += 4
-    _f2, pos = _r_cstr(buf, pos)  # @HeartbeatRequest.MemberId
-    _f3, pos = _r_cnstr(buf, pos)  # @HeartbeatRequest.GroupInstanceId
+    _n = buf[pos]  # @HeartbeatRequest.MemberId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @HeartbeatRequest.MemberId
+    if _n == 0:
+        raise _null_error()  # @HeartbeatRequest.MemberId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @HeartbeatRequest.MemberId
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @HeartbeatRequest.MemberId
+        pos = _ve
+    _n = buf[pos]  # @HeartbeatRequest.GroupInstanceId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @HeartbeatRequest.GroupInstanceId
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @HeartbeatRequest.GroupInstanceId
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @HeartbeatRequest.GroupInstanceId
+        pos = _ve
     _nt = buf[pos]  # @HeartbeatRequest._tagged_fields
     pos += 1
     if _nt:

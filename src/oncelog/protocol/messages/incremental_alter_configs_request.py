@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -93,6 +94,7 @@ class IncrementalAlterConfigsRequest(_Message):
     validate_only: bool = False
 
 
+
 def _r_AlterableConfig_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @AlterableConfig.Name
     (_f1,) = _S_b.unpack_from(buf, pos)  # @AlterableConfig.ConfigOperation
@@ -108,10 +110,32 @@ def _w_AlterableConfig_0(out, parts, o):
 
 
 def _r_AlterableConfig_1(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @AlterableConfig.Name
+    _n = buf[pos]  # @AlterableConfig.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterableConfig.Name
+    if _n == 0:
+        raise _null_error()  # @AlterableConfig.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @AlterableConfig.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @AlterableConfig.Name
+        pos = _ve
     (_f1,) = _S_b.unpack_from(buf, pos)  # @AlterableConfig.ConfigOperation
     pos += 1
-    _f2, pos = _r_cnstr(buf, pos)  # @AlterableConfig.Value
+    _n = buf[pos]  # @AlterableConfig.Value
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterableConfig.Value
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @AlterableConfig.Value
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @AlterableConfig.Value
+        pos = _ve
     _nt = buf[pos]  # @AlterableConfig._tagged_fields
     pos += 1
     if _nt:
@@ -159,8 +183,25 @@ def _w_AlterConfigsResource_0(out, parts, o):
 def _r_AlterConfigsResource_1(buf, pos):
     (_f0,) = _S_b.unpack_from(buf, pos)  # @AlterConfigsResource.ResourceType
     pos += 1
-    _f1, pos = _r_cstr(buf, pos)  # @AlterConfigsResource.ResourceName
-    _n, pos = _r_calen(buf, pos)  # @AlterConfigsResource.Configs
+    _n = buf[pos]  # @AlterConfigsResource.ResourceName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterConfigsResource.ResourceName
+    if _n == 0:
+        raise _null_error()  # @AlterConfigsResource.ResourceName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @AlterConfigsResource.ResourceName
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @AlterConfigsResource.ResourceName
+        pos = _ve
+    _n = buf[pos]  # @AlterConfigsResource.Configs
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterConfigsResource.Configs
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AlterConfigsResource.Configs
     if _n < 0:
         raise _null_error()  # @AlterConfigsResource.Configs
     else:
@@ -218,7 +259,13 @@ def _w_IncrementalAlterConfigsRequest_0(out, parts, o):
 
 
 def _r_IncrementalAlterConfigsRequest_1(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @IncrementalAlterConfigsRequest.Resources
+    _n = buf[pos]  # @IncrementalAlterConfigsRequest.Resources
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @IncrementalAlterConfigsRequest.Resources
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @IncrementalAlterConfigsRequest.Resources
     if _n < 0:
         raise _null_error()  # @IncrementalAlterConfigsRequest.Resources
     else:

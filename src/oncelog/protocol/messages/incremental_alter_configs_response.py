@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -88,6 +89,7 @@ class IncrementalAlterConfigsResponse(_Message):
     responses: list[AlterConfigsResourceResponse] = _field(default_factory=list)
 
 
+
 def _r_AlterConfigsResourceResponse_0(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @AlterConfigsResourceResponse.ErrorCode
     pos += 2
@@ -108,10 +110,32 @@ def _w_AlterConfigsResourceResponse_0(out, parts, o):
 def _r_AlterConfigsResourceResponse_1(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @AlterConfigsResourceResponse.ErrorCode
     pos += 2
-    _f1, pos = _r_cnstr(buf, pos)  # @AlterConfigsResourceResponse.ErrorMessage
+    _n = buf[pos]  # @AlterConfigsResourceResponse.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterConfigsResourceResponse.ErrorMessage
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @AlterConfigsResourceResponse.ErrorMessage
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @AlterConfigsResourceResponse.ErrorMessage
+        pos = _ve
     (_f2,) = _S_b.unpack_from(buf, pos)  # @AlterConfigsResourceResponse.ResourceType
     pos += 1
-    _f3, pos = _r_cstr(buf, pos)  # @AlterConfigsResourceResponse.ResourceName
+    _n = buf[pos]  # @AlterConfigsResourceResponse.ResourceName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AlterConfigsResourceResponse.ResourceName
+    if _n == 0:
+        raise _null_error()  # @AlterConfigsResourceResponse.ResourceName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @AlterConfigsResourceResponse.ResourceName
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @AlterConfigsResourceResponse.ResourceName
+        pos = _ve
     _nt = buf[pos]  # @AlterConfigsResourceResponse._tagged_fields
     pos += 1
     if _nt:
@@ -158,7 +182,13 @@ def _w_IncrementalAlterConfigsResponse_0(out, parts, o):
 def _r_IncrementalAlterConfigsResponse_1(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @IncrementalAlterConfigsResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @IncrementalAlterConfigsResponse.Responses
+    _n = buf[pos]  # @IncrementalAlterConfigsResponse.Responses
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @IncrementalAlterConfigsResponse.Responses
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @IncrementalAlterConfigsResponse.Responses
     if _n < 0:
         raise _null_error()  # @IncrementalAlterConfigsResponse.Responses
     else:

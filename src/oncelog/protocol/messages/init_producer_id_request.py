@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -84,6 +85,7 @@ class InitProducerIdRequest(_Message):
     keep_prepared_txn: bool = False
 
 
+
 def _r_InitProducerIdRequest_0(buf, pos):
     _f0, pos = _r_nstr(buf, pos)  # @InitProducerIdRequest.TransactionalId
     (_f1,) = _S_i.unpack_from(buf, pos)  # @InitProducerIdRequest.TransactionTimeoutMs
@@ -97,7 +99,18 @@ def _w_InitProducerIdRequest_0(out, parts, o):
 
 
 def _r_InitProducerIdRequest_2(buf, pos):
-    _f0, pos = _r_cnstr(buf, pos)  # @InitProducerIdRequest.TransactionalId
+    _n = buf[pos]  # @InitProducerIdRequest.TransactionalId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @InitProducerIdRequest.TransactionalId
+    if _n == 0:
+        _f0 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @InitProducerIdRequest.TransactionalId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @InitProducerIdRequest.TransactionalId
+        pos = _ve
     (_f1,) = _S_i.unpack_from(buf, pos)  # @InitProducerIdRequest.TransactionTimeoutMs
     pos += 4
     _nt = buf[pos]  # @InitProducerIdRequest._tagged_fields
@@ -116,7 +129,18 @@ def _w_InitProducerIdRequest_2(out, parts, o):
 
 
 def _r_InitProducerIdRequest_3(buf, pos):
-    _f0, pos = _r_cnstr(buf, pos)  # @InitProducerIdRequest.TransactionalId
+    _n = buf[pos]  # @InitProducerIdRequest.TransactionalId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @InitProducerIdRequest.TransactionalId
+    if _n == 0:
+        _f0 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @InitProducerIdRequest.TransactionalId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @InitProducerIdRequest.TransactionalId
+        pos = _ve
     _f1, _f2, _f3 = _S_iqh.unpack_from(buf, pos)  # @InitProducerIdRequest.TransactionTimeoutMs,ProducerId,ProducerEpoch
     pos += 14
     _nt = buf[pos]  # @InitProducerIdRequest._tagged_fields
@@ -135,7 +159,18 @@ def _w_InitProducerIdRequest_3(out, parts, o):
 
 
 def _r_InitProducerIdRequest_6(buf, pos):
-    _f0, pos = _r_cnstr(buf, pos)  # @InitProducerIdRequest.TransactionalId
+    _n = buf[pos]  # @InitProducerIdRequest.TransactionalId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @InitProducerIdRequest.TransactionalId
+    if _n == 0:
+        _f0 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @InitProducerIdRequest.TransactionalId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @InitProducerIdRequest.TransactionalId
+        pos = _ve
     _f1, _f2, _f3, _f4, _f5 = _S_iqhB_B_.unpack_from(buf, pos)  # @InitProducerIdRequest.TransactionTimeoutMs,ProducerId,ProducerEpoch,Enable2Pc,KeepPreparedTxn
     pos += 16
     _nt = buf[pos]  # @InitProducerIdRequest._tagged_fields

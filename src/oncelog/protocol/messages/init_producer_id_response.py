@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -81,6 +82,7 @@ class InitProducerIdResponse(_Message):
     producer_epoch: int = 0
     ongoing_txn_producer_id: int = -1
     ongoing_txn_producer_epoch: int = -1
+
 
 
 def _r_InitProducerIdResponse_0(buf, pos):

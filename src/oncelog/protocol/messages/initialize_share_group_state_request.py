@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -91,6 +92,7 @@ class InitializeShareGroupStateRequest(_Message):
     topics: list[InitializeStateData] = _field(default_factory=list)
 
 
+
 def _r_PartitionData_0(buf, pos):
     _f0, _f1, _f2 = _S_iiq.unpack_from(buf, pos)  # @PartitionData.Partition,StateEpoch,StartOffset
     pos += 16
@@ -111,7 +113,13 @@ def _w_PartitionData_0(out, parts, o):
 def _r_InitializeStateData_0(buf, pos):
     _f0 = _r_uuid(buf, pos)  # @InitializeStateData.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @InitializeStateData.Partitions
+    _n = buf[pos]  # @InitializeStateData.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @InitializeStateData.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @InitializeStateData.Partitions
     if _n < 0:
         raise _null_error()  # @InitializeStateData.Partitions
     else:
@@ -142,8 +150,25 @@ def _w_InitializeStateData_0(out, parts, o):
 
 
 def _r_InitializeShareGroupStateRequest_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @InitializeShareGroupStateRequest.GroupId
-    _n, pos = _r_calen(buf, pos)  # @InitializeShareGroupStateRequest.Topics
+    _n = buf[pos]  # @InitializeShareGroupStateRequest.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @InitializeShareGroupStateRequest.GroupId
+    if _n == 0:
+        raise _null_error()  # @InitializeShareGroupStateRequest.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @InitializeShareGroupStateRequest.GroupId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @InitializeShareGroupStateRequest.GroupId
+        pos = _ve
+    _n = buf[pos]  # @InitializeShareGroupStateRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @InitializeShareGroupStateRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @InitializeShareGroupStateRequest.Topics
     if _n < 0:
         raise _null_error()  # @InitializeShareGroupStateRequest.Topics
     else:

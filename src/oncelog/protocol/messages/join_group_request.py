@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -91,6 +92,7 @@ class JoinGroupRequest(_Message):
     reason: str | None = None
 
 
+
 def _r_JoinGroupRequestProtocol_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @JoinGroupRequestProtocol.Name
     _f1, pos = _r_bytes(buf, pos)  # @JoinGroupRequestProtocol.Metadata
@@ -103,7 +105,18 @@ def _w_JoinGroupRequestProtocol_0(out, parts, o):
 
 
 def _r_JoinGroupRequestProtocol_6(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @JoinGroupRequestProtocol.Name
+    _n = buf[pos]  # @JoinGroupRequestProtocol.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupRequestProtocol.Name
+    if _n == 0:
+        raise _null_error()  # @JoinGroupRequestProtocol.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @JoinGroupRequestProtocol.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @JoinGroupRequestProtocol.Name
+        pos = _ve
     _f1, pos = _r_cbytes(buf, pos)  # @JoinGroupRequestProtocol.Metadata
     _nt = buf[pos]  # @JoinGroupRequestProtocol._tagged_fields
     pos += 1
@@ -219,13 +232,63 @@ def _w_JoinGroupRequest_5(out, parts, o):
 
 
 def _r_JoinGroupRequest_6(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @JoinGroupRequest.GroupId
+    _n = buf[pos]  # @JoinGroupRequest.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupRequest.GroupId
+    if _n == 0:
+        raise _null_error()  # @JoinGroupRequest.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @JoinGroupRequest.GroupId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @JoinGroupRequest.GroupId
+        pos = _ve
     _f1, _f2 = _S_ii.unpack_from(buf, pos)  # @JoinGroupRequest.SessionTimeoutMs,RebalanceTimeoutMs
     pos += 8
-    _f3, pos = _r_cstr(buf, pos)  # @JoinGroupRequest.MemberId
-    _f4, pos = _r_cnstr(buf, pos)  # @JoinGroupRequest.GroupInstanceId
-    _f5, pos = _r_cstr(buf, pos)  # @JoinGroupRequest.ProtocolType
-    _n, pos = _r_calen(buf, pos)  # @JoinGroupRequest.Protocols
+    _n = buf[pos]  # @JoinGroupRequest.MemberId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupRequest.MemberId
+    if _n == 0:
+        raise _null_error()  # @JoinGroupRequest.MemberId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @JoinGroupRequest.MemberId
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @JoinGroupRequest.MemberId
+        pos = _ve
+    _n = buf[pos]  # @JoinGroupRequest.GroupInstanceId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupRequest.GroupInstanceId
+    if _n == 0:
+        _f4 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @JoinGroupRequest.GroupInstanceId
+        _f4 = str(buf[pos:_ve], 'utf-8')  # @JoinGroupRequest.GroupInstanceId
+        pos = _ve
+    _n = buf[pos]  # @JoinGroupRequest.ProtocolType
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupRequest.ProtocolType
+    if _n == 0:
+        raise _null_error()  # @JoinGroupRequest.ProtocolType
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @JoinGroupRequest.ProtocolType
+        _f5 = str(buf[pos:_ve], 'utf-8')  # @JoinGroupRequest.ProtocolType
+        pos = _ve
+    _n = buf[pos]  # @JoinGroupRequest.Protocols
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupRequest.Protocols
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @JoinGroupRequest.Protocols
     if _n < 0:
         raise _null_error()  # @JoinGroupRequest.Protocols
     else:
@@ -260,13 +323,63 @@ def _w_JoinGroupRequest_6(out, parts, o):
 
 
 def _r_JoinGroupRequest_8(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @JoinGroupRequest.GroupId
+    _n = buf[pos]  # @JoinGroupRequest.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupRequest.GroupId
+    if _n == 0:
+        raise _null_error()  # @JoinGroupRequest.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @JoinGroupRequest.GroupId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @JoinGroupRequest.GroupId
+        pos = _ve
     _f1, _f2 = _S_ii.unpack_from(buf, pos)  # @JoinGroupRequest.SessionTimeoutMs,RebalanceTimeoutMs
     pos += 8
-    _f3, pos = _r_cstr(buf, pos)  # @JoinGroupRequest.MemberId
-    _f4, pos = _r_cnstr(buf, pos)  # @JoinGroupRequest.GroupInstanceId
-    _f5, pos = _r_cstr(buf, pos)  # @JoinGroupRequest.ProtocolType
-    _n, pos = _r_calen(buf, pos)  # @JoinGroupRequest.Protocols
+    _n = buf[pos]  # @JoinGroupRequest.MemberId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupRequest.MemberId
+    if _n == 0:
+        raise _null_error()  # @JoinGroupRequest.MemberId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @JoinGroupRequest.MemberId
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @JoinGroupRequest.MemberId
+        pos = _ve
+    _n = buf[pos]  # @JoinGroupRequest.GroupInstanceId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupRequest.GroupInstanceId
+    if _n == 0:
+        _f4 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @JoinGroupRequest.GroupInstanceId
+        _f4 = str(buf[pos:_ve], 'utf-8')  # @JoinGroupRequest.GroupInstanceId
+        pos = _ve
+    _n = buf[pos]  # @JoinGroupRequest.ProtocolType
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupRequest.ProtocolType
+    if _n == 0:
+        raise _null_error()  # @JoinGroupRequest.ProtocolType
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @JoinGroupRequest.ProtocolType
+        _f5 = str(buf[pos:_ve], 'utf-8')  # @JoinGroupRequest.ProtocolType
+        pos = _ve
+    _n = buf[pos]  # @JoinGroupRequest.Protocols
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupRequest.Protocols
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @JoinGroupRequest.Protocols
     if _n < 0:
         raise _null_error()  # @JoinGroupRequest.Protocols
     else:
@@ -275,7 +388,18 @@ def _r_JoinGroupRequest_8(buf, pos):
         for _ in range(_n):
             _e, pos = _r_JoinGroupRequestProtocol_6(buf, pos)  # @JoinGroupRequest.Protocols
             _app(_e)
-    _f7, pos = _r_cnstr(buf, pos)  # @JoinGroupRequest.Reason
+    _n = buf[pos]  # @JoinGroupRequest.Reason
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupRequest.Reason
+    if _n == 0:
+        _f7 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @JoinGroupRequest.Reason
+        _f7 = str(buf[pos:_ve], 'utf-8')  # @JoinGroupRequest.Reason
+        pos = _ve
     _nt = buf[pos]  # @JoinGroupRequest._tagged_fields
     pos += 1
     if _nt:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -94,6 +95,7 @@ class JoinGroupResponse(_Message):
     members: list[JoinGroupResponseMember] = _field(default_factory=list)
 
 
+
 def _r_JoinGroupResponseMember_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @JoinGroupResponseMember.MemberId
     _f2, pos = _r_bytes(buf, pos)  # @JoinGroupResponseMember.Metadata
@@ -119,8 +121,30 @@ def _w_JoinGroupResponseMember_5(out, parts, o):
 
 
 def _r_JoinGroupResponseMember_6(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @JoinGroupResponseMember.MemberId
-    _f1, pos = _r_cnstr(buf, pos)  # @JoinGroupResponseMember.GroupInstanceId
+    _n = buf[pos]  # @JoinGroupResponseMember.MemberId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponseMember.MemberId
+    if _n == 0:
+        raise _null_error()  # @JoinGroupResponseMember.MemberId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @JoinGroupResponseMember.MemberId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @JoinGroupResponseMember.MemberId
+        pos = _ve
+    _n = buf[pos]  # @JoinGroupResponseMember.GroupInstanceId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponseMember.GroupInstanceId
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @JoinGroupResponseMember.GroupInstanceId
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @JoinGroupResponseMember.GroupInstanceId
+        pos = _ve
     _f2, pos = _r_cbytes(buf, pos)  # @JoinGroupResponseMember.Metadata
     _nt = buf[pos]  # @JoinGroupResponseMember._tagged_fields
     pos += 1
@@ -237,10 +261,49 @@ def _w_JoinGroupResponse_5(out, parts, o):
 def _r_JoinGroupResponse_6(buf, pos):
     _f0, _f1, _f2 = _S_ihi.unpack_from(buf, pos)  # @JoinGroupResponse.ThrottleTimeMs,ErrorCode,GenerationId
     pos += 10
-    _f4, pos = _r_cstr(buf, pos)  # @JoinGroupResponse.ProtocolName
-    _f5, pos = _r_cstr(buf, pos)  # @JoinGroupResponse.Leader
-    _f7, pos = _r_cstr(buf, pos)  # @JoinGroupResponse.MemberId
-    _n, pos = _r_calen(buf, pos)  # @JoinGroupResponse.Members
+    _n = buf[pos]  # @JoinGroupResponse.ProtocolName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponse.ProtocolName
+    if _n == 0:
+        raise _null_error()  # @JoinGroupResponse.ProtocolName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @JoinGroupResponse.ProtocolName
+        _f4 = str(buf[pos:_ve], 'utf-8')  # @JoinGroupResponse.ProtocolName
+        pos = _ve
+    _n = buf[pos]  # @JoinGroupResponse.Leader
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponse.Leader
+    if _n == 0:
+        raise _null_error()  # @JoinGroupResponse.Leader
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @JoinGroupResponse.Leader
+        _f5 = str(buf[pos:_ve], 'utf-8')  # @JoinGroupResponse.Leader
+        pos = _ve
+    _n = buf[pos]  # @JoinGroupResponse.MemberId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponse.MemberId
+    if _n == 0:
+        raise _null_error()  # @JoinGroupResponse.MemberId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @JoinGroupResponse.MemberId
+        _f7 = str(buf[pos:_ve], 'utf-8')  # @JoinGroupResponse.MemberId
+        pos = _ve
+    _n = buf[pos]  # @JoinGroupResponse.Members
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponse.Members
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @JoinGroupResponse.Members
     if _n < 0:
         raise _null_error()  # @JoinGroupResponse.Members
     else:
@@ -276,11 +339,61 @@ def _w_JoinGroupResponse_6(out, parts, o):
 def _r_JoinGroupResponse_7(buf, pos):
     _f0, _f1, _f2 = _S_ihi.unpack_from(buf, pos)  # @JoinGroupResponse.ThrottleTimeMs,ErrorCode,GenerationId
     pos += 10
-    _f3, pos = _r_cnstr(buf, pos)  # @JoinGroupResponse.ProtocolType
-    _f4, pos = _r_cnstr(buf, pos)  # @JoinGroupResponse.ProtocolName
-    _f5, pos = _r_cstr(buf, pos)  # @JoinGroupResponse.Leader
-    _f7, pos = _r_cstr(buf, pos)  # @JoinGroupResponse.MemberId
-    _n, pos = _r_calen(buf, pos)  # @JoinGroupResponse.Members
+    _n = buf[pos]  # @JoinGroupResponse.ProtocolType
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponse.ProtocolType
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @JoinGroupResponse.ProtocolType
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @JoinGroupResponse.ProtocolType
+        pos = _ve
+    _n = buf[pos]  # @JoinGroupResponse.ProtocolName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponse.ProtocolName
+    if _n == 0:
+        _f4 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @JoinGroupResponse.ProtocolName
+        _f4 = str(buf[pos:_ve], 'utf-8')  # @JoinGroupResponse.ProtocolName
+        pos = _ve
+    _n = buf[pos]  # @JoinGroupResponse.Leader
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponse.Leader
+    if _n == 0:
+        raise _null_error()  # @JoinGroupResponse.Leader
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @JoinGroupResponse.Leader
+        _f5 = str(buf[pos:_ve], 'utf-8')  # @JoinGroupResponse.Leader
+        pos = _ve
+    _n = buf[pos]  # @JoinGroupResponse.MemberId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponse.MemberId
+    if _n == 0:
+        raise _null_error()  # @JoinGroupResponse.MemberId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @JoinGroupResponse.MemberId
+        _f7 = str(buf[pos:_ve], 'utf-8')  # @JoinGroupResponse.MemberId
+        pos = _ve
+    _n = buf[pos]  # @JoinGroupResponse.Members
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponse.Members
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @JoinGroupResponse.Members
     if _n < 0:
         raise _null_error()  # @JoinGroupResponse.Members
     else:
@@ -317,13 +430,63 @@ def _w_JoinGroupResponse_7(out, parts, o):
 def _r_JoinGroupResponse_9(buf, pos):
     _f0, _f1, _f2 = _S_ihi.unpack_from(buf, pos)  # @JoinGroupResponse.ThrottleTimeMs,ErrorCode,GenerationId
     pos += 10
-    _f3, pos = _r_cnstr(buf, pos)  # @JoinGroupResponse.ProtocolType
-    _f4, pos = _r_cnstr(buf, pos)  # @JoinGroupResponse.ProtocolName
-    _f5, pos = _r_cstr(buf, pos)  # @JoinGroupResponse.Leader
+    _n = buf[pos]  # @JoinGroupResponse.ProtocolType
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponse.ProtocolType
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @JoinGroupResponse.ProtocolType
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @JoinGroupResponse.ProtocolType
+        pos = _ve
+    _n = buf[pos]  # @JoinGroupResponse.ProtocolName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponse.ProtocolName
+    if _n == 0:
+        _f4 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @JoinGroupResponse.ProtocolName
+        _f4 = str(buf[pos:_ve], 'utf-8')  # @JoinGroupResponse.ProtocolName
+        pos = _ve
+    _n = buf[pos]  # @JoinGroupResponse.Leader
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponse.Leader
+    if _n == 0:
+        raise _null_error()  # @JoinGroupResponse.Leader
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @JoinGroupResponse.Leader
+        _f5 = str(buf[pos:_ve], 'utf-8')  # @JoinGroupResponse.Leader
+        pos = _ve
     (_f6,) = _S_B_.unpack_from(buf, pos)  # @JoinGroupResponse.SkipAssignment
     pos += 1
-    _f7, pos = _r_cstr(buf, pos)  # @JoinGroupResponse.MemberId
-    _n, pos = _r_calen(buf, pos)  # @JoinGroupResponse.Members
+    _n = buf[pos]  # @JoinGroupResponse.MemberId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponse.MemberId
+    if _n == 0:
+        raise _null_error()  # @JoinGroupResponse.MemberId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @JoinGroupResponse.MemberId
+        _f7 = str(buf[pos:_ve], 'utf-8')  # @JoinGroupResponse.MemberId
+        pos = _ve
+    _n = buf[pos]  # @JoinGroupResponse.Members
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponse.Members
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @JoinGroupResponse.Members
     if _n < 0:
         raise _null_error()  # @JoinGroupResponse.Members
     else:

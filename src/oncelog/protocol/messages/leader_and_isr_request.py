@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -119,6 +120,7 @@ class LeaderAndIsrRequest(_Message):
     ungrouped_partition_states: list[LeaderAndIsrPartitionState] = _field(default_factory=list)
     topic_states: list[LeaderAndIsrTopicState] = _field(default_factory=list)
     live_leaders: list[LeaderAndIsrLiveLeader] = _field(default_factory=list)
+
 
 
 def _r_LeaderAndIsrPartitionState_0(buf, pos):
@@ -299,24 +301,48 @@ def _w_LeaderAndIsrPartitionState_3(out, parts, o):
 def _r_LeaderAndIsrPartitionState_4(buf, pos):
     _f1, _f2, _f3, _f4 = _S_iiii.unpack_from(buf, pos)  # @LeaderAndIsrPartitionState.PartitionIndex,ControllerEpoch,Leader,LeaderEpoch
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @LeaderAndIsrPartitionState.Isr
+    _n = buf[pos]  # @LeaderAndIsrPartitionState.Isr
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrPartitionState.Isr
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @LeaderAndIsrPartitionState.Isr
     if _n < 0:
         raise _null_error()  # @LeaderAndIsrPartitionState.Isr
     else:
         _f5, pos = _r_fixed_arr(buf, pos, _n, 'i', 4)  # @LeaderAndIsrPartitionState.Isr
     (_f6,) = _S_i.unpack_from(buf, pos)  # @LeaderAndIsrPartitionState.PartitionEpoch
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @LeaderAndIsrPartitionState.Replicas
+    _n = buf[pos]  # @LeaderAndIsrPartitionState.Replicas
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrPartitionState.Replicas
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @LeaderAndIsrPartitionState.Replicas
     if _n < 0:
         raise _null_error()  # @LeaderAndIsrPartitionState.Replicas
     else:
         _f7, pos = _r_fixed_arr(buf, pos, _n, 'i', 4)  # @LeaderAndIsrPartitionState.Replicas
-    _n, pos = _r_calen(buf, pos)  # @LeaderAndIsrPartitionState.AddingReplicas
+    _n = buf[pos]  # @LeaderAndIsrPartitionState.AddingReplicas
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrPartitionState.AddingReplicas
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @LeaderAndIsrPartitionState.AddingReplicas
     if _n < 0:
         raise _null_error()  # @LeaderAndIsrPartitionState.AddingReplicas
     else:
         _f8, pos = _r_fixed_arr(buf, pos, _n, 'i', 4)  # @LeaderAndIsrPartitionState.AddingReplicas
-    _n, pos = _r_calen(buf, pos)  # @LeaderAndIsrPartitionState.RemovingReplicas
+    _n = buf[pos]  # @LeaderAndIsrPartitionState.RemovingReplicas
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrPartitionState.RemovingReplicas
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @LeaderAndIsrPartitionState.RemovingReplicas
     if _n < 0:
         raise _null_error()  # @LeaderAndIsrPartitionState.RemovingReplicas
     else:
@@ -366,24 +392,48 @@ def _w_LeaderAndIsrPartitionState_4(out, parts, o):
 def _r_LeaderAndIsrPartitionState_6(buf, pos):
     _f1, _f2, _f3, _f4 = _S_iiii.unpack_from(buf, pos)  # @LeaderAndIsrPartitionState.PartitionIndex,ControllerEpoch,Leader,LeaderEpoch
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @LeaderAndIsrPartitionState.Isr
+    _n = buf[pos]  # @LeaderAndIsrPartitionState.Isr
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrPartitionState.Isr
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @LeaderAndIsrPartitionState.Isr
     if _n < 0:
         raise _null_error()  # @LeaderAndIsrPartitionState.Isr
     else:
         _f5, pos = _r_fixed_arr(buf, pos, _n, 'i', 4)  # @LeaderAndIsrPartitionState.Isr
     (_f6,) = _S_i.unpack_from(buf, pos)  # @LeaderAndIsrPartitionState.PartitionEpoch
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @LeaderAndIsrPartitionState.Replicas
+    _n = buf[pos]  # @LeaderAndIsrPartitionState.Replicas
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrPartitionState.Replicas
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @LeaderAndIsrPartitionState.Replicas
     if _n < 0:
         raise _null_error()  # @LeaderAndIsrPartitionState.Replicas
     else:
         _f7, pos = _r_fixed_arr(buf, pos, _n, 'i', 4)  # @LeaderAndIsrPartitionState.Replicas
-    _n, pos = _r_calen(buf, pos)  # @LeaderAndIsrPartitionState.AddingReplicas
+    _n = buf[pos]  # @LeaderAndIsrPartitionState.AddingReplicas
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrPartitionState.AddingReplicas
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @LeaderAndIsrPartitionState.AddingReplicas
     if _n < 0:
         raise _null_error()  # @LeaderAndIsrPartitionState.AddingReplicas
     else:
         _f8, pos = _r_fixed_arr(buf, pos, _n, 'i', 4)  # @LeaderAndIsrPartitionState.AddingReplicas
-    _n, pos = _r_calen(buf, pos)  # @LeaderAndIsrPartitionState.RemovingReplicas
+    _n = buf[pos]  # @LeaderAndIsrPartitionState.RemovingReplicas
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrPartitionState.RemovingReplicas
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @LeaderAndIsrPartitionState.RemovingReplicas
     if _n < 0:
         raise _null_error()  # @LeaderAndIsrPartitionState.RemovingReplicas
     else:
@@ -481,8 +531,25 @@ def _w_LeaderAndIsrTopicState_3(out, parts, o):
 
 
 def _r_LeaderAndIsrTopicState_4(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @LeaderAndIsrTopicState.TopicName
-    _n, pos = _r_calen(buf, pos)  # @LeaderAndIsrTopicState.PartitionStates
+    _n = buf[pos]  # @LeaderAndIsrTopicState.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrTopicState.TopicName
+    if _n == 0:
+        raise _null_error()  # @LeaderAndIsrTopicState.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @LeaderAndIsrTopicState.TopicName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @LeaderAndIsrTopicState.TopicName
+        pos = _ve
+    _n = buf[pos]  # @LeaderAndIsrTopicState.PartitionStates
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrTopicState.PartitionStates
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @LeaderAndIsrTopicState.PartitionStates
     if _n < 0:
         raise _null_error()  # @LeaderAndIsrTopicState.PartitionStates
     else:
@@ -513,10 +580,27 @@ def _w_LeaderAndIsrTopicState_4(out, parts, o):
 
 
 def _r_LeaderAndIsrTopicState_5(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @LeaderAndIsrTopicState.TopicName
+    _n = buf[pos]  # @LeaderAndIsrTopicState.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrTopicState.TopicName
+    if _n == 0:
+        raise _null_error()  # @LeaderAndIsrTopicState.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @LeaderAndIsrTopicState.TopicName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @LeaderAndIsrTopicState.TopicName
+        pos = _ve
     _f1 = _r_uuid(buf, pos)  # @LeaderAndIsrTopicState.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @LeaderAndIsrTopicState.PartitionStates
+    _n = buf[pos]  # @LeaderAndIsrTopicState.PartitionStates
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrTopicState.PartitionStates
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @LeaderAndIsrTopicState.PartitionStates
     if _n < 0:
         raise _null_error()  # @LeaderAndIsrTopicState.PartitionStates
     else:
@@ -548,10 +632,27 @@ def _w_LeaderAndIsrTopicState_5(out, parts, o):
 
 
 def _r_LeaderAndIsrTopicState_6(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @LeaderAndIsrTopicState.TopicName
+    _n = buf[pos]  # @LeaderAndIsrTopicState.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrTopicState.TopicName
+    if _n == 0:
+        raise _null_error()  # @LeaderAndIsrTopicState.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @LeaderAndIsrTopicState.TopicName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @LeaderAndIsrTopicState.TopicName
+        pos = _ve
     _f1 = _r_uuid(buf, pos)  # @LeaderAndIsrTopicState.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @LeaderAndIsrTopicState.PartitionStates
+    _n = buf[pos]  # @LeaderAndIsrTopicState.PartitionStates
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrTopicState.PartitionStates
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @LeaderAndIsrTopicState.PartitionStates
     if _n < 0:
         raise _null_error()  # @LeaderAndIsrTopicState.PartitionStates
     else:
@@ -600,7 +701,18 @@ def _w_LeaderAndIsrLiveLeader_0(out, parts, o):
 def _r_LeaderAndIsrLiveLeader_4(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @LeaderAndIsrLiveLeader.BrokerId
     pos += 4
-    _f1, pos = _r_cstr(buf, pos)  # @LeaderAndIsrLiveLeader.HostName
+    _n = buf[pos]  # @LeaderAndIsrLiveLeader.HostName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrLiveLeader.HostName
+    if _n == 0:
+        raise _null_error()  # @LeaderAndIsrLiveLeader.HostName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @LeaderAndIsrLiveLeader.HostName
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @LeaderAndIsrLiveLeader.HostName
+        pos = _ve
     (_f2,) = _S_i.unpack_from(buf, pos)  # @LeaderAndIsrLiveLeader.Port
     pos += 4
     _nt = buf[pos]  # @LeaderAndIsrLiveLeader._tagged_fields
@@ -790,7 +902,13 @@ def _w_LeaderAndIsrRequest_3(out, parts, o):
 def _r_LeaderAndIsrRequest_4(buf, pos):
     _f0, _f2, _f3 = _S_iiq.unpack_from(buf, pos)  # @LeaderAndIsrRequest.ControllerId,ControllerEpoch,BrokerEpoch
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @LeaderAndIsrRequest.TopicStates
+    _n = buf[pos]  # @LeaderAndIsrRequest.TopicStates
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrRequest.TopicStates
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @LeaderAndIsrRequest.TopicStates
     if _n < 0:
         raise _null_error()  # @LeaderAndIsrRequest.TopicStates
     else:
@@ -799,7 +917,13 @@ def _r_LeaderAndIsrRequest_4(buf, pos):
         for _ in range(_n):
             _e, pos = _r_LeaderAndIsrTopicState_4(buf, pos)  # @LeaderAndIsrRequest.TopicStates
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @LeaderAndIsrRequest.LiveLeaders
+    _n = buf[pos]  # @LeaderAndIsrRequest.LiveLeaders
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrRequest.LiveLeaders
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @LeaderAndIsrRequest.LiveLeaders
     if _n < 0:
         raise _null_error()  # @LeaderAndIsrRequest.LiveLeaders
     else:
@@ -839,7 +963,13 @@ def _w_LeaderAndIsrRequest_4(out, parts, o):
 def _r_LeaderAndIsrRequest_5(buf, pos):
     _f0, _f2, _f3, _f4 = _S_iiqb.unpack_from(buf, pos)  # @LeaderAndIsrRequest.ControllerId,ControllerEpoch,BrokerEpoch,Type
     pos += 17
-    _n, pos = _r_calen(buf, pos)  # @LeaderAndIsrRequest.TopicStates
+    _n = buf[pos]  # @LeaderAndIsrRequest.TopicStates
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrRequest.TopicStates
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @LeaderAndIsrRequest.TopicStates
     if _n < 0:
         raise _null_error()  # @LeaderAndIsrRequest.TopicStates
     else:
@@ -848,7 +978,13 @@ def _r_LeaderAndIsrRequest_5(buf, pos):
         for _ in range(_n):
             _e, pos = _r_LeaderAndIsrTopicState_5(buf, pos)  # @LeaderAndIsrRequest.TopicStates
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @LeaderAndIsrRequest.LiveLeaders
+    _n = buf[pos]  # @LeaderAndIsrRequest.LiveLeaders
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrRequest.LiveLeaders
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @LeaderAndIsrRequest.LiveLeaders
     if _n < 0:
         raise _null_error()  # @LeaderAndIsrRequest.LiveLeaders
     else:
@@ -888,7 +1024,13 @@ def _w_LeaderAndIsrRequest_5(out, parts, o):
 def _r_LeaderAndIsrRequest_6(buf, pos):
     _f0, _f2, _f3, _f4 = _S_iiqb.unpack_from(buf, pos)  # @LeaderAndIsrRequest.ControllerId,ControllerEpoch,BrokerEpoch,Type
     pos += 17
-    _n, pos = _r_calen(buf, pos)  # @LeaderAndIsrRequest.TopicStates
+    _n = buf[pos]  # @LeaderAndIsrRequest.TopicStates
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrRequest.TopicStates
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @LeaderAndIsrRequest.TopicStates
     if _n < 0:
         raise _null_error()  # @LeaderAndIsrRequest.TopicStates
     else:
@@ -897,7 +1039,13 @@ def _r_LeaderAndIsrRequest_6(buf, pos):
         for _ in range(_n):
             _e, pos = _r_LeaderAndIsrTopicState_6(buf, pos)  # @LeaderAndIsrRequest.TopicStates
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @LeaderAndIsrRequest.LiveLeaders
+    _n = buf[pos]  # @LeaderAndIsrRequest.LiveLeaders
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrRequest.LiveLeaders
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @LeaderAndIsrRequest.LiveLeaders
     if _n < 0:
         raise _null_error()  # @LeaderAndIsrRequest.LiveLeaders
     else:
@@ -937,7 +1085,13 @@ def _w_LeaderAndIsrRequest_6(out, parts, o):
 def _r_LeaderAndIsrRequest_7(buf, pos):
     _f0, _f1, _f2, _f3, _f4 = _S_iB_iqb.unpack_from(buf, pos)  # @LeaderAndIsrRequest.ControllerId,isKRaftController,ControllerEpoch,BrokerEpoch,Type
     pos += 18
-    _n, pos = _r_calen(buf, pos)  # @LeaderAndIsrRequest.TopicStates
+    _n = buf[pos]  # @LeaderAndIsrRequest.TopicStates
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrRequest.TopicStates
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @LeaderAndIsrRequest.TopicStates
     if _n < 0:
         raise _null_error()  # @LeaderAndIsrRequest.TopicStates
     else:
@@ -946,7 +1100,13 @@ def _r_LeaderAndIsrRequest_7(buf, pos):
         for _ in range(_n):
             _e, pos = _r_LeaderAndIsrTopicState_6(buf, pos)  # @LeaderAndIsrRequest.TopicStates
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @LeaderAndIsrRequest.LiveLeaders
+    _n = buf[pos]  # @LeaderAndIsrRequest.LiveLeaders
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrRequest.LiveLeaders
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @LeaderAndIsrRequest.LiveLeaders
     if _n < 0:
         raise _null_error()  # @LeaderAndIsrRequest.LiveLeaders
     else:

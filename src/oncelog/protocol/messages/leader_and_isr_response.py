@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -93,6 +94,7 @@ class LeaderAndIsrResponse(_Message):
     topics: list[LeaderAndIsrTopicError] = _field(default_factory=list)
 
 
+
 def _r_LeaderAndIsrPartitionError_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @LeaderAndIsrPartitionError.TopicName
     _f1, _f2 = _S_ih.unpack_from(buf, pos)  # @LeaderAndIsrPartitionError.PartitionIndex,ErrorCode
@@ -106,7 +108,18 @@ def _w_LeaderAndIsrPartitionError_0(out, parts, o):
 
 
 def _r_LeaderAndIsrPartitionError_4(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @LeaderAndIsrPartitionError.TopicName
+    _n = buf[pos]  # @LeaderAndIsrPartitionError.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrPartitionError.TopicName
+    if _n == 0:
+        raise _null_error()  # @LeaderAndIsrPartitionError.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @LeaderAndIsrPartitionError.TopicName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @LeaderAndIsrPartitionError.TopicName
+        pos = _ve
     _f1, _f2 = _S_ih.unpack_from(buf, pos)  # @LeaderAndIsrPartitionError.PartitionIndex,ErrorCode
     pos += 6
     _nt = buf[pos]  # @LeaderAndIsrPartitionError._tagged_fields
@@ -144,7 +157,13 @@ def _w_LeaderAndIsrPartitionError_5(out, parts, o):
 def _r_LeaderAndIsrTopicError_5(buf, pos):
     _f0 = _r_uuid(buf, pos)  # @LeaderAndIsrTopicError.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @LeaderAndIsrTopicError.PartitionErrors
+    _n = buf[pos]  # @LeaderAndIsrTopicError.PartitionErrors
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrTopicError.PartitionErrors
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @LeaderAndIsrTopicError.PartitionErrors
     if _n < 0:
         raise _null_error()  # @LeaderAndIsrTopicError.PartitionErrors
     else:
@@ -203,7 +222,13 @@ def _w_LeaderAndIsrResponse_0(out, parts, o):
 def _r_LeaderAndIsrResponse_4(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @LeaderAndIsrResponse.ErrorCode
     pos += 2
-    _n, pos = _r_calen(buf, pos)  # @LeaderAndIsrResponse.PartitionErrors
+    _n = buf[pos]  # @LeaderAndIsrResponse.PartitionErrors
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrResponse.PartitionErrors
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @LeaderAndIsrResponse.PartitionErrors
     if _n < 0:
         raise _null_error()  # @LeaderAndIsrResponse.PartitionErrors
     else:
@@ -236,7 +261,13 @@ def _w_LeaderAndIsrResponse_4(out, parts, o):
 def _r_LeaderAndIsrResponse_5(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @LeaderAndIsrResponse.ErrorCode
     pos += 2
-    _n, pos = _r_calen(buf, pos)  # @LeaderAndIsrResponse.Topics
+    _n = buf[pos]  # @LeaderAndIsrResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderAndIsrResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @LeaderAndIsrResponse.Topics
     if _n < 0:
         raise _null_error()  # @LeaderAndIsrResponse.Topics
     else:

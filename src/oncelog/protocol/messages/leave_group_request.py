@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -85,6 +86,7 @@ class LeaveGroupRequest(_Message):
     members: list[MemberIdentity] = _field(default_factory=list)
 
 
+
 def _r_MemberIdentity_3(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @MemberIdentity.MemberId
     _f1, pos = _r_nstr(buf, pos)  # @MemberIdentity.GroupInstanceId
@@ -97,8 +99,30 @@ def _w_MemberIdentity_3(out, parts, o):
 
 
 def _r_MemberIdentity_4(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @MemberIdentity.MemberId
-    _f1, pos = _r_cnstr(buf, pos)  # @MemberIdentity.GroupInstanceId
+    _n = buf[pos]  # @MemberIdentity.MemberId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MemberIdentity.MemberId
+    if _n == 0:
+        raise _null_error()  # @MemberIdentity.MemberId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @MemberIdentity.MemberId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @MemberIdentity.MemberId
+        pos = _ve
+    _n = buf[pos]  # @MemberIdentity.GroupInstanceId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MemberIdentity.GroupInstanceId
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @MemberIdentity.GroupInstanceId
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @MemberIdentity.GroupInstanceId
+        pos = _ve
     _nt = buf[pos]  # @MemberIdentity._tagged_fields
     pos += 1
     if _nt:
@@ -115,9 +139,42 @@ def _w_MemberIdentity_4(out, parts, o):
 
 
 def _r_MemberIdentity_5(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @MemberIdentity.MemberId
-    _f1, pos = _r_cnstr(buf, pos)  # @MemberIdentity.GroupInstanceId
-    _f2, pos = _r_cnstr(buf, pos)  # @MemberIdentity.Reason
+    _n = buf[pos]  # @MemberIdentity.MemberId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MemberIdentity.MemberId
+    if _n == 0:
+        raise _null_error()  # @MemberIdentity.MemberId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @MemberIdentity.MemberId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @MemberIdentity.MemberId
+        pos = _ve
+    _n = buf[pos]  # @MemberIdentity.GroupInstanceId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MemberIdentity.GroupInstanceId
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @MemberIdentity.GroupInstanceId
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @MemberIdentity.GroupInstanceId
+        pos = _ve
+    _n = buf[pos]  # @MemberIdentity.Reason
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MemberIdentity.Reason
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @MemberIdentity.Reason
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @MemberIdentity.Reason
+        pos = _ve
     _nt = buf[pos]  # @MemberIdentity._tagged_fields
     pos += 1
     if _nt:
@@ -171,8 +228,25 @@ def _w_LeaveGroupRequest_3(out, parts, o):
 
 
 def _r_LeaveGroupRequest_4(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @LeaveGroupRequest.GroupId
-    _n, pos = _r_calen(buf, pos)  # @LeaveGroupRequest.Members
+    _n = buf[pos]  # @LeaveGroupRequest.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaveGroupRequest.GroupId
+    if _n == 0:
+        raise _null_error()  # @LeaveGroupRequest.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @LeaveGroupRequest.GroupId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @LeaveGroupRequest.GroupId
+        pos = _ve
+    _n = buf[pos]  # @LeaveGroupRequest.Members
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaveGroupRequest.Members
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @LeaveGroupRequest.Members
     if _n < 0:
         raise _null_error()  # @LeaveGroupRequest.Members
     else:
@@ -203,8 +277,25 @@ def _w_LeaveGroupRequest_4(out, parts, o):
 
 
 def _r_LeaveGroupRequest_5(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @LeaveGroupRequest.GroupId
-    _n, pos = _r_calen(buf, pos)  # @LeaveGroupRequest.Members
+    _n = buf[pos]  # @LeaveGroupRequest.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaveGroupRequest.GroupId
+    if _n == 0:
+        raise _null_error()  # @LeaveGroupRequest.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @LeaveGroupRequest.GroupId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @LeaveGroupRequest.GroupId
+        pos = _ve
+    _n = buf[pos]  # @LeaveGroupRequest.Members
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaveGroupRequest.Members
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @LeaveGroupRequest.Members
     if _n < 0:
         raise _null_error()  # @LeaveGroupRequest.Members
     else:

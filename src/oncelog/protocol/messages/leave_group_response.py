@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -87,6 +88,7 @@ class LeaveGroupResponse(_Message):
     members: list[MemberResponse] = _field(default_factory=list)
 
 
+
 def _r_MemberResponse_3(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @MemberResponse.MemberId
     _f1, pos = _r_nstr(buf, pos)  # @MemberResponse.GroupInstanceId
@@ -102,8 +104,30 @@ def _w_MemberResponse_3(out, parts, o):
 
 
 def _r_MemberResponse_4(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @MemberResponse.MemberId
-    _f1, pos = _r_cnstr(buf, pos)  # @MemberResponse.GroupInstanceId
+    _n = buf[pos]  # @MemberResponse.MemberId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MemberResponse.MemberId
+    if _n == 0:
+        raise _null_error()  # @MemberResponse.MemberId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @MemberResponse.MemberId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @MemberResponse.MemberId
+        pos = _ve
+    _n = buf[pos]  # @MemberResponse.GroupInstanceId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MemberResponse.GroupInstanceId
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @MemberResponse.GroupInstanceId
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @MemberResponse.GroupInstanceId
+        pos = _ve
     (_f2,) = _S_h.unpack_from(buf, pos)  # @MemberResponse.ErrorCode
     pos += 2
     _nt = buf[pos]  # @MemberResponse._tagged_fields
@@ -171,7 +195,13 @@ def _w_LeaveGroupResponse_3(out, parts, o):
 def _r_LeaveGroupResponse_4(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @LeaveGroupResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _n, pos = _r_calen(buf, pos)  # @LeaveGroupResponse.Members
+    _n = buf[pos]  # @LeaveGroupResponse.Members
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaveGroupResponse.Members
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @LeaveGroupResponse.Members
     if _n < 0:
         raise _null_error()  # @LeaveGroupResponse.Members
     else:

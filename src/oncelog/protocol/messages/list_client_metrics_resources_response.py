@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -84,8 +85,20 @@ class ListClientMetricsResourcesResponse(_Message):
     client_metrics_resources: list[ClientMetricsResource] = _field(default_factory=list)
 
 
+
 def _r_ClientMetricsResource_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @ClientMetricsResource.Name
+    _n = buf[pos]  # @ClientMetricsResource.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ClientMetricsResource.Name
+    if _n == 0:
+        raise _null_error()  # @ClientMetricsResource.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ClientMetricsResource.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @ClientMetricsResource.Name
+        pos = _ve
     _nt = buf[pos]  # @ClientMetricsResource._tagged_fields
     pos += 1
     if _nt:
@@ -103,7 +116,13 @@ def _w_ClientMetricsResource_0(out, parts, o):
 def _r_ListClientMetricsResourcesResponse_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @ListClientMetricsResourcesResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _n, pos = _r_calen(buf, pos)  # @ListClientMetricsResourcesResponse.ClientMetricsResources
+    _n = buf[pos]  # @ListClientMetricsResourcesResponse.ClientMetricsResources
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListClientMetricsResourcesResponse.ClientMetricsResources
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ListClientMetricsResourcesResponse.ClientMetricsResources
     if _n < 0:
         raise _null_error()  # @ListClientMetricsResourcesResponse.ClientMetricsResources
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -77,6 +78,7 @@ class ListGroupsRequest(_Message):
     types_filter: list[str] = _field(default_factory=list)
 
 
+
 def _r_ListGroupsRequest_0(buf, pos):
     return ListGroupsRequest([], []), pos
 
@@ -100,7 +102,13 @@ def _w_ListGroupsRequest_3(out, parts, o):
 
 
 def _r_ListGroupsRequest_4(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @ListGroupsRequest.StatesFilter
+    _n = buf[pos]  # @ListGroupsRequest.StatesFilter
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListGroupsRequest.StatesFilter
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ListGroupsRequest.StatesFilter
     if _n < 0:
         raise _null_error()  # @ListGroupsRequest.StatesFilter
     else:
@@ -126,12 +134,24 @@ def _w_ListGroupsRequest_4(out, parts, o):
 
 
 def _r_ListGroupsRequest_5(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @ListGroupsRequest.StatesFilter
+    _n = buf[pos]  # @ListGroupsRequest.StatesFilter
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListGroupsRequest.StatesFilter
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ListGroupsRequest.StatesFilter
     if _n < 0:
         raise _null_error()  # @ListGroupsRequest.StatesFilter
     else:
         _f0, pos = _r_list(buf, pos, _n, _r_cstr)  # @ListGroupsRequest.StatesFilter
-    _n, pos = _r_calen(buf, pos)  # @ListGroupsRequest.TypesFilter
+    _n = buf[pos]  # @ListGroupsRequest.TypesFilter
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListGroupsRequest.TypesFilter
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ListGroupsRequest.TypesFilter
     if _n < 0:
         raise _null_error()  # @ListGroupsRequest.TypesFilter
     else:

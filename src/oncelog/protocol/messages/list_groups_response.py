@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -88,6 +89,7 @@ class ListGroupsResponse(_Message):
     groups: list[ListedGroup] = _field(default_factory=list)
 
 
+
 def _r_ListedGroup_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @ListedGroup.GroupId
     _f1, pos = _r_str(buf, pos)  # @ListedGroup.ProtocolType
@@ -100,8 +102,30 @@ def _w_ListedGroup_0(out, parts, o):
 
 
 def _r_ListedGroup_3(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @ListedGroup.GroupId
-    _f1, pos = _r_cstr(buf, pos)  # @ListedGroup.ProtocolType
+    _n = buf[pos]  # @ListedGroup.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListedGroup.GroupId
+    if _n == 0:
+        raise _null_error()  # @ListedGroup.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ListedGroup.GroupId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @ListedGroup.GroupId
+        pos = _ve
+    _n = buf[pos]  # @ListedGroup.ProtocolType
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListedGroup.ProtocolType
+    if _n == 0:
+        raise _null_error()  # @ListedGroup.ProtocolType
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ListedGroup.ProtocolType
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @ListedGroup.ProtocolType
+        pos = _ve
     _nt = buf[pos]  # @ListedGroup._tagged_fields
     pos += 1
     if _nt:
@@ -118,9 +142,42 @@ def _w_ListedGroup_3(out, parts, o):
 
 
 def _r_ListedGroup_4(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @ListedGroup.GroupId
-    _f1, pos = _r_cstr(buf, pos)  # @ListedGroup.ProtocolType
-    _f2, pos = _r_cstr(buf, pos)  # @ListedGroup.GroupState
+    _n = buf[pos]  # @ListedGroup.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListedGroup.GroupId
+    if _n == 0:
+        raise _null_error()  # @ListedGroup.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ListedGroup.GroupId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @ListedGroup.GroupId
+        pos = _ve
+    _n = buf[pos]  # @ListedGroup.ProtocolType
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListedGroup.ProtocolType
+    if _n == 0:
+        raise _null_error()  # @ListedGroup.ProtocolType
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ListedGroup.ProtocolType
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @ListedGroup.ProtocolType
+        pos = _ve
+    _n = buf[pos]  # @ListedGroup.GroupState
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListedGroup.GroupState
+    if _n == 0:
+        raise _null_error()  # @ListedGroup.GroupState
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ListedGroup.GroupState
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @ListedGroup.GroupState
+        pos = _ve
     _nt = buf[pos]  # @ListedGroup._tagged_fields
     pos += 1
     if _nt:
@@ -138,10 +195,54 @@ def _w_ListedGroup_4(out, parts, o):
 
 
 def _r_ListedGroup_5(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @ListedGroup.GroupId
-    _f1, pos = _r_cstr(buf, pos)  # @ListedGroup.ProtocolType
-    _f2, pos = _r_cstr(buf, pos)  # @ListedGroup.GroupState
-    _f3, pos = _r_cstr(buf, pos)  # @ListedGroup.GroupType
+    _n = buf[pos]  # @ListedGroup.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListedGroup.GroupId
+    if _n == 0:
+        raise _null_error()  # @ListedGroup.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ListedGroup.GroupId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @ListedGroup.GroupId
+        pos = _ve
+    _n = buf[pos]  # @ListedGroup.ProtocolType
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListedGroup.ProtocolType
+    if _n == 0:
+        raise _null_error()  # @ListedGroup.ProtocolType
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ListedGroup.ProtocolType
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @ListedGroup.ProtocolType
+        pos = _ve
+    _n = buf[pos]  # @ListedGroup.GroupState
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListedGroup.GroupState
+    if _n == 0:
+        raise _null_error()  # @ListedGroup.GroupState
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ListedGroup.GroupState
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @ListedGroup.GroupState
+        pos = _ve
+    _n = buf[pos]  # @ListedGroup.GroupType
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListedGroup.GroupType
+    if _n == 0:
+        raise _null_error()  # @ListedGroup.GroupType
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ListedGroup.GroupType
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @ListedGroup.GroupType
+        pos = _ve
     _nt = buf[pos]  # @ListedGroup._tagged_fields
     pos += 1
     if _nt:
@@ -214,7 +315,13 @@ def _w_ListGroupsResponse_1(out, parts, o):
 def _r_ListGroupsResponse_3(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @ListGroupsResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _n, pos = _r_calen(buf, pos)  # @ListGroupsResponse.Groups
+    _n = buf[pos]  # @ListGroupsResponse.Groups
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListGroupsResponse.Groups
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ListGroupsResponse.Groups
     if _n < 0:
         raise _null_error()  # @ListGroupsResponse.Groups
     else:
@@ -247,7 +354,13 @@ def _w_ListGroupsResponse_3(out, parts, o):
 def _r_ListGroupsResponse_4(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @ListGroupsResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _n, pos = _r_calen(buf, pos)  # @ListGroupsResponse.Groups
+    _n = buf[pos]  # @ListGroupsResponse.Groups
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListGroupsResponse.Groups
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ListGroupsResponse.Groups
     if _n < 0:
         raise _null_error()  # @ListGroupsResponse.Groups
     else:
@@ -280,7 +393,13 @@ def _w_ListGroupsResponse_4(out, parts, o):
 def _r_ListGroupsResponse_5(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @ListGroupsResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _n, pos = _r_calen(buf, pos)  # @ListGroupsResponse.Groups
+    _n = buf[pos]  # @ListGroupsResponse.Groups
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListGroupsResponse.Groups
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ListGroupsResponse.Groups
     if _n < 0:
         raise _null_error()  # @ListGroupsResponse.Groups
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -96,6 +97,7 @@ class ListOffsetsRequest(_Message):
     isolation_level: int = 0
     topics: list[ListOffsetsTopic] = _field(default_factory=list)
     timeout_ms: int = 0
+
 
 
 def _r_ListOffsetsPartition_0(buf, pos):
@@ -221,8 +223,25 @@ def _w_ListOffsetsTopic_4(out, parts, o):
 
 
 def _r_ListOffsetsTopic_6(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @ListOffsetsTopic.Name
-    _n, pos = _r_calen(buf, pos)  # @ListOffsetsTopic.Partitions
+    _n = buf[pos]  # @ListOffsetsTopic.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListOffsetsTopic.Name
+    if _n == 0:
+        raise _null_error()  # @ListOffsetsTopic.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ListOffsetsTopic.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @ListOffsetsTopic.Name
+        pos = _ve
+    _n = buf[pos]  # @ListOffsetsTopic.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListOffsetsTopic.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ListOffsetsTopic.Partitions
     if _n < 0:
         raise _null_error()  # @ListOffsetsTopic.Partitions
     else:
@@ -359,7 +378,13 @@ def _w_ListOffsetsRequest_4(out, parts, o):
 def _r_ListOffsetsRequest_6(buf, pos):
     _f0, _f1 = _S_ib.unpack_from(buf, pos)  # @ListOffsetsRequest.ReplicaId,IsolationLevel
     pos += 5
-    _n, pos = _r_calen(buf, pos)  # @ListOffsetsRequest.Topics
+    _n = buf[pos]  # @ListOffsetsRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListOffsetsRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ListOffsetsRequest.Topics
     if _n < 0:
         raise _null_error()  # @ListOffsetsRequest.Topics
     else:
@@ -392,7 +417,13 @@ def _w_ListOffsetsRequest_6(out, parts, o):
 def _r_ListOffsetsRequest_10(buf, pos):
     _f0, _f1 = _S_ib.unpack_from(buf, pos)  # @ListOffsetsRequest.ReplicaId,IsolationLevel
     pos += 5
-    _n, pos = _r_calen(buf, pos)  # @ListOffsetsRequest.Topics
+    _n = buf[pos]  # @ListOffsetsRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListOffsetsRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ListOffsetsRequest.Topics
     if _n < 0:
         raise _null_error()  # @ListOffsetsRequest.Topics
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -95,6 +96,7 @@ class ListOffsetsResponse(_Message):
     FLEXIBLE_MIN: ClassVar[int | None] = 6
     throttle_time_ms: int = 0
     topics: list[ListOffsetsTopicResponse] = _field(default_factory=list)
+
 
 
 def _r_ListOffsetsPartitionResponse_0(buf, pos):
@@ -231,8 +233,25 @@ def _w_ListOffsetsTopicResponse_4(out, parts, o):
 
 
 def _r_ListOffsetsTopicResponse_6(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @ListOffsetsTopicResponse.Name
-    _n, pos = _r_calen(buf, pos)  # @ListOffsetsTopicResponse.Partitions
+    _n = buf[pos]  # @ListOffsetsTopicResponse.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListOffsetsTopicResponse.Name
+    if _n == 0:
+        raise _null_error()  # @ListOffsetsTopicResponse.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ListOffsetsTopicResponse.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @ListOffsetsTopicResponse.Name
+        pos = _ve
+    _n = buf[pos]  # @ListOffsetsTopicResponse.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListOffsetsTopicResponse.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ListOffsetsTopicResponse.Partitions
     if _n < 0:
         raise _null_error()  # @ListOffsetsTopicResponse.Partitions
     else:
@@ -363,7 +382,13 @@ def _w_ListOffsetsResponse_4(out, parts, o):
 def _r_ListOffsetsResponse_6(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @ListOffsetsResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @ListOffsetsResponse.Topics
+    _n = buf[pos]  # @ListOffsetsResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListOffsetsResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ListOffsetsResponse.Topics
     if _n < 0:
         raise _null_error()  # @ListOffsetsResponse.Topics
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -84,9 +85,27 @@ class ListPartitionReassignmentsRequest(_Message):
     topics: list[ListPartitionReassignmentsTopics] | None = None
 
 
+
 def _r_ListPartitionReassignmentsTopics_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @ListPartitionReassignmentsTopics.Name
-    _n, pos = _r_calen(buf, pos)  # @ListPartitionReassignmentsTopics.PartitionIndexes
+    _n = buf[pos]  # @ListPartitionReassignmentsTopics.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListPartitionReassignmentsTopics.Name
+    if _n == 0:
+        raise _null_error()  # @ListPartitionReassignmentsTopics.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ListPartitionReassignmentsTopics.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @ListPartitionReassignmentsTopics.Name
+        pos = _ve
+    _n = buf[pos]  # @ListPartitionReassignmentsTopics.PartitionIndexes
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListPartitionReassignmentsTopics.PartitionIndexes
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ListPartitionReassignmentsTopics.PartitionIndexes
     if _n < 0:
         raise _null_error()  # @ListPartitionReassignmentsTopics.PartitionIndexes
     else:
@@ -114,7 +133,13 @@ def _w_ListPartitionReassignmentsTopics_0(out, parts, o):
 def _r_ListPartitionReassignmentsRequest_0(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @ListPartitionReassignmentsRequest.TimeoutMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @ListPartitionReassignmentsRequest.Topics
+    _n = buf[pos]  # @ListPartitionReassignmentsRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListPartitionReassignmentsRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ListPartitionReassignmentsRequest.Topics
     if _n < 0:
         _f1 = None
     else:

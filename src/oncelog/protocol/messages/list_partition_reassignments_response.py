@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -95,20 +96,39 @@ class ListPartitionReassignmentsResponse(_Message):
     topics: list[OngoingTopicReassignment] = _field(default_factory=list)
 
 
+
 def _r_OngoingPartitionReassignment_0(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @OngoingPartitionReassignment.PartitionIndex
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @OngoingPartitionReassignment.Replicas
+    _n = buf[pos]  # @OngoingPartitionReassignment.Replicas
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OngoingPartitionReassignment.Replicas
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @OngoingPartitionReassignment.Replicas
     if _n < 0:
         raise _null_error()  # @OngoingPartitionReassignment.Replicas
     else:
         _f1, pos = _r_fixed_arr(buf, pos, _n, 'i', 4)  # @OngoingPartitionReassignment.Replicas
-    _n, pos = _r_calen(buf, pos)  # @OngoingPartitionReassignment.AddingReplicas
+    _n = buf[pos]  # @OngoingPartitionReassignment.AddingReplicas
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OngoingPartitionReassignment.AddingReplicas
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @OngoingPartitionReassignment.AddingReplicas
     if _n < 0:
         raise _null_error()  # @OngoingPartitionReassignment.AddingReplicas
     else:
         _f2, pos = _r_fixed_arr(buf, pos, _n, 'i', 4)  # @OngoingPartitionReassignment.AddingReplicas
-    _n, pos = _r_calen(buf, pos)  # @OngoingPartitionReassignment.RemovingReplicas
+    _n = buf[pos]  # @OngoingPartitionReassignment.RemovingReplicas
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OngoingPartitionReassignment.RemovingReplicas
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @OngoingPartitionReassignment.RemovingReplicas
     if _n < 0:
         raise _null_error()  # @OngoingPartitionReassignment.RemovingReplicas
     else:
@@ -146,8 +166,25 @@ def _w_OngoingPartitionReassignment_0(out, parts, o):
 
 
 def _r_OngoingTopicReassignment_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @OngoingTopicReassignment.Name
-    _n, pos = _r_calen(buf, pos)  # @OngoingTopicReassignment.Partitions
+    _n = buf[pos]  # @OngoingTopicReassignment.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OngoingTopicReassignment.Name
+    if _n == 0:
+        raise _null_error()  # @OngoingTopicReassignment.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @OngoingTopicReassignment.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @OngoingTopicReassignment.Name
+        pos = _ve
+    _n = buf[pos]  # @OngoingTopicReassignment.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OngoingTopicReassignment.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @OngoingTopicReassignment.Partitions
     if _n < 0:
         raise _null_error()  # @OngoingTopicReassignment.Partitions
     else:
@@ -180,8 +217,25 @@ def _w_OngoingTopicReassignment_0(out, parts, o):
 def _r_ListPartitionReassignmentsResponse_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @ListPartitionReassignmentsResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _f2, pos = _r_cnstr(buf, pos)  # @ListPartitionReassignmentsResponse.ErrorMessage
-    _n, pos = _r_calen(buf, pos)  # @ListPartitionReassignmentsResponse.Topics
+    _n = buf[pos]  # @ListPartitionReassignmentsResponse.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListPartitionReassignmentsResponse.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ListPartitionReassignmentsResponse.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @ListPartitionReassignmentsResponse.ErrorMessage
+        pos = _ve
+    _n = buf[pos]  # @ListPartitionReassignmentsResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListPartitionReassignmentsResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ListPartitionReassignmentsResponse.Topics
     if _n < 0:
         raise _null_error()  # @ListPartitionReassignmentsResponse.Topics
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -79,13 +80,26 @@ class ListTransactionsRequest(_Message):
     duration_filter: int = -1
 
 
+
 def _r_ListTransactionsRequest_0(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @ListTransactionsRequest.StateFilters
+    _n = buf[pos]  # @ListTransactionsRequest.StateFilters
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListTransactionsRequest.StateFilters
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ListTransactionsRequest.StateFilters
     if _n < 0:
         raise _null_error()  # @ListTransactionsRequest.StateFilters
     else:
         _f0, pos = _r_list(buf, pos, _n, _r_cstr)  # @ListTransactionsRequest.StateFilters
-    _n, pos = _r_calen(buf, pos)  # @ListTransactionsRequest.ProducerIdFilters
+    _n = buf[pos]  # @ListTransactionsRequest.ProducerIdFilters
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListTransactionsRequest.ProducerIdFilters
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ListTransactionsRequest.ProducerIdFilters
     if _n < 0:
         raise _null_error()  # @ListTransactionsRequest.ProducerIdFilters
     else:
@@ -117,12 +131,24 @@ def _w_ListTransactionsRequest_0(out, parts, o):
 
 
 def _r_ListTransactionsRequest_1(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @ListTransactionsRequest.StateFilters
+    _n = buf[pos]  # @ListTransactionsRequest.StateFilters
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListTransactionsRequest.StateFilters
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ListTransactionsRequest.StateFilters
     if _n < 0:
         raise _null_error()  # @ListTransactionsRequest.StateFilters
     else:
         _f0, pos = _r_list(buf, pos, _n, _r_cstr)  # @ListTransactionsRequest.StateFilters
-    _n, pos = _r_calen(buf, pos)  # @ListTransactionsRequest.ProducerIdFilters
+    _n = buf[pos]  # @ListTransactionsRequest.ProducerIdFilters
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListTransactionsRequest.ProducerIdFilters
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ListTransactionsRequest.ProducerIdFilters
     if _n < 0:
         raise _null_error()  # @ListTransactionsRequest.ProducerIdFilters
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -88,11 +89,34 @@ class ListTransactionsResponse(_Message):
     transaction_states: list[TransactionState] = _field(default_factory=list)
 
 
+
 def _r_TransactionState_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TransactionState.TransactionalId
+    _n = buf[pos]  # @TransactionState.TransactionalId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TransactionState.TransactionalId
+    if _n == 0:
+        raise _null_error()  # @TransactionState.TransactionalId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TransactionState.TransactionalId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TransactionState.TransactionalId
+        pos = _ve
     (_f1,) = _S_q.unpack_from(buf, pos)  # @TransactionState.ProducerId
     pos += 8
-    _f2, pos = _r_cstr(buf, pos)  # @TransactionState.TransactionState
+    _n = buf[pos]  # @TransactionState.TransactionState
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TransactionState.TransactionState
+    if _n == 0:
+        raise _null_error()  # @TransactionState.TransactionState
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TransactionState.TransactionState
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @TransactionState.TransactionState
+        pos = _ve
     _nt = buf[pos]  # @TransactionState._tagged_fields
     pos += 1
     if _nt:
@@ -112,12 +136,24 @@ def _w_TransactionState_0(out, parts, o):
 def _r_ListTransactionsResponse_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @ListTransactionsResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _n, pos = _r_calen(buf, pos)  # @ListTransactionsResponse.UnknownStateFilters
+    _n = buf[pos]  # @ListTransactionsResponse.UnknownStateFilters
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListTransactionsResponse.UnknownStateFilters
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ListTransactionsResponse.UnknownStateFilters
     if _n < 0:
         raise _null_error()  # @ListTransactionsResponse.UnknownStateFilters
     else:
         _f2, pos = _r_list(buf, pos, _n, _r_cstr)  # @ListTransactionsResponse.UnknownStateFilters
-    _n, pos = _r_calen(buf, pos)  # @ListTransactionsResponse.TransactionStates
+    _n = buf[pos]  # @ListTransactionsResponse.TransactionStates
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ListTransactionsResponse.TransactionStates
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ListTransactionsResponse.TransactionStates
     if _n < 0:
         raise _null_error()  # @ListTransactionsResponse.TransactionStates
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -88,6 +89,7 @@ class MetadataRequest(_Message):
     include_topic_authorized_operations: bool = False
 
 
+
 def _r_MetadataRequestTopic_0(buf, pos):
     _f1, pos = _r_str(buf, pos)  # @MetadataRequestTopic.Name
     return MetadataRequestTopic(_ZERO_UUID, _f1), pos
@@ -98,7 +100,18 @@ def _w_MetadataRequestTopic_0(out, parts, o):
 
 
 def _r_MetadataRequestTopic_9(buf, pos):
-    _f1, pos = _r_cstr(buf, pos)  # @MetadataRequestTopic.Name
+    _n = buf[pos]  # @MetadataRequestTopic.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataRequestTopic.Name
+    if _n == 0:
+        raise _null_error()  # @MetadataRequestTopic.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @MetadataRequestTopic.Name
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @MetadataRequestTopic.Name
+        pos = _ve
     _nt = buf[pos]  # @MetadataRequestTopic._tagged_fields
     pos += 1
     if _nt:
@@ -116,7 +129,18 @@ def _w_MetadataRequestTopic_9(out, parts, o):
 def _r_MetadataRequestTopic_10(buf, pos):
     _f0 = _r_uuid(buf, pos)  # @MetadataRequestTopic.TopicId
     pos += 16
-    _f1, pos = _r_cnstr(buf, pos)  # @MetadataRequestTopic.Name
+    _n = buf[pos]  # @MetadataRequestTopic.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataRequestTopic.Name
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @MetadataRequestTopic.Name
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @MetadataRequestTopic.Name
+        pos = _ve
     _nt = buf[pos]  # @MetadataRequestTopic._tagged_fields
     pos += 1
     if _nt:
@@ -231,7 +255,13 @@ def _w_MetadataRequest_8(out, parts, o):
 
 
 def _r_MetadataRequest_9(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @MetadataRequest.Topics
+    _n = buf[pos]  # @MetadataRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @MetadataRequest.Topics
     if _n < 0:
         _f0 = None
     else:
@@ -264,7 +294,13 @@ def _w_MetadataRequest_9(out, parts, o):
 
 
 def _r_MetadataRequest_10(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @MetadataRequest.Topics
+    _n = buf[pos]  # @MetadataRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @MetadataRequest.Topics
     if _n < 0:
         _f0 = None
     else:
@@ -297,7 +333,13 @@ def _w_MetadataRequest_10(out, parts, o):
 
 
 def _r_MetadataRequest_11(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @MetadataRequest.Topics
+    _n = buf[pos]  # @MetadataRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @MetadataRequest.Topics
     if _n < 0:
         _f0 = None
     else:

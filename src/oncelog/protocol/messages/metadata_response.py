@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -116,6 +117,7 @@ class MetadataResponse(_Message):
     cluster_authorized_operations: int = -2147483648
 
 
+
 def _r_MetadataResponseBroker_0(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @MetadataResponseBroker.NodeId
     pos += 4
@@ -151,10 +153,32 @@ def _w_MetadataResponseBroker_1(out, parts, o):
 def _r_MetadataResponseBroker_9(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @MetadataResponseBroker.NodeId
     pos += 4
-    _f1, pos = _r_cstr(buf, pos)  # @MetadataResponseBroker.Host
+    _n = buf[pos]  # @MetadataResponseBroker.Host
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponseBroker.Host
+    if _n == 0:
+        raise _null_error()  # @MetadataResponseBroker.Host
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @MetadataResponseBroker.Host
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @MetadataResponseBroker.Host
+        pos = _ve
     (_f2,) = _S_i.unpack_from(buf, pos)  # @MetadataResponseBroker.Port
     pos += 4
-    _f3, pos = _r_cnstr(buf, pos)  # @MetadataResponseBroker.Rack
+    _n = buf[pos]  # @MetadataResponseBroker.Rack
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponseBroker.Rack
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @MetadataResponseBroker.Rack
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @MetadataResponseBroker.Rack
+        pos = _ve
     _nt = buf[pos]  # @MetadataResponseBroker._tagged_fields
     pos += 1
     if _nt:
@@ -293,17 +317,35 @@ def _w_MetadataResponsePartition_7(out, parts, o):
 def _r_MetadataResponsePartition_9(buf, pos):
     _f0, _f1, _f2, _f3 = _S_hiii.unpack_from(buf, pos)  # @MetadataResponsePartition.ErrorCode,PartitionIndex,LeaderId,LeaderEpoch
     pos += 14
-    _n, pos = _r_calen(buf, pos)  # @MetadataResponsePartition.ReplicaNodes
+    _n = buf[pos]  # @MetadataResponsePartition.ReplicaNodes
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponsePartition.ReplicaNodes
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @MetadataResponsePartition.ReplicaNodes
     if _n < 0:
         raise _null_error()  # @MetadataResponsePartition.ReplicaNodes
     else:
         _f4, pos = _r_fixed_arr(buf, pos, _n, 'i', 4)  # @MetadataResponsePartition.ReplicaNodes
-    _n, pos = _r_calen(buf, pos)  # @MetadataResponsePartition.IsrNodes
+    _n = buf[pos]  # @MetadataResponsePartition.IsrNodes
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponsePartition.IsrNodes
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @MetadataResponsePartition.IsrNodes
     if _n < 0:
         raise _null_error()  # @MetadataResponsePartition.IsrNodes
     else:
         _f5, pos = _r_fixed_arr(buf, pos, _n, 'i', 4)  # @MetadataResponsePartition.IsrNodes
-    _n, pos = _r_calen(buf, pos)  # @MetadataResponsePartition.OfflineReplicas
+    _n = buf[pos]  # @MetadataResponsePartition.OfflineReplicas
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponsePartition.OfflineReplicas
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @MetadataResponsePartition.OfflineReplicas
     if _n < 0:
         raise _null_error()  # @MetadataResponsePartition.OfflineReplicas
     else:
@@ -498,10 +540,27 @@ def _w_MetadataResponseTopic_8(out, parts, o):
 def _r_MetadataResponseTopic_9(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @MetadataResponseTopic.ErrorCode
     pos += 2
-    _f1, pos = _r_cstr(buf, pos)  # @MetadataResponseTopic.Name
+    _n = buf[pos]  # @MetadataResponseTopic.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponseTopic.Name
+    if _n == 0:
+        raise _null_error()  # @MetadataResponseTopic.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @MetadataResponseTopic.Name
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @MetadataResponseTopic.Name
+        pos = _ve
     (_f3,) = _S_B_.unpack_from(buf, pos)  # @MetadataResponseTopic.IsInternal
     pos += 1
-    _n, pos = _r_calen(buf, pos)  # @MetadataResponseTopic.Partitions
+    _n = buf[pos]  # @MetadataResponseTopic.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponseTopic.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @MetadataResponseTopic.Partitions
     if _n < 0:
         raise _null_error()  # @MetadataResponseTopic.Partitions
     else:
@@ -539,11 +598,28 @@ def _w_MetadataResponseTopic_9(out, parts, o):
 def _r_MetadataResponseTopic_10(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @MetadataResponseTopic.ErrorCode
     pos += 2
-    _f1, pos = _r_cstr(buf, pos)  # @MetadataResponseTopic.Name
+    _n = buf[pos]  # @MetadataResponseTopic.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponseTopic.Name
+    if _n == 0:
+        raise _null_error()  # @MetadataResponseTopic.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @MetadataResponseTopic.Name
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @MetadataResponseTopic.Name
+        pos = _ve
     _f2, _f3 = _S_UB_.unpack_from(buf, pos)  # @MetadataResponseTopic.TopicId,IsInternal
     pos += 17
     _f2 = _uuid_from_bytes(_f2)
-    _n, pos = _r_calen(buf, pos)  # @MetadataResponseTopic.Partitions
+    _n = buf[pos]  # @MetadataResponseTopic.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponseTopic.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @MetadataResponseTopic.Partitions
     if _n < 0:
         raise _null_error()  # @MetadataResponseTopic.Partitions
     else:
@@ -581,11 +657,28 @@ def _w_MetadataResponseTopic_10(out, parts, o):
 def _r_MetadataResponseTopic_12(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @MetadataResponseTopic.ErrorCode
     pos += 2
-    _f1, pos = _r_cnstr(buf, pos)  # @MetadataResponseTopic.Name
+    _n = buf[pos]  # @MetadataResponseTopic.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponseTopic.Name
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @MetadataResponseTopic.Name
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @MetadataResponseTopic.Name
+        pos = _ve
     _f2, _f3 = _S_UB_.unpack_from(buf, pos)  # @MetadataResponseTopic.TopicId,IsInternal
     pos += 17
     _f2 = _uuid_from_bytes(_f2)
-    _n, pos = _r_calen(buf, pos)  # @MetadataResponseTopic.Partitions
+    _n = buf[pos]  # @MetadataResponseTopic.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponseTopic.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @MetadataResponseTopic.Partitions
     if _n < 0:
         raise _null_error()  # @MetadataResponseTopic.Partitions
     else:
@@ -939,7 +1032,13 @@ def _w_MetadataResponse_8(out, parts, o):
 def _r_MetadataResponse_9(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @MetadataResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @MetadataResponse.Brokers
+    _n = buf[pos]  # @MetadataResponse.Brokers
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponse.Brokers
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @MetadataResponse.Brokers
     if _n < 0:
         raise _null_error()  # @MetadataResponse.Brokers
     else:
@@ -948,10 +1047,27 @@ def _r_MetadataResponse_9(buf, pos):
         for _ in range(_n):
             _e, pos = _r_MetadataResponseBroker_9(buf, pos)  # @MetadataResponse.Brokers
             _app(_e)
-    _f2, pos = _r_cnstr(buf, pos)  # @MetadataResponse.ClusterId
+    _n = buf[pos]  # @MetadataResponse.ClusterId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponse.ClusterId
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @MetadataResponse.ClusterId
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @MetadataResponse.ClusterId
+        pos = _ve
     (_f3,) = _S_i.unpack_from(buf, pos)  # @MetadataResponse.ControllerId
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @MetadataResponse.Topics
+    _n = buf[pos]  # @MetadataResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @MetadataResponse.Topics
     if _n < 0:
         raise _null_error()  # @MetadataResponse.Topics
     else:
@@ -996,7 +1112,13 @@ def _w_MetadataResponse_9(out, parts, o):
 def _r_MetadataResponse_10(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @MetadataResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @MetadataResponse.Brokers
+    _n = buf[pos]  # @MetadataResponse.Brokers
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponse.Brokers
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @MetadataResponse.Brokers
     if _n < 0:
         raise _null_error()  # @MetadataResponse.Brokers
     else:
@@ -1005,10 +1127,27 @@ def _r_MetadataResponse_10(buf, pos):
         for _ in range(_n):
             _e, pos = _r_MetadataResponseBroker_9(buf, pos)  # @MetadataResponse.Brokers
             _app(_e)
-    _f2, pos = _r_cnstr(buf, pos)  # @MetadataResponse.ClusterId
+    _n = buf[pos]  # @MetadataResponse.ClusterId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponse.ClusterId
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @MetadataResponse.ClusterId
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @MetadataResponse.ClusterId
+        pos = _ve
     (_f3,) = _S_i.unpack_from(buf, pos)  # @MetadataResponse.ControllerId
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @MetadataResponse.Topics
+    _n = buf[pos]  # @MetadataResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @MetadataResponse.Topics
     if _n < 0:
         raise _null_error()  # @MetadataResponse.Topics
     else:
@@ -1053,7 +1192,13 @@ def _w_MetadataResponse_10(out, parts, o):
 def _r_MetadataResponse_11(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @MetadataResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @MetadataResponse.Brokers
+    _n = buf[pos]  # @MetadataResponse.Brokers
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponse.Brokers
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @MetadataResponse.Brokers
     if _n < 0:
         raise _null_error()  # @MetadataResponse.Brokers
     else:
@@ -1062,10 +1207,27 @@ def _r_MetadataResponse_11(buf, pos):
         for _ in range(_n):
             _e, pos = _r_MetadataResponseBroker_9(buf, pos)  # @MetadataResponse.Brokers
             _app(_e)
-    _f2, pos = _r_cnstr(buf, pos)  # @MetadataResponse.ClusterId
+    _n = buf[pos]  # @MetadataResponse.ClusterId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponse.ClusterId
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @MetadataResponse.ClusterId
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @MetadataResponse.ClusterId
+        pos = _ve
     (_f3,) = _S_i.unpack_from(buf, pos)  # @MetadataResponse.ControllerId
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @MetadataResponse.Topics
+    _n = buf[pos]  # @MetadataResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @MetadataResponse.Topics
     if _n < 0:
         raise _null_error()  # @MetadataResponse.Topics
     else:
@@ -1107,7 +1269,13 @@ def _w_MetadataResponse_11(out, parts, o):
 def _r_MetadataResponse_12(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @MetadataResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @MetadataResponse.Brokers
+    _n = buf[pos]  # @MetadataResponse.Brokers
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponse.Brokers
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @MetadataResponse.Brokers
     if _n < 0:
         raise _null_error()  # @MetadataResponse.Brokers
     else:
@@ -1116,10 +1284,27 @@ def _r_MetadataResponse_12(buf, pos):
         for _ in range(_n):
             _e, pos = _r_MetadataResponseBroker_9(buf, pos)  # @MetadataResponse.Brokers
             _app(_e)
-    _f2, pos = _r_cnstr(buf, pos)  # @MetadataResponse.ClusterId
+    _n = buf[pos]  # @MetadataResponse.ClusterId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponse.ClusterId
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @MetadataResponse.ClusterId
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @MetadataResponse.ClusterId
+        pos = _ve
     (_f3,) = _S_i.unpack_from(buf, pos)  # @MetadataResponse.ControllerId
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @MetadataResponse.Topics
+    _n = buf[pos]  # @MetadataResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @MetadataResponse.Topics
     if _n < 0:
         raise _null_error()  # @MetadataResponse.Topics
     else:

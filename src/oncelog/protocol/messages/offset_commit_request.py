@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -101,6 +102,7 @@ class OffsetCommitRequest(_Message):
     topics: list[OffsetCommitRequestTopic] = _field(default_factory=list)
 
 
+
 def _r_OffsetCommitRequestPartition_0(buf, pos):
     _f0, _f1 = _S_iq.unpack_from(buf, pos)  # @OffsetCommitRequestPartition.PartitionIndex,CommittedOffset
     pos += 12
@@ -140,7 +142,18 @@ def _w_OffsetCommitRequestPartition_6(out, parts, o):
 def _r_OffsetCommitRequestPartition_8(buf, pos):
     _f0, _f1, _f2 = _S_iqi.unpack_from(buf, pos)  # @OffsetCommitRequestPartition.PartitionIndex,CommittedOffset,CommittedLeaderEpoch
     pos += 16
-    _f4, pos = _r_cnstr(buf, pos)  # @OffsetCommitRequestPartition.CommittedMetadata
+    _n = buf[pos]  # @OffsetCommitRequestPartition.CommittedMetadata
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetCommitRequestPartition.CommittedMetadata
+    if _n == 0:
+        _f4 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @OffsetCommitRequestPartition.CommittedMetadata
+        _f4 = str(buf[pos:_ve], 'utf-8')  # @OffsetCommitRequestPartition.CommittedMetadata
+        pos = _ve
     _nt = buf[pos]  # @OffsetCommitRequestPartition._tagged_fields
     pos += 1
     if _nt:
@@ -232,8 +245,25 @@ def _w_OffsetCommitRequestTopic_6(out, parts, o):
 
 
 def _r_OffsetCommitRequestTopic_8(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @OffsetCommitRequestTopic.Name
-    _n, pos = _r_calen(buf, pos)  # @OffsetCommitRequestTopic.Partitions
+    _n = buf[pos]  # @OffsetCommitRequestTopic.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetCommitRequestTopic.Name
+    if _n == 0:
+        raise _null_error()  # @OffsetCommitRequestTopic.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @OffsetCommitRequestTopic.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @OffsetCommitRequestTopic.Name
+        pos = _ve
+    _n = buf[pos]  # @OffsetCommitRequestTopic.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetCommitRequestTopic.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @OffsetCommitRequestTopic.Partitions
     if _n < 0:
         raise _null_error()  # @OffsetCommitRequestTopic.Partitions
     else:
@@ -444,12 +474,51 @@ def _w_OffsetCommitRequest_7(out, parts, o):
 
 
 def _r_OffsetCommitRequest_8(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @OffsetCommitRequest.GroupId
+    _n = buf[pos]  # @OffsetCommitRequest.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetCommitRequest.GroupId
+    if _n == 0:
+        raise _null_error()  # @OffsetCommitRequest.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @OffsetCommitRequest.GroupId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @OffsetCommitRequest.GroupId
+        pos = _ve
     (_f1,) = _S_i.unpack_from(buf, pos)  # @OffsetCommitRequest.GenerationIdOrMemberEpoch
     pos += 4
-    _f2, pos = _r_cstr(buf, pos)  # @OffsetCommitRequest.MemberId
-    _f3, pos = _r_cnstr(buf, pos)  # @OffsetCommitRequest.GroupInstanceId
-    _n, pos = _r_calen(buf, pos)  # @OffsetCommitRequest.Topics
+    _n = buf[pos]  # @OffsetCommitRequest.MemberId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetCommitRequest.MemberId
+    if _n == 0:
+        raise _null_error()  # @OffsetCommitRequest.MemberId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @OffsetCommitRequest.MemberId
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @OffsetCommitRequest.MemberId
+        pos = _ve
+    _n = buf[pos]  # @OffsetCommitRequest.GroupInstanceId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetCommitRequest.GroupInstanceId
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @OffsetCommitRequest.GroupInstanceId
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @OffsetCommitRequest.GroupInstanceId
+        pos = _ve
+    _n = buf[pos]  # @OffsetCommitRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetCommitRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @OffsetCommitRequest.Topics
     if _n < 0:
         raise _null_error()  # @OffsetCommitRequest.Topics
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -91,6 +92,7 @@ class OffsetCommitResponse(_Message):
     topics: list[OffsetCommitResponseTopic] = _field(default_factory=list)
 
 
+
 def _r_OffsetCommitResponsePartition_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @OffsetCommitResponsePartition.PartitionIndex,ErrorCode
     pos += 6
@@ -144,8 +146,25 @@ def _w_OffsetCommitResponseTopic_0(out, parts, o):
 
 
 def _r_OffsetCommitResponseTopic_8(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @OffsetCommitResponseTopic.Name
-    _n, pos = _r_calen(buf, pos)  # @OffsetCommitResponseTopic.Partitions
+    _n = buf[pos]  # @OffsetCommitResponseTopic.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetCommitResponseTopic.Name
+    if _n == 0:
+        raise _null_error()  # @OffsetCommitResponseTopic.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @OffsetCommitResponseTopic.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @OffsetCommitResponseTopic.Name
+        pos = _ve
+    _n = buf[pos]  # @OffsetCommitResponseTopic.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetCommitResponseTopic.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @OffsetCommitResponseTopic.Partitions
     if _n < 0:
         raise _null_error()  # @OffsetCommitResponseTopic.Partitions
     else:
@@ -227,7 +246,13 @@ def _w_OffsetCommitResponse_3(out, parts, o):
 def _r_OffsetCommitResponse_8(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @OffsetCommitResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @OffsetCommitResponse.Topics
+    _n = buf[pos]  # @OffsetCommitResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetCommitResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @OffsetCommitResponse.Topics
     if _n < 0:
         raise _null_error()  # @OffsetCommitResponse.Topics
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -87,6 +88,7 @@ class OffsetDeleteRequest(_Message):
     FLEXIBLE_MIN: ClassVar[int | None] = None
     group_id: str = ''
     topics: list[OffsetDeleteRequestTopic] = _field(default_factory=list)
+
 
 
 def _r_OffsetDeleteRequestPartition_0(buf, pos):

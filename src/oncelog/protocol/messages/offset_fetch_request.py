@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -101,6 +102,7 @@ class OffsetFetchRequest(_Message):
     require_stable: bool = False
 
 
+
 def _r_OffsetFetchRequestTopic_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @OffsetFetchRequestTopic.Name
     _n, pos = _r_alen(buf, pos)  # @OffsetFetchRequestTopic.PartitionIndexes
@@ -122,8 +124,25 @@ def _w_OffsetFetchRequestTopic_0(out, parts, o):
 
 
 def _r_OffsetFetchRequestTopic_6(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @OffsetFetchRequestTopic.Name
-    _n, pos = _r_calen(buf, pos)  # @OffsetFetchRequestTopic.PartitionIndexes
+    _n = buf[pos]  # @OffsetFetchRequestTopic.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchRequestTopic.Name
+    if _n == 0:
+        raise _null_error()  # @OffsetFetchRequestTopic.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @OffsetFetchRequestTopic.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @OffsetFetchRequestTopic.Name
+        pos = _ve
+    _n = buf[pos]  # @OffsetFetchRequestTopic.PartitionIndexes
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchRequestTopic.PartitionIndexes
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @OffsetFetchRequestTopic.PartitionIndexes
     if _n < 0:
         raise _null_error()  # @OffsetFetchRequestTopic.PartitionIndexes
     else:
@@ -149,8 +168,25 @@ def _w_OffsetFetchRequestTopic_6(out, parts, o):
 
 
 def _r_OffsetFetchRequestTopics_8(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @OffsetFetchRequestTopics.Name
-    _n, pos = _r_calen(buf, pos)  # @OffsetFetchRequestTopics.PartitionIndexes
+    _n = buf[pos]  # @OffsetFetchRequestTopics.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchRequestTopics.Name
+    if _n == 0:
+        raise _null_error()  # @OffsetFetchRequestTopics.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @OffsetFetchRequestTopics.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @OffsetFetchRequestTopics.Name
+        pos = _ve
+    _n = buf[pos]  # @OffsetFetchRequestTopics.PartitionIndexes
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchRequestTopics.PartitionIndexes
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @OffsetFetchRequestTopics.PartitionIndexes
     if _n < 0:
         raise _null_error()  # @OffsetFetchRequestTopics.PartitionIndexes
     else:
@@ -176,8 +212,25 @@ def _w_OffsetFetchRequestTopics_8(out, parts, o):
 
 
 def _r_OffsetFetchRequestGroup_8(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @OffsetFetchRequestGroup.GroupId
-    _n, pos = _r_calen(buf, pos)  # @OffsetFetchRequestGroup.Topics
+    _n = buf[pos]  # @OffsetFetchRequestGroup.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchRequestGroup.GroupId
+    if _n == 0:
+        raise _null_error()  # @OffsetFetchRequestGroup.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @OffsetFetchRequestGroup.GroupId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @OffsetFetchRequestGroup.GroupId
+        pos = _ve
+    _n = buf[pos]  # @OffsetFetchRequestGroup.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchRequestGroup.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @OffsetFetchRequestGroup.Topics
     if _n < 0:
         _f3 = None
     else:
@@ -208,11 +261,39 @@ def _w_OffsetFetchRequestGroup_8(out, parts, o):
 
 
 def _r_OffsetFetchRequestGroup_9(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @OffsetFetchRequestGroup.GroupId
-    _f1, pos = _r_cnstr(buf, pos)  # @OffsetFetchRequestGroup.MemberId
+    _n = buf[pos]  # @OffsetFetchRequestGroup.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchRequestGroup.GroupId
+    if _n == 0:
+        raise _null_error()  # @OffsetFetchRequestGroup.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @OffsetFetchRequestGroup.GroupId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @OffsetFetchRequestGroup.GroupId
+        pos = _ve
+    _n = buf[pos]  # @OffsetFetchRequestGroup.MemberId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchRequestGroup.MemberId
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @OffsetFetchRequestGroup.MemberId
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @OffsetFetchRequestGroup.MemberId
+        pos = _ve
     (_f2,) = _S_i.unpack_from(buf, pos)  # @OffsetFetchRequestGroup.MemberEpoch
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @OffsetFetchRequestGroup.Topics
+    _n = buf[pos]  # @OffsetFetchRequestGroup.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchRequestGroup.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @OffsetFetchRequestGroup.Topics
     if _n < 0:
         _f3 = None
     else:
@@ -295,8 +376,25 @@ def _w_OffsetFetchRequest_2(out, parts, o):
 
 
 def _r_OffsetFetchRequest_6(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @OffsetFetchRequest.GroupId
-    _n, pos = _r_calen(buf, pos)  # @OffsetFetchRequest.Topics
+    _n = buf[pos]  # @OffsetFetchRequest.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchRequest.GroupId
+    if _n == 0:
+        raise _null_error()  # @OffsetFetchRequest.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @OffsetFetchRequest.GroupId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @OffsetFetchRequest.GroupId
+        pos = _ve
+    _n = buf[pos]  # @OffsetFetchRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @OffsetFetchRequest.Topics
     if _n < 0:
         _f1 = None
     else:
@@ -327,8 +425,25 @@ def _w_OffsetFetchRequest_6(out, parts, o):
 
 
 def _r_OffsetFetchRequest_7(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @OffsetFetchRequest.GroupId
-    _n, pos = _r_calen(buf, pos)  # @OffsetFetchRequest.Topics
+    _n = buf[pos]  # @OffsetFetchRequest.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchRequest.GroupId
+    if _n == 0:
+        raise _null_error()  # @OffsetFetchRequest.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @OffsetFetchRequest.GroupId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @OffsetFetchRequest.GroupId
+        pos = _ve
+    _n = buf[pos]  # @OffsetFetchRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @OffsetFetchRequest.Topics
     if _n < 0:
         _f1 = None
     else:
@@ -362,7 +477,13 @@ def _w_OffsetFetchRequest_7(out, parts, o):
 
 
 def _r_OffsetFetchRequest_8(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @OffsetFetchRequest.Groups
+    _n = buf[pos]  # @OffsetFetchRequest.Groups
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchRequest.Groups
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @OffsetFetchRequest.Groups
     if _n < 0:
         raise _null_error()  # @OffsetFetchRequest.Groups
     else:
@@ -395,7 +516,13 @@ def _w_OffsetFetchRequest_8(out, parts, o):
 
 
 def _r_OffsetFetchRequest_9(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @OffsetFetchRequest.Groups
+    _n = buf[pos]  # @OffsetFetchRequest.Groups
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchRequest.Groups
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @OffsetFetchRequest.Groups
     if _n < 0:
         raise _null_error()  # @OffsetFetchRequest.Groups
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -120,6 +121,7 @@ class OffsetFetchResponse(_Message):
     groups: list[OffsetFetchResponseGroup] = _field(default_factory=list)
 
 
+
 def _r_OffsetFetchResponsePartition_0(buf, pos):
     _f0, _f1 = _S_iq.unpack_from(buf, pos)  # @OffsetFetchResponsePartition.PartitionIndex,CommittedOffset
     pos += 12
@@ -153,7 +155,18 @@ def _w_OffsetFetchResponsePartition_5(out, parts, o):
 def _r_OffsetFetchResponsePartition_6(buf, pos):
     _f0, _f1, _f2 = _S_iqi.unpack_from(buf, pos)  # @OffsetFetchResponsePartition.PartitionIndex,CommittedOffset,CommittedLeaderEpoch
     pos += 16
-    _f3, pos = _r_cnstr(buf, pos)  # @OffsetFetchResponsePartition.Metadata
+    _n = buf[pos]  # @OffsetFetchResponsePartition.Metadata
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchResponsePartition.Metadata
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @OffsetFetchResponsePartition.Metadata
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @OffsetFetchResponsePartition.Metadata
+        pos = _ve
     (_f4,) = _S_h.unpack_from(buf, pos)  # @OffsetFetchResponsePartition.ErrorCode
     pos += 2
     _nt = buf[pos]  # @OffsetFetchResponsePartition._tagged_fields
@@ -223,8 +236,25 @@ def _w_OffsetFetchResponseTopic_5(out, parts, o):
 
 
 def _r_OffsetFetchResponseTopic_6(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @OffsetFetchResponseTopic.Name
-    _n, pos = _r_calen(buf, pos)  # @OffsetFetchResponseTopic.Partitions
+    _n = buf[pos]  # @OffsetFetchResponseTopic.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchResponseTopic.Name
+    if _n == 0:
+        raise _null_error()  # @OffsetFetchResponseTopic.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @OffsetFetchResponseTopic.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @OffsetFetchResponseTopic.Name
+        pos = _ve
+    _n = buf[pos]  # @OffsetFetchResponseTopic.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchResponseTopic.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @OffsetFetchResponseTopic.Partitions
     if _n < 0:
         raise _null_error()  # @OffsetFetchResponseTopic.Partitions
     else:
@@ -257,7 +287,18 @@ def _w_OffsetFetchResponseTopic_6(out, parts, o):
 def _r_OffsetFetchResponsePartitions_8(buf, pos):
     _f0, _f1, _f2 = _S_iqi.unpack_from(buf, pos)  # @OffsetFetchResponsePartitions.PartitionIndex,CommittedOffset,CommittedLeaderEpoch
     pos += 16
-    _f3, pos = _r_cnstr(buf, pos)  # @OffsetFetchResponsePartitions.Metadata
+    _n = buf[pos]  # @OffsetFetchResponsePartitions.Metadata
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchResponsePartitions.Metadata
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @OffsetFetchResponsePartitions.Metadata
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @OffsetFetchResponsePartitions.Metadata
+        pos = _ve
     (_f4,) = _S_h.unpack_from(buf, pos)  # @OffsetFetchResponsePartitions.ErrorCode
     pos += 2
     _nt = buf[pos]  # @OffsetFetchResponsePartitions._tagged_fields
@@ -277,8 +318,25 @@ def _w_OffsetFetchResponsePartitions_8(out, parts, o):
 
 
 def _r_OffsetFetchResponseTopics_8(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @OffsetFetchResponseTopics.Name
-    _n, pos = _r_calen(buf, pos)  # @OffsetFetchResponseTopics.Partitions
+    _n = buf[pos]  # @OffsetFetchResponseTopics.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchResponseTopics.Name
+    if _n == 0:
+        raise _null_error()  # @OffsetFetchResponseTopics.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @OffsetFetchResponseTopics.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @OffsetFetchResponseTopics.Name
+        pos = _ve
+    _n = buf[pos]  # @OffsetFetchResponseTopics.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchResponseTopics.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @OffsetFetchResponseTopics.Partitions
     if _n < 0:
         raise _null_error()  # @OffsetFetchResponseTopics.Partitions
     else:
@@ -309,8 +367,25 @@ def _w_OffsetFetchResponseTopics_8(out, parts, o):
 
 
 def _r_OffsetFetchResponseGroup_8(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @OffsetFetchResponseGroup.GroupId
-    _n, pos = _r_calen(buf, pos)  # @OffsetFetchResponseGroup.Topics
+    _n = buf[pos]  # @OffsetFetchResponseGroup.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchResponseGroup.GroupId
+    if _n == 0:
+        raise _null_error()  # @OffsetFetchResponseGroup.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @OffsetFetchResponseGroup.GroupId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @OffsetFetchResponseGroup.GroupId
+        pos = _ve
+    _n = buf[pos]  # @OffsetFetchResponseGroup.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchResponseGroup.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @OffsetFetchResponseGroup.Topics
     if _n < 0:
         raise _null_error()  # @OffsetFetchResponseGroup.Topics
     else:
@@ -453,7 +528,13 @@ def _w_OffsetFetchResponse_5(out, parts, o):
 def _r_OffsetFetchResponse_6(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @OffsetFetchResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @OffsetFetchResponse.Topics
+    _n = buf[pos]  # @OffsetFetchResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @OffsetFetchResponse.Topics
     if _n < 0:
         raise _null_error()  # @OffsetFetchResponse.Topics
     else:
@@ -489,7 +570,13 @@ def _w_OffsetFetchResponse_6(out, parts, o):
 def _r_OffsetFetchResponse_8(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @OffsetFetchResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @OffsetFetchResponse.Groups
+    _n = buf[pos]  # @OffsetFetchResponse.Groups
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchResponse.Groups
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @OffsetFetchResponse.Groups
     if _n < 0:
         raise _null_error()  # @OffsetFetchResponse.Groups
     else:

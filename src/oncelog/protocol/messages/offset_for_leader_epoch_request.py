@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -91,6 +92,7 @@ class OffsetForLeaderEpochRequest(_Message):
     FLEXIBLE_MIN: ClassVar[int | None] = 4
     replica_id: int = -2
     topics: list[OffsetForLeaderTopic] = _field(default_factory=list)
+
 
 
 def _r_OffsetForLeaderPartition_0(buf, pos):
@@ -181,8 +183,25 @@ def _w_OffsetForLeaderTopic_2(out, parts, o):
 
 
 def _r_OffsetForLeaderTopic_4(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @OffsetForLeaderTopic.Topic
-    _n, pos = _r_calen(buf, pos)  # @OffsetForLeaderTopic.Partitions
+    _n = buf[pos]  # @OffsetForLeaderTopic.Topic
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetForLeaderTopic.Topic
+    if _n == 0:
+        raise _null_error()  # @OffsetForLeaderTopic.Topic
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @OffsetForLeaderTopic.Topic
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @OffsetForLeaderTopic.Topic
+        pos = _ve
+    _n = buf[pos]  # @OffsetForLeaderTopic.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetForLeaderTopic.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @OffsetForLeaderTopic.Partitions
     if _n < 0:
         raise _null_error()  # @OffsetForLeaderTopic.Partitions
     else:
@@ -287,7 +306,13 @@ def _w_OffsetForLeaderEpochRequest_3(out, parts, o):
 def _r_OffsetForLeaderEpochRequest_4(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @OffsetForLeaderEpochRequest.ReplicaId
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @OffsetForLeaderEpochRequest.Topics
+    _n = buf[pos]  # @OffsetForLeaderEpochRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetForLeaderEpochRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @OffsetForLeaderEpochRequest.Topics
     if _n < 0:
         raise _null_error()  # @OffsetForLeaderEpochRequest.Topics
     else:

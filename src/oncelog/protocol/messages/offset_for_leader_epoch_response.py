@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -92,6 +93,7 @@ class OffsetForLeaderEpochResponse(_Message):
     FLEXIBLE_MIN: ClassVar[int | None] = 4
     throttle_time_ms: int = 0
     topics: list[OffsetForLeaderTopicResult] = _field(default_factory=list)
+
 
 
 def _r_EpochEndOffset_0(buf, pos):
@@ -182,8 +184,25 @@ def _w_OffsetForLeaderTopicResult_1(out, parts, o):
 
 
 def _r_OffsetForLeaderTopicResult_4(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @OffsetForLeaderTopicResult.Topic
-    _n, pos = _r_calen(buf, pos)  # @OffsetForLeaderTopicResult.Partitions
+    _n = buf[pos]  # @OffsetForLeaderTopicResult.Topic
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetForLeaderTopicResult.Topic
+    if _n == 0:
+        raise _null_error()  # @OffsetForLeaderTopicResult.Topic
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @OffsetForLeaderTopicResult.Topic
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @OffsetForLeaderTopicResult.Topic
+        pos = _ve
+    _n = buf[pos]  # @OffsetForLeaderTopicResult.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetForLeaderTopicResult.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @OffsetForLeaderTopicResult.Partitions
     if _n < 0:
         raise _null_error()  # @OffsetForLeaderTopicResult.Partitions
     else:
@@ -288,7 +307,13 @@ def _w_OffsetForLeaderEpochResponse_2(out, parts, o):
 def _r_OffsetForLeaderEpochResponse_4(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @OffsetForLeaderEpochResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @OffsetForLeaderEpochResponse.Topics
+    _n = buf[pos]  # @OffsetForLeaderEpochResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetForLeaderEpochResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @OffsetForLeaderEpochResponse.Topics
     if _n < 0:
         raise _null_error()  # @OffsetForLeaderEpochResponse.Topics
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -93,6 +94,7 @@ class ProduceRequest(_Message):
     topic_data: list[TopicProduceData] = _field(default_factory=list)
 
 
+
 def _r_PartitionProduceData_0(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @PartitionProduceData.Index
     pos += 4
@@ -108,7 +110,18 @@ def _w_PartitionProduceData_0(out, parts, o):
 def _r_PartitionProduceData_9(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @PartitionProduceData.Index
     pos += 4
-    _f1, pos = _r_cnrec(buf, pos)  # @PartitionProduceData.Records
+    _n = buf[pos]  # @PartitionProduceData.Records
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionProduceData.Records
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @PartitionProduceData.Records
+        _f1 = buf[pos:_ve]
+        pos = _ve
     _nt = buf[pos]  # @PartitionProduceData._tagged_fields
     pos += 1
     if _nt:
@@ -150,8 +163,25 @@ def _w_TopicProduceData_0(out, parts, o):
 
 
 def _r_TopicProduceData_9(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TopicProduceData.Name
-    _n, pos = _r_calen(buf, pos)  # @TopicProduceData.PartitionData
+    _n = buf[pos]  # @TopicProduceData.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicProduceData.Name
+    if _n == 0:
+        raise _null_error()  # @TopicProduceData.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TopicProduceData.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TopicProduceData.Name
+        pos = _ve
+    _n = buf[pos]  # @TopicProduceData.PartitionData
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicProduceData.PartitionData
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicProduceData.PartitionData
     if _n < 0:
         raise _null_error()  # @TopicProduceData.PartitionData
     else:
@@ -236,10 +266,27 @@ def _w_ProduceRequest_3(out, parts, o):
 
 
 def _r_ProduceRequest_9(buf, pos):
-    _f0, pos = _r_cnstr(buf, pos)  # @ProduceRequest.TransactionalId
+    _n = buf[pos]  # @ProduceRequest.TransactionalId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ProduceRequest.TransactionalId
+    if _n == 0:
+        _f0 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ProduceRequest.TransactionalId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @ProduceRequest.TransactionalId
+        pos = _ve
     _f1, _f2 = _S_hi.unpack_from(buf, pos)  # @ProduceRequest.Acks,TimeoutMs
     pos += 6
-    _n, pos = _r_calen(buf, pos)  # @ProduceRequest.TopicData
+    _n = buf[pos]  # @ProduceRequest.TopicData
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ProduceRequest.TopicData
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ProduceRequest.TopicData
     if _n < 0:
         raise _null_error()  # @ProduceRequest.TopicData
     else:

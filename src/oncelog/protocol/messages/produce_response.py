@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -121,6 +122,7 @@ class ProduceResponse(_Message):
     node_endpoints: list[NodeEndpoint] = _field(default_factory=list)
 
 
+
 def _r_BatchIndexAndErrorMessage_8(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @BatchIndexAndErrorMessage.BatchIndex
     pos += 4
@@ -136,7 +138,18 @@ def _w_BatchIndexAndErrorMessage_8(out, parts, o):
 def _r_BatchIndexAndErrorMessage_9(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @BatchIndexAndErrorMessage.BatchIndex
     pos += 4
-    _f1, pos = _r_cnstr(buf, pos)  # @BatchIndexAndErrorMessage.BatchIndexErrorMessage
+    _n = buf[pos]  # @BatchIndexAndErrorMessage.BatchIndexErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @BatchIndexAndErrorMessage.BatchIndexErrorMessage
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @BatchIndexAndErrorMessage.BatchIndexErrorMessage
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @BatchIndexAndErrorMessage.BatchIndexErrorMessage
+        pos = _ve
     _nt = buf[pos]  # @BatchIndexAndErrorMessage._tagged_fields
     pos += 1
     if _nt:
@@ -230,7 +243,13 @@ def _w_PartitionProduceResponse_8(out, parts, o):
 def _r_PartitionProduceResponse_9(buf, pos):
     _f0, _f1, _f2, _f3, _f4 = _S_ihqqq.unpack_from(buf, pos)  # @PartitionProduceResponse.Index,ErrorCode,BaseOffset,LogAppendTimeMs,LogStartOffset
     pos += 30
-    _n, pos = _r_calen(buf, pos)  # @PartitionProduceResponse.RecordErrors
+    _n = buf[pos]  # @PartitionProduceResponse.RecordErrors
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionProduceResponse.RecordErrors
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @PartitionProduceResponse.RecordErrors
     if _n < 0:
         raise _null_error()  # @PartitionProduceResponse.RecordErrors
     else:
@@ -239,7 +258,18 @@ def _r_PartitionProduceResponse_9(buf, pos):
         for _ in range(_n):
             _e, pos = _r_BatchIndexAndErrorMessage_9(buf, pos)  # @PartitionProduceResponse.RecordErrors
             _app(_e)
-    _f6, pos = _r_cnstr(buf, pos)  # @PartitionProduceResponse.ErrorMessage
+    _n = buf[pos]  # @PartitionProduceResponse.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionProduceResponse.ErrorMessage
+    if _n == 0:
+        _f6 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @PartitionProduceResponse.ErrorMessage
+        _f6 = str(buf[pos:_ve], 'utf-8')  # @PartitionProduceResponse.ErrorMessage
+        pos = _ve
     _nt = buf[pos]  # @PartitionProduceResponse._tagged_fields
     pos += 1
     if _nt:
@@ -265,7 +295,13 @@ def _w_PartitionProduceResponse_9(out, parts, o):
 def _r_PartitionProduceResponse_10(buf, pos):
     _f0, _f1, _f2, _f3, _f4 = _S_ihqqq.unpack_from(buf, pos)  # @PartitionProduceResponse.Index,ErrorCode,BaseOffset,LogAppendTimeMs,LogStartOffset
     pos += 30
-    _n, pos = _r_calen(buf, pos)  # @PartitionProduceResponse.RecordErrors
+    _n = buf[pos]  # @PartitionProduceResponse.RecordErrors
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionProduceResponse.RecordErrors
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @PartitionProduceResponse.RecordErrors
     if _n < 0:
         raise _null_error()  # @PartitionProduceResponse.RecordErrors
     else:
@@ -274,7 +310,18 @@ def _r_PartitionProduceResponse_10(buf, pos):
         for _ in range(_n):
             _e, pos = _r_BatchIndexAndErrorMessage_9(buf, pos)  # @PartitionProduceResponse.RecordErrors
             _app(_e)
-    _f6, pos = _r_cnstr(buf, pos)  # @PartitionProduceResponse.ErrorMessage
+    _n = buf[pos]  # @PartitionProduceResponse.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionProduceResponse.ErrorMessage
+    if _n == 0:
+        _f6 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @PartitionProduceResponse.ErrorMessage
+        _f6 = str(buf[pos:_ve], 'utf-8')  # @PartitionProduceResponse.ErrorMessage
+        pos = _ve
     _f7 = LeaderIdAndEpoch()
     _nt = buf[pos]  # @PartitionProduceResponse._tagged_fields
     pos += 1
@@ -299,9 +346,14 @@ def _w_PartitionProduceResponse_10(out, parts, o):
         for _e in _a:
             _w_BatchIndexAndErrorMessage_9(out, parts, _e)  # @PartitionProduceResponse.RecordErrors
     _w_cnstr(out, o.error_message)  # @PartitionProduceResponse.ErrorMessage
-    _nt = bool(o.current_leader != LeaderIdAndEpoch())
+    _x = o.current_leader
+    _c0 = _x.__class__ is not LeaderIdAndEpoch or _x.leader_id != -1 or _x.leader_epoch != -1
+    _nt = _c0
+    if not _nt:
+        out.append(0)
+        return
     _w_uvarint(out, _nt)
-    if o.current_leader != LeaderIdAndEpoch():
+    if _c0:
         _t = bytearray()
         _tp = []
         _w_LeaderIdAndEpoch_10(_t, _tp, o.current_leader)  # @PartitionProduceResponse.CurrentLeader
@@ -412,8 +464,25 @@ def _w_TopicProduceResponse_8(out, parts, o):
 
 
 def _r_TopicProduceResponse_9(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TopicProduceResponse.Name
-    _n, pos = _r_calen(buf, pos)  # @TopicProduceResponse.PartitionResponses
+    _n = buf[pos]  # @TopicProduceResponse.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicProduceResponse.Name
+    if _n == 0:
+        raise _null_error()  # @TopicProduceResponse.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TopicProduceResponse.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TopicProduceResponse.Name
+        pos = _ve
+    _n = buf[pos]  # @TopicProduceResponse.PartitionResponses
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicProduceResponse.PartitionResponses
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicProduceResponse.PartitionResponses
     if _n < 0:
         raise _null_error()  # @TopicProduceResponse.PartitionResponses
     else:
@@ -444,8 +513,25 @@ def _w_TopicProduceResponse_9(out, parts, o):
 
 
 def _r_TopicProduceResponse_10(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TopicProduceResponse.Name
-    _n, pos = _r_calen(buf, pos)  # @TopicProduceResponse.PartitionResponses
+    _n = buf[pos]  # @TopicProduceResponse.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicProduceResponse.Name
+    if _n == 0:
+        raise _null_error()  # @TopicProduceResponse.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TopicProduceResponse.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TopicProduceResponse.Name
+        pos = _ve
+    _n = buf[pos]  # @TopicProduceResponse.PartitionResponses
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicProduceResponse.PartitionResponses
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicProduceResponse.PartitionResponses
     if _n < 0:
         raise _null_error()  # @TopicProduceResponse.PartitionResponses
     else:
@@ -478,10 +564,32 @@ def _w_TopicProduceResponse_10(out, parts, o):
 def _r_NodeEndpoint_10(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @NodeEndpoint.NodeId
     pos += 4
-    _f1, pos = _r_cstr(buf, pos)  # @NodeEndpoint.Host
+    _n = buf[pos]  # @NodeEndpoint.Host
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @NodeEndpoint.Host
+    if _n == 0:
+        raise _null_error()  # @NodeEndpoint.Host
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @NodeEndpoint.Host
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @NodeEndpoint.Host
+        pos = _ve
     (_f2,) = _S_i.unpack_from(buf, pos)  # @NodeEndpoint.Port
     pos += 4
-    _f3, pos = _r_cnstr(buf, pos)  # @NodeEndpoint.Rack
+    _n = buf[pos]  # @NodeEndpoint.Rack
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @NodeEndpoint.Rack
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @NodeEndpoint.Rack
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @NodeEndpoint.Rack
+        pos = _ve
     _nt = buf[pos]  # @NodeEndpoint._tagged_fields
     pos += 1
     if _nt:
@@ -627,7 +735,13 @@ def _w_ProduceResponse_8(out, parts, o):
 
 
 def _r_ProduceResponse_9(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @ProduceResponse.Responses
+    _n = buf[pos]  # @ProduceResponse.Responses
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ProduceResponse.Responses
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ProduceResponse.Responses
     if _n < 0:
         raise _null_error()  # @ProduceResponse.Responses
     else:
@@ -660,7 +774,13 @@ def _w_ProduceResponse_9(out, parts, o):
 
 
 def _r_ProduceResponse_10(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @ProduceResponse.Responses
+    _n = buf[pos]  # @ProduceResponse.Responses
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ProduceResponse.Responses
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ProduceResponse.Responses
     if _n < 0:
         raise _null_error()  # @ProduceResponse.Responses
     else:
@@ -680,7 +800,13 @@ def _r_ProduceResponse_10(buf, pos):
         for _ in range(_nt):
             _tag, pos, _end = _tagged_header(buf, pos)  # @ProduceResponse._tagged_fields
             if _tag == 0:
-                _n, pos = _r_calen(buf, pos)  # @ProduceResponse.NodeEndpoints
+                _n = buf[pos]  # @ProduceResponse.NodeEndpoints
+                pos += 1
+                if _n > 127:
+                    _n, pos = _uvarint_cont(buf, pos, _n)  # @ProduceResponse.NodeEndpoints
+                _n -= 1
+                if _n > len(buf) - pos:
+                    raise _too_long(_n, len(buf) - pos)  # @ProduceResponse.NodeEndpoints
                 if _n < 0:
                     raise _null_error()  # @ProduceResponse.NodeEndpoints
                 else:
@@ -702,9 +828,13 @@ def _w_ProduceResponse_10(out, parts, o):
         for _e in _a:
             _w_TopicProduceResponse_10(out, parts, _e)  # @ProduceResponse.Responses
     out += _S_i.pack(o.throttle_time_ms)  # @ProduceResponse.ThrottleTimeMs
-    _nt = bool(o.node_endpoints)
+    _c0 = len(o.node_endpoints) != 0
+    _nt = _c0
+    if not _nt:
+        out.append(0)
+        return
     _w_uvarint(out, _nt)
-    if o.node_endpoints:
+    if _c0:
         _t = bytearray()
         _tp = []
         _a = o.node_endpoints

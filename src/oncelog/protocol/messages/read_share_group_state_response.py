@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -103,6 +104,7 @@ class ReadShareGroupStateResponse(_Message):
     results: list[ReadStateResult] = _field(default_factory=list)
 
 
+
 def _r_StateBatch_0(buf, pos):
     _f0, _f1, _f2, _f3 = _S_qqbh.unpack_from(buf, pos)  # @StateBatch.FirstOffset,LastOffset,DeliveryState,DeliveryCount
     pos += 19
@@ -123,10 +125,27 @@ def _w_StateBatch_0(out, parts, o):
 def _r_PartitionResult_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @PartitionResult.Partition,ErrorCode
     pos += 6
-    _f2, pos = _r_cnstr(buf, pos)  # @PartitionResult.ErrorMessage
+    _n = buf[pos]  # @PartitionResult.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionResult.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @PartitionResult.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @PartitionResult.ErrorMessage
+        pos = _ve
     _f3, _f4 = _S_iq.unpack_from(buf, pos)  # @PartitionResult.StateEpoch,StartOffset
     pos += 12
-    _n, pos = _r_calen(buf, pos)  # @PartitionResult.StateBatches
+    _n = buf[pos]  # @PartitionResult.StateBatches
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionResult.StateBatches
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @PartitionResult.StateBatches
     if _n < 0:
         raise _null_error()  # @PartitionResult.StateBatches
     else:
@@ -161,7 +180,13 @@ def _w_PartitionResult_0(out, parts, o):
 def _r_ReadStateResult_0(buf, pos):
     _f0 = _r_uuid(buf, pos)  # @ReadStateResult.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @ReadStateResult.Partitions
+    _n = buf[pos]  # @ReadStateResult.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ReadStateResult.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ReadStateResult.Partitions
     if _n < 0:
         raise _null_error()  # @ReadStateResult.Partitions
     else:
@@ -192,7 +217,13 @@ def _w_ReadStateResult_0(out, parts, o):
 
 
 def _r_ReadShareGroupStateResponse_0(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @ReadShareGroupStateResponse.Results
+    _n = buf[pos]  # @ReadShareGroupStateResponse.Results
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ReadShareGroupStateResponse.Results
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ReadShareGroupStateResponse.Results
     if _n < 0:
         raise _null_error()  # @ReadShareGroupStateResponse.Results
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -90,6 +91,7 @@ class ReadShareGroupStateSummaryRequest(_Message):
     topics: list[ReadStateSummaryData] = _field(default_factory=list)
 
 
+
 def _r_PartitionData_0(buf, pos):
     _f0, _f1 = _S_ii.unpack_from(buf, pos)  # @PartitionData.Partition,LeaderEpoch
     pos += 8
@@ -110,7 +112,13 @@ def _w_PartitionData_0(out, parts, o):
 def _r_ReadStateSummaryData_0(buf, pos):
     _f0 = _r_uuid(buf, pos)  # @ReadStateSummaryData.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @ReadStateSummaryData.Partitions
+    _n = buf[pos]  # @ReadStateSummaryData.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ReadStateSummaryData.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ReadStateSummaryData.Partitions
     if _n < 0:
         raise _null_error()  # @ReadStateSummaryData.Partitions
     else:
@@ -141,8 +149,25 @@ def _w_ReadStateSummaryData_0(out, parts, o):
 
 
 def _r_ReadShareGroupStateSummaryRequest_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @ReadShareGroupStateSummaryRequest.GroupId
-    _n, pos = _r_calen(buf, pos)  # @ReadShareGroupStateSummaryRequest.Topics
+    _n = buf[pos]  # @ReadShareGroupStateSummaryRequest.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ReadShareGroupStateSummaryRequest.GroupId
+    if _n == 0:
+        raise _null_error()  # @ReadShareGroupStateSummaryRequest.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ReadShareGroupStateSummaryRequest.GroupId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @ReadShareGroupStateSummaryRequest.GroupId
+        pos = _ve
+    _n = buf[pos]  # @ReadShareGroupStateSummaryRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ReadShareGroupStateSummaryRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ReadShareGroupStateSummaryRequest.Topics
     if _n < 0:
         raise _null_error()  # @ReadShareGroupStateSummaryRequest.Topics
     else:

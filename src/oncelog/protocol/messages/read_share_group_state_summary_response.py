@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -93,10 +94,22 @@ class ReadShareGroupStateSummaryResponse(_Message):
     results: list[ReadStateSummaryResult] = _field(default_factory=list)
 
 
+
 def _r_PartitionResult_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @PartitionResult.Partition,ErrorCode
     pos += 6
-    _f2, pos = _r_cnstr(buf, pos)  # @PartitionResult.ErrorMessage
+    _n = buf[pos]  # @PartitionResult.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionResult.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @PartitionResult.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @PartitionResult.ErrorMessage
+        pos = _ve
     _f3, _f4 = _S_iq.unpack_from(buf, pos)  # @PartitionResult.StateEpoch,StartOffset
     pos += 12
     _nt = buf[pos]  # @PartitionResult._tagged_fields
@@ -118,7 +131,13 @@ def _w_PartitionResult_0(out, parts, o):
 def _r_ReadStateSummaryResult_0(buf, pos):
     _f0 = _r_uuid(buf, pos)  # @ReadStateSummaryResult.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @ReadStateSummaryResult.Partitions
+    _n = buf[pos]  # @ReadStateSummaryResult.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ReadStateSummaryResult.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ReadStateSummaryResult.Partitions
     if _n < 0:
         raise _null_error()  # @ReadStateSummaryResult.Partitions
     else:
@@ -149,7 +168,13 @@ def _w_ReadStateSummaryResult_0(out, parts, o):
 
 
 def _r_ReadShareGroupStateSummaryResponse_0(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @ReadShareGroupStateSummaryResponse.Results
+    _n = buf[pos]  # @ReadShareGroupStateSummaryResponse.Results
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ReadShareGroupStateSummaryResponse.Results
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ReadShareGroupStateSummaryResponse.Results
     if _n < 0:
         raise _null_error()  # @ReadShareGroupStateSummaryResponse.Results
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -79,8 +80,20 @@ class RemoveRaftVoterRequest(_Message):
     voter_directory_id: _UUID = _ZERO_UUID
 
 
+
 def _r_RemoveRaftVoterRequest_0(buf, pos):
-    _f0, pos = _r_cnstr(buf, pos)  # @RemoveRaftVoterRequest.ClusterId
+    _n = buf[pos]  # @RemoveRaftVoterRequest.ClusterId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @RemoveRaftVoterRequest.ClusterId
+    if _n == 0:
+        _f0 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @RemoveRaftVoterRequest.ClusterId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @RemoveRaftVoterRequest.ClusterId
+        pos = _ve
     _f1, _f2 = _S_iU.unpack_from(buf, pos)  # @RemoveRaftVoterRequest.VoterId,VoterDirectoryId
     pos += 20
     _f2 = _uuid_from_bytes(_f2)

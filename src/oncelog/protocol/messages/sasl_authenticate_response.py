@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -81,6 +82,7 @@ class SaslAuthenticateResponse(_Message):
     session_lifetime_ms: int = 0
 
 
+
 def _r_SaslAuthenticateResponse_0(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @SaslAuthenticateResponse.ErrorCode
     pos += 2
@@ -115,7 +117,18 @@ def _w_SaslAuthenticateResponse_1(out, parts, o):
 def _r_SaslAuthenticateResponse_2(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @SaslAuthenticateResponse.ErrorCode
     pos += 2
-    _f1, pos = _r_cnstr(buf, pos)  # @SaslAuthenticateResponse.ErrorMessage
+    _n = buf[pos]  # @SaslAuthenticateResponse.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @SaslAuthenticateResponse.ErrorMessage
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @SaslAuthenticateResponse.ErrorMessage
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @SaslAuthenticateResponse.ErrorMessage
+        pos = _ve
     _f2, pos = _r_cbytes(buf, pos)  # @SaslAuthenticateResponse.AuthBytes
     (_f3,) = _S_q.unpack_from(buf, pos)  # @SaslAuthenticateResponse.SessionLifetimeMs
     pos += 8

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -76,6 +77,7 @@ class SaslHandshakeResponse(_Message):
     FLEXIBLE_MIN: ClassVar[int | None] = None
     error_code: int = 0
     mechanisms: list[str] = _field(default_factory=list)
+
 
 
 def _r_SaslHandshakeResponse_0(buf, pos):

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -100,10 +101,17 @@ class ShareAcknowledgeRequest(_Message):
     topics: list[AcknowledgeTopic] = _field(default_factory=list)
 
 
+
 def _r_AcknowledgementBatch_0(buf, pos):
     _f0, _f1 = _S_qq.unpack_from(buf, pos)  # @AcknowledgementBatch.FirstOffset,LastOffset
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @AcknowledgementBatch.AcknowledgeTypes
+    _n = buf[pos]  # @AcknowledgementBatch.AcknowledgeTypes
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AcknowledgementBatch.AcknowledgeTypes
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AcknowledgementBatch.AcknowledgeTypes
     if _n < 0:
         raise _null_error()  # @AcknowledgementBatch.AcknowledgeTypes
     else:
@@ -131,7 +139,13 @@ def _w_AcknowledgementBatch_0(out, parts, o):
 def _r_AcknowledgePartition_0(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @AcknowledgePartition.PartitionIndex
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @AcknowledgePartition.AcknowledgementBatches
+    _n = buf[pos]  # @AcknowledgePartition.AcknowledgementBatches
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AcknowledgePartition.AcknowledgementBatches
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AcknowledgePartition.AcknowledgementBatches
     if _n < 0:
         raise _null_error()  # @AcknowledgePartition.AcknowledgementBatches
     else:
@@ -164,7 +178,13 @@ def _w_AcknowledgePartition_0(out, parts, o):
 def _r_AcknowledgeTopic_0(buf, pos):
     _f0 = _r_uuid(buf, pos)  # @AcknowledgeTopic.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @AcknowledgeTopic.Partitions
+    _n = buf[pos]  # @AcknowledgeTopic.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AcknowledgeTopic.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AcknowledgeTopic.Partitions
     if _n < 0:
         raise _null_error()  # @AcknowledgeTopic.Partitions
     else:
@@ -195,11 +215,39 @@ def _w_AcknowledgeTopic_0(out, parts, o):
 
 
 def _r_ShareAcknowledgeRequest_0(buf, pos):
-    _f0, pos = _r_cnstr(buf, pos)  # @ShareAcknowledgeRequest.GroupId
-    _f1, pos = _r_cnstr(buf, pos)  # @ShareAcknowledgeRequest.MemberId
+    _n = buf[pos]  # @ShareAcknowledgeRequest.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ShareAcknowledgeRequest.GroupId
+    if _n == 0:
+        _f0 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ShareAcknowledgeRequest.GroupId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @ShareAcknowledgeRequest.GroupId
+        pos = _ve
+    _n = buf[pos]  # @ShareAcknowledgeRequest.MemberId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ShareAcknowledgeRequest.MemberId
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ShareAcknowledgeRequest.MemberId
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @ShareAcknowledgeRequest.MemberId
+        pos = _ve
     (_f2,) = _S_i.unpack_from(buf, pos)  # @ShareAcknowledgeRequest.ShareSessionEpoch
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @ShareAcknowledgeRequest.Topics
+    _n = buf[pos]  # @ShareAcknowledgeRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ShareAcknowledgeRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ShareAcknowledgeRequest.Topics
     if _n < 0:
         raise _null_error()  # @ShareAcknowledgeRequest.Topics
     else:

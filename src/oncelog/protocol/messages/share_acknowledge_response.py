@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -111,6 +112,7 @@ class ShareAcknowledgeResponse(_Message):
     node_endpoints: list[NodeEndpoint] = _field(default_factory=list)
 
 
+
 def _r_LeaderIdAndEpoch_0(buf, pos):
     _f0, _f1 = _S_ii.unpack_from(buf, pos)  # @LeaderIdAndEpoch.LeaderId,LeaderEpoch
     pos += 8
@@ -131,7 +133,18 @@ def _w_LeaderIdAndEpoch_0(out, parts, o):
 def _r_PartitionData_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @PartitionData.PartitionIndex,ErrorCode
     pos += 6
-    _f2, pos = _r_cnstr(buf, pos)  # @PartitionData.ErrorMessage
+    _n = buf[pos]  # @PartitionData.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionData.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @PartitionData.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @PartitionData.ErrorMessage
+        pos = _ve
     _f3, pos = _r_LeaderIdAndEpoch_0(buf, pos)  # @PartitionData.CurrentLeader
     _nt = buf[pos]  # @PartitionData._tagged_fields
     pos += 1
@@ -152,7 +165,13 @@ def _w_PartitionData_0(out, parts, o):
 def _r_ShareAcknowledgeTopicResponse_0(buf, pos):
     _f0 = _r_uuid(buf, pos)  # @ShareAcknowledgeTopicResponse.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @ShareAcknowledgeTopicResponse.Partitions
+    _n = buf[pos]  # @ShareAcknowledgeTopicResponse.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ShareAcknowledgeTopicResponse.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ShareAcknowledgeTopicResponse.Partitions
     if _n < 0:
         raise _null_error()  # @ShareAcknowledgeTopicResponse.Partitions
     else:
@@ -185,10 +204,32 @@ def _w_ShareAcknowledgeTopicResponse_0(out, parts, o):
 def _r_NodeEndpoint_0(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @NodeEndpoint.NodeId
     pos += 4
-    _f1, pos = _r_cstr(buf, pos)  # @NodeEndpoint.Host
+    _n = buf[pos]  # @NodeEndpoint.Host
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @NodeEndpoint.Host
+    if _n == 0:
+        raise _null_error()  # @NodeEndpoint.Host
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @NodeEndpoint.Host
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @NodeEndpoint.Host
+        pos = _ve
     (_f2,) = _S_i.unpack_from(buf, pos)  # @NodeEndpoint.Port
     pos += 4
-    _f3, pos = _r_cnstr(buf, pos)  # @NodeEndpoint.Rack
+    _n = buf[pos]  # @NodeEndpoint.Rack
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @NodeEndpoint.Rack
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @NodeEndpoint.Rack
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @NodeEndpoint.Rack
+        pos = _ve
     _nt = buf[pos]  # @NodeEndpoint._tagged_fields
     pos += 1
     if _nt:
@@ -209,8 +250,25 @@ def _w_NodeEndpoint_0(out, parts, o):
 def _r_ShareAcknowledgeResponse_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @ShareAcknowledgeResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _f2, pos = _r_cnstr(buf, pos)  # @ShareAcknowledgeResponse.ErrorMessage
-    _n, pos = _r_calen(buf, pos)  # @ShareAcknowledgeResponse.Responses
+    _n = buf[pos]  # @ShareAcknowledgeResponse.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ShareAcknowledgeResponse.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ShareAcknowledgeResponse.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @ShareAcknowledgeResponse.ErrorMessage
+        pos = _ve
+    _n = buf[pos]  # @ShareAcknowledgeResponse.Responses
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ShareAcknowledgeResponse.Responses
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ShareAcknowledgeResponse.Responses
     if _n < 0:
         raise _null_error()  # @ShareAcknowledgeResponse.Responses
     else:
@@ -219,7 +277,13 @@ def _r_ShareAcknowledgeResponse_0(buf, pos):
         for _ in range(_n):
             _e, pos = _r_ShareAcknowledgeTopicResponse_0(buf, pos)  # @ShareAcknowledgeResponse.Responses
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @ShareAcknowledgeResponse.NodeEndpoints
+    _n = buf[pos]  # @ShareAcknowledgeResponse.NodeEndpoints
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ShareAcknowledgeResponse.NodeEndpoints
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ShareAcknowledgeResponse.NodeEndpoints
     if _n < 0:
         raise _null_error()  # @ShareAcknowledgeResponse.NodeEndpoints
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -112,10 +113,17 @@ class ShareFetchRequest(_Message):
     forgotten_topics_data: list[ForgottenTopic] = _field(default_factory=list)
 
 
+
 def _r_AcknowledgementBatch_0(buf, pos):
     _f0, _f1 = _S_qq.unpack_from(buf, pos)  # @AcknowledgementBatch.FirstOffset,LastOffset
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @AcknowledgementBatch.AcknowledgeTypes
+    _n = buf[pos]  # @AcknowledgementBatch.AcknowledgeTypes
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @AcknowledgementBatch.AcknowledgeTypes
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @AcknowledgementBatch.AcknowledgeTypes
     if _n < 0:
         raise _null_error()  # @AcknowledgementBatch.AcknowledgeTypes
     else:
@@ -143,7 +151,13 @@ def _w_AcknowledgementBatch_0(out, parts, o):
 def _r_FetchPartition_0(buf, pos):
     _f0, _f1 = _S_ii.unpack_from(buf, pos)  # @FetchPartition.PartitionIndex,PartitionMaxBytes
     pos += 8
-    _n, pos = _r_calen(buf, pos)  # @FetchPartition.AcknowledgementBatches
+    _n = buf[pos]  # @FetchPartition.AcknowledgementBatches
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchPartition.AcknowledgementBatches
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @FetchPartition.AcknowledgementBatches
     if _n < 0:
         raise _null_error()  # @FetchPartition.AcknowledgementBatches
     else:
@@ -176,7 +190,13 @@ def _w_FetchPartition_0(out, parts, o):
 def _r_FetchTopic_0(buf, pos):
     _f0 = _r_uuid(buf, pos)  # @FetchTopic.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @FetchTopic.Partitions
+    _n = buf[pos]  # @FetchTopic.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchTopic.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @FetchTopic.Partitions
     if _n < 0:
         raise _null_error()  # @FetchTopic.Partitions
     else:
@@ -209,7 +229,13 @@ def _w_FetchTopic_0(out, parts, o):
 def _r_ForgottenTopic_0(buf, pos):
     _f0 = _r_uuid(buf, pos)  # @ForgottenTopic.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @ForgottenTopic.Partitions
+    _n = buf[pos]  # @ForgottenTopic.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ForgottenTopic.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ForgottenTopic.Partitions
     if _n < 0:
         raise _null_error()  # @ForgottenTopic.Partitions
     else:
@@ -235,11 +261,39 @@ def _w_ForgottenTopic_0(out, parts, o):
 
 
 def _r_ShareFetchRequest_0(buf, pos):
-    _f0, pos = _r_cnstr(buf, pos)  # @ShareFetchRequest.GroupId
-    _f1, pos = _r_cnstr(buf, pos)  # @ShareFetchRequest.MemberId
+    _n = buf[pos]  # @ShareFetchRequest.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ShareFetchRequest.GroupId
+    if _n == 0:
+        _f0 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ShareFetchRequest.GroupId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @ShareFetchRequest.GroupId
+        pos = _ve
+    _n = buf[pos]  # @ShareFetchRequest.MemberId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ShareFetchRequest.MemberId
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ShareFetchRequest.MemberId
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @ShareFetchRequest.MemberId
+        pos = _ve
     _f2, _f3, _f4, _f5 = _S_iiii.unpack_from(buf, pos)  # @ShareFetchRequest.ShareSessionEpoch,MaxWaitMs,MinBytes,MaxBytes
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @ShareFetchRequest.Topics
+    _n = buf[pos]  # @ShareFetchRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ShareFetchRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ShareFetchRequest.Topics
     if _n < 0:
         raise _null_error()  # @ShareFetchRequest.Topics
     else:
@@ -248,7 +302,13 @@ def _r_ShareFetchRequest_0(buf, pos):
         for _ in range(_n):
             _e, pos = _r_FetchTopic_0(buf, pos)  # @ShareFetchRequest.Topics
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @ShareFetchRequest.ForgottenTopicsData
+    _n = buf[pos]  # @ShareFetchRequest.ForgottenTopicsData
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ShareFetchRequest.ForgottenTopicsData
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ShareFetchRequest.ForgottenTopicsData
     if _n < 0:
         raise _null_error()  # @ShareFetchRequest.ForgottenTopicsData
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -124,6 +125,7 @@ class ShareFetchResponse(_Message):
     node_endpoints: list[NodeEndpoint] = _field(default_factory=list)
 
 
+
 def _r_LeaderIdAndEpoch_0(buf, pos):
     _f0, _f1 = _S_ii.unpack_from(buf, pos)  # @LeaderIdAndEpoch.LeaderId,LeaderEpoch
     pos += 8
@@ -161,13 +163,52 @@ def _w_AcquiredRecords_0(out, parts, o):
 def _r_PartitionData_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @PartitionData.PartitionIndex,ErrorCode
     pos += 6
-    _f2, pos = _r_cnstr(buf, pos)  # @PartitionData.ErrorMessage
+    _n = buf[pos]  # @PartitionData.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionData.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @PartitionData.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @PartitionData.ErrorMessage
+        pos = _ve
     (_f3,) = _S_h.unpack_from(buf, pos)  # @PartitionData.AcknowledgeErrorCode
     pos += 2
-    _f4, pos = _r_cnstr(buf, pos)  # @PartitionData.AcknowledgeErrorMessage
+    _n = buf[pos]  # @PartitionData.AcknowledgeErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionData.AcknowledgeErrorMessage
+    if _n == 0:
+        _f4 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @PartitionData.AcknowledgeErrorMessage
+        _f4 = str(buf[pos:_ve], 'utf-8')  # @PartitionData.AcknowledgeErrorMessage
+        pos = _ve
     _f5, pos = _r_LeaderIdAndEpoch_0(buf, pos)  # @PartitionData.CurrentLeader
-    _f6, pos = _r_cnrec(buf, pos)  # @PartitionData.Records
-    _n, pos = _r_calen(buf, pos)  # @PartitionData.AcquiredRecords
+    _n = buf[pos]  # @PartitionData.Records
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionData.Records
+    if _n == 0:
+        _f6 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @PartitionData.Records
+        _f6 = buf[pos:_ve]
+        pos = _ve
+    _n = buf[pos]  # @PartitionData.AcquiredRecords
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionData.AcquiredRecords
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @PartitionData.AcquiredRecords
     if _n < 0:
         raise _null_error()  # @PartitionData.AcquiredRecords
     else:
@@ -205,7 +246,13 @@ def _w_PartitionData_0(out, parts, o):
 def _r_ShareFetchableTopicResponse_0(buf, pos):
     _f0 = _r_uuid(buf, pos)  # @ShareFetchableTopicResponse.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @ShareFetchableTopicResponse.Partitions
+    _n = buf[pos]  # @ShareFetchableTopicResponse.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ShareFetchableTopicResponse.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ShareFetchableTopicResponse.Partitions
     if _n < 0:
         raise _null_error()  # @ShareFetchableTopicResponse.Partitions
     else:
@@ -238,10 +285,32 @@ def _w_ShareFetchableTopicResponse_0(out, parts, o):
 def _r_NodeEndpoint_0(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @NodeEndpoint.NodeId
     pos += 4
-    _f1, pos = _r_cstr(buf, pos)  # @NodeEndpoint.Host
+    _n = buf[pos]  # @NodeEndpoint.Host
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @NodeEndpoint.Host
+    if _n == 0:
+        raise _null_error()  # @NodeEndpoint.Host
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @NodeEndpoint.Host
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @NodeEndpoint.Host
+        pos = _ve
     (_f2,) = _S_i.unpack_from(buf, pos)  # @NodeEndpoint.Port
     pos += 4
-    _f3, pos = _r_cnstr(buf, pos)  # @NodeEndpoint.Rack
+    _n = buf[pos]  # @NodeEndpoint.Rack
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @NodeEndpoint.Rack
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @NodeEndpoint.Rack
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @NodeEndpoint.Rack
+        pos = _ve
     _nt = buf[pos]  # @NodeEndpoint._tagged_fields
     pos += 1
     if _nt:
@@ -262,8 +331,25 @@ def _w_NodeEndpoint_0(out, parts, o):
 def _r_ShareFetchResponse_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @ShareFetchResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _f2, pos = _r_cnstr(buf, pos)  # @ShareFetchResponse.ErrorMessage
-    _n, pos = _r_calen(buf, pos)  # @ShareFetchResponse.Responses
+    _n = buf[pos]  # @ShareFetchResponse.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ShareFetchResponse.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ShareFetchResponse.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @ShareFetchResponse.ErrorMessage
+        pos = _ve
+    _n = buf[pos]  # @ShareFetchResponse.Responses
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ShareFetchResponse.Responses
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ShareFetchResponse.Responses
     if _n < 0:
         raise _null_error()  # @ShareFetchResponse.Responses
     else:
@@ -272,7 +358,13 @@ def _r_ShareFetchResponse_0(buf, pos):
         for _ in range(_n):
             _e, pos = _r_ShareFetchableTopicResponse_0(buf, pos)  # @ShareFetchResponse.Responses
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @ShareFetchResponse.NodeEndpoints
+    _n = buf[pos]  # @ShareFetchResponse.NodeEndpoints
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ShareFetchResponse.NodeEndpoints
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ShareFetchResponse.NodeEndpoints
     if _n < 0:
         raise _null_error()  # @ShareFetchResponse.NodeEndpoints
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -78,8 +79,15 @@ class ShareGroupDescribeRequest(_Message):
     include_authorized_operations: bool = False
 
 
+
 def _r_ShareGroupDescribeRequest_0(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @ShareGroupDescribeRequest.GroupIds
+    _n = buf[pos]  # @ShareGroupDescribeRequest.GroupIds
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ShareGroupDescribeRequest.GroupIds
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ShareGroupDescribeRequest.GroupIds
     if _n < 0:
         raise _null_error()  # @ShareGroupDescribeRequest.GroupIds
     else:

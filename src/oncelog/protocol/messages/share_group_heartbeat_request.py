@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -81,13 +82,53 @@ class ShareGroupHeartbeatRequest(_Message):
     subscribed_topic_names: list[str] | None = None
 
 
+
 def _r_ShareGroupHeartbeatRequest_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @ShareGroupHeartbeatRequest.GroupId
-    _f1, pos = _r_cstr(buf, pos)  # @ShareGroupHeartbeatRequest.MemberId
+    _n = buf[pos]  # @ShareGroupHeartbeatRequest.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ShareGroupHeartbeatRequest.GroupId
+    if _n == 0:
+        raise _null_error()  # @ShareGroupHeartbeatRequest.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ShareGroupHeartbeatRequest.GroupId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @ShareGroupHeartbeatRequest.GroupId
+        pos = _ve
+    _n = buf[pos]  # @ShareGroupHeartbeatRequest.MemberId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ShareGroupHeartbeatRequest.MemberId
+    if _n == 0:
+        raise _null_error()  # @ShareGroupHeartbeatRequest.MemberId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ShareGroupHeartbeatRequest.MemberId
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @ShareGroupHeartbeatRequest.MemberId
+        pos = _ve
     (_f2,) = _S_i.unpack_from(buf, pos)  # @ShareGroupHeartbeatRequest.MemberEpoch
     pos += 4
-    _f3, pos = _r_cnstr(buf, pos)  # @ShareGroupHeartbeatRequest.RackId
-    _n, pos = _r_calen(buf, pos)  # @ShareGroupHeartbeatRequest.SubscribedTopicNames
+    _n = buf[pos]  # @ShareGroupHeartbeatRequest.RackId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ShareGroupHeartbeatRequest.RackId
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ShareGroupHeartbeatRequest.RackId
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @ShareGroupHeartbeatRequest.RackId
+        pos = _ve
+    _n = buf[pos]  # @ShareGroupHeartbeatRequest.SubscribedTopicNames
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ShareGroupHeartbeatRequest.SubscribedTopicNames
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @ShareGroupHeartbeatRequest.SubscribedTopicNames
     if _n < 0:
         _f4 = None
     else:

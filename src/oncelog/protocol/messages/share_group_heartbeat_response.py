@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -95,10 +96,17 @@ class ShareGroupHeartbeatResponse(_Message):
     assignment: Assignment | None = None
 
 
+
 def _r_TopicPartitions_0(buf, pos):
     _f0 = _r_uuid(buf, pos)  # @TopicPartitions.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @TopicPartitions.Partitions
+    _n = buf[pos]  # @TopicPartitions.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicPartitions.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicPartitions.Partitions
     if _n < 0:
         raise _null_error()  # @TopicPartitions.Partitions
     else:
@@ -124,7 +132,13 @@ def _w_TopicPartitions_0(out, parts, o):
 
 
 def _r_Assignment_0(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @Assignment.TopicPartitions
+    _n = buf[pos]  # @Assignment.TopicPartitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Assignment.TopicPartitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @Assignment.TopicPartitions
     if _n < 0:
         raise _null_error()  # @Assignment.TopicPartitions
     else:
@@ -156,8 +170,30 @@ def _w_Assignment_0(out, parts, o):
 def _r_ShareGroupHeartbeatResponse_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @ShareGroupHeartbeatResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _f2, pos = _r_cnstr(buf, pos)  # @ShareGroupHeartbeatResponse.ErrorMessage
-    _f3, pos = _r_cnstr(buf, pos)  # @ShareGroupHeartbeatResponse.MemberId
+    _n = buf[pos]  # @ShareGroupHeartbeatResponse.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ShareGroupHeartbeatResponse.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ShareGroupHeartbeatResponse.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @ShareGroupHeartbeatResponse.ErrorMessage
+        pos = _ve
+    _n = buf[pos]  # @ShareGroupHeartbeatResponse.MemberId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @ShareGroupHeartbeatResponse.MemberId
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @ShareGroupHeartbeatResponse.MemberId
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @ShareGroupHeartbeatResponse.MemberId
+        pos = _ve
     _f4, _f5 = _S_ii.unpack_from(buf, pos)  # @ShareGroupHeartbeatResponse.MemberEpoch,HeartbeatIntervalMs
     pos += 8
     if buf[pos] > 127:  # @ShareGroupHeartbeatResponse.Assignment

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -113,6 +114,7 @@ class StopReplicaRequest(_Message):
     topic_states: list[StopReplicaTopicState] = _field(default_factory=list)
 
 
+
 def _r_StopReplicaPartitionV0_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @StopReplicaPartitionV0.TopicName
     (_f1,) = _S_i.unpack_from(buf, pos)  # @StopReplicaPartitionV0.PartitionIndex
@@ -146,8 +148,25 @@ def _w_StopReplicaTopicV1_1(out, parts, o):
 
 
 def _r_StopReplicaTopicV1_2(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @StopReplicaTopicV1.Name
-    _n, pos = _r_calen(buf, pos)  # @StopReplicaTopicV1.PartitionIndexes
+    _n = buf[pos]  # @StopReplicaTopicV1.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @StopReplicaTopicV1.Name
+    if _n == 0:
+        raise _null_error()  # @StopReplicaTopicV1.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @StopReplicaTopicV1.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @StopReplicaTopicV1.Name
+        pos = _ve
+    _n = buf[pos]  # @StopReplicaTopicV1.PartitionIndexes
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @StopReplicaTopicV1.PartitionIndexes
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @StopReplicaTopicV1.PartitionIndexes
     if _n < 0:
         raise _null_error()  # @StopReplicaTopicV1.PartitionIndexes
     else:
@@ -190,8 +209,25 @@ def _w_StopReplicaPartitionState_3(out, parts, o):
 
 
 def _r_StopReplicaTopicState_3(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @StopReplicaTopicState.TopicName
-    _n, pos = _r_calen(buf, pos)  # @StopReplicaTopicState.PartitionStates
+    _n = buf[pos]  # @StopReplicaTopicState.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @StopReplicaTopicState.TopicName
+    if _n == 0:
+        raise _null_error()  # @StopReplicaTopicState.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @StopReplicaTopicState.TopicName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @StopReplicaTopicState.TopicName
+        pos = _ve
+    _n = buf[pos]  # @StopReplicaTopicState.PartitionStates
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @StopReplicaTopicState.PartitionStates
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @StopReplicaTopicState.PartitionStates
     if _n < 0:
         raise _null_error()  # @StopReplicaTopicState.PartitionStates
     else:
@@ -276,7 +312,13 @@ def _w_StopReplicaRequest_1(out, parts, o):
 def _r_StopReplicaRequest_2(buf, pos):
     _f0, _f2, _f3, _f4 = _S_iiqB_.unpack_from(buf, pos)  # @StopReplicaRequest.ControllerId,ControllerEpoch,BrokerEpoch,DeletePartitions
     pos += 17
-    _n, pos = _r_calen(buf, pos)  # @StopReplicaRequest.Topics
+    _n = buf[pos]  # @StopReplicaRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @StopReplicaRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @StopReplicaRequest.Topics
     if _n < 0:
         raise _null_error()  # @StopReplicaRequest.Topics
     else:
@@ -309,7 +351,13 @@ def _w_StopReplicaRequest_2(out, parts, o):
 def _r_StopReplicaRequest_3(buf, pos):
     _f0, _f2, _f3 = _S_iiq.unpack_from(buf, pos)  # @StopReplicaRequest.ControllerId,ControllerEpoch,BrokerEpoch
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @StopReplicaRequest.TopicStates
+    _n = buf[pos]  # @StopReplicaRequest.TopicStates
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @StopReplicaRequest.TopicStates
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @StopReplicaRequest.TopicStates
     if _n < 0:
         raise _null_error()  # @StopReplicaRequest.TopicStates
     else:
@@ -342,7 +390,13 @@ def _w_StopReplicaRequest_3(out, parts, o):
 def _r_StopReplicaRequest_4(buf, pos):
     _f0, _f1, _f2, _f3 = _S_iB_iq.unpack_from(buf, pos)  # @StopReplicaRequest.ControllerId,isKRaftController,ControllerEpoch,BrokerEpoch
     pos += 17
-    _n, pos = _r_calen(buf, pos)  # @StopReplicaRequest.TopicStates
+    _n = buf[pos]  # @StopReplicaRequest.TopicStates
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @StopReplicaRequest.TopicStates
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @StopReplicaRequest.TopicStates
     if _n < 0:
         raise _null_error()  # @StopReplicaRequest.TopicStates
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -86,6 +87,7 @@ class StopReplicaResponse(_Message):
     partition_errors: list[StopReplicaPartitionError] = _field(default_factory=list)
 
 
+
 def _r_StopReplicaPartitionError_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @StopReplicaPartitionError.TopicName
     _f1, _f2 = _S_ih.unpack_from(buf, pos)  # @StopReplicaPartitionError.PartitionIndex,ErrorCode
@@ -99,7 +101,18 @@ def _w_StopReplicaPartitionError_0(out, parts, o):
 
 
 def _r_StopReplicaPartitionError_2(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @StopReplicaPartitionError.TopicName
+    _n = buf[pos]  # @StopReplicaPartitionError.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @StopReplicaPartitionError.TopicName
+    if _n == 0:
+        raise _null_error()  # @StopReplicaPartitionError.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @StopReplicaPartitionError.TopicName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @StopReplicaPartitionError.TopicName
+        pos = _ve
     _f1, _f2 = _S_ih.unpack_from(buf, pos)  # @StopReplicaPartitionError.PartitionIndex,ErrorCode
     pos += 6
     _nt = buf[pos]  # @StopReplicaPartitionError._tagged_fields
@@ -146,7 +159,13 @@ def _w_StopReplicaResponse_0(out, parts, o):
 def _r_StopReplicaResponse_2(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @StopReplicaResponse.ErrorCode
     pos += 2
-    _n, pos = _r_calen(buf, pos)  # @StopReplicaResponse.PartitionErrors
+    _n = buf[pos]  # @StopReplicaResponse.PartitionErrors
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @StopReplicaResponse.PartitionErrors
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @StopReplicaResponse.PartitionErrors
     if _n < 0:
         raise _null_error()  # @StopReplicaResponse.PartitionErrors
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -89,6 +90,7 @@ class SyncGroupRequest(_Message):
     assignments: list[SyncGroupRequestAssignment] = _field(default_factory=list)
 
 
+
 def _r_SyncGroupRequestAssignment_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @SyncGroupRequestAssignment.MemberId
     _f1, pos = _r_bytes(buf, pos)  # @SyncGroupRequestAssignment.Assignment
@@ -101,7 +103,18 @@ def _w_SyncGroupRequestAssignment_0(out, parts, o):
 
 
 def _r_SyncGroupRequestAssignment_4(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @SyncGroupRequestAssignment.MemberId
+    _n = buf[pos]  # @SyncGroupRequestAssignment.MemberId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @SyncGroupRequestAssignment.MemberId
+    if _n == 0:
+        raise _null_error()  # @SyncGroupRequestAssignment.MemberId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @SyncGroupRequestAssignment.MemberId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @SyncGroupRequestAssignment.MemberId
+        pos = _ve
     _f1, pos = _r_cbytes(buf, pos)  # @SyncGroupRequestAssignment.Assignment
     _nt = buf[pos]  # @SyncGroupRequestAssignment._tagged_fields
     pos += 1
@@ -181,12 +194,51 @@ def _w_SyncGroupRequest_3(out, parts, o):
 
 
 def _r_SyncGroupRequest_4(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @SyncGroupRequest.GroupId
+    _n = buf[pos]  # @SyncGroupRequest.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @SyncGroupRequest.GroupId
+    if _n == 0:
+        raise _null_error()  # @SyncGroupRequest.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @SyncGroupRequest.GroupId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @SyncGroupRequest.GroupId
+        pos = _ve
     (_f1,) = _S_i.unpack_from(buf, pos)  # @SyncGroupRequest.GenerationId
     pos += 4
-    _f2, pos = _r_cstr(buf, pos)  # @SyncGroupRequest.MemberId
-    _f3, pos = _r_cnstr(buf, pos)  # @SyncGroupRequest.GroupInstanceId
-    _n, pos = _r_calen(buf, pos)  # @SyncGroupRequest.Assignments
+    _n = buf[pos]  # @SyncGroupRequest.MemberId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @SyncGroupRequest.MemberId
+    if _n == 0:
+        raise _null_error()  # @SyncGroupRequest.MemberId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @SyncGroupRequest.MemberId
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @SyncGroupRequest.MemberId
+        pos = _ve
+    _n = buf[pos]  # @SyncGroupRequest.GroupInstanceId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @SyncGroupRequest.GroupInstanceId
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @SyncGroupRequest.GroupInstanceId
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @SyncGroupRequest.GroupInstanceId
+        pos = _ve
+    _n = buf[pos]  # @SyncGroupRequest.Assignments
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @SyncGroupRequest.Assignments
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @SyncGroupRequest.Assignments
     if _n < 0:
         raise _null_error()  # @SyncGroupRequest.Assignments
     else:
@@ -220,14 +272,75 @@ def _w_SyncGroupRequest_4(out, parts, o):
 
 
 def _r_SyncGroupRequest_5(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @SyncGroupRequest.GroupId
+    _n = buf[pos]  # @SyncGroupRequest.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @SyncGroupRequest.GroupId
+    if _n == 0:
+        raise _null_error()  # @SyncGroupRequest.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @SyncGroupRequest.GroupId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @SyncGroupRequest.GroupId
+        pos = _ve
     (_f1,) = _S_i.unpack_from(buf, pos)  # @SyncGroupRequest.GenerationId
     pos += 4
-    _f2, pos = _r_cstr(buf, pos)  # @SyncGroupRequest.MemberId
-    _f3, pos = _r_cnstr(buf, pos)  # @SyncGroupRequest.GroupInstanceId
-    _f4, pos = _r_cnstr(buf, pos)  # @SyncGroupRequest.ProtocolType
-    _f5, pos = _r_cnstr(buf, pos)  # @SyncGroupRequest.ProtocolName
-    _n, pos = _r_calen(buf, pos)  # @SyncGroupRequest.Assignments
+    _n = buf[pos]  # @SyncGroupRequest.MemberId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @SyncGroupRequest.MemberId
+    if _n == 0:
+        raise _null_error()  # @SyncGroupRequest.MemberId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @SyncGroupRequest.MemberId
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @SyncGroupRequest.MemberId
+        pos = _ve
+    _n = buf[pos]  # @SyncGroupRequest.GroupInstanceId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @SyncGroupRequest.GroupInstanceId
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @SyncGroupRequest.GroupInstanceId
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @SyncGroupRequest.GroupInstanceId
+        pos = _ve
+    _n = buf[pos]  # @SyncGroupRequest.ProtocolType
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @SyncGroupRequest.ProtocolType
+    if _n == 0:
+        _f4 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @SyncGroupRequest.ProtocolType
+        _f4 = str(buf[pos:_ve], 'utf-8')  # @SyncGroupRequest.ProtocolType
+        pos = _ve
+    _n = buf[pos]  # @SyncGroupRequest.ProtocolName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @SyncGroupRequest.ProtocolName
+    if _n == 0:
+        _f5 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @SyncGroupRequest.ProtocolName
+        _f5 = str(buf[pos:_ve], 'utf-8')  # @SyncGroupRequest.ProtocolName
+        pos = _ve
+    _n = buf[pos]  # @SyncGroupRequest.Assignments
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @SyncGroupRequest.Assignments
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @SyncGroupRequest.Assignments
     if _n < 0:
         raise _null_error()  # @SyncGroupRequest.Assignments
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -82,6 +83,7 @@ class SyncGroupResponse(_Message):
     assignment: bytes = b''
 
 
+
 def _r_SyncGroupResponse_0(buf, pos):
     (_f1,) = _S_h.unpack_from(buf, pos)  # @SyncGroupResponse.ErrorCode
     pos += 2
@@ -128,8 +130,30 @@ def _w_SyncGroupResponse_4(out, parts, o):
 def _r_SyncGroupResponse_5(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @SyncGroupResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _f2, pos = _r_cnstr(buf, pos)  # @SyncGroupResponse.ProtocolType
-    _f3, pos = _r_cnstr(buf, pos)  # @SyncGroupResponse.ProtocolName
+    _n = buf[pos]  # @SyncGroupResponse.ProtocolType
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @SyncGroupResponse.ProtocolType
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @SyncGroupResponse.ProtocolType
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @SyncGroupResponse.ProtocolType
+        pos = _ve
+    _n = buf[pos]  # @SyncGroupResponse.ProtocolName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @SyncGroupResponse.ProtocolName
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @SyncGroupResponse.ProtocolName
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @SyncGroupResponse.ProtocolName
+        pos = _ve
     _f4, pos = _r_cbytes(buf, pos)  # @SyncGroupResponse.Assignment
     _nt = buf[pos]  # @SyncGroupResponse._tagged_fields
     pos += 1

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -101,6 +102,7 @@ class TxnOffsetCommitRequest(_Message):
     topics: list[TxnOffsetCommitRequestTopic] = _field(default_factory=list)
 
 
+
 def _r_TxnOffsetCommitRequestPartition_0(buf, pos):
     _f0, _f1 = _S_iq.unpack_from(buf, pos)  # @TxnOffsetCommitRequestPartition.PartitionIndex,CommittedOffset
     pos += 12
@@ -128,7 +130,18 @@ def _w_TxnOffsetCommitRequestPartition_2(out, parts, o):
 def _r_TxnOffsetCommitRequestPartition_3(buf, pos):
     _f0, _f1, _f2 = _S_iqi.unpack_from(buf, pos)  # @TxnOffsetCommitRequestPartition.PartitionIndex,CommittedOffset,CommittedLeaderEpoch
     pos += 16
-    _f3, pos = _r_cnstr(buf, pos)  # @TxnOffsetCommitRequestPartition.CommittedMetadata
+    _n = buf[pos]  # @TxnOffsetCommitRequestPartition.CommittedMetadata
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TxnOffsetCommitRequestPartition.CommittedMetadata
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TxnOffsetCommitRequestPartition.CommittedMetadata
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @TxnOffsetCommitRequestPartition.CommittedMetadata
+        pos = _ve
     _nt = buf[pos]  # @TxnOffsetCommitRequestPartition._tagged_fields
     pos += 1
     if _nt:
@@ -195,8 +208,25 @@ def _w_TxnOffsetCommitRequestTopic_2(out, parts, o):
 
 
 def _r_TxnOffsetCommitRequestTopic_3(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TxnOffsetCommitRequestTopic.Name
-    _n, pos = _r_calen(buf, pos)  # @TxnOffsetCommitRequestTopic.Partitions
+    _n = buf[pos]  # @TxnOffsetCommitRequestTopic.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TxnOffsetCommitRequestTopic.Name
+    if _n == 0:
+        raise _null_error()  # @TxnOffsetCommitRequestTopic.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TxnOffsetCommitRequestTopic.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TxnOffsetCommitRequestTopic.Name
+        pos = _ve
+    _n = buf[pos]  # @TxnOffsetCommitRequestTopic.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TxnOffsetCommitRequestTopic.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TxnOffsetCommitRequestTopic.Partitions
     if _n < 0:
         raise _null_error()  # @TxnOffsetCommitRequestTopic.Partitions
     else:
@@ -287,13 +317,63 @@ def _w_TxnOffsetCommitRequest_2(out, parts, o):
 
 
 def _r_TxnOffsetCommitRequest_3(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TxnOffsetCommitRequest.TransactionalId
-    _f1, pos = _r_cstr(buf, pos)  # @TxnOffsetCommitRequest.GroupId
+    _n = buf[pos]  # @TxnOffsetCommitRequest.TransactionalId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TxnOffsetCommitRequest.TransactionalId
+    if _n == 0:
+        raise _null_error()  # @TxnOffsetCommitRequest.TransactionalId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TxnOffsetCommitRequest.TransactionalId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TxnOffsetCommitRequest.TransactionalId
+        pos = _ve
+    _n = buf[pos]  # @TxnOffsetCommitRequest.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TxnOffsetCommitRequest.GroupId
+    if _n == 0:
+        raise _null_error()  # @TxnOffsetCommitRequest.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TxnOffsetCommitRequest.GroupId
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @TxnOffsetCommitRequest.GroupId
+        pos = _ve
     _f2, _f3, _f4 = _S_qhi.unpack_from(buf, pos)  # @TxnOffsetCommitRequest.ProducerId,ProducerEpoch,GenerationId
     pos += 14
-    _f5, pos = _r_cstr(buf, pos)  # @TxnOffsetCommitRequest.MemberId
-    _f6, pos = _r_cnstr(buf, pos)  # @TxnOffsetCommitRequest.GroupInstanceId
-    _n, pos = _r_calen(buf, pos)  # @TxnOffsetCommitRequest.Topics
+    _n = buf[pos]  # @TxnOffsetCommitRequest.MemberId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TxnOffsetCommitRequest.MemberId
+    if _n == 0:
+        raise _null_error()  # @TxnOffsetCommitRequest.MemberId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TxnOffsetCommitRequest.MemberId
+        _f5 = str(buf[pos:_ve], 'utf-8')  # @TxnOffsetCommitRequest.MemberId
+        pos = _ve
+    _n = buf[pos]  # @TxnOffsetCommitRequest.GroupInstanceId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TxnOffsetCommitRequest.GroupInstanceId
+    if _n == 0:
+        _f6 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TxnOffsetCommitRequest.GroupInstanceId
+        _f6 = str(buf[pos:_ve], 'utf-8')  # @TxnOffsetCommitRequest.GroupInstanceId
+        pos = _ve
+    _n = buf[pos]  # @TxnOffsetCommitRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TxnOffsetCommitRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TxnOffsetCommitRequest.Topics
     if _n < 0:
         raise _null_error()  # @TxnOffsetCommitRequest.Topics
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -91,6 +92,7 @@ class TxnOffsetCommitResponse(_Message):
     topics: list[TxnOffsetCommitResponseTopic] = _field(default_factory=list)
 
 
+
 def _r_TxnOffsetCommitResponsePartition_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @TxnOffsetCommitResponsePartition.PartitionIndex,ErrorCode
     pos += 6
@@ -144,8 +146,25 @@ def _w_TxnOffsetCommitResponseTopic_0(out, parts, o):
 
 
 def _r_TxnOffsetCommitResponseTopic_3(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TxnOffsetCommitResponseTopic.Name
-    _n, pos = _r_calen(buf, pos)  # @TxnOffsetCommitResponseTopic.Partitions
+    _n = buf[pos]  # @TxnOffsetCommitResponseTopic.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TxnOffsetCommitResponseTopic.Name
+    if _n == 0:
+        raise _null_error()  # @TxnOffsetCommitResponseTopic.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TxnOffsetCommitResponseTopic.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TxnOffsetCommitResponseTopic.Name
+        pos = _ve
+    _n = buf[pos]  # @TxnOffsetCommitResponseTopic.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TxnOffsetCommitResponseTopic.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TxnOffsetCommitResponseTopic.Partitions
     if _n < 0:
         raise _null_error()  # @TxnOffsetCommitResponseTopic.Partitions
     else:
@@ -204,7 +223,13 @@ def _w_TxnOffsetCommitResponse_0(out, parts, o):
 def _r_TxnOffsetCommitResponse_3(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @TxnOffsetCommitResponse.ThrottleTimeMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @TxnOffsetCommitResponse.Topics
+    _n = buf[pos]  # @TxnOffsetCommitResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TxnOffsetCommitResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TxnOffsetCommitResponse.Topics
     if _n < 0:
         raise _null_error()  # @TxnOffsetCommitResponse.Topics
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -79,10 +80,22 @@ class UnregisterBrokerResponse(_Message):
     error_message: str | None = ''
 
 
+
 def _r_UnregisterBrokerResponse_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @UnregisterBrokerResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _f2, pos = _r_cnstr(buf, pos)  # @UnregisterBrokerResponse.ErrorMessage
+    _n = buf[pos]  # @UnregisterBrokerResponse.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UnregisterBrokerResponse.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @UnregisterBrokerResponse.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @UnregisterBrokerResponse.ErrorMessage
+        pos = _ve
     _nt = buf[pos]  # @UnregisterBrokerResponse._tagged_fields
     pos += 1
     if _nt:

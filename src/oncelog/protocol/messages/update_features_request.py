@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -90,8 +91,20 @@ class UpdateFeaturesRequest(_Message):
     validate_only: bool = False
 
 
+
 def _r_FeatureUpdateKey_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @FeatureUpdateKey.Feature
+    _n = buf[pos]  # @FeatureUpdateKey.Feature
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FeatureUpdateKey.Feature
+    if _n == 0:
+        raise _null_error()  # @FeatureUpdateKey.Feature
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @FeatureUpdateKey.Feature
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @FeatureUpdateKey.Feature
+        pos = _ve
     _f1, _f2 = _S_hB_.unpack_from(buf, pos)  # @FeatureUpdateKey.MaxVersionLevel,AllowDowngrade
     pos += 3
     _nt = buf[pos]  # @FeatureUpdateKey._tagged_fields
@@ -110,7 +123,18 @@ def _w_FeatureUpdateKey_0(out, parts, o):
 
 
 def _r_FeatureUpdateKey_1(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @FeatureUpdateKey.Feature
+    _n = buf[pos]  # @FeatureUpdateKey.Feature
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @FeatureUpdateKey.Feature
+    if _n == 0:
+        raise _null_error()  # @FeatureUpdateKey.Feature
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @FeatureUpdateKey.Feature
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @FeatureUpdateKey.Feature
+        pos = _ve
     _f1, _f3 = _S_hb.unpack_from(buf, pos)  # @FeatureUpdateKey.MaxVersionLevel,UpgradeType
     pos += 3
     _nt = buf[pos]  # @FeatureUpdateKey._tagged_fields
@@ -131,7 +155,13 @@ def _w_FeatureUpdateKey_1(out, parts, o):
 def _r_UpdateFeaturesRequest_0(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @UpdateFeaturesRequest.timeoutMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @UpdateFeaturesRequest.FeatureUpdates
+    _n = buf[pos]  # @UpdateFeaturesRequest.FeatureUpdates
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateFeaturesRequest.FeatureUpdates
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @UpdateFeaturesRequest.FeatureUpdates
     if _n < 0:
         raise _null_error()  # @UpdateFeaturesRequest.FeatureUpdates
     else:
@@ -164,7 +194,13 @@ def _w_UpdateFeaturesRequest_0(out, parts, o):
 def _r_UpdateFeaturesRequest_1(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @UpdateFeaturesRequest.timeoutMs
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @UpdateFeaturesRequest.FeatureUpdates
+    _n = buf[pos]  # @UpdateFeaturesRequest.FeatureUpdates
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateFeaturesRequest.FeatureUpdates
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @UpdateFeaturesRequest.FeatureUpdates
     if _n < 0:
         raise _null_error()  # @UpdateFeaturesRequest.FeatureUpdates
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -88,11 +89,34 @@ class UpdateFeaturesResponse(_Message):
     results: list[UpdatableFeatureResult] = _field(default_factory=list)
 
 
+
 def _r_UpdatableFeatureResult_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @UpdatableFeatureResult.Feature
+    _n = buf[pos]  # @UpdatableFeatureResult.Feature
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdatableFeatureResult.Feature
+    if _n == 0:
+        raise _null_error()  # @UpdatableFeatureResult.Feature
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @UpdatableFeatureResult.Feature
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @UpdatableFeatureResult.Feature
+        pos = _ve
     (_f1,) = _S_h.unpack_from(buf, pos)  # @UpdatableFeatureResult.ErrorCode
     pos += 2
-    _f2, pos = _r_cnstr(buf, pos)  # @UpdatableFeatureResult.ErrorMessage
+    _n = buf[pos]  # @UpdatableFeatureResult.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdatableFeatureResult.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @UpdatableFeatureResult.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @UpdatableFeatureResult.ErrorMessage
+        pos = _ve
     _nt = buf[pos]  # @UpdatableFeatureResult._tagged_fields
     pos += 1
     if _nt:
@@ -112,8 +136,25 @@ def _w_UpdatableFeatureResult_0(out, parts, o):
 def _r_UpdateFeaturesResponse_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @UpdateFeaturesResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _f2, pos = _r_cnstr(buf, pos)  # @UpdateFeaturesResponse.ErrorMessage
-    _n, pos = _r_calen(buf, pos)  # @UpdateFeaturesResponse.Results
+    _n = buf[pos]  # @UpdateFeaturesResponse.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateFeaturesResponse.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @UpdateFeaturesResponse.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @UpdateFeaturesResponse.ErrorMessage
+        pos = _ve
+    _n = buf[pos]  # @UpdateFeaturesResponse.Results
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateFeaturesResponse.Results
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @UpdateFeaturesResponse.Results
     if _n < 0:
         raise _null_error()  # @UpdateFeaturesResponse.Results
     else:
@@ -147,7 +188,18 @@ def _w_UpdateFeaturesResponse_0(out, parts, o):
 def _r_UpdateFeaturesResponse_2(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @UpdateFeaturesResponse.ThrottleTimeMs,ErrorCode
     pos += 6
-    _f2, pos = _r_cnstr(buf, pos)  # @UpdateFeaturesResponse.ErrorMessage
+    _n = buf[pos]  # @UpdateFeaturesResponse.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateFeaturesResponse.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @UpdateFeaturesResponse.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @UpdateFeaturesResponse.ErrorMessage
+        pos = _ve
     _nt = buf[pos]  # @UpdateFeaturesResponse._tagged_fields
     pos += 1
     if _nt:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -125,6 +126,7 @@ class UpdateMetadataRequest(_Message):
     ungrouped_partition_states: list[UpdateMetadataPartitionState] = _field(default_factory=list)
     topic_states: list[UpdateMetadataTopicState] = _field(default_factory=list)
     live_brokers: list[UpdateMetadataBroker] = _field(default_factory=list)
+
 
 
 def _r_UpdateMetadataPartitionState_0(buf, pos):
@@ -261,19 +263,37 @@ def _w_UpdateMetadataPartitionState_5(out, parts, o):
 def _r_UpdateMetadataPartitionState_6(buf, pos):
     _f1, _f2, _f3, _f4 = _S_iiii.unpack_from(buf, pos)  # @UpdateMetadataPartitionState.PartitionIndex,ControllerEpoch,Leader,LeaderEpoch
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @UpdateMetadataPartitionState.Isr
+    _n = buf[pos]  # @UpdateMetadataPartitionState.Isr
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateMetadataPartitionState.Isr
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @UpdateMetadataPartitionState.Isr
     if _n < 0:
         raise _null_error()  # @UpdateMetadataPartitionState.Isr
     else:
         _f5, pos = _r_fixed_arr(buf, pos, _n, 'i', 4)  # @UpdateMetadataPartitionState.Isr
     (_f6,) = _S_i.unpack_from(buf, pos)  # @UpdateMetadataPartitionState.ZkVersion
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @UpdateMetadataPartitionState.Replicas
+    _n = buf[pos]  # @UpdateMetadataPartitionState.Replicas
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateMetadataPartitionState.Replicas
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @UpdateMetadataPartitionState.Replicas
     if _n < 0:
         raise _null_error()  # @UpdateMetadataPartitionState.Replicas
     else:
         _f7, pos = _r_fixed_arr(buf, pos, _n, 'i', 4)  # @UpdateMetadataPartitionState.Replicas
-    _n, pos = _r_calen(buf, pos)  # @UpdateMetadataPartitionState.OfflineReplicas
+    _n = buf[pos]  # @UpdateMetadataPartitionState.OfflineReplicas
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateMetadataPartitionState.OfflineReplicas
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @UpdateMetadataPartitionState.OfflineReplicas
     if _n < 0:
         raise _null_error()  # @UpdateMetadataPartitionState.OfflineReplicas
     else:
@@ -337,8 +357,25 @@ def _w_UpdateMetadataTopicState_5(out, parts, o):
 
 
 def _r_UpdateMetadataTopicState_6(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @UpdateMetadataTopicState.TopicName
-    _n, pos = _r_calen(buf, pos)  # @UpdateMetadataTopicState.PartitionStates
+    _n = buf[pos]  # @UpdateMetadataTopicState.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateMetadataTopicState.TopicName
+    if _n == 0:
+        raise _null_error()  # @UpdateMetadataTopicState.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @UpdateMetadataTopicState.TopicName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @UpdateMetadataTopicState.TopicName
+        pos = _ve
+    _n = buf[pos]  # @UpdateMetadataTopicState.PartitionStates
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateMetadataTopicState.PartitionStates
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @UpdateMetadataTopicState.PartitionStates
     if _n < 0:
         raise _null_error()  # @UpdateMetadataTopicState.PartitionStates
     else:
@@ -369,10 +406,27 @@ def _w_UpdateMetadataTopicState_6(out, parts, o):
 
 
 def _r_UpdateMetadataTopicState_7(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @UpdateMetadataTopicState.TopicName
+    _n = buf[pos]  # @UpdateMetadataTopicState.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateMetadataTopicState.TopicName
+    if _n == 0:
+        raise _null_error()  # @UpdateMetadataTopicState.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @UpdateMetadataTopicState.TopicName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @UpdateMetadataTopicState.TopicName
+        pos = _ve
     _f1 = _r_uuid(buf, pos)  # @UpdateMetadataTopicState.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @UpdateMetadataTopicState.PartitionStates
+    _n = buf[pos]  # @UpdateMetadataTopicState.PartitionStates
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateMetadataTopicState.PartitionStates
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @UpdateMetadataTopicState.PartitionStates
     if _n < 0:
         raise _null_error()  # @UpdateMetadataTopicState.PartitionStates
     else:
@@ -438,8 +492,30 @@ def _w_UpdateMetadataEndpoint_3(out, parts, o):
 def _r_UpdateMetadataEndpoint_6(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @UpdateMetadataEndpoint.Port
     pos += 4
-    _f1, pos = _r_cstr(buf, pos)  # @UpdateMetadataEndpoint.Host
-    _f2, pos = _r_cstr(buf, pos)  # @UpdateMetadataEndpoint.Listener
+    _n = buf[pos]  # @UpdateMetadataEndpoint.Host
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateMetadataEndpoint.Host
+    if _n == 0:
+        raise _null_error()  # @UpdateMetadataEndpoint.Host
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @UpdateMetadataEndpoint.Host
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @UpdateMetadataEndpoint.Host
+        pos = _ve
+    _n = buf[pos]  # @UpdateMetadataEndpoint.Listener
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateMetadataEndpoint.Listener
+    if _n == 0:
+        raise _null_error()  # @UpdateMetadataEndpoint.Listener
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @UpdateMetadataEndpoint.Listener
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @UpdateMetadataEndpoint.Listener
+        pos = _ve
     (_f3,) = _S_h.unpack_from(buf, pos)  # @UpdateMetadataEndpoint.SecurityProtocol
     pos += 2
     _nt = buf[pos]  # @UpdateMetadataEndpoint._tagged_fields
@@ -559,7 +635,13 @@ def _w_UpdateMetadataBroker_3(out, parts, o):
 def _r_UpdateMetadataBroker_6(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @UpdateMetadataBroker.Id
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @UpdateMetadataBroker.Endpoints
+    _n = buf[pos]  # @UpdateMetadataBroker.Endpoints
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateMetadataBroker.Endpoints
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @UpdateMetadataBroker.Endpoints
     if _n < 0:
         raise _null_error()  # @UpdateMetadataBroker.Endpoints
     else:
@@ -568,7 +650,18 @@ def _r_UpdateMetadataBroker_6(buf, pos):
         for _ in range(_n):
             _e, pos = _r_UpdateMetadataEndpoint_6(buf, pos)  # @UpdateMetadataBroker.Endpoints
             _app(_e)
-    _f4, pos = _r_cnstr(buf, pos)  # @UpdateMetadataBroker.Rack
+    _n = buf[pos]  # @UpdateMetadataBroker.Rack
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateMetadataBroker.Rack
+    if _n == 0:
+        _f4 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @UpdateMetadataBroker.Rack
+        _f4 = str(buf[pos:_ve], 'utf-8')  # @UpdateMetadataBroker.Rack
+        pos = _ve
     _nt = buf[pos]  # @UpdateMetadataBroker._tagged_fields
     pos += 1
     if _nt:
@@ -846,7 +939,13 @@ def _w_UpdateMetadataRequest_5(out, parts, o):
 def _r_UpdateMetadataRequest_6(buf, pos):
     _f0, _f3, _f4 = _S_iiq.unpack_from(buf, pos)  # @UpdateMetadataRequest.ControllerId,ControllerEpoch,BrokerEpoch
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @UpdateMetadataRequest.TopicStates
+    _n = buf[pos]  # @UpdateMetadataRequest.TopicStates
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateMetadataRequest.TopicStates
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @UpdateMetadataRequest.TopicStates
     if _n < 0:
         raise _null_error()  # @UpdateMetadataRequest.TopicStates
     else:
@@ -855,7 +954,13 @@ def _r_UpdateMetadataRequest_6(buf, pos):
         for _ in range(_n):
             _e, pos = _r_UpdateMetadataTopicState_6(buf, pos)  # @UpdateMetadataRequest.TopicStates
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @UpdateMetadataRequest.LiveBrokers
+    _n = buf[pos]  # @UpdateMetadataRequest.LiveBrokers
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateMetadataRequest.LiveBrokers
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @UpdateMetadataRequest.LiveBrokers
     if _n < 0:
         raise _null_error()  # @UpdateMetadataRequest.LiveBrokers
     else:
@@ -895,7 +1000,13 @@ def _w_UpdateMetadataRequest_6(out, parts, o):
 def _r_UpdateMetadataRequest_7(buf, pos):
     _f0, _f3, _f4 = _S_iiq.unpack_from(buf, pos)  # @UpdateMetadataRequest.ControllerId,ControllerEpoch,BrokerEpoch
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @UpdateMetadataRequest.TopicStates
+    _n = buf[pos]  # @UpdateMetadataRequest.TopicStates
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateMetadataRequest.TopicStates
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @UpdateMetadataRequest.TopicStates
     if _n < 0:
         raise _null_error()  # @UpdateMetadataRequest.TopicStates
     else:
@@ -904,7 +1015,13 @@ def _r_UpdateMetadataRequest_7(buf, pos):
         for _ in range(_n):
             _e, pos = _r_UpdateMetadataTopicState_7(buf, pos)  # @UpdateMetadataRequest.TopicStates
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @UpdateMetadataRequest.LiveBrokers
+    _n = buf[pos]  # @UpdateMetadataRequest.LiveBrokers
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateMetadataRequest.LiveBrokers
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @UpdateMetadataRequest.LiveBrokers
     if _n < 0:
         raise _null_error()  # @UpdateMetadataRequest.LiveBrokers
     else:
@@ -944,7 +1061,13 @@ def _w_UpdateMetadataRequest_7(out, parts, o):
 def _r_UpdateMetadataRequest_8(buf, pos):
     _f0, _f1, _f3, _f4 = _S_iB_iq.unpack_from(buf, pos)  # @UpdateMetadataRequest.ControllerId,isKRaftController,ControllerEpoch,BrokerEpoch
     pos += 17
-    _n, pos = _r_calen(buf, pos)  # @UpdateMetadataRequest.TopicStates
+    _n = buf[pos]  # @UpdateMetadataRequest.TopicStates
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateMetadataRequest.TopicStates
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @UpdateMetadataRequest.TopicStates
     if _n < 0:
         raise _null_error()  # @UpdateMetadataRequest.TopicStates
     else:
@@ -953,7 +1076,13 @@ def _r_UpdateMetadataRequest_8(buf, pos):
         for _ in range(_n):
             _e, pos = _r_UpdateMetadataTopicState_7(buf, pos)  # @UpdateMetadataRequest.TopicStates
             _app(_e)
-    _n, pos = _r_calen(buf, pos)  # @UpdateMetadataRequest.LiveBrokers
+    _n = buf[pos]  # @UpdateMetadataRequest.LiveBrokers
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateMetadataRequest.LiveBrokers
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @UpdateMetadataRequest.LiveBrokers
     if _n < 0:
         raise _null_error()  # @UpdateMetadataRequest.LiveBrokers
     else:
@@ -993,9 +1122,13 @@ def _w_UpdateMetadataRequest_8(out, parts, o):
         _w_calen(out, len(_a))  # @UpdateMetadataRequest.LiveBrokers
         for _e in _a:
             _w_UpdateMetadataBroker_6(out, parts, _e)  # @UpdateMetadataRequest.LiveBrokers
-    _nt = bool(o.type != 0)
+    _c0 = o.type != 0
+    _nt = _c0
+    if not _nt:
+        out.append(0)
+        return
     _w_uvarint(out, _nt)
-    if o.type != 0:
+    if _c0:
         _t = bytearray()
         _tp = []
         _t += _S_b.pack(o.type)  # @UpdateMetadataRequest.Type

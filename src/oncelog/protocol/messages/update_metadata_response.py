@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -75,6 +76,7 @@ class UpdateMetadataResponse(_Message):
     MAX_VERSION: ClassVar[int] = 8
     FLEXIBLE_MIN: ClassVar[int | None] = 6
     error_code: int = 0
+
 
 
 def _r_UpdateMetadataResponse_0(buf, pos):

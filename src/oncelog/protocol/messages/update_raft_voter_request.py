@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -97,9 +98,32 @@ class UpdateRaftVoterRequest(_Message):
     k_raft_version_feature: KRaftVersionFeature = _field(default_factory=KRaftVersionFeature)
 
 
+
 def _r_Listener_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @Listener.Name
-    _f1, pos = _r_cstr(buf, pos)  # @Listener.Host
+    _n = buf[pos]  # @Listener.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Listener.Name
+    if _n == 0:
+        raise _null_error()  # @Listener.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @Listener.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @Listener.Name
+        pos = _ve
+    _n = buf[pos]  # @Listener.Host
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @Listener.Host
+    if _n == 0:
+        raise _null_error()  # @Listener.Host
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @Listener.Host
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @Listener.Host
+        pos = _ve
     (_f2,) = _S_H.unpack_from(buf, pos)  # @Listener.Port
     pos += 2
     _nt = buf[pos]  # @Listener._tagged_fields
@@ -136,11 +160,28 @@ def _w_KRaftVersionFeature_0(out, parts, o):
 
 
 def _r_UpdateRaftVoterRequest_0(buf, pos):
-    _f0, pos = _r_cnstr(buf, pos)  # @UpdateRaftVoterRequest.ClusterId
+    _n = buf[pos]  # @UpdateRaftVoterRequest.ClusterId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateRaftVoterRequest.ClusterId
+    if _n == 0:
+        _f0 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @UpdateRaftVoterRequest.ClusterId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @UpdateRaftVoterRequest.ClusterId
+        pos = _ve
     _f1, _f2, _f3 = _S_iiU.unpack_from(buf, pos)  # @UpdateRaftVoterRequest.CurrentLeaderEpoch,VoterId,VoterDirectoryId
     pos += 24
     _f3 = _uuid_from_bytes(_f3)
-    _n, pos = _r_calen(buf, pos)  # @UpdateRaftVoterRequest.Listeners
+    _n = buf[pos]  # @UpdateRaftVoterRequest.Listeners
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateRaftVoterRequest.Listeners
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @UpdateRaftVoterRequest.Listeners
     if _n < 0:
         raise _null_error()  # @UpdateRaftVoterRequest.Listeners
     else:

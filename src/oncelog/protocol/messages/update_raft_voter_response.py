@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -89,10 +90,22 @@ class UpdateRaftVoterResponse(_Message):
     current_leader: CurrentLeader = _field(default_factory=CurrentLeader)
 
 
+
 def _r_CurrentLeader_0(buf, pos):
     _f0, _f1 = _S_ii.unpack_from(buf, pos)  # @CurrentLeader.LeaderId,LeaderEpoch
     pos += 8
-    _f2, pos = _r_cstr(buf, pos)  # @CurrentLeader.Host
+    _n = buf[pos]  # @CurrentLeader.Host
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @CurrentLeader.Host
+    if _n == 0:
+        raise _null_error()  # @CurrentLeader.Host
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @CurrentLeader.Host
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @CurrentLeader.Host
+        pos = _ve
     (_f3,) = _S_i.unpack_from(buf, pos)  # @CurrentLeader.Port
     pos += 4
     _nt = buf[pos]  # @CurrentLeader._tagged_fields
@@ -130,9 +143,14 @@ def _r_UpdateRaftVoterResponse_0(buf, pos):
 
 def _w_UpdateRaftVoterResponse_0(out, parts, o):
     out += _S_ih.pack(o.throttle_time_ms, o.error_code)  # @UpdateRaftVoterResponse.ThrottleTimeMs,ErrorCode
-    _nt = bool(o.current_leader != CurrentLeader())
+    _x = o.current_leader
+    _c0 = _x.__class__ is not CurrentLeader or _x.leader_id != -1 or _x.leader_epoch != -1 or _x.host != '' or _x.port != 0
+    _nt = _c0
+    if not _nt:
+        out.append(0)
+        return
     _w_uvarint(out, _nt)
-    if o.current_leader != CurrentLeader():
+    if _c0:
         _t = bytearray()
         _tp = []
         _w_CurrentLeader_0(_t, _tp, o.current_leader)  # @UpdateRaftVoterResponse.CurrentLeader

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -98,6 +99,7 @@ class VoteRequest(_Message):
     topics: list[TopicData] = _field(default_factory=list)
 
 
+
 def _r_PartitionData_0(buf, pos):
     _f0, _f1, _f2, _f5, _f6 = _S_iiiiq.unpack_from(buf, pos)  # @PartitionData.PartitionIndex,CandidateEpoch,CandidateId,LastOffsetEpoch,LastOffset
     pos += 24
@@ -135,8 +137,25 @@ def _w_PartitionData_1(out, parts, o):
 
 
 def _r_TopicData_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TopicData.TopicName
-    _n, pos = _r_calen(buf, pos)  # @TopicData.Partitions
+    _n = buf[pos]  # @TopicData.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.TopicName
+    if _n == 0:
+        raise _null_error()  # @TopicData.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TopicData.TopicName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TopicData.TopicName
+        pos = _ve
+    _n = buf[pos]  # @TopicData.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicData.Partitions
     if _n < 0:
         raise _null_error()  # @TopicData.Partitions
     else:
@@ -167,8 +186,25 @@ def _w_TopicData_0(out, parts, o):
 
 
 def _r_TopicData_1(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TopicData.TopicName
-    _n, pos = _r_calen(buf, pos)  # @TopicData.Partitions
+    _n = buf[pos]  # @TopicData.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.TopicName
+    if _n == 0:
+        raise _null_error()  # @TopicData.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TopicData.TopicName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TopicData.TopicName
+        pos = _ve
+    _n = buf[pos]  # @TopicData.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicData.Partitions
     if _n < 0:
         raise _null_error()  # @TopicData.Partitions
     else:
@@ -199,8 +235,25 @@ def _w_TopicData_1(out, parts, o):
 
 
 def _r_VoteRequest_0(buf, pos):
-    _f0, pos = _r_cnstr(buf, pos)  # @VoteRequest.ClusterId
-    _n, pos = _r_calen(buf, pos)  # @VoteRequest.Topics
+    _n = buf[pos]  # @VoteRequest.ClusterId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @VoteRequest.ClusterId
+    if _n == 0:
+        _f0 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @VoteRequest.ClusterId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @VoteRequest.ClusterId
+        pos = _ve
+    _n = buf[pos]  # @VoteRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @VoteRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @VoteRequest.Topics
     if _n < 0:
         raise _null_error()  # @VoteRequest.Topics
     else:
@@ -231,10 +284,27 @@ def _w_VoteRequest_0(out, parts, o):
 
 
 def _r_VoteRequest_1(buf, pos):
-    _f0, pos = _r_cnstr(buf, pos)  # @VoteRequest.ClusterId
+    _n = buf[pos]  # @VoteRequest.ClusterId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @VoteRequest.ClusterId
+    if _n == 0:
+        _f0 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @VoteRequest.ClusterId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @VoteRequest.ClusterId
+        pos = _ve
     (_f1,) = _S_i.unpack_from(buf, pos)  # @VoteRequest.VoterId
     pos += 4
-    _n, pos = _r_calen(buf, pos)  # @VoteRequest.Topics
+    _n = buf[pos]  # @VoteRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @VoteRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @VoteRequest.Topics
     if _n < 0:
         raise _null_error()  # @VoteRequest.Topics
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -104,6 +105,7 @@ class VoteResponse(_Message):
     node_endpoints: list[NodeEndpoint] = _field(default_factory=list)
 
 
+
 def _r_PartitionData_0(buf, pos):
     _f0, _f1, _f2, _f3, _f4 = _S_ihiiB_.unpack_from(buf, pos)  # @PartitionData.PartitionIndex,ErrorCode,LeaderId,LeaderEpoch,VoteGranted
     pos += 15
@@ -122,8 +124,25 @@ def _w_PartitionData_0(out, parts, o):
 
 
 def _r_TopicData_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @TopicData.TopicName
-    _n, pos = _r_calen(buf, pos)  # @TopicData.Partitions
+    _n = buf[pos]  # @TopicData.TopicName
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.TopicName
+    if _n == 0:
+        raise _null_error()  # @TopicData.TopicName
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @TopicData.TopicName
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @TopicData.TopicName
+        pos = _ve
+    _n = buf[pos]  # @TopicData.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TopicData.Partitions
     if _n < 0:
         raise _null_error()  # @TopicData.Partitions
     else:
@@ -156,7 +175,18 @@ def _w_TopicData_0(out, parts, o):
 def _r_NodeEndpoint_1(buf, pos):
     (_f0,) = _S_i.unpack_from(buf, pos)  # @NodeEndpoint.NodeId
     pos += 4
-    _f1, pos = _r_cstr(buf, pos)  # @NodeEndpoint.Host
+    _n = buf[pos]  # @NodeEndpoint.Host
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @NodeEndpoint.Host
+    if _n == 0:
+        raise _null_error()  # @NodeEndpoint.Host
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @NodeEndpoint.Host
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @NodeEndpoint.Host
+        pos = _ve
     (_f2,) = _S_H.unpack_from(buf, pos)  # @NodeEndpoint.Port
     pos += 2
     _nt = buf[pos]  # @NodeEndpoint._tagged_fields
@@ -178,7 +208,13 @@ def _w_NodeEndpoint_1(out, parts, o):
 def _r_VoteResponse_0(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @VoteResponse.ErrorCode
     pos += 2
-    _n, pos = _r_calen(buf, pos)  # @VoteResponse.Topics
+    _n = buf[pos]  # @VoteResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @VoteResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @VoteResponse.Topics
     if _n < 0:
         raise _null_error()  # @VoteResponse.Topics
     else:
@@ -211,7 +247,13 @@ def _w_VoteResponse_0(out, parts, o):
 def _r_VoteResponse_1(buf, pos):
     (_f0,) = _S_h.unpack_from(buf, pos)  # @VoteResponse.ErrorCode
     pos += 2
-    _n, pos = _r_calen(buf, pos)  # @VoteResponse.Topics
+    _n = buf[pos]  # @VoteResponse.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @VoteResponse.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @VoteResponse.Topics
     if _n < 0:
         raise _null_error()  # @VoteResponse.Topics
     else:
@@ -229,7 +271,13 @@ def _r_VoteResponse_1(buf, pos):
         for _ in range(_nt):
             _tag, pos, _end = _tagged_header(buf, pos)  # @VoteResponse._tagged_fields
             if _tag == 0:
-                _n, pos = _r_calen(buf, pos)  # @VoteResponse.NodeEndpoints
+                _n = buf[pos]  # @VoteResponse.NodeEndpoints
+                pos += 1
+                if _n > 127:
+                    _n, pos = _uvarint_cont(buf, pos, _n)  # @VoteResponse.NodeEndpoints
+                _n -= 1
+                if _n > len(buf) - pos:
+                    raise _too_long(_n, len(buf) - pos)  # @VoteResponse.NodeEndpoints
                 if _n < 0:
                     raise _null_error()  # @VoteResponse.NodeEndpoints
                 else:
@@ -251,9 +299,13 @@ def _w_VoteResponse_1(out, parts, o):
         _w_calen(out, len(_a))  # @VoteResponse.Topics
         for _e in _a:
             _w_TopicData_0(out, parts, _e)  # @VoteResponse.Topics
-    _nt = bool(o.node_endpoints)
+    _c0 = len(o.node_endpoints) != 0
+    _nt = _c0
+    if not _nt:
+        out.append(0)
+        return
     _w_uvarint(out, _nt)
-    if o.node_endpoints:
+    if _c0:
         _t = bytearray()
         _tp = []
         _a = o.node_endpoints

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -102,6 +103,7 @@ class WriteShareGroupStateRequest(_Message):
     topics: list[WriteStateData] = _field(default_factory=list)
 
 
+
 def _r_StateBatch_0(buf, pos):
     _f0, _f1, _f2, _f3 = _S_qqbh.unpack_from(buf, pos)  # @StateBatch.FirstOffset,LastOffset,DeliveryState,DeliveryCount
     pos += 19
@@ -122,7 +124,13 @@ def _w_StateBatch_0(out, parts, o):
 def _r_PartitionData_0(buf, pos):
     _f0, _f1, _f2, _f3 = _S_iiiq.unpack_from(buf, pos)  # @PartitionData.Partition,StateEpoch,LeaderEpoch,StartOffset
     pos += 20
-    _n, pos = _r_calen(buf, pos)  # @PartitionData.StateBatches
+    _n = buf[pos]  # @PartitionData.StateBatches
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionData.StateBatches
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @PartitionData.StateBatches
     if _n < 0:
         raise _null_error()  # @PartitionData.StateBatches
     else:
@@ -155,7 +163,13 @@ def _w_PartitionData_0(out, parts, o):
 def _r_WriteStateData_0(buf, pos):
     _f0 = _r_uuid(buf, pos)  # @WriteStateData.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @WriteStateData.Partitions
+    _n = buf[pos]  # @WriteStateData.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @WriteStateData.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @WriteStateData.Partitions
     if _n < 0:
         raise _null_error()  # @WriteStateData.Partitions
     else:
@@ -186,8 +200,25 @@ def _w_WriteStateData_0(out, parts, o):
 
 
 def _r_WriteShareGroupStateRequest_0(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @WriteShareGroupStateRequest.GroupId
-    _n, pos = _r_calen(buf, pos)  # @WriteShareGroupStateRequest.Topics
+    _n = buf[pos]  # @WriteShareGroupStateRequest.GroupId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @WriteShareGroupStateRequest.GroupId
+    if _n == 0:
+        raise _null_error()  # @WriteShareGroupStateRequest.GroupId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @WriteShareGroupStateRequest.GroupId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @WriteShareGroupStateRequest.GroupId
+        pos = _ve
+    _n = buf[pos]  # @WriteShareGroupStateRequest.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @WriteShareGroupStateRequest.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @WriteShareGroupStateRequest.Topics
     if _n < 0:
         raise _null_error()  # @WriteShareGroupStateRequest.Topics
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -90,10 +91,22 @@ class WriteShareGroupStateResponse(_Message):
     results: list[WriteStateResult] = _field(default_factory=list)
 
 
+
 def _r_PartitionResult_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @PartitionResult.Partition,ErrorCode
     pos += 6
-    _f2, pos = _r_cnstr(buf, pos)  # @PartitionResult.ErrorMessage
+    _n = buf[pos]  # @PartitionResult.ErrorMessage
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionResult.ErrorMessage
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @PartitionResult.ErrorMessage
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @PartitionResult.ErrorMessage
+        pos = _ve
     _nt = buf[pos]  # @PartitionResult._tagged_fields
     pos += 1
     if _nt:
@@ -112,7 +125,13 @@ def _w_PartitionResult_0(out, parts, o):
 def _r_WriteStateResult_0(buf, pos):
     _f0 = _r_uuid(buf, pos)  # @WriteStateResult.TopicId
     pos += 16
-    _n, pos = _r_calen(buf, pos)  # @WriteStateResult.Partitions
+    _n = buf[pos]  # @WriteStateResult.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @WriteStateResult.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @WriteStateResult.Partitions
     if _n < 0:
         raise _null_error()  # @WriteStateResult.Partitions
     else:
@@ -143,7 +162,13 @@ def _w_WriteStateResult_0(out, parts, o):
 
 
 def _r_WriteShareGroupStateResponse_0(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @WriteShareGroupStateResponse.Results
+    _n = buf[pos]  # @WriteShareGroupStateResponse.Results
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @WriteShareGroupStateResponse.Results
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @WriteShareGroupStateResponse.Results
     if _n < 0:
         raise _null_error()  # @WriteShareGroupStateResponse.Results
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -93,6 +94,7 @@ class WriteTxnMarkersRequest(_Message):
     markers: list[WritableTxnMarker] = _field(default_factory=list)
 
 
+
 def _r_WritableTxnMarkerTopic_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @WritableTxnMarkerTopic.Name
     _n, pos = _r_alen(buf, pos)  # @WritableTxnMarkerTopic.PartitionIndexes
@@ -114,8 +116,25 @@ def _w_WritableTxnMarkerTopic_0(out, parts, o):
 
 
 def _r_WritableTxnMarkerTopic_1(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @WritableTxnMarkerTopic.Name
-    _n, pos = _r_calen(buf, pos)  # @WritableTxnMarkerTopic.PartitionIndexes
+    _n = buf[pos]  # @WritableTxnMarkerTopic.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @WritableTxnMarkerTopic.Name
+    if _n == 0:
+        raise _null_error()  # @WritableTxnMarkerTopic.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @WritableTxnMarkerTopic.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @WritableTxnMarkerTopic.Name
+        pos = _ve
+    _n = buf[pos]  # @WritableTxnMarkerTopic.PartitionIndexes
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @WritableTxnMarkerTopic.PartitionIndexes
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @WritableTxnMarkerTopic.PartitionIndexes
     if _n < 0:
         raise _null_error()  # @WritableTxnMarkerTopic.PartitionIndexes
     else:
@@ -172,7 +191,13 @@ def _w_WritableTxnMarker_0(out, parts, o):
 def _r_WritableTxnMarker_1(buf, pos):
     _f0, _f1, _f2 = _S_qhB_.unpack_from(buf, pos)  # @WritableTxnMarker.ProducerId,ProducerEpoch,TransactionResult
     pos += 11
-    _n, pos = _r_calen(buf, pos)  # @WritableTxnMarker.Topics
+    _n = buf[pos]  # @WritableTxnMarker.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @WritableTxnMarker.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @WritableTxnMarker.Topics
     if _n < 0:
         raise _null_error()  # @WritableTxnMarker.Topics
     else:
@@ -229,7 +254,13 @@ def _w_WriteTxnMarkersRequest_0(out, parts, o):
 
 
 def _r_WriteTxnMarkersRequest_1(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @WriteTxnMarkersRequest.Markers
+    _n = buf[pos]  # @WriteTxnMarkersRequest.Markers
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @WriteTxnMarkersRequest.Markers
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @WriteTxnMarkersRequest.Markers
     if _n < 0:
         raise _null_error()  # @WriteTxnMarkersRequest.Markers
     else:

@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -96,6 +97,7 @@ class WriteTxnMarkersResponse(_Message):
     markers: list[WritableTxnMarkerResult] = _field(default_factory=list)
 
 
+
 def _r_WritableTxnMarkerPartitionResult_0(buf, pos):
     _f0, _f1 = _S_ih.unpack_from(buf, pos)  # @WritableTxnMarkerPartitionResult.PartitionIndex,ErrorCode
     pos += 6
@@ -149,8 +151,25 @@ def _w_WritableTxnMarkerTopicResult_0(out, parts, o):
 
 
 def _r_WritableTxnMarkerTopicResult_1(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @WritableTxnMarkerTopicResult.Name
-    _n, pos = _r_calen(buf, pos)  # @WritableTxnMarkerTopicResult.Partitions
+    _n = buf[pos]  # @WritableTxnMarkerTopicResult.Name
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @WritableTxnMarkerTopicResult.Name
+    if _n == 0:
+        raise _null_error()  # @WritableTxnMarkerTopicResult.Name
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @WritableTxnMarkerTopicResult.Name
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @WritableTxnMarkerTopicResult.Name
+        pos = _ve
+    _n = buf[pos]  # @WritableTxnMarkerTopicResult.Partitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @WritableTxnMarkerTopicResult.Partitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @WritableTxnMarkerTopicResult.Partitions
     if _n < 0:
         raise _null_error()  # @WritableTxnMarkerTopicResult.Partitions
     else:
@@ -209,7 +228,13 @@ def _w_WritableTxnMarkerResult_0(out, parts, o):
 def _r_WritableTxnMarkerResult_1(buf, pos):
     (_f0,) = _S_q.unpack_from(buf, pos)  # @WritableTxnMarkerResult.ProducerId
     pos += 8
-    _n, pos = _r_calen(buf, pos)  # @WritableTxnMarkerResult.Topics
+    _n = buf[pos]  # @WritableTxnMarkerResult.Topics
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @WritableTxnMarkerResult.Topics
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @WritableTxnMarkerResult.Topics
     if _n < 0:
         raise _null_error()  # @WritableTxnMarkerResult.Topics
     else:
@@ -263,7 +288,13 @@ def _w_WriteTxnMarkersResponse_0(out, parts, o):
 
 
 def _r_WriteTxnMarkersResponse_1(buf, pos):
-    _n, pos = _r_calen(buf, pos)  # @WriteTxnMarkersResponse.Markers
+    _n = buf[pos]  # @WriteTxnMarkersResponse.Markers
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @WriteTxnMarkersResponse.Markers
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @WriteTxnMarkersResponse.Markers
     if _n < 0:
         raise _null_error()  # @WriteTxnMarkersResponse.Markers
     else:

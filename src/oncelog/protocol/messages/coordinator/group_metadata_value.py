@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -96,6 +97,7 @@ class GroupMetadataValue(_Message):
     members: list[MemberMetadata] = _field(default_factory=list)
 
 
+
 def _r_MemberMetadata_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @MemberMetadata.memberId
     _f2, pos = _r_str(buf, pos)  # @MemberMetadata.clientId
@@ -159,10 +161,54 @@ def _w_MemberMetadata_3(out, parts, o):
 
 
 def _r_MemberMetadata_4(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @MemberMetadata.memberId
-    _f1, pos = _r_cnstr(buf, pos)  # @MemberMetadata.groupInstanceId
-    _f2, pos = _r_cstr(buf, pos)  # @MemberMetadata.clientId
-    _f3, pos = _r_cstr(buf, pos)  # @MemberMetadata.clientHost
+    _n = buf[pos]  # @MemberMetadata.memberId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MemberMetadata.memberId
+    if _n == 0:
+        raise _null_error()  # @MemberMetadata.memberId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @MemberMetadata.memberId
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @MemberMetadata.memberId
+        pos = _ve
+    _n = buf[pos]  # @MemberMetadata.groupInstanceId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MemberMetadata.groupInstanceId
+    if _n == 0:
+        _f1 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @MemberMetadata.groupInstanceId
+        _f1 = str(buf[pos:_ve], 'utf-8')  # @MemberMetadata.groupInstanceId
+        pos = _ve
+    _n = buf[pos]  # @MemberMetadata.clientId
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MemberMetadata.clientId
+    if _n == 0:
+        raise _null_error()  # @MemberMetadata.clientId
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @MemberMetadata.clientId
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @MemberMetadata.clientId
+        pos = _ve
+    _n = buf[pos]  # @MemberMetadata.clientHost
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @MemberMetadata.clientHost
+    if _n == 0:
+        raise _null_error()  # @MemberMetadata.clientHost
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @MemberMetadata.clientHost
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @MemberMetadata.clientHost
+        pos = _ve
     _f4, _f5 = _S_ii.unpack_from(buf, pos)  # @MemberMetadata.rebalanceTimeout,sessionTimeout
     pos += 8
     _f6, pos = _r_cbytes(buf, pos)  # @MemberMetadata.subscription
@@ -322,14 +368,53 @@ def _w_GroupMetadataValue_3(out, parts, o):
 
 
 def _r_GroupMetadataValue_4(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @GroupMetadataValue.protocolType
+    _n = buf[pos]  # @GroupMetadataValue.protocolType
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @GroupMetadataValue.protocolType
+    if _n == 0:
+        raise _null_error()  # @GroupMetadataValue.protocolType
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @GroupMetadataValue.protocolType
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @GroupMetadataValue.protocolType
+        pos = _ve
     (_f1,) = _S_i.unpack_from(buf, pos)  # @GroupMetadataValue.generation
     pos += 4
-    _f2, pos = _r_cnstr(buf, pos)  # @GroupMetadataValue.protocol
-    _f3, pos = _r_cnstr(buf, pos)  # @GroupMetadataValue.leader
+    _n = buf[pos]  # @GroupMetadataValue.protocol
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @GroupMetadataValue.protocol
+    if _n == 0:
+        _f2 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @GroupMetadataValue.protocol
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @GroupMetadataValue.protocol
+        pos = _ve
+    _n = buf[pos]  # @GroupMetadataValue.leader
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @GroupMetadataValue.leader
+    if _n == 0:
+        _f3 = None
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @GroupMetadataValue.leader
+        _f3 = str(buf[pos:_ve], 'utf-8')  # @GroupMetadataValue.leader
+        pos = _ve
     (_f4,) = _S_q.unpack_from(buf, pos)  # @GroupMetadataValue.currentStateTimestamp
     pos += 8
-    _n, pos = _r_calen(buf, pos)  # @GroupMetadataValue.members
+    _n = buf[pos]  # @GroupMetadataValue.members
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @GroupMetadataValue.members
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @GroupMetadataValue.members
     if _n < 0:
         raise _null_error()  # @GroupMetadataValue.members
     else:

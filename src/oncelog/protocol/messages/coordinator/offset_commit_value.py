@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -83,6 +84,7 @@ class OffsetCommitValue(_Message):
     expire_timestamp: int = -1
 
 
+
 def _r_OffsetCommitValue_0(buf, pos):
     (_f0,) = _S_q.unpack_from(buf, pos)  # @OffsetCommitValue.offset
     pos += 8
@@ -131,7 +133,18 @@ def _w_OffsetCommitValue_3(out, parts, o):
 def _r_OffsetCommitValue_4(buf, pos):
     _f0, _f1 = _S_qi.unpack_from(buf, pos)  # @OffsetCommitValue.offset,leaderEpoch
     pos += 12
-    _f2, pos = _r_cstr(buf, pos)  # @OffsetCommitValue.metadata
+    _n = buf[pos]  # @OffsetCommitValue.metadata
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetCommitValue.metadata
+    if _n == 0:
+        raise _null_error()  # @OffsetCommitValue.metadata
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @OffsetCommitValue.metadata
+        _f2 = str(buf[pos:_ve], 'utf-8')  # @OffsetCommitValue.metadata
+        pos = _ve
     (_f3,) = _S_q.unpack_from(buf, pos)  # @OffsetCommitValue.commitTimestamp
     pos += 8
     _nt = buf[pos]  # @OffsetCommitValue._tagged_fields

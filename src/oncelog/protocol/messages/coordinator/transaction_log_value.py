@@ -20,6 +20,7 @@ from oncelog.protocol._runtime import (
     join_tagged as _join_tagged,
     null_error as _null_error,
     skip_tagged as _skip_tagged,
+    too_long as _too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -95,6 +96,7 @@ class TransactionLogValue(_Message):
     client_transaction_version: int = 0
 
 
+
 def _r_PartitionsSchema_0(buf, pos):
     _f0, pos = _r_str(buf, pos)  # @PartitionsSchema.Topic
     _n, pos = _r_alen(buf, pos)  # @PartitionsSchema.PartitionIds
@@ -116,8 +118,25 @@ def _w_PartitionsSchema_0(out, parts, o):
 
 
 def _r_PartitionsSchema_1(buf, pos):
-    _f0, pos = _r_cstr(buf, pos)  # @PartitionsSchema.Topic
-    _n, pos = _r_calen(buf, pos)  # @PartitionsSchema.PartitionIds
+    _n = buf[pos]  # @PartitionsSchema.Topic
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionsSchema.Topic
+    if _n == 0:
+        raise _null_error()  # @PartitionsSchema.Topic
+    else:
+        _ve = pos + _n - 1
+        if _ve > len(buf):
+            raise _too_long(_n - 1, len(buf) - pos)  # @PartitionsSchema.Topic
+        _f0 = str(buf[pos:_ve], 'utf-8')  # @PartitionsSchema.Topic
+        pos = _ve
+    _n = buf[pos]  # @PartitionsSchema.PartitionIds
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionsSchema.PartitionIds
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @PartitionsSchema.PartitionIds
     if _n < 0:
         raise _null_error()  # @PartitionsSchema.PartitionIds
     else:
@@ -174,7 +193,13 @@ def _w_TransactionLogValue_0(out, parts, o):
 def _r_TransactionLogValue_1(buf, pos):
     _f0, _f3, _f4, _f5 = _S_qhib.unpack_from(buf, pos)  # @TransactionLogValue.ProducerId,ProducerEpoch,TransactionTimeoutMs,TransactionStatus
     pos += 15
-    _n, pos = _r_calen(buf, pos)  # @TransactionLogValue.TransactionPartitions
+    _n = buf[pos]  # @TransactionLogValue.TransactionPartitions
+    pos += 1
+    if _n > 127:
+        _n, pos = _uvarint_cont(buf, pos, _n)  # @TransactionLogValue.TransactionPartitions
+    _n -= 1
+    if _n > len(buf) - pos:
+        raise _too_long(_n, len(buf) - pos)  # @TransactionLogValue.TransactionPartitions
     if _n < 0:
         _f6 = None
     else:
@@ -218,9 +243,15 @@ def _w_TransactionLogValue_1(out, parts, o):
         for _e in _a:
             _w_PartitionsSchema_1(out, parts, _e)  # @TransactionLogValue.TransactionPartitions
     out += _S_qq.pack(o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms)  # @TransactionLogValue.TransactionLastUpdateTimestampMs,TransactionStartTimestampMs
-    _nt = bool(o.previous_producer_id != -1) + bool(o.next_producer_id != -1) + bool(o.client_transaction_version != 0)
+    _c0 = o.previous_producer_id != -1
+    _c1 = o.next_producer_id != -1
+    _c2 = o.client_transaction_version != 0
+    _nt = _c0 + _c1 + _c2
+    if not _nt:
+        out.append(0)
+        return
     _w_uvarint(out, _nt)
-    if o.previous_producer_id != -1:
+    if _c0:
         _t = bytearray()
         _tp = []
         _t += _S_q.pack(o.previous_producer_id)  # @TransactionLogValue.PreviousProducerId
@@ -228,7 +259,7 @@ def _w_TransactionLogValue_1(out, parts, o):
         out += b'\x00'
         _w_uvarint(out, len(_t))
         out += _t
-    if o.next_producer_id != -1:
+    if _c1:
         _t = bytearray()
         _tp = []
         _t += _S_q.pack(o.next_producer_id)  # @TransactionLogValue.NextProducerId
@@ -236,7 +267,7 @@ def _w_TransactionLogValue_1(out, parts, o):
         out += b'\x01'
         _w_uvarint(out, len(_t))
         out += _t
-    if o.client_transaction_version != 0:
+    if _c2:
         _t = bytearray()
         _tp = []
         _t += _S_h.pack(o.client_transaction_version)  # @TransactionLogValue.ClientTransactionVersion
