@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-import uuid
 from typing import Any
 
 from oncelog.clock import SYSTEM_CLOCK, Clock
@@ -116,8 +115,9 @@ class Broker:
                 if p.log.durable_offset < p.log_end_offset:
                     self.flusher.mark_dirty(p)
 
-    def new_topic_id(self) -> uuid.UUID:
-        return uuid.uuid4()
+    def coordinator_available(self, key_type: int) -> bool:
+        """Whether the group (0) or transaction (1) coordinator can serve requests now."""
+        return self._topics is not None
 
     async def serve_forever(self) -> None:
         await self._stopped.wait()
