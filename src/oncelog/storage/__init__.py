@@ -3,36 +3,65 @@
 from .catalog import CATALOG_FILE, TopicCatalog, TopicInfo
 from .config import TOPIC_CONFIG_KEYS, ConfigKey, LogConfig
 from .errors import (
+    DuplicateSequenceError,
     InvalidConfigError,
     InvalidPartitionsError,
+    InvalidProducerEpochError,
     InvalidTopicError,
+    InvalidTxnStateError,
     KafkaStorageError,
     OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+    ProducerStateError,
     StorageError,
     TopicExistsError,
+    TransactionCoordinatorFencedError,
+    UnknownProducerIdError,
     UnknownTopicError,
 )
 from .index import OffsetIndex, TimeIndex
 from .log import CHECKPOINT_FILE, AppendResult, PartitionLog, ReadResult, RollHook
 from .log_manager import CLEAN_SHUTDOWN_FILE, LogManager, validate_topic_name
+from .producer_state import (
+    ORIGIN_CLIENT,
+    ORIGIN_COORDINATOR,
+    ActiveProducer,
+    ProducerStateEntry,
+    ProducerStateManager,
+    TxnMetadata,
+)
 from .segment import Segment
+from .txn_index import AbortedTxn, TransactionIndex
 
 __all__ = [
     "CATALOG_FILE",
     "CHECKPOINT_FILE",
     "CLEAN_SHUTDOWN_FILE",
+    "ORIGIN_CLIENT",
+    "ORIGIN_COORDINATOR",
     "TOPIC_CONFIG_KEYS",
+    "AbortedTxn",
+    "ActiveProducer",
     "AppendResult",
     "ConfigKey",
+    "DuplicateSequenceError",
     "InvalidConfigError",
     "InvalidPartitionsError",
+    "InvalidProducerEpochError",
     "InvalidTopicError",
+    "InvalidTxnStateError",
     "KafkaStorageError",
     "LogConfig",
     "LogManager",
     "OffsetIndex",
     "OffsetOutOfRangeError",
+    "OutOfOrderSequenceError",
     "PartitionLog",
+    "ProducerFencedError",
+    "ProducerStateEntry",
+    "ProducerStateError",
+    "ProducerStateManager",
     "ReadResult",
     "RollHook",
     "Segment",
@@ -41,6 +70,10 @@ __all__ = [
     "TopicCatalog",
     "TopicExistsError",
     "TopicInfo",
+    "TransactionCoordinatorFencedError",
+    "TransactionIndex",
+    "TxnMetadata",
+    "UnknownProducerIdError",
     "UnknownTopicError",
     "validate_topic_name",
 ]

@@ -9,18 +9,40 @@ The broker maps them to Kafka error codes:
     InvalidPartitionsError  -> INVALID_PARTITIONS (37)
     InvalidConfigError      -> INVALID_CONFIG (40)
     KafkaStorageError       -> KAFKA_STORAGE_ERROR (56)
+
+Producer state (idempotence / transactions); each carries ``error_code``:
+
+    OutOfOrderSequenceError            -> OUT_OF_ORDER_SEQUENCE_NUMBER (45)
+    DuplicateSequenceError             -> not an error for the client: answer success with its
+                                          ``first_offset``/``last_offset`` (the original append); code 46 is
+                                          DUPLICATE_SEQUENCE_NUMBER for completeness
+    InvalidProducerEpochError          -> INVALID_PRODUCER_EPOCH (47)
+    ProducerFencedError                -> PRODUCER_FENCED (90); never raised by the log (Kafka's log layer
+                                          answers INVALID_PRODUCER_EPOCH since 2.7), for the coordinator
+    InvalidTxnStateError               -> INVALID_TXN_STATE (48)
+    TransactionCoordinatorFencedError  -> TRANSACTION_COORDINATOR_FENCED (52)
+    UnknownProducerIdError             -> UNKNOWN_PRODUCER_ID (59); never raised by the log (Kafka >= 2.5
+                                          accepts an unknown producer id at any sequence, KIP-360)
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "DuplicateSequenceError",
     "InvalidConfigError",
     "InvalidPartitionsError",
+    "InvalidProducerEpochError",
     "InvalidTopicError",
+    "InvalidTxnStateError",
     "KafkaStorageError",
     "OffsetOutOfRangeError",
+    "OutOfOrderSequenceError",
+    "ProducerFencedError",
+    "ProducerStateError",
     "StorageError",
     "TopicExistsError",
+    "TransactionCoordinatorFencedError",
+    "UnknownProducerIdError",
     "UnknownTopicError",
 ]
 
@@ -78,3 +100,69 @@ class InvalidConfigError(StorageError, ValueError):
 
 class KafkaStorageError(StorageError, OSError):
     """An I/O error on the data directory (disk full, permissions, failing device)."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Producer state (idempotent producer, transactions)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class ProducerStateError(StorageError):
+    """A batch was rejected by the producer-state checks; nothing of the partition payload was written."""
+
+    error_code = -1
+
+    def __init__(self, message: str, producer_id: int = -1) -> None:
+        self.producer_id = producer_id
+        super().__init__(message)
+
+
+class OutOfOrderSequenceError(ProducerStateError):
+    """The batch's sequence is not the next one expected (a gap, or a retry older than the 5 cached batches)."""
+
+    error_code = 45
+
+
+class DuplicateSequenceError(ProducerStateError):
+    """The batch repeats one of the producer's last 5 batches. Not a failure: the broker answers success with
+    the offsets of the original append (``first_offset``, ``last_offset``) and writes nothing."""
+
+    error_code = 46
+
+    def __init__(self, message: str, producer_id: int, first_offset: int, last_offset: int,
+                 timestamp: int = -1) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.timestamp = timestamp
+        super().__init__(message, producer_id)
+
+
+class InvalidProducerEpochError(ProducerStateError):
+    """The batch's (or marker's) producer epoch is older than the one the partition has seen: a zombie."""
+
+    error_code = 47
+
+
+class ProducerFencedError(InvalidProducerEpochError):
+    """PRODUCER_FENCED: a newer producer with the same transactional id exists. For the transaction
+    coordinator and request handlers; the log itself raises :class:`InvalidProducerEpochError`."""
+
+    error_code = 90
+
+
+class InvalidTxnStateError(ProducerStateError):
+    """A non-transactional batch from a producer that has a transaction ongoing on this partition."""
+
+    error_code = 48
+
+
+class TransactionCoordinatorFencedError(ProducerStateError):
+    """A transaction marker from a coordinator epoch older than the last one seen for this producer."""
+
+    error_code = 52
+
+
+class UnknownProducerIdError(ProducerStateError):
+    """UNKNOWN_PRODUCER_ID; kept for completeness, the log never raises it (see the module docstring)."""
+
+    error_code = 59

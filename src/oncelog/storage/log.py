@@ -9,6 +9,15 @@ atomically) keeps the log start offset and the recovery point: every segment who
 recovery point is complete on disk with its indexes (it was fsynced after becoming inactive). After an unclean
 shutdown only segments at or above the recovery point are scanned (batch structure + CRC32C) and truncated at
 the first bad batch; later segments are then dropped, as Kafka's LogLoader does.
+
+Idempotence and transactions (see producer_state.py): ``append`` validates batches that carry a producer id
+against the :class:`ProducerStateManager` after offsets are assigned and before anything is written, and
+commits the pending state after the write; batches without a producer id cost one comparison. Transaction
+markers (origin ``coordinator``) end transactions; an ABORT adds an entry to the ``.txnindex`` of the segment
+the marker lands in. Producer state is snapshotted (``<offset>.snapshot``) at every roll and at a clean close;
+loading takes the newest valid snapshot at or below the first segment that needs rebuilding and replays the
+batches after it (headers only; markers are decoded), rebuilding the ``.txnindex`` of every recovered segment
+and of every segment whose ``.txnindex`` is missing or corrupt.
 """
 
 from __future__ import annotations
@@ -25,21 +34,36 @@ from pathlib import Path
 
 from oncelog.clock import Clock
 from oncelog.protocol.records import (
+    ATTR_CONTROL,
     LOG_OVERHEAD,
     BatchHeader,
     CorruptRecordError,
     TimestampType,
+    build_control_batch,
     decode_records,
     parse_batch_header,
+    parse_control_record,
     set_base_offset,
     set_max_timestamp_log_append,
 )
 
 from .config import LogConfig
-from .errors import KafkaStorageError, OffsetOutOfRangeError
-from .segment import INT32_MAX, LOG_SUFFIX, Segment, parse_segment_base
+from .errors import KafkaStorageError, OffsetOutOfRangeError, ProducerStateError
+from .producer_state import (
+    ORIGIN_CLIENT,
+    ORIGIN_COORDINATOR,
+    ORIGIN_REPLICATION,
+    ActiveProducer,
+    CompletedTxn,
+    ProducerAppendInfo,
+    ProducerStateManager,
+    TxnMetadata,
+)
+from .segment import INT32_MAX, LOG_SUFFIX, Segment, parse_segment_base, segment_file_name
+from .txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionIndex, TxnIndexCorruptError
 
-__all__ = ["CHECKPOINT_FILE", "AppendResult", "PartitionLog", "ReadResult", "RollHook"]
+__all__ = ["CHECKPOINT_FILE", "ORIGIN_CLIENT", "ORIGIN_COORDINATOR", "AppendResult", "PartitionLog", "ReadResult",
+           "RollHook"]
 
 log = logging.getLogger("oncelog.storage")
 
@@ -110,6 +134,7 @@ class PartitionLog:
         self._dir_dirty = False
         self.last_flush_ms = clock.wall_ms()
         self.closed = False
+        self._psm = ProducerStateManager(self.name, self.directory)
 
     @property
     def name(self) -> str:
@@ -130,8 +155,28 @@ class PartitionLog:
         return self
 
     def _new_segment(self, base: int) -> Segment:
-        return Segment.create(self.directory, base, index_interval_bytes=self.config.index_interval_bytes,
-                              segment_index_bytes=self.config.segment_index_bytes, created_ms=self.clock.wall_ms())
+        seg = Segment.create(self.directory, base, index_interval_bytes=self.config.index_interval_bytes,
+                             segment_index_bytes=self.config.segment_index_bytes, created_ms=self.clock.wall_ms())
+        seg.companions[TXN_INDEX_SUFFIX] = TransactionIndex.create(
+            self.directory / segment_file_name(base, TXN_INDEX_SUFFIX), base)
+        return seg
+
+    def _attach_txn_index(self, seg: Segment, rebuild: set[int]) -> None:
+        """Load the segment's .txnindex, or create an empty one and mark the segment for rebuilding."""
+        path = self.directory / segment_file_name(seg.base_offset, TXN_INDEX_SUFFIX)
+        if seg.base_offset not in rebuild:
+            try:
+                idx = TransactionIndex.load(path, seg.base_offset)
+                if idx.entries and idx.entries[-1].last_offset >= seg.next_offset:
+                    raise TxnIndexCorruptError(f"{path}: entries beyond the segment end {seg.next_offset}")
+                seg.companions[TXN_INDEX_SUFFIX] = idx
+                return
+            except FileNotFoundError:
+                log.info("%s: %s is missing; rebuilding it from the log", self.name, path.name)
+            except (TxnIndexCorruptError, OSError) as e:
+                log.warning("%s: rebuilding unusable transaction index: %s", self.name, e)
+            rebuild.add(seg.base_offset)
+        seg.companions[TXN_INDEX_SUFFIX] = TransactionIndex.create(path, seg.base_offset)
 
     def _load(self, clean_shutdown: bool) -> None:
         d = self.directory
@@ -152,7 +197,7 @@ class PartitionLog:
         base_set = set(bases)
         for p in d.iterdir():  # index files whose segment is gone
             base = parse_segment_base(p.name)
-            if base is not None and base not in base_set and p.suffix in (".index", ".timeindex"):
+            if base is not None and base not in base_set and p.suffix in (".index", ".timeindex", TXN_INDEX_SUFFIX):
                 p.unlink(missing_ok=True)
 
         segments: list[Segment] = []
@@ -183,6 +228,7 @@ class PartitionLog:
                         s = Segment(d, b, index_interval_bytes=1, segment_index_bytes=8, created_ms=now,
                                     new_file=False)
                         s.delete()
+                        (d / segment_file_name(b, TXN_INDEX_SUFFIX)).unlink(missing_ok=True)
                 break
 
         if not segments:
@@ -201,16 +247,91 @@ class PartitionLog:
         self._bases = [s.base_offset for s in segments]
         self._lso = max(lso, segments[0].base_offset)
         self._leo = leo
+        rebuild = {s.base_offset for s in recovered}
+        for s in segments:
+            if TXN_INDEX_SUFFIX not in s.companions:
+                self._attach_txn_index(s, rebuild)
+        replayed = self._load_producer_state(rebuild)
         for s in recovered:  # what recovery kept is now made durable, so durable_offset = log end is true
             os.fdatasync(s.fd)
             s.flush_indexes()
-        if recovered or self._dir_dirty:
+        for s in segments:
+            if s.base_offset in rebuild:
+                for c in s.companions.values():
+                    c.flush()
+        if recovered or rebuild or self._dir_dirty:
             _fsync_dir(d)
             self._dir_dirty = False
         self._durable = leo
         # never past the active segment's base: it is scanned after every unclean shutdown anyway
         self._recovery_point = segments[-1].base_offset
         self._write_checkpoint()
+        if replayed:
+            self._take_snapshot(sync=False)
+
+    # ================================================================ producer state: load / replay
+    def _load_producer_state(self, rebuild: set[int]) -> bool:
+        """Snapshot + replay; rebuilds the .txnindex of the segments in ``rebuild``. True if it replayed."""
+        psm = self._psm
+        leo, lso = self._leo, self._lso
+        psm.delete_snapshots(above=leo, below=lso)
+        target = min(min(rebuild, default=leo), leo)
+        snap = psm.load_latest_snapshot(target)
+        start = lso if snap is None else snap
+        if start >= leo:
+            psm.on_log_start_offset(lso)
+            return False
+        n = 0
+        for seg in self._segments:
+            if seg.next_offset <= start:
+                continue
+            idx = seg.companions[TXN_INDEX_SUFFIX] if seg.base_offset in rebuild else None
+            if idx is not None:
+                assert isinstance(idx, TransactionIndex)
+                idx.truncate_to(start)
+            pos = seg.find_position(start) if start > seg.base_offset else 0
+            for h in seg.scan(pos, check_crc=False):
+                if h.producer_id < 0 or h.last_offset < start:
+                    continue
+                self._replay_batch(seg, h, idx)
+                n += 1
+        psm.unreplicated.clear()  # everything loaded is durable (= below the high watermark)
+        psm.on_log_start_offset(lso)
+        log.info("%s: producer state loaded from %s and %d batch(es) replayed from offset %d: %d producer(s), "
+                 "%d ongoing transaction(s)", self.name, "no snapshot" if snap is None else f"snapshot {snap}",
+                 n, start, len(psm.producers), len(psm.ongoing))
+        return True
+
+    def _replay_batch(self, seg: Segment, h: BatchHeader, idx: TransactionIndex | None) -> None:
+        psm = self._psm
+        info = psm.prepare_update(h.producer_id, ORIGIN_REPLICATION)
+        try:
+            if h.attributes & ATTR_CONTROL:
+                marker = parse_control_record(seg.pread(h.position, h.size))
+                if not marker.is_known:
+                    return
+                txn = info.append_end_txn_marker(marker.commit, marker.coordinator_epoch, h.producer_epoch,
+                                                 h.base_offset, h.max_timestamp)
+                psm.update(info)
+                if txn is not None:
+                    if txn.is_aborted and idx is not None:
+                        idx.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
+                                              psm.last_stable_offset(txn)))
+                    psm.complete_txn(txn)
+            else:
+                info.append_data_batch(h.producer_epoch, h.base_sequence, h.last_sequence, h.max_timestamp,
+                                       h.base_offset, h.last_offset, h.is_transactional)
+                psm.update(info)
+        except (ProducerStateError, CorruptRecordError, ValueError) as e:  # pragma: no cover - validated on append
+            log.warning("%s: skipping batch at offset %d while rebuilding producer state: %s",
+                        self.name, h.base_offset, e)
+
+    def _take_snapshot(self, *, sync: bool) -> None:
+        try:
+            self._psm.take_snapshot(self._leo, sync=sync,
+                                    keep=(self._recovery_point, self._segments[-1].base_offset))
+        except OSError as e:
+            log.warning("%s: cannot write the producer state snapshot at offset %d: %s", self.name, self._leo, e)
 
     def _read_checkpoint(self, clean_shutdown: bool) -> tuple[int, int]:
         p = self.directory / CHECKPOINT_FILE
@@ -269,8 +390,15 @@ class PartitionLog:
 
     # ================================================================ append
     def append(self, payload: bytearray, headers: list[BatchHeader], *,
-               log_append_time_ms: int | None = None) -> AppendResult:
-        """Assign offsets to the (already validated) batches in ``payload`` and write them in one call."""
+               log_append_time_ms: int | None = None, origin: str = ORIGIN_CLIENT) -> AppendResult:
+        """Assign offsets to the (already validated) batches in ``payload`` and write them in one call.
+
+        Batches with a producer id are checked against the producer state first (``origin`` ``client``: full
+        idempotence/transaction checks; ``coordinator``: epoch checks only, and control batches are transaction
+        markers). Raises a ProducerStateError subclass and writes nothing if any batch fails; raises
+        DuplicateSequenceError (with the original offsets, to answer as a success) for a client retry of one
+        of the producer's last 5 batches.
+        """
         if not headers:
             raise ValueError("append needs at least one batch")
         with self._lock:
@@ -284,12 +412,16 @@ class PartitionLog:
                         set_max_timestamp_log_append(payload, h.position, h.size, log_append_time_ms)
                         h.attributes |= 0x08
                         h.max_timestamp = log_append_time_ms
+            has_pid = False
             for h in headers:
                 set_base_offset(payload, h.position, off)
                 h.base_offset = off
                 off += h.last_offset_delta + 1
                 if h.max_timestamp > max_ts:
                     max_ts, max_ts_off = h.max_timestamp, off - 1
+                if h.producer_id >= 0:
+                    has_pid = True
+            pending = self._prepare_producer_state(payload, headers, origin) if has_pid else None
             seg = self._segments[-1]
             if seg.size and self._should_roll(seg, len(payload), max_ts, off - 1):
                 seg = self._roll_locked()
@@ -301,10 +433,109 @@ class PartitionLog:
                 seg.dirty = True
                 self._dirty.append(seg)
             self._leo = off
+            if pending is not None:
+                self._commit_producer_state(seg, pending[0], pending[1])
         if log_append_time_ms is not None:
             max_ts_off = first  # every record carries the same timestamp: the first one has it
         return AppendResult(first, off - 1, -1 if log_append_time_ms is None else log_append_time_ms,
                             max_ts, max_ts_off)
+
+    def _prepare_producer_state(self, payload: bytearray, headers: list[BatchHeader], origin: str,
+                                ) -> tuple[list[ProducerAppendInfo], list[CompletedTxn]]:
+        control: dict[int, tuple[bool, int]] | None = None
+        if origin != ORIGIN_CLIENT:
+            if origin != ORIGIN_COORDINATOR and origin != ORIGIN_REPLICATION:
+                raise ValueError(f"unknown append origin {origin!r}; use 'client', 'coordinator' or 'replication'")
+            for i, h in enumerate(headers):
+                if h.attributes & ATTR_CONTROL and h.producer_id >= 0:
+                    marker = parse_control_record(payload, h.position)
+                    if marker.is_known:
+                        if control is None:
+                            control = {}
+                        control[i] = (marker.commit, marker.coordinator_epoch)
+        return self._psm.prepare(headers, origin, control)
+
+    def _commit_producer_state(self, seg: Segment, infos: list[ProducerAppendInfo],
+                               completed: list[CompletedTxn]) -> None:
+        psm = self._psm
+        for info in infos:
+            psm.update(info)
+        for txn in completed:
+            if txn.is_aborted:
+                idx = seg.companions[TXN_INDEX_SUFFIX]
+                assert isinstance(idx, TransactionIndex)
+                try:
+                    idx.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
+                                          psm.last_stable_offset(txn)))
+                except OSError as e:
+                    raise KafkaStorageError(f"cannot append to the transaction index {idx.path}: {e}") from e
+            psm.complete_txn(txn)
+
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                      timestamp_ms: int, *, log_append_time_ms: int | None = None) -> AppendResult:
+        """Write a COMMIT/ABORT transaction marker for ``producer_id`` (origin coordinator: WriteTxnMarkers)."""
+        buf = bytearray(build_control_batch(producer_id=producer_id, producer_epoch=producer_epoch, commit=commit,
+                                            coordinator_epoch=coordinator_epoch, timestamp_ms=timestamp_ms))
+        return self.append(buf, [parse_batch_header(buf, 0)], log_append_time_ms=log_append_time_ms,
+                           origin=ORIGIN_COORDINATOR)
+
+    # ================================================================ transactions / producer state queries
+    @property
+    def producer_state_manager(self) -> ProducerStateManager:
+        return self._psm
+
+    def first_unstable_offset(self) -> int | None:
+        """First offset of an ongoing transaction or of a completed one whose marker is not yet below the high
+        watermark (clamped to the log start); None if there is none. The LSO is min(this, high watermark)."""
+        with self._lock:
+            first = self._psm.first_unstable_offset()
+        return None if first is None else max(first, self._lso)
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        first = self.first_unstable_offset()
+        return high_watermark if first is None else min(first, high_watermark)
+
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """The high watermark moved: transactions whose marker is below it stop holding the LSO back.
+        (``flush`` already does this up to the durable offset.)"""
+        with self._lock:
+            self._psm.on_high_watermark(high_watermark)
+
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [fetch_offset, upper_bound_offset) for a READ_COMMITTED fetch:
+        entries with last offset >= fetch_offset and first offset < upper_bound_offset, from the segment that
+        holds ``fetch_offset`` on, stopping at the first entry whose LSO is >= ``upper_bound_offset``
+        (Kafka's collectAbortedTransactions). Pass the offset after the last fetched batch as upper bound."""
+        segs = self._segments
+        i = max(bisect_right(self._bases, fetch_offset) - 1, 0)
+        out: list[AbortedTxn] = []
+        for seg in segs[i:]:
+            idx = seg.companions.get(TXN_INDEX_SUFFIX)
+            if idx is not None and idx.collect(fetch_offset, upper_bound_offset, out):  # type: ignore[attr-defined]
+                break
+        return out
+
+    def producer_states(self) -> list[ActiveProducer]:
+        """Every producer id with state here (DescribeProducers)."""
+        with self._lock:
+            return self._psm.active_producers()
+
+    def ongoing_transactions(self) -> list[TxnMetadata]:
+        """(producer id, first offset) of every transaction ongoing on this partition, by first offset."""
+        with self._lock:
+            return self._psm.ongoing_transactions()
+
+    def expire_producers(self, now_ms: int, producer_id_expiration_ms: int) -> list[int]:
+        """Forget producers idle for ``producer_id_expiration_ms`` or more with no ongoing transaction."""
+        with self._lock:
+            gone = self._psm.expire(now_ms, producer_id_expiration_ms)
+        if gone:
+            log.info("%s: expired %d producer id(s)", self.name, len(gone))
+        return gone
+
+    def take_producer_snapshot(self) -> None:
+        with self._lock:
+            self._take_snapshot(sync=True)
 
     def _should_roll(self, seg: Segment, size: int, max_ts: int, last_offset: int) -> bool:
         c = self.config
@@ -336,6 +567,7 @@ class PartitionLog:
         self._segments = self._segments + [new]
         self._bases = self._bases + [new.base_offset]
         self._dir_dirty = True
+        self._take_snapshot(sync=False)
         for hook in self.on_roll:
             hook(old, new)
         return new
@@ -358,6 +590,10 @@ class PartitionLog:
                     idx_fds: list[int] = []
                     if s is not active:
                         idx_fds = [os.dup(s.offset_index._open_fd()), os.dup(s.time_index._open_fd())]
+                        txn_idx = s.companions.get(TXN_INDEX_SUFFIX)
+                        txn_fd = txn_idx.sync_fd() if txn_idx is not None else None  # type: ignore[attr-defined]
+                        if txn_fd is not None:
+                            idx_fds.append(txn_fd)
                     jobs.append((os.dup(s.fd), idx_fds))
                 dir_dirty, self._dir_dirty = self._dir_dirty, False
                 rp = active.base_offset
@@ -380,6 +616,7 @@ class PartitionLog:
                         os.close(i)
             with self._lock:
                 self._durable = max(self._durable, end)
+                self._psm.on_high_watermark(self._durable)
                 self.last_flush_ms = self.clock.wall_ms()
                 advance = rp > self._recovery_point
                 if advance:
@@ -555,6 +792,7 @@ class PartitionLog:
                 return self._lso
             self._lso = offset
             self._write_checkpoint()
+            self._on_log_start_moved()
             if self._segments[-1].next_offset <= offset and self._segments[-1].size:
                 self._roll_locked()
             n = 0
@@ -590,7 +828,18 @@ class PartitionLog:
             if deleted:
                 self._lso = max(self._lso, self._segments[0].base_offset)
                 self._write_checkpoint()
+                self._on_log_start_moved()
         return deleted
+
+    def _on_log_start_moved(self) -> None:
+        gone = self._psm.on_log_start_offset(self._lso)
+        if gone:
+            log.info("%s: log start offset %d: dropped %d producer id(s) whose batches were all deleted",
+                     self.name, self._lso, len(gone))
+        try:
+            self._psm.delete_snapshots(below=self._lso)
+        except OSError as e:  # pragma: no cover
+            log.warning("%s: cannot delete old producer snapshots: %s", self.name, e)
 
     # ================================================================ lifecycle
     def update_config(self, config: LogConfig) -> None:
@@ -614,6 +863,7 @@ class PartitionLog:
             active.flush_indexes()
             self._recovery_point = max(self._recovery_point, active.base_offset)
             self._write_checkpoint()
+            self._take_snapshot(sync=True)
             self.closed = True
             self._close_segments()
 

@@ -267,8 +267,11 @@ class Segment:
 
     # ---------------------------------------------------------------- lifecycle
     def flush_indexes(self) -> None:
+        """fsync both indexes and every companion (e.g. the .txnindex)."""
         self.offset_index.fsync()
         self.time_index.fsync()
+        for c in self.companions.values():
+            c.flush()
 
     def close(self) -> None:
         if self.closed:
