@@ -1,0 +1,62 @@
+"""The sync facades' engine: one event loop in a daemon thread per client object.
+
+Why a background loop rather than ``asyncio.run`` per call: a producer must keep batching and sending while the
+caller is not inside a call (linger.ms timers, in-flight requests), and connections plus the metadata cache
+should live as long as the client. ``asyncio.run`` per call would tear all of that down every time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import Any, Callable, Coroutine, TypeVar
+
+from .errors import KafkaTimeoutError
+
+__all__ = ["LoopThread"]
+
+T = TypeVar("T")
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
+        return asyncio.new_event_loop()
+    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    return loop
+
+
+class LoopThread:
+    def __init__(self, name: str) -> None:
+        self.loop = _new_loop()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+        self.loop.close()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the loop and wait for it; on timeout cancel it and raise KafkaTimeoutError."""
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("a sync client method was called from its own event loop thread (a callback?)")
+        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return fut.result(timeout)
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+            raise KafkaTimeoutError(f"operation did not finish within {timeout:g} s") from None
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        self.loop.call_soon_threadsafe(fn, *args)
+
+    def stop(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(10)

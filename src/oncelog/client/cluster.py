@@ -1,0 +1,291 @@
+"""Bootstrap and the metadata cache: brokers, topics, partitions, leaders; connections by node id."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
+
+from .connection import BrokerConnection
+from .errors import ConfigError, KafkaConnectionError, KafkaError, KafkaTimeoutError
+
+__all__ = ["Cluster", "BrokerInfo", "TopicInfo", "PartitionInfo", "parse_bootstrap"]
+
+log = logging.getLogger(__name__)
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    error: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, PartitionInfo] = field(default_factory=dict)
+    is_internal: bool = False
+    error: int = 0
+
+
+def parse_bootstrap(servers: str | Iterable[str]) -> list[tuple[str, int]]:
+    """``"h1:9092,h2:9093"`` (or a list) -> [(host, port)]; a missing port means 9092."""
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    out: list[tuple[str, int]] = []
+    for item in items:
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep:
+            host, port = item, "9092"
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"bootstrap server {item!r} is not HOST:PORT")
+        out.append((host.strip("[]") or "127.0.0.1", int(port)))
+    if not out:
+        raise ConfigError("bootstrap.servers is empty; give at least one HOST:PORT")
+    return out
+
+
+class Cluster:
+    """Owns the connections of one client and its view of the cluster. All methods run on one event loop."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Iterable[str],
+        *,
+        client_id: str = "oncelog",
+        request_timeout: float = 30.0,
+        connect_timeout: float = 10.0,
+        metadata_max_age: float = 300.0,
+        allow_auto_topic_creation: bool = False,
+    ) -> None:
+        self.bootstrap_servers = parse_bootstrap(bootstrap_servers)
+        self.client_id = client_id
+        self.request_timeout = request_timeout
+        self.connect_timeout = connect_timeout
+        self.metadata_max_age = metadata_max_age
+        self.allow_auto_topic_creation = allow_auto_topic_creation
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.topics: dict[str, TopicInfo] = {}
+        self.cluster_id: str | None = None
+        self.controller_id: int = -1
+        self.last_refresh: float = 0.0
+        self._by_id: dict[uuid.UUID, str] = {}
+        self._conns: dict[int, BrokerConnection] = {}
+        self._bootstrap_conn: BrokerConnection | None = None
+        self._connecting: dict[int, asyncio.Task[BrokerConnection]] = {}
+        self._refresh_lock: asyncio.Lock | None = None
+
+    # ---------------------------------------------------------------- connections
+
+    def _new_conn(self, host: str, port: int, node_id: int) -> BrokerConnection:
+        return BrokerConnection(host, port, client_id=self.client_id, node_id=node_id,
+                                request_timeout=self.request_timeout, connect_timeout=self.connect_timeout)
+
+    async def bootstrap(self) -> None:
+        """Connect to the first reachable bootstrap server and load metadata for every topic."""
+        errors: list[str] = []
+        for host, port in self.bootstrap_servers:
+            conn = self._new_conn(host, port, -1)
+            try:
+                await conn.connect()
+            except KafkaError as e:
+                errors.append(e.message)
+                continue
+            self._bootstrap_conn = conn
+            await self.refresh()
+            return
+        raise KafkaConnectionError(
+            "no bootstrap server reachable (" + "; ".join(errors) + "); is the broker running and is "
+            "--bootstrap-server / bootstrap.servers right?"
+        )
+
+    async def connection(self, node_id: int) -> BrokerConnection:
+        """The open connection to ``node_id``, connecting (once, shared by concurrent callers) if needed."""
+        conn = self._conns.get(node_id)
+        if conn is not None and conn.connected:
+            return conn
+        task = self._connecting.get(node_id)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._connect_node(node_id))
+            self._connecting[node_id] = task
+        try:
+            return await asyncio.shield(task)
+        finally:
+            if task.done():
+                self._connecting.pop(node_id, None)
+
+    async def _connect_node(self, node_id: int) -> BrokerConnection:
+        info = self.brokers.get(node_id)
+        if info is None:
+            await self.refresh()
+            info = self.brokers.get(node_id)
+            if info is None:
+                raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"node {node_id} is not in the cluster metadata")
+        conn = self._new_conn(info.host, info.port, node_id)
+        await conn.connect()
+        self._conns[node_id] = conn
+        return conn
+
+    async def any_connection(self) -> BrokerConnection:
+        """Any open connection (the least loaded), else a fresh one to some known broker or bootstrap server."""
+        live = [c for c in self._conns.values() if c.connected]
+        if self._bootstrap_conn is not None and self._bootstrap_conn.connected:
+            live.append(self._bootstrap_conn)
+        if live:
+            return min(live, key=lambda c: c.in_flight)
+        for node_id in list(self.brokers):
+            try:
+                return await self.connection(node_id)
+            except KafkaError:
+                continue
+        errors = []
+        for host, port in self.bootstrap_servers:
+            conn = self._new_conn(host, port, -1)
+            try:
+                await conn.connect()
+            except KafkaError as e:
+                errors.append(e.message)
+                continue
+            self._bootstrap_conn = conn
+            return conn
+        raise KafkaConnectionError("no broker reachable: " + "; ".join(errors))
+
+    async def controller_connection(self) -> BrokerConnection:
+        if self.controller_id >= 0 and self.controller_id in self.brokers:
+            try:
+                return await self.connection(self.controller_id)
+            except KafkaError:
+                pass
+        return await self.any_connection()
+
+    async def leader_connection(self, topic: str, partition: int) -> BrokerConnection:
+        return await self.connection(self.leader_for(topic, partition))
+
+    # ---------------------------------------------------------------- metadata
+
+    async def refresh(self, topics: Iterable[str] | None = None) -> Any:
+        """Fetch metadata (every topic when ``topics`` is None) and update the cache; returns the response."""
+        if self._refresh_lock is None:
+            self._refresh_lock = asyncio.Lock()
+        async with self._refresh_lock:
+            conn = await self.any_connection()
+            names = None if topics is None else [MetadataRequestTopic(name=t) for t in topics]
+            req = MetadataRequest(topics=names, allow_auto_topic_creation=self.allow_auto_topic_creation)
+            try:
+                resp = await conn.send(req)
+            except KafkaConnectionError:
+                conn = await self.any_connection()
+                resp = await conn.send(req)
+            self._apply(resp, full=topics is None)
+            return resp
+
+    def _apply(self, resp: Any, *, full: bool) -> None:
+        self.brokers = {b.node_id: BrokerInfo(b.node_id, b.host, b.port, b.rack) for b in resp.brokers}
+        self.cluster_id = resp.cluster_id
+        self.controller_id = resp.controller_id
+        topics = {} if full else dict(self.topics)  # swapped in whole: sync facades read it from other threads
+        for t in resp.topics:
+            if t.name is None:
+                continue
+            if t.error_code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_TOPIC_EXCEPTION):
+                topics.pop(t.name, None)
+                continue
+            parts = {
+                p.partition_index: PartitionInfo(p.partition_index, p.leader_id, p.leader_epoch,
+                                                 tuple(p.replica_nodes), tuple(p.isr_nodes), p.error_code)
+                for p in t.partitions
+            }
+            topics[t.name] = TopicInfo(t.name, t.topic_id, parts, t.is_internal, t.error_code)
+        self.topics = topics
+        self._by_id = {t.topic_id: t.name for t in self.topics.values() if t.topic_id != _ZERO_UUID}
+        self.last_refresh = time.monotonic()
+        for node_id in [n for n in self._conns if n not in self.brokers]:
+            conn = self._conns.pop(node_id)
+            asyncio.get_running_loop().create_task(conn.close())
+
+    @property
+    def stale(self) -> bool:
+        return time.monotonic() - self.last_refresh > self.metadata_max_age
+
+    def topic(self, name: str) -> TopicInfo | None:
+        return self.topics.get(name)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        return self._by_id.get(topic_id)
+
+    def topic_id(self, name: str) -> uuid.UUID:
+        t = self.topics.get(name)
+        return t.topic_id if t is not None else _ZERO_UUID
+
+    def partitions_for(self, name: str) -> list[int]:
+        t = self.topics.get(name)
+        return sorted(t.partitions) if t is not None else []
+
+    def available_partitions_for(self, name: str) -> list[int]:
+        t = self.topics.get(name)
+        if t is None:
+            return []
+        return sorted(p.partition for p in t.partitions.values() if p.leader >= 0)
+
+    def leader_for(self, topic: str, partition: int) -> int:
+        """The leader's node id; KafkaError UNKNOWN_TOPIC_OR_PARTITION / LEADER_NOT_AVAILABLE otherwise."""
+        t = self.topics.get(topic)
+        p = t.partitions.get(partition) if t is not None else None
+        if p is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown partition {topic}[{partition}]")
+        if p.leader < 0:
+            raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"{topic}[{partition}] has no leader")
+        return p.leader
+
+    async def wait_for_topic(self, name: str, timeout: float) -> TopicInfo:
+        """Refresh until ``name`` is known with leaders for all partitions (auto-creation may be asked for)."""
+        deadline = time.monotonic() + timeout
+        delay = 0.05
+        while True:
+            t = self.topics.get(name)
+            if t is not None and t.partitions and all(p.leader >= 0 for p in t.partitions.values()):
+                return t
+            resp = await self.refresh([name])
+            for rt in resp.topics:
+                if rt.name == name and rt.error_code not in (0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                                             ErrorCode.LEADER_NOT_AVAILABLE):
+                    raise KafkaError(rt.error_code, f"topic {name!r}: metadata error")
+            if time.monotonic() >= deadline:
+                if name not in self.topics:
+                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+                raise KafkaTimeoutError(f"topic {name!r} has partitions without a leader after {timeout:g} s")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    async def close(self) -> None:
+        conns = list(self._conns.values())
+        if self._bootstrap_conn is not None:
+            conns.append(self._bootstrap_conn)
+        self._conns.clear()
+        self._bootstrap_conn = None
+        for task in self._connecting.values():
+            task.cancel()
+        self._connecting.clear()
+        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)

@@ -1,0 +1,176 @@
+"""Client configuration with Kafka's key names (``bootstrap.servers``, ``linger.ms``...), validated up front."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from oncelog.protocol.records import Compression
+
+from .errors import ConfigError
+
+__all__ = ["ProducerConfig", "ConsumerConfig", "AdminConfig", "parse_producer_config", "parse_consumer_config",
+           "parse_admin_config"]
+
+
+def _int(lo: int, hi: int = 2**31 - 1) -> Callable[[str, Any], int]:
+    def parse(key: str, v: Any) -> int:
+        try:
+            n = int(v)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key} must be an integer, got {v!r}") from None
+        if isinstance(v, bool) or not lo <= n <= hi:
+            raise ConfigError(f"{key} must be between {lo} and {hi}, got {v!r}")
+        return n
+    return parse
+
+
+def _bool(key: str, v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    s = str(v).strip().lower()
+    if s in ("true", "1", "yes"):
+        return True
+    if s in ("false", "0", "no"):
+        return False
+    raise ConfigError(f"{key} must be true or false, got {v!r}")
+
+
+def _str(key: str, v: Any) -> str:
+    if not isinstance(v, str):
+        raise ConfigError(f"{key} must be a string, got {v!r}")
+    return v
+
+
+def _choice(mapping: dict[str, Any]) -> Callable[[str, Any], Any]:
+    def parse(key: str, v: Any) -> Any:
+        s = str(v).strip().lower()
+        if s not in mapping:
+            raise ConfigError(f"{key} must be one of {', '.join(mapping)}; got {v!r}")
+        return mapping[s]
+    return parse
+
+
+def _acks(key: str, v: Any) -> int:
+    s = str(v).strip().lower()
+    if s in ("all", "-1"):
+        return -1
+    if s in ("0", "1"):
+        return int(s)
+    raise ConfigError(f"{key} must be 0, 1, -1 or all; got {v!r}")
+
+
+def _idempotence(key: str, v: Any) -> bool:
+    if _bool(key, v):
+        raise ConfigError(f"{key}=true is not supported by this producer yet; set it to false")
+    return False
+
+
+_COMMON: dict[str, tuple[str, Callable[[str, Any], Any], Any]] = {
+    "bootstrap.servers": ("bootstrap_servers", _str, None),
+    "client.id": ("client_id", _str, "oncelog"),
+    "request.timeout.ms": ("request_timeout_ms", _int(1), 30000),
+    "socket.connection.setup.timeout.ms": ("connect_timeout_ms", _int(1), 10000),
+    "metadata.max.age.ms": ("metadata_max_age_ms", _int(1), 300000),
+}
+
+_PRODUCER: dict[str, tuple[str, Callable[[str, Any], Any], Any]] = {
+    **_COMMON,
+    "acks": ("acks", _acks, -1),
+    "linger.ms": ("linger_ms", _int(0, 900000), 5),
+    "batch.size": ("batch_size", _int(1, 2**31 - 1), 16384),
+    "compression.type": ("compression", _choice(dict(Compression.BY_NAME)), Compression.NONE),
+    "delivery.timeout.ms": ("delivery_timeout_ms", _int(1), 120000),
+    "retries": ("retries", _int(0), 2**31 - 1),
+    "retry.backoff.ms": ("retry_backoff_ms", _int(0), 100),
+    "partitioner": ("partitioner", _choice({"murmur2_random": "murmur2_random"}), "murmur2_random"),
+    "enable.idempotence": ("enable_idempotence", _idempotence, False),
+    "allow.auto.create.topics": ("allow_auto_create_topics", _bool, True),
+    "message.max.bytes": ("message_max_bytes", _int(1), 1048576),
+}
+
+_CONSUMER: dict[str, tuple[str, Callable[[str, Any], Any], Any]] = {
+    **_COMMON,
+    "group.id": ("group_id", _str, None),
+    "auto.offset.reset": ("auto_offset_reset", _choice(
+        {"earliest": "earliest", "smallest": "earliest", "beginning": "earliest",
+         "latest": "latest", "largest": "latest", "end": "latest", "error": "error"}), "latest"),
+    "isolation.level": ("isolation_level", _choice({"read_uncommitted": 0, "read_committed": 1}), 0),
+    "fetch.min.bytes": ("fetch_min_bytes", _int(1), 1),
+    "fetch.max.bytes": ("fetch_max_bytes", _int(1), 52428800),
+    "max.partition.fetch.bytes": ("max_partition_fetch_bytes", _int(1), 1048576),
+    "fetch.max.wait.ms": ("fetch_max_wait_ms", _int(0), 500),
+    "fetch.wait.max.ms": ("fetch_max_wait_ms", _int(0), 500),
+    "check.crcs": ("check_crcs", _bool, True),
+    "enable.auto.commit": ("enable_auto_commit", _bool, False),
+    "retry.backoff.ms": ("retry_backoff_ms", _int(0), 100),
+}
+
+_ADMIN = dict(_COMMON)
+
+
+def _parse(kind: str, schema: dict[str, tuple[str, Callable[[str, Any], Any], Any]],
+           conf: Mapping[str, Any]) -> dict[str, Any]:
+    out = {attr: default for attr, _, default in schema.values()}
+    for key, value in conf.items():
+        entry = schema.get(key)
+        if entry is None:
+            near = difflib.get_close_matches(key, schema, 1)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise ConfigError(f"unknown {kind} configuration key {key!r}{hint}")
+        attr, parse, _ = entry
+        out[attr] = parse(key, value)
+    if not out["bootstrap_servers"]:
+        raise ConfigError(f"{kind} configuration needs bootstrap.servers (e.g. '127.0.0.1:9092')")
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class AdminConfig:
+    bootstrap_servers: str
+    client_id: str
+    request_timeout_ms: int
+    connect_timeout_ms: int
+    metadata_max_age_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerConfig(AdminConfig):
+    acks: int
+    linger_ms: int
+    batch_size: int
+    compression: int
+    delivery_timeout_ms: int
+    retries: int
+    retry_backoff_ms: int
+    partitioner: str
+    enable_idempotence: bool
+    allow_auto_create_topics: bool
+    message_max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConfig(AdminConfig):
+    group_id: str | None
+    auto_offset_reset: str
+    isolation_level: int
+    fetch_min_bytes: int
+    fetch_max_bytes: int
+    max_partition_fetch_bytes: int
+    fetch_max_wait_ms: int
+    check_crcs: bool
+    enable_auto_commit: bool
+    retry_backoff_ms: int
+
+
+def parse_admin_config(conf: Mapping[str, Any]) -> AdminConfig:
+    return AdminConfig(**_parse("admin", _ADMIN, conf))
+
+
+def parse_producer_config(conf: Mapping[str, Any]) -> ProducerConfig:
+    return ProducerConfig(**_parse("producer", _PRODUCER, conf))
+
+
+def parse_consumer_config(conf: Mapping[str, Any]) -> ConsumerConfig:
+    return ConsumerConfig(**_parse("consumer", _CONSUMER, conf))

@@ -1,0 +1,279 @@
+"""One asyncio connection to one broker: framing, correlation ids, pipelining, ApiVersions negotiation.
+
+A request is written as soon as :meth:`BrokerConnection.send` is called (any number may be in flight); a single
+reader task decodes responses and completes the caller's future by correlation id. Kafka answers in order on a
+connection, so a response with an unexpected correlation id means the stream is out of sync: the connection is
+closed and every pending request fails with :class:`KafkaConnectionError`, as it does on EOF.
+
+A request that is not answered within its timeout also closes the connection (Kafka's NetworkClient does the
+same): the response may still arrive later and there is no safe way to resynchronise the stream without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import Any
+
+from oncelog.protocol.api import API_KEYS, RequestHeader, decode_response, encode_request
+from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.framing import FrameDecoder
+from oncelog.protocol.messages.api_versions_request import ApiVersionsRequest
+
+from .errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, UnsupportedVersionError
+
+__all__ = ["BrokerConnection", "CLIENT_VERSIONS", "negotiate_versions"]
+
+log = logging.getLogger(__name__)
+
+#: API versions this client's code knows how to fill in and read, by api key. APIs not listed here may still be
+#: sent with :meth:`BrokerConnection.send` at their codec's full range (the caller then owns the semantics).
+CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
+    0: (3, 11),  # Produce: record batch v2 only
+    1: (4, 17),  # Fetch: topic ids from v13 (the cluster cache maps them back to names)
+    2: (1, 9),  # ListOffsets
+    3: (1, 12),  # Metadata: null topic list = all topics needs v1
+    18: (0, 4),  # ApiVersions
+    19: (2, 7),  # CreateTopics
+    20: (1, 6),  # DeleteTopics: v6 accepts names too
+    21: (0, 2),  # DeleteRecords
+    32: (1, 4),  # DescribeConfigs
+    37: (0, 3),  # CreatePartitions
+    44: (0, 1),  # IncrementalAlterConfigs
+}
+
+_API_VERSIONS_KEY = 18
+_SOFTWARE_NAME = "oncelog-python"
+_SOFTWARE_VERSION = "0.1.0"
+_MAX_FRAME = 512 * 1024 * 1024
+
+
+def _client_range(api_key: int) -> tuple[int, int] | None:
+    rng = CLIENT_VERSIONS.get(api_key)
+    if rng is not None:
+        return rng
+    spec = API_KEYS.get(api_key)
+    return None if spec is None else (spec.min_version, spec.max_version)
+
+
+def negotiate_versions(broker_ranges: dict[int, tuple[int, int]]) -> dict[int, int]:
+    """For each API both sides know, the highest version both support; APIs with no common version are left out."""
+    chosen: dict[int, int] = {}
+    for key, (bmin, bmax) in broker_ranges.items():
+        mine = _client_range(key)
+        if mine is None:
+            continue
+        lo, hi = max(mine[0], bmin), min(mine[1], bmax)
+        if lo <= hi:
+            chosen[key] = hi
+    return chosen
+
+
+class BrokerConnection:
+    """A connection to ``host:port``. Use ``await connect()``, then ``await send(request)``; ``close()`` when done."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        client_id: str | None = "oncelog",
+        node_id: int = -1,
+        request_timeout: float = 30.0,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.node_id = node_id
+        self.client_id = client_id
+        self.request_timeout = request_timeout
+        self.connect_timeout = connect_timeout
+        self.broker_versions: dict[int, tuple[int, int]] = {}
+        self.versions: dict[int, int] = {}
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._read_task: asyncio.Task[None] | None = None
+        self._pending: dict[int, tuple[asyncio.Future[Any], int, int]] = {}
+        self._correlation = itertools.count(1)
+        self._closed_error: KafkaConnectionError | None = None
+
+    def __repr__(self) -> str:
+        return f"BrokerConnection({self.host}:{self.port}, node {self.node_id})"
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None and self._closed_error is None
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    async def connect(self) -> None:
+        """Open the socket and negotiate API versions. Raises KafkaConnectionError / UnsupportedVersionError."""
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port), self.connect_timeout
+            )
+        except asyncio.TimeoutError:
+            raise KafkaConnectionError(
+                f"could not connect to {self.address} within {self.connect_timeout:g} s"
+            ) from None
+        except OSError as e:
+            raise KafkaConnectionError(f"could not connect to {self.address}: {e.strerror or e}") from None
+        self._closed_error = None
+        self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
+        try:
+            await self._negotiate()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _negotiate(self) -> None:
+        version = API_KEYS[_API_VERSIONS_KEY].max_version
+        version = min(version, CLIENT_VERSIONS[_API_VERSIONS_KEY][1])
+        req = ApiVersionsRequest(client_software_name=_SOFTWARE_NAME, client_software_version=_SOFTWARE_VERSION)
+        for _ in range(2):
+            resp = await self.send(req, version=version)
+            ranges = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+            if resp.error_code == ErrorCode.UNSUPPORTED_VERSION and _API_VERSIONS_KEY in ranges:
+                # the broker answered in v0 with its own ApiVersions range: retry at the best common version
+                lo, hi = ranges[_API_VERSIONS_KEY]
+                if hi < version:
+                    version = hi
+                    continue
+            if resp.error_code:
+                raise KafkaError(resp.error_code, f"ApiVersions to {self.address} failed")
+            self.broker_versions = ranges
+            self.versions = negotiate_versions(ranges)
+            return
+        raise UnsupportedVersionError(f"{self.address} supports no ApiVersions version this client can send")
+
+    def version_for(self, api_key: int) -> int:
+        """The negotiated version of ``api_key``; UnsupportedVersionError naming both ranges if there is none."""
+        v = self.versions.get(api_key)
+        if v is not None:
+            return v
+        spec = API_KEYS.get(api_key)
+        name = spec.name if spec else f"api key {api_key}"
+        mine = _client_range(api_key)
+        theirs = self.broker_versions.get(api_key)
+        if theirs is None:
+            detail = "the broker does not implement it"
+        else:
+            detail = f"the broker supports v{theirs[0]}-v{theirs[1]}, this client v{mine[0]}-v{mine[1]}" if mine \
+                else "this client has no codec for it"
+        raise UnsupportedVersionError(f"{self.address} and this client share no version of {name}: {detail}")
+
+    async def send(
+        self,
+        request: Any,
+        *,
+        version: int | None = None,
+        expect_response: bool = True,
+        timeout: float | None = None,
+    ) -> Any:
+        """Send ``request`` (a generated ``*Request`` message) and return its decoded response.
+
+        ``version`` defaults to the negotiated one. With ``expect_response=False`` (Produce with acks=0) returns
+        None once the bytes are handed to the socket. ``timeout`` defaults to ``request_timeout``.
+        """
+        if self._closed_error is not None:
+            raise KafkaConnectionError(str(self._closed_error.message))
+        writer = self._writer
+        if writer is None:
+            raise KafkaConnectionError(f"connection to {self.address} is not open")
+        api_key = int(type(request).API_KEY)
+        if version is None:
+            version = self.version_for(api_key)
+        correlation_id = next(self._correlation) & 0x7FFFFFFF
+        header = RequestHeader(api_key, version, correlation_id, self.client_id)
+        parts = encode_request(header, request)
+        fut: asyncio.Future[Any] | None = None
+        if expect_response:
+            fut = asyncio.get_running_loop().create_future()
+            self._pending[correlation_id] = (fut, api_key, version)
+        writer.writelines(parts)
+        try:
+            await writer.drain()
+        except (OSError, RuntimeError) as e:
+            self._fail(KafkaConnectionError(f"write to {self.address} failed: {e}"))
+        if fut is None:
+            return None
+        wait = self.request_timeout if timeout is None else timeout
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), wait)
+        except asyncio.TimeoutError:
+            name = API_KEYS[api_key].name
+            err = KafkaTimeoutError(f"{name} request to {self.address} got no response within {wait:g} s")
+            self._fail(KafkaConnectionError(f"closed after a timed-out {name} request"))
+            raise err from None
+
+    async def _read_loop(self) -> None:
+        assert self._reader is not None
+        decoder = FrameDecoder(_MAX_FRAME)
+        reader = self._reader
+        try:
+            while True:
+                chunk = await reader.read(256 * 1024)
+                if not chunk:
+                    self._fail(KafkaConnectionError(f"{self.address} closed the connection"))
+                    return
+                for frame in decoder.feed(chunk):
+                    self._complete(frame)
+        except asyncio.CancelledError:
+            raise
+        except KafkaError as e:
+            self._fail(KafkaConnectionError(str(e)))
+        except Exception as e:  # decode errors, socket errors: the stream can no longer be trusted
+            self._fail(KafkaConnectionError(f"connection to {self.address} failed: {type(e).__name__}: {e}"))
+
+    def _complete(self, frame: Any) -> None:
+        correlation_id = int.from_bytes(bytes(frame[:4]), "big", signed=True)
+        entry = self._pending.pop(correlation_id, None)
+        if entry is None:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE,
+                             f"{self.address} answered unknown correlation id {correlation_id}")
+        fut, api_key, version = entry
+        if fut.done():
+            return
+        try:
+            _, message = decode_response(api_key, version, frame)
+        except Exception as e:
+            fut.set_exception(KafkaError(ErrorCode.CORRUPT_MESSAGE,
+                                         f"cannot decode {API_KEYS[api_key].name} v{version} response: {e}"))
+            raise
+        fut.set_result(message)
+
+    def _fail(self, error: KafkaConnectionError) -> None:
+        if self._closed_error is None:
+            self._closed_error = error
+        pending, self._pending = self._pending, {}
+        for fut, _, _ in pending.values():
+            if not fut.done():
+                fut.set_exception(KafkaConnectionError(error.message))
+                fut.exception()  # mark retrieved: a caller that timed out no longer awaits it
+        writer = self._writer
+        if writer is not None and not writer.is_closing():
+            writer.close()
+
+    async def close(self) -> None:
+        """Close the socket; pending requests fail with KafkaConnectionError."""
+        self._fail(KafkaConnectionError(f"connection to {self.address} was closed by the client"))
+        task, self._read_task = self._read_task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            try:
+                await writer.wait_closed()
+            except (OSError, RuntimeError):
+                pass
