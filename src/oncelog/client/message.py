@@ -1,0 +1,24 @@
+"""The record as the client hands it out: consumed messages and delivery reports share this type."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import KafkaError
+
+__all__ = ["Message", "Header"]
+
+Header = tuple[str, bytes | None]
+
+
+@dataclass(slots=True)
+class Message:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[Header] = field(default_factory=list)
+    timestamp: int = -1
+    #: set on a failed delivery report
+    error: KafkaError | None = None

@@ -1,0 +1,7 @@
+"""Producer: batching per partition, murmur2 key partitioning, sticky partitioning for null keys."""
+
+from .accumulator import ProducerBatch, RecordAccumulator
+from .partitioner import Partitioner
+from .producer import AsyncProducer, Producer
+
+__all__ = ["AsyncProducer", "Producer", "Partitioner", "RecordAccumulator", "ProducerBatch"]

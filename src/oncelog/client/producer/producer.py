@@ -1,0 +1,251 @@
+"""``AsyncProducer`` (asyncio) and ``Producer`` (confluent-kafka-like sync facade).
+
+Growth points for the idempotence/transactions work: producer id/epoch/sequence go into the batch builder in
+:mod:`.accumulator`, the InitProducerId/AddPartitionsToTxn dance belongs in a ``transaction_manager.py`` that the
+:class:`Sender` consults before draining.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+from .._sync import LoopThread
+from ..cluster import Cluster
+from ..config import ProducerConfig, parse_producer_config
+from ..errors import ConfigError, KafkaError, KafkaTimeoutError
+from ..message import Header, Message
+from .accumulator import DeliveryCallback, RecordAccumulator
+from .partitioner import Partitioner
+from .sender import Reports, Sender
+
+__all__ = ["AsyncProducer", "Producer", "HeadersLike"]
+
+HeadersLike = Mapping[str, "str | bytes | None"] | Sequence[tuple[str, "str | bytes | None"]] | None
+
+
+def _as_bytes(what: str, v: Any) -> bytes | None:
+    if v is None or isinstance(v, bytes):
+        return v
+    if isinstance(v, str):
+        return v.encode("utf-8")
+    if isinstance(v, (bytearray, memoryview)):
+        return bytes(v)
+    raise TypeError(f"{what} must be bytes, str or None, got {type(v).__name__}")
+
+
+def _headers(h: HeadersLike) -> list[Header]:
+    if not h:
+        return []
+    items = h.items() if isinstance(h, Mapping) else h
+    return [(str(k), _as_bytes("header value", v)) for k, v in items]
+
+
+class AsyncProducer:
+    """Batching producer on the running event loop. ``await start()``, ``produce()``, ``await flush()``."""
+
+    def __init__(self, conf: Mapping[str, Any] | ProducerConfig, *,
+                 deliver: Callable[[Reports], None] | None = None) -> None:
+        self.config = conf if isinstance(conf, ProducerConfig) else parse_producer_config(conf)
+        c = self.config
+        self.cluster = Cluster(c.bootstrap_servers, client_id=c.client_id, request_timeout=c.request_timeout_ms / 1000,
+                               connect_timeout=c.connect_timeout_ms / 1000,
+                               metadata_max_age=c.metadata_max_age_ms / 1000,
+                               allow_auto_topic_creation=c.allow_auto_create_topics)
+        self.accumulator = RecordAccumulator(c.batch_size, c.linger_ms, c.compression)
+        self.partitioner = Partitioner(self.accumulator.batch_open)
+        self._deliver = deliver or self._run_reports
+        self.sender: Sender | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def start(self) -> None:
+        if self.sender is None:
+            self._loop = asyncio.get_running_loop()
+            await self.cluster.bootstrap()
+            self.sender = Sender(self.cluster, self.accumulator, self.config, self._deliver)
+            self.sender.start()
+
+    async def __aenter__(self) -> "AsyncProducer":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @staticmethod
+    def _run_reports(reports: Reports) -> None:
+        for cb, err, msg in reports:
+            cb(err, msg)
+
+    async def ensure_topic(self, topic: str) -> None:
+        """Load metadata for ``topic`` (auto-creating it if the broker and ``allow.auto.create.topics`` allow)."""
+        if self.cluster.topic(topic) is None:
+            await self.cluster.wait_for_topic(topic, self.config.delivery_timeout_ms / 1000)
+
+    def append(self, topic: str, value: Any = None, key: Any = None, partition: int | None = None,
+               headers: HeadersLike = None, on_complete: DeliveryCallback | None = None,
+               timestamp: int | None = None) -> bool:
+        """Queue one record (topic metadata must be loaded). Thread-safe; returns whether the sender needs a wake-up.
+
+        Raises KafkaError UNKNOWN_TOPIC_OR_PARTITION for an unknown topic or partition, MESSAGE_TOO_LARGE for a
+        record above ``message.max.bytes``.
+        """
+        k, v, hs = _as_bytes("key", key), _as_bytes("value", value), _headers(headers)
+        size = (len(k) if k else 0) + (len(v) if v else 0)
+        if size > self.config.message_max_bytes:
+            raise KafkaError(10, f"record of {size} bytes for {topic!r} exceeds message.max.bytes="
+                                 f"{self.config.message_max_bytes}")
+        info = self.cluster.topic(topic)
+        if info is None:
+            raise KafkaError(3, f"topic {topic!r} is unknown (call ensure_topic first or create it)")
+        parts = sorted(info.partitions)
+        if partition is None:
+            partition = self.partitioner.partition(topic, k, parts, self.cluster.available_partitions_for(topic))
+        elif partition not in info.partitions:
+            raise KafkaError(3, f"partition {partition} of {topic!r} does not exist (it has {len(parts)})")
+        ts = int(time.time() * 1000) if timestamp is None else timestamp
+        full, new = self.accumulator.append((topic, partition), ts, k, v, hs, on_complete)
+        return full or new
+
+    async def produce(self, topic: str, value: Any = None, key: Any = None, partition: int | None = None,
+                      headers: HeadersLike = None, on_delivery: DeliveryCallback | None = None,
+                      timestamp: int | None = None) -> "asyncio.Future[Message]":
+        """Queue a record; returns a future resolved with the delivered :class:`Message` (or its KafkaError).
+
+        ``on_delivery(err, msg)`` is called on the event loop when the record is acknowledged or fails.
+        """
+        await self.start()
+        await self.ensure_topic(topic)
+        assert self._loop is not None and self.sender is not None
+        fut: asyncio.Future[Message] = self._loop.create_future()
+
+        def done(err: KafkaError | None, msg: Message) -> None:
+            if not fut.done():
+                if err is None:
+                    fut.set_result(msg)
+                else:
+                    fut.set_exception(err)
+                    fut.exception()  # a caller relying on on_delivery may never await the future
+            if on_delivery is not None:
+                on_delivery(err, msg)
+
+        if self.append(topic, value, key, partition, headers, done, timestamp):
+            self.sender.wakeup()
+        return fut
+
+    def __len__(self) -> int:
+        return self.accumulator.pending_records
+
+    async def flush(self, timeout: float | None = None) -> int:
+        """Send everything queued and wait for its acknowledgements; returns records still pending (0 = all)."""
+        if self.sender is None:
+            return len(self)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self.accumulator.begin_flush()
+        try:
+            self.sender.wakeup()
+            while len(self):
+                left = 1.0 if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    break
+                await self.sender.wait_progress(min(left, 1.0))
+        finally:
+            self.accumulator.end_flush()
+        return len(self)
+
+    async def close(self, timeout: float | None = 30.0) -> None:
+        """Flush (up to ``timeout``), fail what is left with a timeout error, and close connections."""
+        if self.sender is not None:
+            await self.flush(timeout)
+            await self.sender.close()
+            self.sender = None
+        left = self.accumulator.abort_all()
+        reports: Reports = []
+        for b in left:
+            self.accumulator.done(b)
+            reports += b.complete(-1, -1, KafkaTimeoutError(f"producer closed before {b.tp} was delivered"))
+        if reports:
+            self._deliver(reports)
+        await self.cluster.close()
+
+
+class Producer:
+    """Blocking producer in the style of confluent-kafka: ``produce()`` queues, delivery callbacks run in
+    ``poll()``/``flush()`` on the caller's thread. An event loop thread does the batching and the network."""
+
+    def __init__(self, conf: Mapping[str, Any]) -> None:
+        self._reports: collections.deque[tuple[DeliveryCallback, KafkaError | None, Message]] = collections.deque()
+        self._async = AsyncProducer(conf, deliver=self._reports.extend)
+        self._runner = LoopThread("oncelog-producer")
+        self._closed = False
+        self._lock = threading.Lock()
+        try:
+            self._runner.run(self._async.start(), self._async.config.request_timeout_ms / 1000 + 5)
+        except BaseException:
+            self._runner.stop()
+            raise
+
+    @property
+    def config(self) -> ProducerConfig:
+        return self._async.config
+
+    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int | None = None,
+                headers: HeadersLike = None, on_delivery: DeliveryCallback | None = None,
+                timestamp: int | None = None) -> None:
+        """Queue one record. ``on_delivery(err, msg)`` runs in a later ``poll()``/``flush()`` call."""
+        if self._closed:
+            raise ConfigError("producer is closed")
+        a = self._async
+        if a.cluster.topic(topic) is None:
+            self._runner.run(a.ensure_topic(topic), a.config.delivery_timeout_ms / 1000 + 5)
+        with self._lock:
+            wake = a.append(topic, value, key, partition, headers, on_delivery or _ignore, timestamp)
+        if wake and a.sender is not None:
+            self._runner.call_soon(a.sender.wakeup)
+
+    def poll(self, timeout: float = 0.0) -> int:
+        """Run pending delivery callbacks (waiting up to ``timeout`` s for one); returns how many ran."""
+        if not self._reports and timeout > 0 and len(self._async):
+            sender = self._async.sender
+            if sender is not None:
+                self._runner.run(sender.wait_progress(timeout), timeout + 5)
+        n = 0
+        while self._reports:
+            cb, err, msg = self._reports.popleft()
+            if cb is not _ignore:
+                cb(err, msg)
+                n += 1
+        return n
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Deliver everything queued; returns the number of records still pending (0 = all delivered)."""
+        wait = None if timeout is None else timeout + 5
+        left: int = self._runner.run(self._async.flush(timeout), wait)
+        self.poll(0)
+        return left
+
+    def __len__(self) -> int:
+        return len(self._async)
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._runner.run(self._async.close(timeout), None if timeout is None else timeout + 10)
+            self.poll(0)
+        finally:
+            self._runner.stop()
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _ignore(err: KafkaError | None, msg: Message) -> None:
+    return None

@@ -1,0 +1,184 @@
+"""The sender task: turns ready batches into Produce requests, one request per leader, and completes them.
+
+At most one batch per partition is in flight (the partition is *muted* meanwhile), so a retried batch can never be
+overtaken by a later one: order per partition holds without idempotence. Requests to different leaders, and
+successive requests to one leader for other partitions, are pipelined on the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from typing import Any, Callable
+
+from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.messages.produce_request import PartitionProduceData, ProduceRequest, TopicProduceData
+
+from ..cluster import Cluster
+from ..config import ProducerConfig
+from ..errors import KafkaError, KafkaTimeoutError
+from .accumulator import DeliveryCallback, ProducerBatch, RecordAccumulator, TopicPartition
+from ..message import Message
+
+__all__ = ["Sender", "Reports"]
+
+log = logging.getLogger(__name__)
+Reports = list[tuple[DeliveryCallback, KafkaError | None, Message]]
+
+
+class Sender:
+    def __init__(self, cluster: Cluster, accumulator: RecordAccumulator, config: ProducerConfig,
+                 deliver: Callable[[Reports], None], *, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.cluster = cluster
+        self.acc = accumulator
+        self.config = config
+        self._deliver = deliver
+        self._monotonic = monotonic
+        self._wake = asyncio.Event()
+        self._progress = asyncio.Event()
+        self._muted: set[TopicPartition] = set()
+        self._requests: set[asyncio.Task[None]] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._refreshing: asyncio.Task[Any] | None = None
+        self._backoff = config.retry_backoff_ms / 1000
+        self._delivery_timeout = config.delivery_timeout_ms / 1000
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="oncelog-producer-sender")
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    async def wait_progress(self, timeout: float) -> None:
+        """Return when some batch completed (or after ``timeout``)."""
+        self._progress.clear()
+        try:
+            await asyncio.wait_for(self._progress.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            ready, delay = self.acc.ready(self._muted)
+            if ready:
+                self._send(ready)
+                continue
+            try:
+                await asyncio.wait_for(self._wake.wait(), delay)
+            except asyncio.TimeoutError:
+                pass
+
+    def _refresh_metadata(self) -> None:
+        if self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.get_running_loop().create_task(self._safe_refresh())
+
+    async def _safe_refresh(self) -> None:
+        try:
+            await self.cluster.refresh()
+        except KafkaError as e:
+            log.debug("metadata refresh failed: %s", e)
+
+    def _send(self, ready: list[TopicPartition]) -> None:
+        by_node: dict[int, list[TopicPartition]] = defaultdict(list)
+        no_leader: list[tuple[TopicPartition, KafkaError]] = []
+        for tp in ready:
+            try:
+                by_node[self.cluster.leader_for(*tp)].append(tp)
+            except KafkaError as e:
+                no_leader.append((tp, e))
+        if no_leader:
+            self._refresh_metadata()
+            for (tp, err), batch in zip(no_leader, self.acc.drain([tp for tp, _ in no_leader])):
+                self._retry_or_fail(batch, err)
+        for node, tps in by_node.items():
+            batches = self.acc.drain(tps)
+            self._muted.update(b.tp for b in batches)
+            task = asyncio.get_running_loop().create_task(self._send_node(node, batches))
+            self._requests.add(task)
+            task.add_done_callback(self._requests.discard)
+
+    async def _send_node(self, node: int, batches: list[ProducerBatch]) -> None:
+        by_topic: dict[str, list[PartitionProduceData]] = defaultdict(list)
+        for b in batches:
+            b.attempts += 1
+            by_topic[b.tp[0]].append(PartitionProduceData(index=b.tp[1], records=b.build()))
+        acks = self.config.acks
+        req = ProduceRequest(transactional_id=None, acks=acks, timeout_ms=self.config.request_timeout_ms,
+                             topic_data=[TopicProduceData(name=t, partition_data=ps) for t, ps in by_topic.items()])
+        results: dict[TopicPartition, Any] = {}
+        failure: KafkaError | None = None
+        try:
+            conn = await self.cluster.connection(node)
+            resp = await conn.send(req, expect_response=acks != 0)
+            if resp is not None:
+                for t in resp.responses:
+                    for p in t.partition_responses:
+                        results[(t.name, p.index)] = p
+        except KafkaError as e:
+            failure = e
+        except Exception as e:  # an encoding bug must fail the records, not kill the sender silently
+            failure = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(e).__name__}: {e}", retriable=False)
+        reports: Reports = []
+        for b in batches:
+            self._muted.discard(b.tp)
+            where = f"produce to {b.tp[0]}[{b.tp[1]}]"
+            if failure is not None:
+                err: KafkaError | None = KafkaError(int(failure.code), f"{where}: {failure.message}",
+                                                    retriable=failure.retriable)
+            elif acks == 0:
+                err = None
+                reports += self._finish(b, -1, -1, None)
+                continue
+            else:
+                p = results.get(b.tp)
+                if p is None:
+                    err = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{where}: the broker did not answer for it",
+                                     retriable=False)
+                elif p.error_code:
+                    err = KafkaError(p.error_code, f"{where}: {p.error_message or ErrorCode(p.error_code).name}")
+                else:
+                    reports += self._finish(b, p.base_offset, p.log_append_time_ms, None)
+                    continue
+            if err.retriable:
+                if err.code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NETWORK_EXCEPTION):
+                    self._refresh_metadata()
+                reports += self._retry_or_fail(b, err)
+            else:
+                reports += self._finish(b, -1, -1, err)
+        if reports:
+            self._deliver(reports)
+        self._progress.set()
+        self._wake.set()
+
+    def _retry_or_fail(self, batch: ProducerBatch, err: KafkaError) -> Reports:
+        now = self._monotonic()
+        if batch.attempts <= self.config.retries and now - batch.created + self._backoff < self._delivery_timeout:
+            log.debug("retrying %s: %s", batch.tp, err)
+            self.acc.reenqueue(batch, now + self._backoff)
+            return []
+        if now - batch.created + self._backoff >= self._delivery_timeout:
+            err = KafkaTimeoutError(f"{err.message} (gave up after delivery.timeout.ms="
+                                    f"{self.config.delivery_timeout_ms})")
+        reports = self._finish(batch, -1, -1, err)
+        self._deliver(reports)
+        return []
+
+    def _finish(self, batch: ProducerBatch, base_offset: int, log_append_time: int,
+                err: KafkaError | None) -> Reports:
+        self.acc.done(batch)
+        self._progress.set()
+        return batch.complete(base_offset, log_append_time, err)
+
+    async def close(self) -> None:
+        tasks = [t for t in (self._task, self._refreshing) if t is not None]
+        for t in tasks:
+            t.cancel()
+        if self._requests:
+            await asyncio.gather(*self._requests, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._task = None
