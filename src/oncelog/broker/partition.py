@@ -36,8 +36,6 @@ class Partition:
         self.durable_per_append = durable_per_append
         self._mark_dirty = mark_dirty
         self.high_watermark = log.durable_offset if durable_per_append else log.log_end_offset
-        if not durable_per_append:
-            self.high_watermark = log.log_end_offset
         self.deleted = False
         self._durable_waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
         self._hw_future: asyncio.Future[None] | None = None
@@ -55,15 +53,29 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        """First offset of the earliest open transaction, else the high watermark (transactions refine this)."""
-        return self.high_watermark
+        """First offset of the earliest transaction not yet decided below the high watermark, else the HW."""
+        return self.log.last_stable_offset(self.high_watermark)
 
-    def append(self, payload: bytearray, headers: list["BatchHeader"], log_append_time_ms: int | None) -> "AppendResult":
-        result = self.log.append(payload, headers, log_append_time_ms=log_append_time_ms)
+    def append(self, payload: bytearray, headers: list["BatchHeader"], log_append_time_ms: int | None,
+               origin: str = "client") -> "AppendResult":
+        """Append validated batches; producer-state errors (storage.ProducerStateError) propagate unchanged."""
+        result = self.log.append(payload, headers, log_append_time_ms=log_append_time_ms, origin=origin)
+        self._appended()
+        return result
+
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                      timestamp_ms: int) -> "AppendResult":
+        """Write a COMMIT/ABORT control batch ending ``producer_id``'s transaction on this partition."""
+        result = self.log.append_marker(producer_id, producer_epoch, commit, coordinator_epoch, timestamp_ms)
+        self._appended()
+        return result
+
+    def _appended(self) -> None:
         self._mark_dirty(self)
         if not self.durable_per_append:
-            self._advance_hw(self.log.log_end_offset)
-        return result
+            end = self.log.log_end_offset
+            self.log.on_high_watermark(end)
+            self._advance_hw(end)
 
     def wait_durable(self, last_offset: int) -> asyncio.Future[None]:
         """A future done once every offset <= last_offset is on disk (immediately if it already is)."""

@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING
 
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.fetch_request import FetchRequest
-from oncelog.protocol.messages.fetch_response import FetchableTopicResponse, FetchResponse, PartitionData
+from oncelog.protocol.messages.fetch_response import (
+    AbortedTransaction,
+    FetchableTopicResponse,
+    FetchResponse,
+    PartitionData,
+)
 from oncelog.storage import OffsetOutOfRangeError
 
 from ._common import error_for
@@ -107,14 +112,11 @@ def _read(broker: "Broker", wants: list[_Want], max_bytes: int, isolation: int) 
         else:
             out.records = None
         if isolation == READ_COMMITTED:
-            out.aborted_transactions = partition_aborted(partition, want.fetch_offset, limit)
+            out.aborted_transactions = [
+                AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+                for a in partition.log.collect_aborted_txns(want.fetch_offset, limit)
+            ] if out.records is not None else None
     return total, error
-
-
-def partition_aborted(partition: "Partition", start: int, end: int) -> list | None:  # type: ignore[type-arg]
-    """Aborted transactions overlapping [start, end); the transactions work fills this in."""
-    finder = getattr(partition, "aborted_transactions", None)
-    return finder(start, end) if finder is not None else []
 
 
 def _response(topics: list[FetchableTopicResponse]) -> FetchResponse:

@@ -25,6 +25,8 @@ from oncelog.protocol.records import (
     validate_batches,
 )
 
+from oncelog.storage import DuplicateSequenceError, ProducerStateError
+
 from ..router import NO_RESPONSE
 from ._common import error_for
 
@@ -74,6 +76,15 @@ def _append_one(broker: "Broker", partition: "Partition", records: memoryview | 
         set_partition_leader_epoch(payload, h.position, LEADER_EPOCH)
     try:
         result = partition.append(payload, headers, log_append_time)
+    except DuplicateSequenceError as dup:
+        # a retry of a batch already in the log: success with the offsets of the original append
+        out.base_offset = dup.first_offset
+        out.log_append_time_ms = dup.timestamp if log_append_time is not None else -1
+        out.log_start_offset = partition.log_start_offset
+        return dup.last_offset
+    except ProducerStateError as e:
+        out.error_code, out.error_message = e.error_code, str(e)
+        return None
     except Exception as e:
         out.error_code, out.error_message = error_for(e)
         return None
