@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from txn_helpers import T0, headers_for, pbatch, plain
 
 from oncelog.protocol.records import build_control_batch
 from oncelog.storage import (
@@ -25,8 +26,6 @@ from oncelog.storage.producer_state import (
     decrement_sequence,
     snapshot_file_name,
 )
-
-from txn_helpers import T0, headers_for, pbatch, plain
 
 INT32_MAX = 2**31 - 1
 
