@@ -59,5 +59,14 @@ def serve(
     run_broker(cfg)
 
 
+from oncelog.cli import consume as _consume  # noqa: E402  (commands register after the app exists)
+from oncelog.cli import produce as _produce  # noqa: E402
+from oncelog.cli import topic as _topic  # noqa: E402
+
+app.add_typer(_topic.app, name="topic")
+app.command("produce")(_produce.produce)
+app.command("consume")(_consume.consume)
+
+
 def main() -> None:  # pragma: no cover
     app()

@@ -185,6 +185,8 @@ class AsyncAdmin:
         await self.start()
         resp = await self.cluster.refresh([name])
         for t in resp.topics:
+            if t.name == name and t.error_code == 3:
+                raise KafkaError(3, f"topic {name!r} does not exist")
             if t.name == name:
                 raise_for_code(t.error_code, None, f"topic {name!r}")
         info = self.cluster.topic(name)

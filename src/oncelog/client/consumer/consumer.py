@@ -116,6 +116,14 @@ class Consumer:
     def config(self) -> ConsumerConfig:
         return self._async.config
 
+    def partitions_for(self, topic: str) -> list[int]:
+        """Partitions of ``topic`` from fresh metadata ([] if the topic does not exist)."""
+        async def do() -> list[int]:
+            await self._async.cluster.refresh([topic])
+            return self._async.cluster.partitions_for(topic)
+        result: list[int] = self._runner.run(do(), self._timeout)
+        return result
+
     def assign(self, partitions: Iterable[Assignment]) -> None:
         items = list(partitions)
 

@@ -206,6 +206,14 @@ class Producer:
         if wake and a.sender is not None:
             self._runner.call_soon(a.sender.wakeup)
 
+    def partitions_for(self, topic: str, timeout: float | None = None) -> list[int]:
+        """Partitions of ``topic``, loading its metadata (KafkaError UNKNOWN_TOPIC_OR_PARTITION if it does not exist
+        and is not auto-created within ``timeout``, default delivery.timeout.ms)."""
+        a = self._async
+        wait = a.config.delivery_timeout_ms / 1000 if timeout is None else timeout
+        self._runner.run(a.cluster.wait_for_topic(topic, wait), wait + 10)
+        return a.cluster.partitions_for(topic)
+
     def poll(self, timeout: float = 0.0) -> int:
         """Run pending delivery callbacks (waiting up to ``timeout`` s for one); returns how many ran."""
         if not self._reports and timeout > 0 and len(self._async):
