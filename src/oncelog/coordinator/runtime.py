@@ -1,0 +1,246 @@
+"""The coordinator runtime: one serial queue per internal-topic partition (Kafka ``CoordinatorRuntime``).
+
+An operation is a plain function of the partition's shard. It validates, may mark pending state, and returns a
+:class:`CoordinatorResult` (records to write + the response). The runtime appends the records through the
+injected :class:`CoordinatorLog`, which returns once they are durable, then replays each record into the shard
+(``shard.replay(key, value, offset)`` — the same function start-up loading uses) and only then completes the
+caller's future with the response. If the append fails, ``on_failure`` runs (to drop a pending marker) and the
+caller gets :class:`CoordinatorError` with a coordinator error code.
+
+Operations of one partition run strictly one after another on a worker task that owns them: a caller that is
+cancelled while its append is in flight cannot leave memory behind the log. Different partitions run
+concurrently. The runtime also owns the coordinator's background tasks (marker retries) and its sleeping, so the
+coordinator modules need no asyncio of their own and tests can make backoff instant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from oncelog.protocol.errors import ErrorCode
+
+__all__ = [
+    "CoordinatorError",
+    "CoordinatorLog",
+    "CoordinatorResult",
+    "CoordinatorRuntime",
+    "CoordinatorShard",
+    "Record",
+    "append_error_code",
+]
+
+log = logging.getLogger("oncelog.coordinator.runtime")
+
+Record = tuple[bytes, "bytes | None"]
+T = TypeVar("T")
+S = TypeVar("S", bound="CoordinatorShard")
+
+
+class CoordinatorLog(Protocol):
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> int:
+        """Append the records as one batch; return its base offset once durable; raise on failure."""
+        ...
+
+
+class CoordinatorShard(Protocol):
+    def replay(self, key: bytes | None, value: bytes | None, offset: int) -> None:
+        ...
+
+
+@dataclass
+class CoordinatorResult(Generic[T]):
+    records: list[tuple[bytes, bytes | None]]
+    response: T
+    on_failure: Callable[[], None] | None = None
+
+
+class CoordinatorError(Exception):
+    """An operation could not be completed; ``code`` is what the client should be told."""
+
+    def __init__(self, code: ErrorCode, message: str = "") -> None:
+        super().__init__(message or code.name)
+        self.code = code
+
+
+def append_error_code(exc: BaseException) -> ErrorCode:
+    """Kafka's mapping of a failed internal-topic append to the code a client gets
+    (TransactionStateManager.appendTransactionToLog / CoordinatorRuntime)."""
+    raw = getattr(exc, "error_code", None)
+    try:
+        code = ErrorCode(int(raw)) if raw is not None else None
+    except ValueError:
+        code = None
+    if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
+                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.KAFKA_STORAGE_ERROR,
+                None):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if code is ErrorCode.NOT_LEADER_OR_FOLLOWER:
+        return ErrorCode.NOT_COORDINATOR
+    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+    assert code is not None
+    return code
+
+
+_Item = tuple[Callable[[Any], Any], "asyncio.Future[Any]"]
+
+
+class _Partition:
+    def __init__(self, shard: Any) -> None:
+        self.shard = shard
+        self.queue: asyncio.Queue[_Item | None] = asyncio.Queue()
+        self.worker: asyncio.Task[None] | None = None
+        self.loading = True
+
+
+class CoordinatorRuntime(Generic[S]):
+    def __init__(self, log: CoordinatorLog, shard_factory: Callable[[int], S],
+                 sleep: Callable[[float], Awaitable[None]] | None = None) -> None:
+        self._log = log
+        self._factory = shard_factory
+        self._partitions: dict[int, _Partition] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._sleep = sleep or asyncio.sleep
+        self._closed = False
+
+    # ------------------------------------------------------------------ partitions
+    def shard(self, partition: int) -> S | None:
+        p = self._partitions.get(partition)
+        return None if p is None or p.loading else p.shard
+
+    def shards(self) -> dict[int, S]:
+        return {i: p.shard for i, p in self._partitions.items() if not p.loading}
+
+    def is_loading(self, partition: int) -> bool:
+        p = self._partitions.get(partition)
+        return p is not None and p.loading
+
+    async def load(self, partition: int, records: Iterable[tuple[bytes | None, bytes | None, int]]) -> S:
+        """Create the partition's shard and replay every record of the partition into it, through the queue."""
+        if partition in self._partitions:
+            raise RuntimeError(f"coordinator partition {partition} is already loaded")
+        p = _Partition(self._factory(partition))
+        self._partitions[partition] = p
+        self._start(partition, p)
+
+        def replay_all(shard: S) -> CoordinatorResult[None]:
+            for key, value, offset in records:
+                shard.replay(key, value, offset)
+            return CoordinatorResult([], None)
+
+        try:
+            await self._submit(p, replay_all)
+        except BaseException:
+            self.unload(partition)
+            raise
+        p.loading = False
+        return p.shard  # type: ignore[no-any-return]
+
+    def unload(self, partition: int) -> None:
+        """Stop serving a partition: queued operations fail with NOT_COORDINATOR."""
+        p = self._partitions.pop(partition, None)
+        if p is None:
+            return
+        if p.worker is not None:
+            p.worker.cancel()
+        while not p.queue.empty():
+            item = p.queue.get_nowait()
+            if item is not None and not item[1].done():
+                item[1].set_exception(CoordinatorError(ErrorCode.NOT_COORDINATOR))
+
+    # ------------------------------------------------------------------ operations
+    async def run(self, partition: int, op: Callable[[S], CoordinatorResult[T]]) -> T:
+        p = self._partitions.get(partition)
+        if p is None or self._closed:
+            raise CoordinatorError(ErrorCode.NOT_COORDINATOR, f"partition {partition} is not loaded here")
+        if p.loading:
+            raise CoordinatorError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        return await self._submit(p, op)  # type: ignore[no-any-return]
+
+    async def _submit(self, p: _Partition, op: Callable[[Any], Any]) -> Any:
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        p.queue.put_nowait((op, fut))
+        return await fut
+
+    def _start(self, partition: int, p: _Partition) -> None:
+        p.worker = asyncio.get_running_loop().create_task(self._work(partition, p),
+                                                           name=f"coordinator-partition-{partition}")
+
+    async def _work(self, partition: int, p: _Partition) -> None:
+        while True:
+            item = await p.queue.get()
+            if item is None:
+                return
+            op, fut = item
+            try:
+                result = await self._execute(partition, p, op)
+            except BaseException as e:
+                if isinstance(e, asyncio.CancelledError) and self._partitions.get(partition) is not p:
+                    if not fut.done():
+                        fut.set_exception(CoordinatorError(ErrorCode.NOT_COORDINATOR))
+                    raise
+                if not fut.done():
+                    fut.set_exception(e)
+                if isinstance(e, asyncio.CancelledError):
+                    raise
+                continue
+            if not fut.done():
+                fut.set_result(result)
+
+    async def _execute(self, partition: int, p: _Partition, op: Callable[[Any], Any]) -> Any:
+        result = op(p.shard)
+        if not isinstance(result, CoordinatorResult):
+            raise TypeError(f"a coordinator operation must return a CoordinatorResult, not {type(result)!r}")
+        if not result.records:
+            return result.response
+        try:
+            offset = await self._log.append(partition, list(result.records))
+        except Exception as e:
+            if result.on_failure is not None:
+                result.on_failure()
+            code = append_error_code(e)
+            log.warning("append to coordinator partition %d failed (%s): answering %s", partition, e, code.name)
+            raise CoordinatorError(code, str(e)) from e
+        except BaseException:
+            if result.on_failure is not None:
+                result.on_failure()
+            raise
+        for i, (key, value) in enumerate(result.records):
+            p.shard.replay(key, value, offset + i)
+        return result.response
+
+    # ------------------------------------------------------------------ background work
+    def spawn(self, coro: Coroutine[Any, Any, T], name: str | None = None) -> asyncio.Task[T]:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("coordinator background task %s failed", task.get_name(), exc_info=task.exception())
+
+    async def sleep(self, seconds: float) -> None:
+        await self._sleep(seconds)
+
+    async def wait_idle(self) -> None:
+        """Wait until no background task is left (tests; orderly shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def shield(self, task: asyncio.Task[T]) -> T:
+        """Await a background task without cancelling it if the caller is cancelled."""
+        return await asyncio.shield(task)
+
+    async def close(self) -> None:
+        self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        for partition in list(self._partitions):
+            self.unload(partition)

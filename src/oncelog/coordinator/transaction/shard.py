@@ -1,0 +1,75 @@
+"""The in-memory state of one ``__transaction_state`` partition, changed only by replaying its records.
+
+``replay`` is the single way state changes, live or at start-up. A live record completes the pending transit of
+the metadata that prepared it (the transit carries what the log lacks, such as the last producer epoch); a record
+with no matching pending transit (loading) replaces the metadata with what the record says; a tombstone removes
+the transactional id.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .metadata import TransactionMetadata
+from .records import decode_key, decode_value
+from .state import TxnState
+
+__all__ = ["TransactionShard"]
+
+log = logging.getLogger("oncelog.coordinator.transaction")
+
+
+class TransactionShard:
+    def __init__(self, partition: int, pid_index: dict[int, str] | None = None) -> None:
+        self.partition = partition
+        self.txns: dict[str, TransactionMetadata] = {}
+        # metadata created by InitProducerId whose first record is not durable yet (not visible to anyone else)
+        self.creating: dict[str, TransactionMetadata] = {}
+        # producer id -> transactional id, shared by every shard of a coordinator
+        self.pid_index: dict[int, str] = pid_index if pid_index is not None else {}
+        self.last_offset = -1
+
+    def get(self, transactional_id: str) -> TransactionMetadata | None:
+        return self.txns.get(transactional_id)
+
+    def _unindex(self, md: TransactionMetadata) -> None:
+        if self.pid_index.get(md.producer_id) == md.transactional_id:
+            del self.pid_index[md.producer_id]
+
+    def replay(self, key: bytes | None, value: bytes | None, offset: int) -> None:
+        self.last_offset = max(self.last_offset, offset)
+        if key is None:
+            return
+        txn_id = decode_key(key)
+        if txn_id is None:
+            return  # another record type / key version: not ours
+        md = self.txns.get(txn_id) or self.creating.get(txn_id)
+        if value is None:
+            self.creating.pop(txn_id, None)
+            old = self.txns.pop(txn_id, None)
+            if old is not None:
+                self._unindex(old)
+            return
+        t = decode_value(value)
+        pending = md.pending_transit if md is not None else None
+        if md is not None and pending is not None and pending.state is t.state \
+                and pending.producer_id == t.producer_id and pending.producer_epoch == t.producer_epoch:
+            old_pid = md.producer_id
+            md.complete_transition(pending)
+        else:
+            if md is not None and md.pending_state is not None:
+                log.warning("%s: record %s at offset %d does not match the pending transition %s; taking the "
+                            "record", txn_id, t.state.display_name, offset, md.pending_state.display_name)
+            old_pid = md.producer_id if md is not None else -1
+            md = TransactionMetadata.from_transit(txn_id, t)
+        if md.state is TxnState.DEAD:  # a Dead value (not a tombstone) also removes the id
+            self.creating.pop(txn_id, None)
+            self.txns.pop(txn_id, None)
+            if old_pid >= 0 and self.pid_index.get(old_pid) == txn_id:
+                del self.pid_index[old_pid]
+            return
+        self.creating.pop(txn_id, None)
+        self.txns[txn_id] = md
+        if old_pid != md.producer_id and old_pid >= 0 and self.pid_index.get(old_pid) == txn_id:
+            del self.pid_index[old_pid]
+        self.pid_index[md.producer_id] = txn_id
