@@ -11,7 +11,7 @@ from oncelog.cli.main import app
 runner = CliRunner()  # click >= 8.2 keeps stderr apart (result.stderr)
 
 
-def run(*args: str, input: str | None = None):  # noqa: A002
+def run(*args: str, input: str | None = None):
     return runner.invoke(app, list(args), input=input)
 
 

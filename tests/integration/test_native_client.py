@@ -208,9 +208,8 @@ def test_connection_negotiates_and_pipelines(broker) -> None:
 
 def test_producer_reports_unknown_partition_and_bad_broker(bootstrap: str, admin: Admin, topic_name: str) -> None:
     admin.create_topics(topic_name, 1)
-    with Producer({"bootstrap.servers": bootstrap}) as p:
-        with pytest.raises(KafkaError, match="partition 5"):
-            p.produce(topic_name, "x", partition=5)
+    with Producer({"bootstrap.servers": bootstrap}) as p, pytest.raises(KafkaError, match="partition 5"):
+        p.produce(topic_name, "x", partition=5)
     with pytest.raises(KafkaError) as exc:
         Producer({"bootstrap.servers": "127.0.0.1:1", "socket.connection.setup.timeout.ms": 1000})
     assert exc.value.retriable and "127.0.0.1:1" in exc.value.message

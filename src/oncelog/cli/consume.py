@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import sys
 import time
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -41,10 +41,10 @@ def as_json(m: Message) -> dict[str, Any]:
 def consume(
     topic: str = typer.Argument(..., help="topic to read"),
     from_beginning: bool = typer.Option(False, "--from-beginning", help="start at the log start offset"),
-    offset: Optional[int] = typer.Option(None, "--offset", min=0, help="start at this offset (every partition)"),
+    offset: int | None = typer.Option(None, "--offset", min=0, help="start at this offset (every partition)"),
     partition: list[int] = typer.Option([], "--partition", "-p", help="read only these partitions (repeatable)"),
-    max_messages: Optional[int] = typer.Option(None, "--max-messages", "-n", min=1, help="stop after N records"),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="stop after this many seconds without a "
+    max_messages: int | None = typer.Option(None, "--max-messages", "-n", min=1, help="stop after N records"),
+    timeout: float | None = typer.Option(None, "--timeout", help="stop after this many seconds without a "
                                             "record (default: run until Ctrl-C)"),
     print_key: bool = typer.Option(False, "--print-key", help="text output: KEY<sep>VALUE"),
     key_separator: str = typer.Option("\t", "--key-separator", help="separator for --print-key"),

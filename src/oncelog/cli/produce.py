@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from typing import IO, Callable, Optional
+from collections.abc import Callable
+from typing import IO
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
@@ -21,18 +22,18 @@ _PROGRESS_MIN_BYTES = 1 << 20
 
 def produce(
     topic: str = typer.Argument(..., help="topic to write to"),
-    value: Optional[list[str]] = typer.Option(None, "--value", "-v", help="record value (repeatable); "
+    value: list[str] | None = typer.Option(None, "--value", "-v", help="record value (repeatable); "
                                               "without it, each stdin line is a record"),
-    key: Optional[str] = typer.Option(None, "--key", "-k", help="key for every record"),
-    key_separator: Optional[str] = typer.Option(None, "--key-separator", help="split each line/value into "
+    key: str | None = typer.Option(None, "--key", "-k", help="key for every record"),
+    key_separator: str | None = typer.Option(None, "--key-separator", help="split each line/value into "
                                                 "KEY<sep>VALUE at the first separator"),
-    partition: Optional[int] = typer.Option(None, "--partition", "-p", min=0, help="write to this partition"),
+    partition: int | None = typer.Option(None, "--partition", "-p", min=0, help="write to this partition"),
     header: list[str] = typer.Option([], "--header", "-H", help="record header KEY=VALUE (repeatable)"),
     compression: str = typer.Option("none", "--compression", help="none, gzip, snappy, lz4 or zstd"),
     acks: str = typer.Option("all", "--acks", help="0, 1 or all"),
     linger_ms: int = typer.Option(5, "--linger-ms", min=0),
     batch_size: int = typer.Option(262144, "--batch-size", min=1),
-    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
+    progress: bool | None = typer.Option(None, "--progress/--no-progress",
                                             help="progress bar (default: on for big piped files on a terminal)"),
     bootstrap_server: str = typer.Option(DEFAULT_BOOTSTRAP, "--bootstrap-server", "-b", help=BOOTSTRAP_HELP),
     as_json: bool = typer.Option(False, "--json", help="print a JSON summary"),

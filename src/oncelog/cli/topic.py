@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+
 import typer
 from rich.console import Console
 from rich.table import Table

@@ -1,6 +1,14 @@
 """oncelog.client: native asyncio Kafka client with sync facades. Imports only ``oncelog.protocol``."""
 
-from .admin import Admin, AsyncAdmin, ConfigEntry, ListedOffset, PartitionDescription, TopicDescription, TopicListing
+from .admin import (
+    Admin,
+    AsyncAdmin,
+    ConfigEntry,
+    ListedOffset,
+    PartitionDescription,
+    TopicDescription,
+    TopicListing,
+)
 from .cluster import Cluster
 from .connection import BrokerConnection
 from .consumer import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, AsyncConsumer, Consumer
@@ -9,8 +17,26 @@ from .message import Message
 from .producer import AsyncProducer, Producer
 
 __all__ = [
-    "Admin", "AsyncAdmin", "AsyncConsumer", "AsyncProducer", "BrokerConnection", "Cluster", "ConfigEntry",
-    "ConfigError", "Consumer", "KafkaConnectionError", "KafkaError", "KafkaTimeoutError", "ListedOffset",
-    "Message", "OFFSET_BEGINNING", "OFFSET_END", "OFFSET_INVALID", "PartitionDescription", "Producer",
-    "TopicDescription", "TopicListing", "UnsupportedVersionError",
+    "OFFSET_BEGINNING",
+    "OFFSET_END",
+    "OFFSET_INVALID",
+    "Admin",
+    "AsyncAdmin",
+    "AsyncConsumer",
+    "AsyncProducer",
+    "BrokerConnection",
+    "Cluster",
+    "ConfigEntry",
+    "ConfigError",
+    "Consumer",
+    "KafkaConnectionError",
+    "KafkaError",
+    "KafkaTimeoutError",
+    "ListedOffset",
+    "Message",
+    "PartitionDescription",
+    "Producer",
+    "TopicDescription",
+    "TopicListing",
+    "UnsupportedVersionError",
 ]

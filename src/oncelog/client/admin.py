@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from oncelog.protocol.messages.create_partitions_request import CreatePartitionsRequest, CreatePartitionsTopic
 from oncelog.protocol.messages.create_topics_request import (
@@ -40,8 +41,18 @@ from .cluster import Cluster
 from .config import AdminConfig, parse_admin_config
 from .errors import KafkaError, raise_for_code
 
-__all__ = ["AsyncAdmin", "Admin", "TopicListing", "TopicDescription", "PartitionDescription", "ConfigEntry",
-           "OffsetSpec", "ListedOffset", "RESOURCE_TOPIC", "RESOURCE_BROKER"]
+__all__ = [
+    "RESOURCE_BROKER",
+    "RESOURCE_TOPIC",
+    "Admin",
+    "AsyncAdmin",
+    "ConfigEntry",
+    "ListedOffset",
+    "OffsetSpec",
+    "PartitionDescription",
+    "TopicDescription",
+    "TopicListing",
+]
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -128,7 +139,7 @@ class AsyncAdmin:
         await self.cluster.close()
         self._started = False
 
-    async def __aenter__(self) -> "AsyncAdmin":
+    async def __aenter__(self) -> AsyncAdmin:
         await self.start()
         return self
 
@@ -227,7 +238,7 @@ class AsyncAdmin:
                                           c.is_default or c.config_source == 5, c.read_only, c.is_sensitive)
         return out
 
-    async def alter_configs(self, name: str, set: Mapping[str, str] | None = None,  # noqa: A002
+    async def alter_configs(self, name: str, set: Mapping[str, str] | None = None,
                             delete: Iterable[str] = (), *, resource_type: int = RESOURCE_TOPIC,
                             validate_only: bool = False) -> None:
         """Incremental: set some keys, reset others to their default; other keys are left alone."""
@@ -340,7 +351,7 @@ class Admin:
         result: dict[str, ConfigEntry] = self._run(self._async.describe_configs(name, resource_type, keys))
         return result
 
-    def alter_configs(self, name: str, set: Mapping[str, str] | None = None,  # noqa: A002
+    def alter_configs(self, name: str, set: Mapping[str, str] | None = None,
                       delete: Iterable[str] = (), *, resource_type: int = RESOURCE_TOPIC,
                       validate_only: bool = False) -> None:
         self._run(self._async.alter_configs(name, set, delete, resource_type=resource_type,
@@ -362,7 +373,7 @@ class Admin:
         finally:
             self._runner.stop()
 
-    def __enter__(self) -> "Admin":
+    def __enter__(self) -> Admin:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -6,8 +6,9 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
@@ -15,7 +16,7 @@ from oncelog.protocol.messages.metadata_request import MetadataRequest, Metadata
 from .connection import BrokerConnection
 from .errors import ConfigError, KafkaConnectionError, KafkaError, KafkaTimeoutError
 
-__all__ = ["Cluster", "BrokerInfo", "TopicInfo", "PartitionInfo", "parse_bootstrap"]
+__all__ = ["BrokerInfo", "Cluster", "PartitionInfo", "TopicInfo", "parse_bootstrap"]
 
 log = logging.getLogger(__name__)
 _ZERO_UUID = uuid.UUID(int=0)

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from oncelog.protocol.records import Compression
 
 from .errors import ConfigError
 
-__all__ = ["ProducerConfig", "ConsumerConfig", "AdminConfig", "parse_producer_config", "parse_consumer_config",
-           "parse_admin_config"]
+__all__ = [
+    "AdminConfig",
+    "ConsumerConfig",
+    "ProducerConfig",
+    "parse_admin_config",
+    "parse_consumer_config",
+    "parse_producer_config",
+]
 
 
 def _int(lo: int, hi: int = 2**31 - 1) -> Callable[[str, Any], int]:

@@ -23,7 +23,7 @@ from oncelog.protocol.messages.api_versions_request import ApiVersionsRequest
 
 from .errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, UnsupportedVersionError
 
-__all__ = ["BrokerConnection", "CLIENT_VERSIONS", "negotiate_versions"]
+__all__ = ["CLIENT_VERSIONS", "BrokerConnection", "negotiate_versions"]
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class BrokerConnection:
             self._reader, self._writer = await asyncio.wait_for(
                 asyncio.open_connection(self.host, self.port), self.connect_timeout
             )
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise KafkaConnectionError(
                 f"could not connect to {self.address} within {self.connect_timeout:g} s"
             ) from None
@@ -142,7 +142,7 @@ class BrokerConnection:
             ranges = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
             if resp.error_code == ErrorCode.UNSUPPORTED_VERSION and _API_VERSIONS_KEY in ranges:
                 # the broker answered in v0 with its own ApiVersions range: retry at the best common version
-                lo, hi = ranges[_API_VERSIONS_KEY]
+                _lo, hi = ranges[_API_VERSIONS_KEY]
                 if hi < version:
                     version = hi
                     continue
@@ -207,7 +207,7 @@ class BrokerConnection:
         wait = self.request_timeout if timeout is None else timeout
         try:
             return await asyncio.wait_for(asyncio.shield(fut), wait)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             name = API_KEYS[api_key].name
             err = KafkaTimeoutError(f"{name} request to {self.address} got no response within {wait:g} s")
             self._fail(KafkaConnectionError(f"closed after a timed-out {name} request"))

@@ -5,11 +5,11 @@ from __future__ import annotations
 from oncelog.protocol.errors import ErrorCode, describe, is_retriable, lookup
 
 __all__ = [
-    "KafkaError",
+    "ConfigError",
     "KafkaConnectionError",
+    "KafkaError",
     "KafkaTimeoutError",
     "UnsupportedVersionError",
-    "ConfigError",
     "raise_for_code",
 ]
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from .errors import KafkaError
 
-__all__ = ["Message", "Header"]
+__all__ = ["Header", "Message"]
 
 Header = tuple[str, bytes | None]
 

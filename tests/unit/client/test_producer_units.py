@@ -13,7 +13,13 @@ from oncelog.client.errors import ConfigError, KafkaError
 from oncelog.client.producer.accumulator import RecordAccumulator
 from oncelog.client.producer.partitioner import Partitioner
 from oncelog.protocol.errors import ErrorCode
-from oncelog.protocol.records import Compression, RecordBatchBuilder, build_control_batch, decode_records, set_base_offset
+from oncelog.protocol.records import (
+    Compression,
+    RecordBatchBuilder,
+    build_control_batch,
+    decode_records,
+    set_base_offset,
+)
 
 
 class FakeClock:

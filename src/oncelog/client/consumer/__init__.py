@@ -3,5 +3,14 @@
 from .consumer import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, AsyncConsumer, Consumer
 from .fetcher import BatchFilter, Fetcher, ReadCommittedFilter, make_batch_filter
 
-__all__ = ["AsyncConsumer", "Consumer", "OFFSET_BEGINNING", "OFFSET_END", "OFFSET_INVALID", "Fetcher",
-           "BatchFilter", "ReadCommittedFilter", "make_batch_filter"]
+__all__ = [
+           "OFFSET_BEGINNING",
+           "OFFSET_END",
+           "OFFSET_INVALID",
+           "AsyncConsumer",
+           "BatchFilter",
+           "Consumer",
+           "Fetcher",
+           "ReadCommittedFilter",
+           "make_batch_filter",
+]

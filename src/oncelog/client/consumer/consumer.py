@@ -6,10 +6,10 @@ Growth point for the groups work: ``subscribe()`` and committed offsets belong i
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import time
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .._sync import LoopThread
 from ..cluster import Cluster
@@ -17,7 +17,7 @@ from ..config import ConsumerConfig, parse_consumer_config
 from ..message import Message
 from .fetcher import Fetcher, TopicPartition
 
-__all__ = ["AsyncConsumer", "Consumer", "OFFSET_BEGINNING", "OFFSET_END", "OFFSET_INVALID", "Assignment"]
+__all__ = ["OFFSET_BEGINNING", "OFFSET_END", "OFFSET_INVALID", "Assignment", "AsyncConsumer", "Consumer"]
 
 OFFSET_BEGINNING = -2
 OFFSET_END = -1
@@ -43,7 +43,7 @@ class AsyncConsumer:
             await self.cluster.bootstrap()
             self._started = True
 
-    async def __aenter__(self) -> "AsyncConsumer":
+    async def __aenter__(self) -> AsyncConsumer:
         await self.start()
         return self
 
@@ -89,7 +89,7 @@ class AsyncConsumer:
     async def consume(self, num_messages: int = 1, timeout: float = 1.0) -> list[Message]:
         """Up to ``num_messages``: returns as soon as some are available (or empty after ``timeout``)."""
         await self._fill(time.monotonic() + timeout)
-        out = []
+        out: list[Message] = []
         while self._buffer and len(out) < num_messages:
             out.append(self._buffer.popleft())
         return out
@@ -157,7 +157,7 @@ class Consumer:
         finally:
             self._runner.stop()
 
-    def __enter__(self) -> "Consumer":
+    def __enter__(self) -> Consumer:
         return self
 
     def __exit__(self, *exc: object) -> None:

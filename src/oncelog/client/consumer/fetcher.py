@@ -12,7 +12,8 @@ import asyncio
 import logging
 import struct
 from collections import defaultdict
-from typing import Any, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchTopic
@@ -21,15 +22,28 @@ from oncelog.protocol.messages.list_offsets_request import (
     ListOffsetsRequest,
     ListOffsetsTopic,
 )
-from oncelog.protocol.records import LOG_OVERHEAD, BatchHeader, CorruptRecordError, decode_records, parse_batch_header
+from oncelog.protocol.records import (
+    LOG_OVERHEAD,
+    BatchHeader,
+    CorruptRecordError,
+    decode_records,
+    parse_batch_header,
+)
 
 from ..cluster import Cluster
 from ..config import ConsumerConfig
 from ..errors import KafkaError
 from ..message import Message
 
-__all__ = ["Fetcher", "BatchFilter", "ReadCommittedFilter", "ReadUncommittedFilter", "make_batch_filter",
-           "decode_fetched", "TopicPartition"]
+__all__ = [
+    "BatchFilter",
+    "Fetcher",
+    "ReadCommittedFilter",
+    "ReadUncommittedFilter",
+    "TopicPartition",
+    "decode_fetched",
+    "make_batch_filter",
+]
 
 log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]

@@ -4,4 +4,4 @@ from .accumulator import ProducerBatch, RecordAccumulator
 from .partitioner import Partitioner
 from .producer import AsyncProducer, Producer
 
-__all__ = ["AsyncProducer", "Producer", "Partitioner", "RecordAccumulator", "ProducerBatch"]
+__all__ = ["AsyncProducer", "Partitioner", "Producer", "ProducerBatch", "RecordAccumulator"]

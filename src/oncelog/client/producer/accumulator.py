@@ -9,15 +9,15 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 from oncelog.protocol.records import RecordBatchBuilder
 
 from ..errors import KafkaError
 from ..message import Header, Message
 
-__all__ = ["RecordAccumulator", "ProducerBatch", "DeliveryCallback", "TopicPartition"]
+__all__ = ["DeliveryCallback", "ProducerBatch", "RecordAccumulator", "TopicPartition"]
 
 TopicPartition = tuple[str, int]
 DeliveryCallback = Callable[[KafkaError | None, Message], None]

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import random
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from oncelog.protocol.murmur2 import partition_for_key
 

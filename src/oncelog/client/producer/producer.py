@@ -11,7 +11,8 @@ import asyncio
 import collections
 import threading
 import time
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from .._sync import LoopThread
 from ..cluster import Cluster
@@ -22,7 +23,7 @@ from .accumulator import DeliveryCallback, RecordAccumulator
 from .partitioner import Partitioner
 from .sender import Reports, Sender
 
-__all__ = ["AsyncProducer", "Producer", "HeadersLike"]
+__all__ = ["AsyncProducer", "HeadersLike", "Producer"]
 
 HeadersLike = Mapping[str, "str | bytes | None"] | Sequence[tuple[str, "str | bytes | None"]] | None
 
@@ -68,7 +69,7 @@ class AsyncProducer:
             self.sender = Sender(self.cluster, self.accumulator, self.config, self._deliver)
             self.sender.start()
 
-    async def __aenter__(self) -> "AsyncProducer":
+    async def __aenter__(self) -> AsyncProducer:
         await self.start()
         return self
 
@@ -112,7 +113,7 @@ class AsyncProducer:
 
     async def produce(self, topic: str, value: Any = None, key: Any = None, partition: int | None = None,
                       headers: HeadersLike = None, on_delivery: DeliveryCallback | None = None,
-                      timestamp: int | None = None) -> "asyncio.Future[Message]":
+                      timestamp: int | None = None) -> asyncio.Future[Message]:
         """Queue a record; returns a future resolved with the delivered :class:`Message` (or its KafkaError).
 
         ``on_delivery(err, msg)`` is called on the event loop when the record is acknowledged or fails.
@@ -248,7 +249,7 @@ class Producer:
         finally:
             self._runner.stop()
 
-    def __enter__(self) -> "Producer":
+    def __enter__(self) -> Producer:
         return self
 
     def __exit__(self, *exc: object) -> None:

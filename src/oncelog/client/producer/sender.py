@@ -11,7 +11,8 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.produce_request import PartitionProduceData, ProduceRequest, TopicProduceData
@@ -19,10 +20,10 @@ from oncelog.protocol.messages.produce_request import PartitionProduceData, Prod
 from ..cluster import Cluster
 from ..config import ProducerConfig
 from ..errors import KafkaError, KafkaTimeoutError
-from .accumulator import DeliveryCallback, ProducerBatch, RecordAccumulator, TopicPartition
 from ..message import Message
+from .accumulator import DeliveryCallback, ProducerBatch, RecordAccumulator, TopicPartition
 
-__all__ = ["Sender", "Reports"]
+__all__ = ["Reports", "Sender"]
 
 log = logging.getLogger(__name__)
 Reports = list[tuple[DeliveryCallback, KafkaError | None, Message]]
@@ -57,7 +58,7 @@ class Sender:
         self._progress.clear()
         try:
             await asyncio.wait_for(self._progress.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     async def _run(self) -> None:
@@ -69,7 +70,7 @@ class Sender:
                 continue
             try:
                 await asyncio.wait_for(self._wake.wait(), delay)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     def _refresh_metadata(self) -> None:
@@ -126,11 +127,11 @@ class Sender:
         for b in batches:
             self._muted.discard(b.tp)
             where = f"produce to {b.tp[0]}[{b.tp[1]}]"
+            err: KafkaError
             if failure is not None:
-                err: KafkaError | None = KafkaError(int(failure.code), f"{where}: {failure.message}",
+                err = KafkaError(int(failure.code), f"{where}: {failure.message}",
                                                     retriable=failure.retriable)
             elif acks == 0:
-                err = None
                 reports += self._finish(b, -1, -1, None)
                 continue
             else:
@@ -144,7 +145,7 @@ class Sender:
                     reports += self._finish(b, p.base_offset, p.log_append_time_ms, None)
                     continue
             if err.retriable:
-                if err.code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                if int(err.code) in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                 ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NETWORK_EXCEPTION):
                     self._refresh_metadata()
                 reports += self._retry_or_fail(b, err)
