@@ -1,0 +1,131 @@
+"""In-memory fakes for the transaction coordinator tests: a CoordinatorLog keeping real encoded records, and a
+MarkerWriter recording (and optionally failing) marker writes."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from oncelog.coordinator.transaction.coordinator import TransactionCoordinator, TxnCoordinatorConfig
+from oncelog.coordinator.transaction.producer_ids import ProducerIdManager
+from oncelog.protocol.errors import ErrorCode
+from oncelog.testing import MockClock
+
+
+class AppendFailed(RuntimeError):
+    def __init__(self, code: ErrorCode = ErrorCode.NOT_ENOUGH_REPLICAS) -> None:
+        super().__init__(code.name)
+        self.error_code = code
+
+
+class FakeLog:
+    def __init__(self) -> None:
+        self.partitions: dict[int, list[tuple[bytes, bytes | None, int]]] = {}
+        self.fail_next = 0  # fail this many appends
+        self.fail_code = ErrorCode.NOT_ENOUGH_REPLICAS
+        self.appends = 0
+        self.gate: asyncio.Event | None = None  # when set, appends wait for it
+
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> int:
+        self.appends += 1
+        if self.gate is not None:
+            await self.gate.wait()
+        await asyncio.sleep(0)
+        if self.fail_next > 0:
+            self.fail_next -= 1
+            raise AppendFailed(self.fail_code)
+        log = self.partitions.setdefault(partition, [])
+        base = len(log)
+        for i, (k, v) in enumerate(records):
+            assert isinstance(k, bytes) and (v is None or isinstance(v, bytes))
+            log.append((k, v, base + i))
+        return base
+
+    def read(self, partition: int, upto: int | None = None) -> Iterator[tuple[bytes, bytes | None, int]]:
+        recs = self.partitions.get(partition, [])
+        return iter(recs if upto is None else recs[:upto])
+
+    def cut(self, upto: dict[int, int]) -> "FakeLog":
+        """A copy holding only the first `upto[p]` records of each partition (a crash at that point)."""
+        new = FakeLog()
+        for p, recs in self.partitions.items():
+            new.partitions[p] = list(recs[: upto.get(p, len(recs))])
+        return new
+
+    def total(self) -> int:
+        return sum(len(r) for r in self.partitions.values())
+
+
+@dataclass
+class MarkerCall:
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int
+    partitions: list[tuple[str, int]]
+
+
+@dataclass
+class FakeMarkers:
+    calls: list[MarkerCall] = field(default_factory=list)
+    # (topic, p) -> list of error codes to return on successive attempts (then NONE)
+    script: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+    missing: set[tuple[str, int]] = field(default_factory=set)
+    raise_next: int = 0
+    gate: asyncio.Event | None = None
+    written: list[tuple[tuple[str, int], int, int, bool]] = field(default_factory=list)
+
+    async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                            partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        self.calls.append(MarkerCall(producer_id, producer_epoch, commit, coordinator_epoch, list(partitions)))
+        if self.gate is not None:
+            await self.gate.wait()
+        await asyncio.sleep(0)
+        if self.raise_next > 0:
+            self.raise_next -= 1
+            raise OSError("broker busy")
+        out: dict[tuple[str, int], int] = {}
+        for tp in partitions:
+            if tp in self.missing:
+                out[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            seq = self.script.get(tp)
+            if seq:
+                out[tp] = seq.pop(0)
+                continue
+            out[tp] = ErrorCode.NONE
+            self.written.append((tp, producer_id, producer_epoch, commit))
+        return out
+
+
+class PidStore:
+    def __init__(self) -> None:
+        self.value = 0
+        self.persists: list[int] = []
+
+    def load(self) -> int:
+        return self.value
+
+    def persist(self, v: int) -> None:
+        self.value = v
+        self.persists.append(v)
+
+
+async def no_sleep(_: float) -> None:
+    await asyncio.sleep(0)
+
+
+def make_coordinator(log: FakeLog | None = None, markers: FakeMarkers | None = None,
+                     clock: MockClock | None = None, store: PidStore | None = None,
+                     num_partitions: int = 5, **cfg: Any) -> TransactionCoordinator:
+    store = store or PidStore()
+    return TransactionCoordinator(
+        TxnCoordinatorConfig(**cfg), clock or MockClock(), log or FakeLog(), markers or FakeMarkers(),
+        ProducerIdManager(store.load, store.persist), num_partitions=num_partitions, coordinator_epoch=3,
+        sleep=no_sleep)
+
+
+async def load_all(coord: TransactionCoordinator, log: FakeLog, complete_pending: bool = True) -> None:
+    for p in range(coord.num_partitions):
+        await coord.load_partition(p, log.read(p), complete_pending=complete_pending)
