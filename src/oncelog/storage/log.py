@@ -421,7 +421,12 @@ class PartitionLog:
                     max_ts, max_ts_off = h.max_timestamp, off - 1
                 if h.producer_id >= 0:
                     has_pid = True
-            pending = self._prepare_producer_state(payload, headers, origin) if has_pid else None
+            pending = nxt = None
+            if has_pid:
+                if origin == ORIGIN_CLIENT and len(headers) == 1:
+                    nxt = self._psm.prepare_next_batch(headers[0])
+                if nxt is None:
+                    pending = self._prepare_producer_state(payload, headers, origin)
             seg = self._segments[-1]
             if seg.size and self._should_roll(seg, len(payload), max_ts, off - 1):
                 seg = self._roll_locked()
@@ -433,7 +438,9 @@ class PartitionLog:
                 seg.dirty = True
                 self._dirty.append(seg)
             self._leo = off
-            if pending is not None:
+            if nxt is not None:
+                self._psm.commit_next_batch(nxt)
+            elif pending is not None:
                 self._commit_producer_state(seg, pending[0], pending[1])
         if log_append_time_ms is not None:
             max_ts_off = first  # every record carries the same timestamp: the first one has it

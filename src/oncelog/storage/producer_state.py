@@ -323,6 +323,10 @@ class ProducerAppendInfo:
         return completed
 
 
+NextBatch = tuple[ProducerStateEntry, BatchMetadata, "int | None"]
+_tuple_new = tuple.__new__
+
+
 class ProducerStateManager:
     """Producer ids -> :class:`ProducerStateEntry`, ongoing/unreplicated transactions, snapshots."""
 
@@ -351,9 +355,9 @@ class ProducerStateManager:
         Raises a ProducerStateError (DuplicateSequenceError for a client retry of a recent batch); on success
         returns the pending infos and the transactions the markers complete, to commit after the write.
         """
+        producers = self.producers
         infos: dict[int, ProducerAppendInfo] = {}
         completed: list[CompletedTxn] = []
-        producers = self.producers
         for i, h in enumerate(headers):
             pid = h.producer_id
             if pid < 0:
@@ -387,6 +391,34 @@ class ProducerStateManager:
         return list(infos.values()), completed
 
     # ================================================================ commit (phase 2)
+    def prepare_next_batch(self, h: BatchHeader) -> NextBatch | None:
+        """Fast path of :meth:`prepare` for the common case: one client data batch that directly follows its
+        known producer's last batch in the same epoch and does not break transaction rules (no duplicate is
+        possible then). Returns what :meth:`commit_next_batch` needs, or None: use :meth:`prepare`."""
+        entry = self.producers.get(h.producer_id)
+        if entry is None or entry.producer_epoch != h.producer_epoch or not entry.batches:
+            return None
+        attrs = h.attributes
+        first_seq = h.base_sequence
+        prev = entry.batches[-1][0]  # last_seq
+        txn_first = entry.current_txn_first_offset
+        is_txn = attrs & ATTR_TRANSACTIONAL
+        if (first_seq != prev + 1 and (first_seq or prev != INT32_MAX)) or attrs & ATTR_CONTROL or (
+                txn_first is not None and not is_txn):
+            return None
+        base = h.base_offset
+        delta = h.last_offset_delta
+        meta = _tuple_new(BatchMetadata, ((first_seq + delta) & INT32_MAX, base + delta, delta, h.max_timestamp))
+        return entry, meta, base if is_txn and txn_first is None else None
+
+    def commit_next_batch(self, nb: NextBatch) -> None:
+        entry, meta, txn_first = nb
+        entry.batches.append(meta)
+        entry.last_timestamp = meta[3]
+        if txn_first is not None:
+            entry.current_txn_first_offset = txn_first
+            self._add_ongoing(txn_first, entry.producer_id)
+
     def update(self, info: ProducerAppendInfo) -> None:
         pid = info.producer_id
         entry = self.producers.get(pid)
