@@ -4,8 +4,9 @@ MarkerWriter recording (and optionally failing) marker writes."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from oncelog.coordinator.transaction.coordinator import TransactionCoordinator, TxnCoordinatorConfig
 from oncelog.coordinator.transaction.producer_ids import ProducerIdManager
@@ -46,7 +47,7 @@ class FakeLog:
         recs = self.partitions.get(partition, [])
         return iter(recs if upto is None else recs[:upto])
 
-    def cut(self, upto: dict[int, int]) -> "FakeLog":
+    def cut(self, upto: dict[int, int]) -> FakeLog:
         """A copy holding only the first `upto[p]` records of each partition (a crash at that point)."""
         new = FakeLog()
         for p, recs in self.partitions.items():
