@@ -1,1 +1,44 @@
-"""oncelog.coordinator.transaction"""
+"""oncelog.coordinator.transaction: Kafka's transaction coordinator (state table, metadata, log records,
+producer id blocks, the coordinator itself)."""
+
+from .coordinator import (
+    OFFSETS_TOPIC,
+    MarkerWriter,
+    TransactionConfig,
+    TransactionCoordinator,
+    TxnCoordinatorConfig,
+    TxnDescription,
+    TxnListing,
+    TxnListResult,
+)
+from .metadata import IllegalTransitionError, TransactionMetadata, TxnError, TxnTransitMetadata
+from .partitioner import java_string_hash, partition_for
+from .producer_ids import FileProducerIdStore, ProducerIdManager
+from .records import decode_key, decode_value, encode_txn_record
+from .shard import TransactionShard
+from .state import VALID_PREVIOUS, TxnState
+
+__all__ = [
+    "OFFSETS_TOPIC",
+    "MarkerWriter",
+    "TransactionConfig",
+    "TransactionCoordinator",
+    "TxnCoordinatorConfig",
+    "TxnDescription",
+    "TxnListing",
+    "TxnListResult",
+    "IllegalTransitionError",
+    "TransactionMetadata",
+    "TxnError",
+    "TxnTransitMetadata",
+    "java_string_hash",
+    "partition_for",
+    "FileProducerIdStore",
+    "ProducerIdManager",
+    "decode_key",
+    "decode_value",
+    "encode_txn_record",
+    "TransactionShard",
+    "VALID_PREVIOUS",
+    "TxnState",
+]
