@@ -99,6 +99,7 @@ class Broker:
         deleted = 0
         now = self.clock.wall_ms()
         for p in self.topics.all_partitions():
+            p.log.expire_producers(now, self.config.producer_id_expiration_ms)
             n = p.log.apply_retention(now)
             if n:
                 deleted += n
