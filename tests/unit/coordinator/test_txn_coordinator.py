@@ -505,3 +505,46 @@ def test_not_coordinator_for_unloaded_partition() -> None:
         assert coord.describe(["t1"])[0].error_code is E.NOT_COORDINATOR
         await coord.close()
     run(main)
+
+
+# ---------------------------------------------------------------------------- KIP-939
+def test_two_phase_commit_prepared_txn_survives_timeout_and_keep_prepared_init() -> None:
+    async def main() -> None:
+        clock, markers, log = MockClock(), FakeMarkers(), FakeLog()
+        coord = await started(log, markers=markers, clock=clock, transaction_two_phase_commit_enable=True)
+        err, pid, e = await coord.init_producer_id("spark-0", 60_000, enable_2pc=True)
+        assert err is E.NONE and md(coord, "spark-0").txn_timeout_ms == 2147483647
+        await coord.add_partitions("spark-0", pid, e, [TP_A])
+        clock.advance(10 * 24 * 3600 * 1000)
+        assert await coord.abort_timed_out_transactions() == []  # a prepared 2PC txn never times out
+        # a restarted writer keeps the prepared transaction and learns about it
+        r = await coord.init_producer_id_ex("spark-0", 60_000, enable_2pc=True, keep_prepared_txn=True)
+        assert (r.error_code, r.producer_id, r.producer_epoch) == (E.NONE, pid, e + 1)
+        assert (r.ongoing_txn_producer_id, r.ongoing_txn_producer_epoch) == (pid, e)
+        m = md(coord, "spark-0")
+        assert m.state is TxnState.ONGOING and m.topic_partitions == {TP_A} and markers.calls == []
+        # the old instance is fenced; the new one commits the kept transaction
+        assert await coord.end_txn("spark-0", pid, e, True) is E.PRODUCER_FENCED
+        assert await coord.end_txn("spark-0", pid, e + 1, True) is E.NONE
+        assert markers.calls[-1].commit is True and markers.calls[-1].producer_epoch == e + 1
+        # survives a reload
+        coord2 = make_coordinator(log=log, transaction_two_phase_commit_enable=True)
+        await load_all(coord2, log)
+        assert md(coord2, "spark-0").state is TxnState.COMPLETE_COMMIT
+        # a plain init (no keep) still aborts an ongoing 2PC transaction
+        await coord.add_partitions("spark-0", pid, e + 1, [TP_B])
+        assert (await coord.init_producer_id("spark-0", 60_000, enable_2pc=True))[0] is E.CONCURRENT_TRANSACTIONS
+        assert markers.calls[-1].commit is False
+        await coord.close()
+        await coord2.close()
+    run(main)
+
+
+def test_two_phase_commit_needs_the_broker_setting() -> None:
+    async def main() -> None:
+        coord = await started()
+        assert (await coord.init_producer_id("x", 1000, keep_prepared_txn=True))[0] is \
+            E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        assert (await coord.init_producer_id(None, 1000, enable_2pc=True))[0] is E.INVALID_REQUEST
+        await coord.close()
+    run(main)

@@ -3,6 +3,7 @@ producer id blocks, the coordinator itself)."""
 
 from .coordinator import (
     OFFSETS_TOPIC,
+    InitProducerIdResult,
     MarkerWriter,
     TransactionConfig,
     TransactionCoordinator,
@@ -23,6 +24,7 @@ __all__ = [
     "VALID_PREVIOUS",
     "FileProducerIdStore",
     "IllegalTransitionError",
+    "InitProducerIdResult",
     "MarkerWriter",
     "ProducerIdManager",
     "TransactionConfig",

@@ -9,6 +9,12 @@ after the Prepare record; oncelog answers after completion so the producer's nex
 CONCURRENT_TRANSACTIONS. The completion runs as a background task, so a client that gives up does not stop it.
 
 Transactions V1 semantics (no epoch bump per EndTxn, KIP-890 part 2 is not implemented).
+
+KIP-939 (two-phase commit), allowed only with ``transaction.two.phase.commit.enable``: InitProducerId with
+``enable_2pc`` gives the transactional id no timeout (Integer.MAX_VALUE, never aborted by the timer);
+``keep_prepared_txn`` on an Ongoing transaction keeps it (partitions and all) but bumps the epoch, so the old
+instance is fenced and the new one commits or aborts it; ``init_producer_id_ex`` also returns the kept
+transaction's producer id/epoch (InitProducerId v6 response fields). A plain InitProducerId still aborts it.
 """
 
 from __future__ import annotations
@@ -84,6 +90,18 @@ class MarkerWriter(Protocol):
         """Append a COMMIT/ABORT control batch to each partition; return once the written ones are durable,
         with an error code per partition (UNKNOWN_TOPIC_OR_PARTITION = the partition does not exist)."""
         ...
+
+
+@dataclass
+class InitProducerIdResult:
+    error_code: ErrorCode
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    ongoing_txn_producer_id: int = NO_PRODUCER_ID  # KIP-939: the kept (prepared) transaction, if any
+    ongoing_txn_producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+_InitAnswer = tuple[str, TxnTransitMetadata, "TxnTransitMetadata | None"]
 
 
 @dataclass
@@ -220,14 +238,23 @@ class TransactionCoordinator:
                                enable_2pc: bool = False,
                                keep_prepared_txn: bool = False) -> tuple[ErrorCode, int, int]:
         """-> (error, producer_id, producer_epoch). ``version`` is the InitProducerId request version."""
-        def err(code: ErrorCode) -> tuple[ErrorCode, int, int]:
-            return _fenced(code, version, 4), NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+        r = await self.init_producer_id_ex(transactional_id, txn_timeout_ms, expected_producer_id, expected_epoch,
+                                           version, enable_2pc, keep_prepared_txn)
+        return r.error_code, r.producer_id, r.producer_epoch
+
+    async def init_producer_id_ex(self, transactional_id: str | None, txn_timeout_ms: int,
+                                  expected_producer_id: int = NO_PRODUCER_ID,
+                                  expected_epoch: int = NO_PRODUCER_EPOCH, version: int = 5,
+                                  enable_2pc: bool = False, keep_prepared_txn: bool = False) -> InitProducerIdResult:
+        """InitProducerId with the v6 (KIP-939) response fields: the kept transaction's producer id/epoch."""
+        def err(code: ErrorCode) -> InitProducerIdResult:
+            return InitProducerIdResult(_fenced(code, version, 4))
 
         if transactional_id is None:
             if enable_2pc or keep_prepared_txn:
                 return err(ErrorCode.INVALID_REQUEST)
             try:
-                return ErrorCode.NONE, self.producer_ids.generate(), 0
+                return InitProducerIdResult(ErrorCode.NONE, self.producer_ids.generate(), 0)
             except Exception as e:  # noqa: BLE001 - persisting the next block failed
                 log.warning("could not allocate a producer id: %s", e)
                 return err(ErrorCode.COORDINATOR_NOT_AVAILABLE)
@@ -236,25 +263,26 @@ class TransactionCoordinator:
         if (expected_producer_id == NO_PRODUCER_ID) != (expected_epoch == NO_PRODUCER_EPOCH):
             return err(ErrorCode.INVALID_REQUEST)
         expected = None if expected_producer_id == NO_PRODUCER_ID else (expected_producer_id, expected_epoch)
+        if (enable_2pc or keep_prepared_txn) and not self.config.transaction_two_phase_commit_enable:
+            # KIP-939 is allowed only when the broker enables transaction.two.phase.commit.enable
+            return err(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         if enable_2pc:
-            # KIP-939: a 2PC transaction never times out; only allowed when the broker enables it.
-            if not self.config.transaction_two_phase_commit_enable:
-                return err(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-            txn_timeout_ms = INT_MAX
+            txn_timeout_ms = INT_MAX  # a 2PC transaction never times out
         elif not 0 < txn_timeout_ms <= self.config.transaction_max_timeout_ms:
             return err(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
-        if keep_prepared_txn:
-            # TODO(KIP-939): keep an Ongoing (prepared) transaction instead of fencing it: answer with the current
-            # producer id/epoch plus the ongoing transaction's, no abort. Needed by the Spark sink's 2PC recovery.
-            return err(ErrorCode.UNSUPPORTED_VERSION)
 
         partition = self.partition_for(transactional_id)
         try:
-            kind, t = await self._run(partition, self._init_op(transactional_id, txn_timeout_ms, expected))
+            kind, t, before = await self._run(
+                partition, self._init_op(transactional_id, txn_timeout_ms, expected, keep_prepared_txn))
         except (CoordinatorError, TxnError) as e:
             return err(e.code)
         if kind == "init":
-            return ErrorCode.NONE, t.producer_id, t.producer_epoch
+            return InitProducerIdResult(ErrorCode.NONE, t.producer_id, t.producer_epoch)
+        if kind == "kept":
+            assert before is not None
+            return InitProducerIdResult(ErrorCode.NONE, t.producer_id, t.producer_epoch, before.producer_id,
+                                        before.producer_epoch)
         # An ongoing transaction was fenced: the abort is durable; finish it (markers + CompleteAbort), then tell
         # the producer to retry, which bumps the epoch once more (or rotates the producer id).
         code = await self._await_completion(
@@ -262,9 +290,9 @@ class TransactionCoordinator:
                                     t.topic_partitions))
         return err(ErrorCode.CONCURRENT_TRANSACTIONS if code is ErrorCode.NONE else code)
 
-    def _init_op(self, txn_id: str, timeout_ms: int, expected: tuple[int, int] | None
-                 ) -> Callable[[TransactionShard], CoordinatorResult[tuple[str, TxnTransitMetadata]]]:
-        def op(shard: TransactionShard) -> CoordinatorResult[tuple[str, TxnTransitMetadata]]:
+    def _init_op(self, txn_id: str, timeout_ms: int, expected: tuple[int, int] | None, keep_prepared: bool
+                 ) -> Callable[[TransactionShard], CoordinatorResult[_InitAnswer]]:
+        def op(shard: TransactionShard) -> CoordinatorResult[_InitAnswer]:
             now = self._now()
             md = shard.txns.get(txn_id)
             created = False
@@ -282,17 +310,18 @@ class TransactionCoordinator:
                 if created:
                     shard.creating.pop(txn_id, None)
 
+            before = meta.snapshot()
             try:
-                kind, t = self._prepare_init(meta, timeout_ms, expected, now)
+                kind, t = self._prepare_init(meta, timeout_ms, expected, now, keep_prepared)
             except BaseException:
                 if created:
                     shard.creating.pop(txn_id, None)
                 raise
-            return CoordinatorResult(self._record(txn_id, t), (kind, t), on_failure)
+            return CoordinatorResult(self._record(txn_id, t), (kind, t, before), on_failure)
         return op
 
     def _prepare_init(self, md: TransactionMetadata, timeout_ms: int, expected: tuple[int, int] | None,
-                      now: int) -> tuple[str, TxnTransitMetadata]:
+                      now: int, keep_prepared: bool = False) -> tuple[str, TxnTransitMetadata]:
         if md.pending_transition_in_progress:
             raise TxnError(ErrorCode.CONCURRENT_TRANSACTIONS)
         if expected is not None:
@@ -310,6 +339,8 @@ class TransactionCoordinator:
                 return "init", md.prepare_producer_id_rotation(new_pid, timeout_ms, now, expected is not None)
             return "init", md.prepare_increment_producer_epoch(
                 timeout_ms, None if expected is None else expected[1], now)
+        if s is TxnState.ONGOING and keep_prepared:
+            return "kept", md.prepare_keep_prepared_txn(now)
         if s is TxnState.ONGOING:
             # The bumped epoch is never returned: the producer gets CONCURRENT_TRANSACTIONS and retries, which
             # bumps again (or rotates the producer id when fencing exhausted the epochs).

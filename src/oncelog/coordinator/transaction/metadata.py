@@ -72,7 +72,7 @@ class TxnTransitMetadata:
     txn_start_timestamp: int
     txn_last_update_timestamp: int
     client_transaction_version: int = 0
-    epoch_fence: bool = False  # a PrepareAbort that also bumps the epoch (not stored in the log)
+    epoch_fence: bool = False  # the transit also bumps the epoch (fence / keepPreparedTxn); not in the log
 
 
 @dataclass(slots=True, eq=False)
@@ -188,6 +188,18 @@ class TransactionMetadata:
             start = self.txn_start_timestamp
         return self._prepare(TxnState.ONGOING, topic_partitions=frozenset(self.topic_partitions) | frozenset(added),
                              txn_start_timestamp=start, txn_last_update_timestamp=update_timestamp)
+
+    def prepare_keep_prepared_txn(self, update_timestamp: int) -> TxnTransitMetadata:
+        """KIP-939 InitProducerId(keepPreparedTxn) on an Ongoing (prepared) transaction: keep it, with its
+        partitions, but bump the epoch so the previous producer instance is fenced; the new instance then
+        commits or aborts it with the new epoch (markers carry it; a marker may have a higher epoch)."""
+        if self.state is not TxnState.ONGOING:
+            raise IllegalTransitionError(f"keepPreparedTxn from {self.state.display_name}")
+        if is_epoch_exhausted(self.producer_epoch + 1):
+            raise TxnError(ErrorCode.INVALID_TXN_STATE, "no epoch left to keep the prepared transaction")
+        return self._prepare(TxnState.ONGOING, producer_epoch=self.producer_epoch + 1,
+                             last_producer_epoch=self.producer_epoch, txn_last_update_timestamp=update_timestamp,
+                             epoch_fence=True)
 
     def prepare_abort_or_commit(self, new_state: TxnState, update_timestamp: int) -> TxnTransitMetadata:
         """Ongoing -> PrepareCommit/PrepareAbort. After ``prepare_fence_producer_epoch`` (pending
