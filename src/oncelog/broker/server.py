@@ -14,6 +14,7 @@ from oncelog.storage import LogConfig, LogManager
 from .config import BrokerConfig
 from .connection import Connection
 from .durability import GroupCommitFlusher
+from .txn_wiring import start_transaction_coordinator, stop_transaction_coordinator
 from .metrics import BrokerMetrics
 from .partition import Partition
 from .router import Router
@@ -53,6 +54,8 @@ class Broker:
         self._background: list[asyncio.Task[Any]] = []
         self._stopped = asyncio.Event()
         self.cluster_id = ""
+        self.txn_coordinator: Any = None  # oncelog.coordinator.transaction.TransactionCoordinator once started
+        self.group_coordinator: Any = None
 
     @property
     def topics(self) -> TopicRegistry:
@@ -72,6 +75,7 @@ class Broker:
                                      mark_dirty=self.flusher.mark_dirty)
         self.metrics.watch_partitions(self._topics)
         self.flusher.start()
+        await start_transaction_coordinator(self)
         self._server = await loop.create_server(lambda: Connection(self), cfg.host, cfg.port, reuse_address=True,
                                                backlog=1024)
         if cfg.port == 0:
@@ -118,7 +122,13 @@ class Broker:
 
     def coordinator_available(self, key_type: int) -> bool:
         """Whether the group (0) or transaction (1) coordinator can serve requests now."""
-        return self._topics is not None
+        return (self.group_coordinator if key_type == 0 else self.txn_coordinator) is not None
+
+    def spawn(self, coro: Any, name: str) -> "asyncio.Task[Any]":
+        """Run a background job for the broker's lifetime (cancelled at stop)."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._background.append(task)
+        return task
 
     async def serve_forever(self) -> None:
         await self._stopped.wait()
@@ -137,6 +147,7 @@ class Broker:
         for task in self._background:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await stop_transaction_coordinator(self)
         await self.flusher.close()
         if self.logs is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.logs.close)

@@ -57,7 +57,7 @@ def _plan(broker: "Broker", request: FetchRequest,
         resp = FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=[])
         for p in t.partitions:
             out = PartitionData(partition_index=p.partition, high_watermark=-1, last_stable_offset=-1,
-                                log_start_offset=-1, aborted_transactions=None, records=None)
+                                log_start_offset=-1, aborted_transactions=None, records=b"")
             partition = view.partitions[p.partition] if view and 0 <= p.partition < len(view.partitions) else None
             if partition is None:
                 out.error_code = missing_code
@@ -90,14 +90,14 @@ def _read(broker: "Broker", wants: list[_Want], max_bytes: int, isolation: int) 
         limit = lso if isolation == READ_COMMITTED else hw
         budget = min(want.max_bytes, max_bytes - total)
         if want.fetch_offset >= limit and want.fetch_offset <= partition.log_end_offset:
-            out.records = None
+            out.records = b""
             continue
         try:
             result = partition.log.read(want.fetch_offset, max(budget, 0), limit,
                                         min_one_batch=first)
         except OffsetOutOfRangeError:
             out.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
-            out.records = None
+            out.records = b""
             error = True
             continue
         except Exception as e:  # pragma: no cover - disk errors
@@ -110,12 +110,12 @@ def _read(broker: "Broker", wants: list[_Want], max_bytes: int, isolation: int) 
             first = False
             broker.metrics.bytes_out.labels(partition.topic).inc(result.size)
         else:
-            out.records = None
+            out.records = b""
         if isolation == READ_COMMITTED:
             out.aborted_transactions = [
                 AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
                 for a in partition.log.collect_aborted_txns(want.fetch_offset, limit)
-            ] if out.records is not None else None
+            ] if out.records else None
     return total, error
 
 

@@ -66,6 +66,15 @@ def _append_one(broker: "Broker", partition: "Partition", records: memoryview | 
             out.error_message = (f"record batch of {h.size} bytes exceeds max.message.bytes={max_bytes} of "
                                  f"{partition.topic}")
             return None
+    first = headers[0]
+    if first.is_transactional:
+        code = _verify_transaction(broker, partition, first.producer_id, first.producer_epoch)
+        if code:
+            out.error_code = code
+            out.error_message = (f"producer {first.producer_id} epoch {first.producer_epoch} has no ongoing "
+                                 f"transaction containing {partition.topic}-{partition.index}; call "
+                                 "AddPartitionsToTxn first")
+            return None
     payload = bytearray(records)
     log_append_time: int | None = None
     if partition.log.config.message_timestamp_type == "LogAppendTime":
@@ -95,6 +104,15 @@ def _append_one(broker: "Broker", partition: "Partition", records: memoryview | 
     m.bytes_in.labels(partition.topic).inc(len(payload))
     m.records_in.labels(partition.topic).inc(sum(h.records_count for h in headers))
     return result.last_offset
+
+
+def _verify_transaction(broker: "Broker", partition: "Partition", producer_id: int, producer_epoch: int) -> int:
+    """KIP-890 part 1: a transactional write is accepted only for a partition added to the producer's ongoing
+    transaction, so a late or stray write can never open a transaction that nobody will end."""
+    coordinator = broker.txn_coordinator
+    if coordinator is None:
+        return int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    return int(coordinator.verify_partition(producer_id, producer_epoch, partition.topic, partition.index))
 
 
 def handle(broker: "Broker", ctx: "RequestContext", request: ProduceRequest) -> object:

@@ -1,0 +1,19 @@
+"""Helpers shared by the transaction API handlers."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from oncelog.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from oncelog.broker.server import Broker
+
+__all__ = ["coordinator_or_error"]
+
+
+def coordinator_or_error(broker: "Broker") -> tuple[Any, int]:
+    """(the transaction coordinator, NONE) or (None, COORDINATOR_NOT_AVAILABLE) while it is starting."""
+    if broker.txn_coordinator is None:
+        return None, ErrorCode.COORDINATOR_NOT_AVAILABLE
+    return broker.txn_coordinator, ErrorCode.NONE

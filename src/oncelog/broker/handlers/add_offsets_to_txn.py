@@ -1,0 +1,32 @@
+"""AddOffsetsToTxn (25): add the group's ``__consumer_offsets`` partition to the transaction, so that the
+offsets committed with TxnOffsetCommit are decided together with the transaction's data."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from oncelog.protocol.messages.add_offsets_to_txn_request import AddOffsetsToTxnRequest
+from oncelog.protocol.messages.add_offsets_to_txn_response import AddOffsetsToTxnResponse
+
+from ._txn import coordinator_or_error
+
+if TYPE_CHECKING:
+    from oncelog.broker.router import RequestContext
+    from oncelog.broker.server import Broker
+
+API_KEY = 25
+MIN_VERSION = 0
+MAX_VERSION = 4
+
+
+def handle(broker: "Broker", ctx: "RequestContext", request: AddOffsetsToTxnRequest) -> object:
+    coordinator, code = coordinator_or_error(broker)
+    if coordinator is None:
+        return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=code)
+    return _add(coordinator, ctx, request)
+
+
+async def _add(coordinator, ctx: "RequestContext", request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:  # type: ignore[no-untyped-def]
+    code = await coordinator.add_offsets(request.transactional_id, request.producer_id, request.producer_epoch,
+                                         request.group_id, version=ctx.api_version)
+    return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=code)

@@ -1,0 +1,80 @@
+"""AddPartitionsToTxn (24): register partitions with the producer's ongoing transaction (v0-3 from clients; v4+
+batched, with verify_only, as brokers send it)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.messages.add_partitions_to_txn_request import AddPartitionsToTxnRequest
+from oncelog.protocol.messages.add_partitions_to_txn_response import (
+    AddPartitionsToTxnPartitionResult,
+    AddPartitionsToTxnResponse,
+    AddPartitionsToTxnResult,
+    AddPartitionsToTxnTopicResult,
+)
+
+from ._txn import coordinator_or_error
+
+if TYPE_CHECKING:
+    from oncelog.broker.router import RequestContext
+    from oncelog.broker.server import Broker
+
+API_KEY = 24
+MIN_VERSION = 0
+MAX_VERSION = 5
+
+
+def _topic_results(results: dict[tuple[str, int], int]) -> list[AddPartitionsToTxnTopicResult]:
+    by_topic: dict[str, list[AddPartitionsToTxnPartitionResult]] = {}
+    for (topic, p), code in results.items():
+        by_topic.setdefault(topic, []).append(
+            AddPartitionsToTxnPartitionResult(partition_index=p, partition_error_code=code))
+    return [AddPartitionsToTxnTopicResult(name=t, results_by_partition=r) for t, r in by_topic.items()]
+
+
+def _check_topics(broker: "Broker", partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int] | None:
+    """UNKNOWN_TOPIC_OR_PARTITION for missing ones and OPERATION_NOT_ATTEMPTED for the rest, as Kafka does."""
+    missing = {tp for tp in partitions if broker.topics.partition(*tp) is None}
+    if not missing:
+        return None
+    return {tp: (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in missing else ErrorCode.OPERATION_NOT_ATTEMPTED)
+            for tp in partitions}
+
+
+async def _one(broker: "Broker", coordinator, txn_id: str, pid: int, epoch: int,  # type: ignore[no-untyped-def]
+               partitions: list[tuple[str, int]], verify_only: bool, version: int) -> dict[tuple[str, int], int]:
+    bad = _check_topics(broker, partitions)
+    if bad is not None:
+        return bad
+    result: dict[tuple[str, int], int] = await coordinator.add_partitions(txn_id, pid, epoch, partitions,
+                                                                          verify_only=verify_only, version=version)
+    return result
+
+
+def handle(broker: "Broker", ctx: "RequestContext", request: AddPartitionsToTxnRequest) -> object:
+    coordinator, code = coordinator_or_error(broker)
+    return _handle(broker, ctx, request, coordinator, code)
+
+
+async def _handle(broker: "Broker", ctx: "RequestContext", request: AddPartitionsToTxnRequest,  # type: ignore[no-untyped-def]
+                  coordinator, code: int) -> AddPartitionsToTxnResponse:
+    if ctx.api_version <= 3:
+        partitions = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
+        if coordinator is None:
+            results = {tp: code for tp in partitions}
+        else:
+            results = await _one(broker, coordinator, request.v3_and_below_transactional_id,
+                                 request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
+                                 partitions, False, ctx.api_version)
+        return AddPartitionsToTxnResponse(throttle_time_ms=0, results_by_topic_v3_and_below=_topic_results(results))
+    if coordinator is None:
+        return AddPartitionsToTxnResponse(throttle_time_ms=0, error_code=code)
+    out = []
+    for txn in request.transactions:
+        partitions = [(t.name, p) for t in txn.topics for p in t.partitions]
+        results = await _one(broker, coordinator, txn.transactional_id, txn.producer_id, txn.producer_epoch,
+                             partitions, txn.verify_only, ctx.api_version)
+        out.append(AddPartitionsToTxnResult(transactional_id=txn.transactional_id,
+                                            topic_results=_topic_results(results)))
+    return AddPartitionsToTxnResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, results_by_transaction=out)

@@ -1,0 +1,38 @@
+"""DescribeTransactions (65)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from oncelog.protocol.messages.describe_transactions_request import DescribeTransactionsRequest
+from oncelog.protocol.messages.describe_transactions_response import (
+    DescribeTransactionsResponse,
+    TopicData,
+    TransactionState,
+)
+
+from ._txn import coordinator_or_error
+
+if TYPE_CHECKING:
+    from oncelog.broker.router import RequestContext
+    from oncelog.broker.server import Broker
+
+API_KEY = 65
+MIN_VERSION = 0
+MAX_VERSION = 0
+
+
+def handle(broker: "Broker", ctx: "RequestContext",
+           request: DescribeTransactionsRequest) -> DescribeTransactionsResponse:
+    coordinator, code = coordinator_or_error(broker)
+    if coordinator is None:
+        return DescribeTransactionsResponse(transaction_states=[
+            TransactionState(error_code=code, transactional_id=t) for t in request.transactional_ids])
+    states = []
+    for d in coordinator.describe(list(request.transactional_ids)):
+        states.append(TransactionState(
+            error_code=d.error_code, transactional_id=d.transactional_id, transaction_state=d.state,
+            transaction_timeout_ms=d.transaction_timeout_ms, transaction_start_time_ms=d.transaction_start_time_ms,
+            producer_id=d.producer_id, producer_epoch=d.producer_epoch,
+            topics=[TopicData(topic=t, partitions=sorted(ps)) for t, ps in d.topics.items()]))
+    return DescribeTransactionsResponse(throttle_time_ms=0, transaction_states=states)

@@ -1,0 +1,46 @@
+"""WriteTxnMarkers (27): write COMMIT/ABORT markers for a producer to partitions of this broker, fenced by the
+coordinator epoch (a marker from an older coordinator is refused with TRANSACTION_COORDINATOR_FENCED). The
+transaction coordinator uses the same path internally (``BrokerMarkerWriter``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from oncelog.protocol.messages.write_txn_markers_request import WriteTxnMarkersRequest
+from oncelog.protocol.messages.write_txn_markers_response import (
+    WritableTxnMarkerPartitionResult,
+    WritableTxnMarkerResult,
+    WritableTxnMarkerTopicResult,
+    WriteTxnMarkersResponse,
+)
+
+from ..internal_log import BrokerMarkerWriter
+
+if TYPE_CHECKING:
+    from oncelog.broker.router import RequestContext
+    from oncelog.broker.server import Broker
+
+API_KEY = 27
+MIN_VERSION = 0
+MAX_VERSION = 1
+
+
+async def _write(broker: "Broker", request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
+    writer = BrokerMarkerWriter(broker)
+    results = []
+    for m in request.markers:
+        partitions = [(t.name, p) for t in m.topics for p in t.partition_indexes]
+        errors = await writer.write_markers(m.producer_id, m.producer_epoch, m.transaction_result,
+                                            m.coordinator_epoch, partitions)
+        by_topic: dict[str, list[WritableTxnMarkerPartitionResult]] = {}
+        for (topic, p), code in errors.items():
+            by_topic.setdefault(topic, []).append(WritableTxnMarkerPartitionResult(partition_index=p,
+                                                                                   error_code=code))
+        results.append(WritableTxnMarkerResult(
+            producer_id=m.producer_id,
+            topics=[WritableTxnMarkerTopicResult(name=t, partitions=ps) for t, ps in by_topic.items()]))
+    return WriteTxnMarkersResponse(markers=results)
+
+
+def handle(broker: "Broker", ctx: "RequestContext", request: WriteTxnMarkersRequest) -> object:
+    return _write(broker, request)

@@ -1,0 +1,83 @@
+"""Start-up and shut-down of the transaction coordinator inside the broker.
+
+The coordinator's log is ``__transaction_state`` (compacted, ``transaction.state.log.num.partitions`` partitions);
+its markers go through ``BrokerMarkerWriter``. Every partition is loaded at start-up through the same replay path
+as live operation, then transactions found in PrepareCommit/PrepareAbort are finished in the background. The
+coordinator epoch grows by one at every start, so markers from an older incarnation are fenced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from oncelog.coordinator.transaction import FileProducerIdStore, ProducerIdManager, TransactionCoordinator
+from oncelog.storage.log import write_atomic
+
+from .internal_log import BrokerMarkerWriter, InternalTopicLog
+
+if TYPE_CHECKING:
+    from .server import Broker
+
+__all__ = ["start_transaction_coordinator", "stop_transaction_coordinator", "TRANSACTION_STATE_TOPIC"]
+
+log = logging.getLogger("oncelog.broker.transactions")
+
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+EPOCH_FILE = "transaction-coordinator.epoch"
+
+
+def _next_coordinator_epoch(broker: "Broker") -> int:
+    path = broker.config.data_dir / EPOCH_FILE
+    try:
+        epoch = int(path.read_text().strip()) + 1
+    except (FileNotFoundError, ValueError):
+        epoch = 0
+    write_atomic(path, f"{epoch}\n".encode())
+    return epoch
+
+
+async def start_transaction_coordinator(broker: "Broker") -> None:
+    cfg = broker.config
+    txn_log = InternalTopicLog(broker, TRANSACTION_STATE_TOPIC, cfg.transaction_state_log_num_partitions,
+                               {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})
+    txn_log.ensure()
+    store = FileProducerIdStore(str(cfg.data_dir / "producer-ids"))
+    coordinator = TransactionCoordinator(
+        cfg, broker.clock, txn_log, BrokerMarkerWriter(broker), ProducerIdManager(store.load, store.persist),
+        num_partitions=txn_log.num_partitions, coordinator_epoch=_next_coordinator_epoch(broker))
+    for partition in range(txn_log.num_partitions):
+        await coordinator.load_partition(partition, txn_log.read(partition), complete_pending=False)
+    broker.txn_coordinator = coordinator
+    broker.spawn(_finish_pending(coordinator), "txn-complete-pending")
+    broker.spawn(_every(cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+                        coordinator.abort_timed_out_transactions, "abort timed-out transactions"),
+                 "txn-abort-timed-out")
+    broker.spawn(_every(cfg.transaction_remove_expired_transaction_cleanup_interval_ms,
+                        coordinator.expire_transactional_ids, "expire transactional ids"), "txn-expire-ids")
+
+
+async def _finish_pending(coordinator: TransactionCoordinator) -> None:
+    finished = await coordinator.complete_pending_after_load()
+    if finished:
+        log.info("completed %d transaction(s) left prepared by the previous run: %s", len(finished),
+                 ", ".join(finished[:10]))
+
+
+async def _every(interval_ms: int, job, what: str) -> None:  # type: ignore[no-untyped-def]
+    interval = max(interval_ms, 10) / 1000
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            done = await job()
+            if done:
+                log.info("%s: %s", what, ", ".join(done[:10]))
+        except Exception:
+            log.exception("%s failed; will retry in %.1f s", what, interval)
+
+
+async def stop_transaction_coordinator(broker: "Broker") -> None:
+    if broker.txn_coordinator is not None:
+        await broker.txn_coordinator.close()
+        broker.txn_coordinator = None
