@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_SCHEMAS = Path("/work/shared/kafka-protocol/message")
-DEFAULT_COORD = Path("/work/shared/kafka-protocol/coordinator-records")
+DEFAULT_SCHEMAS = Path(__file__).resolve().parents[2] / "shared" / "kafka-protocol" / "message"
+DEFAULT_COORD = Path(__file__).resolve().parents[2] / "shared" / "kafka-protocol" / "coordinator-records"
 OVERRIDES = ROOT / "src/oncelog/protocol/schema_overrides"
 OUT_DIR = ROOT / "src/oncelog/protocol/messages"
 
