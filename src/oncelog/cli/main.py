@@ -64,6 +64,7 @@ from oncelog.cli import produce as _produce  # noqa: E402
 from oncelog.cli import topic as _topic  # noqa: E402
 
 app.add_typer(_topic.app, name="topic")
+app.add_typer(__import__("oncelog.cli.txn", fromlist=["app"]).app, name="txn")
 app.command("produce")(_produce.produce)
 app.command("consume")(_consume.consume)
 

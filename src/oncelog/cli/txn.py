@@ -1,0 +1,274 @@
+"""``oncelog txn list|describe|producers|find-hanging|abort``: inspect transactions and end hanging ones.
+
+The operator's counterpart of ``kafka-transactions.sh``. A *hanging* transaction is one left open on a partition
+that no coordinator will ever end (its producer id or transactional id is gone, or the coordinator believes the
+transaction is over): it pins the partition's last stable offset, so ``read_committed`` consumers stop there.
+``find-hanging`` lists them and ``abort --start-offset`` writes the ABORT marker that releases the partition.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from datetime import UTC, datetime
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from oncelog.client.admin import Admin, ProducerState
+from oncelog.protocol.errors import ErrorCode
+
+from ._common import BOOTSTRAP_HELP, DEFAULT_BOOTSTRAP, echo_json, fail, user_errors
+
+app = typer.Typer(help="Inspect transactions and abort hanging ones (like kafka-transactions.sh).",
+                  no_args_is_help=True)
+
+_BOOT = typer.Option(DEFAULT_BOOTSTRAP, "--bootstrap-server", "-b", help=BOOTSTRAP_HELP)
+_JSON = typer.Option(False, "--json", help="machine-readable JSON on stdout")
+_DEFAULT_MAX_DURATION_MS = 15 * 60 * 1000
+
+
+def _admin(bootstrap: str) -> Admin:
+    return Admin({"bootstrap.servers": bootstrap, "request.timeout.ms": 15000,
+                  "socket.connection.setup.timeout.ms": 5000})
+
+
+def _when(ms: int | None) -> str:
+    if ms is None or ms < 0:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def _duration(ms: int | None) -> str:
+    if ms is None or ms < 0:
+        return "-"
+    seconds = ms / 1000
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}min"
+    return f"{seconds / 3600:.1f}h"
+
+
+def _opt(v: int | None) -> str:
+    return "-" if v is None else str(v)
+
+
+@app.command("list")
+def list_(
+    state: list[str] = typer.Option([], "--state", "-s",
+                                    help="only transactions in this state, e.g. Ongoing (repeatable)"),
+    producer_id: list[int] = typer.Option([], "--producer-id", help="only this producer id (repeatable)"),
+    min_duration_ms: int = typer.Option(-1, "--min-duration-ms",
+                                        help="only transactions running longer than this (-1: any)"),
+    bootstrap_server: str = _BOOT,
+    as_json: bool = _JSON,
+) -> None:
+    """List the transactional ids the coordinators know, with their producer id and state."""
+    with user_errors("cannot list transactions"):
+        admin = _admin(bootstrap_server)
+        try:
+            listings = admin.list_transactions(state or None, producer_id or None, min_duration_ms)
+        finally:
+            admin.close()
+    if as_json:
+        echo_json([asdict(t) for t in listings])
+        return
+    table = Table(title=f"{len(listings)} transaction(s)")
+    table.add_column("Transactional id")
+    table.add_column("Coordinator", justify="right")
+    table.add_column("Producer id", justify="right")
+    table.add_column("State")
+    for t in listings:
+        table.add_row(t.transactional_id, str(t.coordinator_id), str(t.producer_id), t.state)
+    Console().print(table)
+
+
+@app.command()
+def describe(
+    transactional_id: str = typer.Argument(..., help="transactional id (transactional.id of the producer)"),
+    bootstrap_server: str = _BOOT,
+    as_json: bool = _JSON,
+) -> None:
+    """State, producer, timeout and partitions of one transactional id."""
+    with user_errors(f"cannot describe transaction {transactional_id!r}"):
+        admin = _admin(bootstrap_server)
+        try:
+            try:
+                desc = admin.describe_transactions(transactional_id)[transactional_id]
+            except Exception as e:
+                if getattr(e, "code", None) == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND:
+                    fail(f"transactional id {transactional_id!r} is not known to its coordinator",
+                         "list the known ones with 'oncelog txn list'")
+                raise
+        finally:
+            admin.close()
+    now = int(time.time() * 1000)
+    duration = None if desc.transaction_start_time_ms is None else now - desc.transaction_start_time_ms
+    if as_json:
+        out = asdict(desc)
+        out["topic_partitions"] = [{"topic": t, "partition": p} for t, p in desc.topic_partitions]
+        out["duration_ms"] = duration
+        echo_json(out)
+        return
+    table = Table(title=f"Transaction {desc.transactional_id}", show_header=False)
+    table.add_column("Field", style="bold")
+    table.add_column("Value")
+    table.add_row("Coordinator", str(desc.coordinator_id))
+    table.add_row("State", desc.state)
+    table.add_row("Producer id", str(desc.producer_id))
+    table.add_row("Producer epoch", str(desc.producer_epoch))
+    table.add_row("Timeout", f"{desc.transaction_timeout_ms} ms")
+    table.add_row("Started", _when(desc.transaction_start_time_ms))
+    table.add_row("Duration", _duration(duration))
+    table.add_row("Partitions", ", ".join(f"{t}-{p}" for t, p in desc.topic_partitions) or "-")
+    Console().print(table)
+
+
+def _producer_row(p: ProducerState, now: int) -> list[str]:
+    return [str(p.producer_id), str(p.producer_epoch), _opt(p.coordinator_epoch), str(p.last_sequence),
+            f"{_when(p.last_timestamp)} ({_duration(now - p.last_timestamp)} ago)" if p.last_timestamp >= 0 else "-",
+            _opt(p.current_txn_start_offset)]
+
+
+@app.command()
+def producers(
+    topic: str = typer.Argument(..., help="topic name"),
+    partition: int | None = typer.Option(None, "--partition", "-p", min=0, help="only this partition"),
+    bootstrap_server: str = _BOOT,
+    as_json: bool = _JSON,
+) -> None:
+    """The producers with state on a topic's partitions, and where their open transaction starts."""
+    with user_errors(f"cannot describe producers of {topic!r}"):
+        admin = _admin(bootstrap_server)
+        try:
+            if partition is None:
+                parts = [p.partition for p in admin.describe_topic(topic).partitions]
+            else:
+                parts = [partition]
+            states = admin.describe_producers([(topic, p) for p in parts])
+        finally:
+            admin.close()
+    rows = [(tp, s) for tp in sorted(states) for s in states[tp]]
+    if as_json:
+        echo_json([{"topic": tp[0], "partition": tp[1], **asdict(s)} for tp, s in rows])
+        return
+    now = int(time.time() * 1000)
+    open_txns = sum(1 for _, s in rows if s.current_txn_start_offset is not None)
+    table = Table(title=f"{topic}: {len(rows)} producer state(s), {open_txns} open transaction(s)")
+    for col in ("Partition", "Producer id", "Epoch", "Coordinator epoch", "Last sequence"):
+        table.add_column(col, justify="right")
+    table.add_column("Last timestamp")
+    table.add_column("Txn start offset", justify="right")
+    for tp, s in rows:
+        table.add_row(str(tp[1]), *_producer_row(s, now))
+    Console().print(table)
+
+
+@app.command("find-hanging")
+def find_hanging(
+    topic: str | None = typer.Option(None, "--topic", "-t", help="only this topic (default: all topics)"),
+    partition: int | None = typer.Option(None, "--partition", "-p", min=0,
+                                            help="only this partition (needs --topic)"),
+    max_duration_ms: int = typer.Option(_DEFAULT_MAX_DURATION_MS, "--max-duration-ms", min=0,
+                                        help="consider transactions whose last write is at least this old "
+                                             "(default 15 min, the default transaction.max.timeout.ms)"),
+    bootstrap_server: str = _BOOT,
+    as_json: bool = _JSON,
+) -> None:
+    """Find open transactions that no coordinator will end; abort them with 'oncelog txn abort'."""
+    if partition is not None and topic is None:
+        fail("--partition needs --topic", code=2)
+    with user_errors("cannot search for hanging transactions"):
+        admin = _admin(bootstrap_server)
+        try:
+            hanging = admin.find_hanging_transactions(max_duration_ms, None if topic is None else [topic],
+                                                      partition=partition)
+        finally:
+            admin.close()
+    if as_json:
+        echo_json([asdict(h) for h in hanging])
+        return
+    if not hanging:
+        typer.echo("No hanging transactions found.")
+        return
+    table = Table(title=f"{len(hanging)} hanging transaction(s)")
+    for col in ("Topic", "Partition", "Producer id", "Epoch", "Coordinator epoch", "Start offset"):
+        table.add_column(col, justify="right" if col != "Topic" else "left")
+    table.add_column("Idle for", justify="right")
+    table.add_column("Transactional id")
+    table.add_column("Why")
+    for h in hanging:
+        table.add_row(h.topic, str(h.partition), str(h.producer_id), str(h.producer_epoch),
+                      _opt(h.coordinator_epoch), str(h.start_offset), _duration(h.duration_ms),
+                      h.transactional_id or "-", h.reason)
+    console = Console()
+    console.print(table)
+    first = hanging[0]
+    console.print(f"Abort one with: oncelog txn abort --topic {first.topic} --partition {first.partition} "
+                  f"--start-offset {first.start_offset}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+def abort(
+    topic: str = typer.Option(..., "--topic", "-t", help="topic of the open transaction"),
+    partition: int = typer.Option(..., "--partition", "-p", min=0, help="partition of the open transaction"),
+    start_offset: int | None = typer.Option(None, "--start-offset", min=0,
+                                               help="first offset of the transaction to abort (the producer is "
+                                                    "looked up with DescribeProducers)"),
+    producer_id: int | None = typer.Option(None, "--producer-id", help="producer id (with --producer-epoch "
+                                                                          "and --coordinator-epoch)"),
+    producer_epoch: int | None = typer.Option(None, "--producer-epoch", help="producer epoch"),
+    coordinator_epoch: int | None = typer.Option(None, "--coordinator-epoch",
+                                                    help="coordinator epoch (-1 is sent as 0)"),
+    bootstrap_server: str = _BOOT,
+    as_json: bool = _JSON,
+) -> None:
+    """Abort an open transaction on one partition by writing its ABORT marker (for hanging transactions).
+
+    Identify it with --start-offset (see 'oncelog txn find-hanging' / 'oncelog txn producers'), or with
+    --producer-id, --producer-epoch and --coordinator-epoch.
+    """
+    explicit = [producer_id, producer_epoch, coordinator_epoch]
+    if start_offset is None and all(v is None for v in explicit):
+        fail("say which transaction to abort: --start-offset O, or --producer-id P --producer-epoch E "
+             "--coordinator-epoch C", "find the start offset with 'oncelog txn find-hanging' or "
+             "'oncelog txn producers TOPIC'", code=2)
+    if start_offset is not None and any(v is not None for v in explicit):
+        fail("--start-offset cannot be combined with --producer-id/--producer-epoch/--coordinator-epoch", code=2)
+    if start_offset is None and any(v is None for v in explicit):
+        missing = [n for n, v in zip(("--producer-id", "--producer-epoch", "--coordinator-epoch"), explicit)
+                   if v is None]
+        fail(f"missing {', '.join(missing)} (all three are needed without --start-offset)", code=2)
+    tp = (topic, partition)
+    with user_errors(f"cannot abort the transaction on {topic}[{partition}]"):
+        admin = _admin(bootstrap_server)
+        try:
+            if start_offset is not None:
+                states = admin.describe_producers([tp])[tp]
+                match = next((s for s in states if s.current_txn_start_offset == start_offset), None)
+                if match is None:
+                    opened = sorted(s.current_txn_start_offset for s in states
+                                    if s.current_txn_start_offset is not None)
+                    fail(f"no open transaction starts at offset {start_offset} on {topic}[{partition}]",
+                         f"open transactions there start at {', '.join(map(str, opened))}" if opened
+                         else "the partition has no open transaction")
+                pid, epoch = match.producer_id, match.producer_epoch
+                coord_epoch = match.coordinator_epoch if match.coordinator_epoch is not None else -1
+            else:
+                assert producer_id is not None and producer_epoch is not None and coordinator_epoch is not None
+                pid, epoch, coord_epoch = producer_id, producer_epoch, coordinator_epoch
+            lso_before = admin.list_offsets({tp: "latest"}, isolation_level=1)[tp].offset
+            admin.abort_transaction(topic, partition, pid, epoch, coord_epoch)
+            lso_after = admin.list_offsets({tp: "latest"}, isolation_level=1)[tp].offset
+        finally:
+            admin.close()
+    if as_json:
+        echo_json({"topic": topic, "partition": partition, "producer_id": pid, "producer_epoch": epoch,
+                   "coordinator_epoch": max(coord_epoch, 0), "start_offset": start_offset, "aborted": True,
+                   "last_stable_offset_before": lso_before, "last_stable_offset": lso_after})
+    else:
+        typer.echo(f"Aborted the transaction of producer {pid} (epoch {epoch}) on {topic}-{partition}"
+                   + (f" starting at offset {start_offset}" if start_offset is not None else "")
+                   + f"; last stable offset {lso_before} -> {lso_after}.")
