@@ -296,6 +296,10 @@ def test_sigkill_during_segment_rolls_and_idle_restart(kbroker: BrokerProcess) -
     kbroker.kill()
     kbroker.start()
     assert check_acked(kbroker.bootstrap, topic, prod.acked) == first
+    assert "not shut down cleanly" in kbroker.log_path.read_text(), "a SIGKILLed data dir was not recovered"
     assert kbroker.stop() == 0
+    mark = len(kbroker.log_path.read_text())
     kbroker.start()
     assert check_acked(kbroker.bootstrap, topic, prod.acked) == first
+    after = kbroker.log_path.read_text()[mark:]
+    assert "not shut down cleanly" not in after, "a clean stop was not recorded: the next start recovered"
