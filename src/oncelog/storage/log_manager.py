@@ -21,7 +21,7 @@ from pathlib import Path
 
 from oncelog.clock import Clock
 
-from .catalog import TopicCatalog, TopicInfo
+from .catalog import CATALOG_FILE, TopicCatalog, TopicInfo
 from .config import LogConfig
 from .errors import (
     InvalidPartitionsError,
@@ -92,8 +92,9 @@ class LogManager:
             ) from None
         try:
             marker = data_dir / CLEAN_SHUTDOWN_FILE
-            clean = marker.exists()
-            if clean:
+            fresh = not (data_dir / CATALOG_FILE).exists()
+            clean = marker.exists() or fresh
+            if marker.exists():
                 marker.unlink()
                 _fsync_dir(data_dir)
             catalog = TopicCatalog.open(data_dir)
