@@ -76,7 +76,7 @@ def list_(
         echo_json([asdict(t) for t in listings])
         return
     table = Table(title=f"{len(listings)} transaction(s)")
-    table.add_column("Transactional id")
+    table.add_column("Transactional id", overflow="fold")
     table.add_column("Coordinator", justify="right")
     table.add_column("Producer id", justify="right")
     table.add_column("State")
@@ -114,7 +114,7 @@ def describe(
         return
     table = Table(title=f"Transaction {desc.transactional_id}", show_header=False)
     table.add_column("Field", style="bold")
-    table.add_column("Value")
+    table.add_column("Value", overflow="fold")
     table.add_row("Coordinator", str(desc.coordinator_id))
     table.add_row("State", desc.state)
     table.add_row("Producer id", str(desc.producer_id))
@@ -195,10 +195,10 @@ def find_hanging(
         return
     table = Table(title=f"{len(hanging)} hanging transaction(s)")
     for col in ("Topic", "Partition", "Producer id", "Epoch", "Coordinator epoch", "Start offset"):
-        table.add_column(col, justify="right" if col != "Topic" else "left")
+        table.add_column(col, justify="right" if col != "Topic" else "left", overflow="fold")
     table.add_column("Idle for", justify="right")
-    table.add_column("Transactional id")
-    table.add_column("Why")
+    table.add_column("Transactional id", overflow="fold")
+    table.add_column("Why", overflow="fold")
     for h in hanging:
         table.add_row(h.topic, str(h.partition), str(h.producer_id), str(h.producer_epoch),
                       _opt(h.coordinator_epoch), str(h.start_offset), _duration(h.duration_ms),
