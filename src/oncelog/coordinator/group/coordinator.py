@@ -1,0 +1,293 @@
+"""GroupCoordinator: the classic consumer-group coordinator over the partitions of ``__consumer_offsets``.
+
+A group lives on partition ``partition_for(group_id)`` (Kafka's abs(String.hashCode) % partitions). Every
+operation runs on that partition's serial queue of the :class:`CoordinatorRuntime`: the shard function validates
+and returns (records, response); the runtime appends the records durably, replays them, and only then answers.
+JoinGroup and a follower's SyncGroup answer with a future that completes when the join phase ends / the leader's
+assignment is durable. The methods take a request message and its version and return the response message; the
+broker handlers only adapt versions.
+
+Time: nothing here sleeps. The broker calls :meth:`GroupCoordinator.tick` every ~100 ms (``group_wiring``);
+tests advance a ``MockClock`` and call ``tick()``.
+
+Transactional offsets (TxnOffsetCommit): validated on the queue, then written as a transactional batch with the
+producer's id and epoch, then replayed as *pending* offsets of that producer on the queue. The broker calls
+:meth:`on_transaction_completed` after a COMMIT/ABORT marker is durable on the partition. ``verify_transaction``
+(optional hook) lets the broker check with the transaction coordinator that the offsets partition was added to
+the transaction (AddOffsetsToTxn) before anything is written.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Awaitable, Callable, Iterable, Iterator, Protocol, Union
+
+from oncelog.clock import Clock
+from oncelog.coordinator.runtime import CoordinatorError, CoordinatorResult, CoordinatorRuntime, append_error_code
+from oncelog.coordinator.transaction.partitioner import partition_for
+from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.messages.delete_groups_response import DeletableGroupResult
+from oncelog.protocol.messages.describe_groups_response import DescribedGroup
+from oncelog.protocol.messages.heartbeat_request import HeartbeatRequest
+from oncelog.protocol.messages.heartbeat_response import HeartbeatResponse
+from oncelog.protocol.messages.join_group_request import JoinGroupRequest
+from oncelog.protocol.messages.join_group_response import JoinGroupResponse
+from oncelog.protocol.messages.leave_group_request import LeaveGroupRequest, MemberIdentity
+from oncelog.protocol.messages.leave_group_response import LeaveGroupResponse
+from oncelog.protocol.messages.list_groups_response import ListedGroup
+from oncelog.protocol.messages.offset_commit_request import OffsetCommitRequest
+from oncelog.protocol.messages.offset_commit_response import (
+    OffsetCommitResponse,
+    OffsetCommitResponsePartition,
+    OffsetCommitResponseTopic,
+)
+from oncelog.protocol.messages.offset_delete_request import OffsetDeleteRequest
+from oncelog.protocol.messages.offset_delete_response import OffsetDeleteResponse
+from oncelog.protocol.messages.sync_group_request import SyncGroupRequest
+from oncelog.protocol.messages.sync_group_response import SyncGroupResponse
+from oncelog.protocol.messages.txn_offset_commit_request import TxnOffsetCommitRequest
+from oncelog.protocol.messages.txn_offset_commit_response import (
+    TxnOffsetCommitResponse,
+    TxnOffsetCommitResponsePartition,
+    TxnOffsetCommitResponseTopic,
+)
+
+from . import membership
+from .offsets import FetchedOffset, commit_offsets, delete_offsets, fetch_offsets, validate_txn_commit
+from .shard import GroupConfig, GroupShard
+from .state import GroupState
+
+__all__ = ["GroupCoordinator", "GroupLog", "LogEntry", "DataEntry", "MarkerEntry"]
+
+log = logging.getLogger("oncelog.coordinator.group")
+
+# What loading reads from a partition, in log order:
+DataEntry = tuple[bytes | None, bytes | None, int, int]  # (key, value, offset, producer id or -1 if not transactional)
+MarkerEntry = tuple[int, bool, int]  # (producer id, commit?, offset) of a COMMIT/ABORT control batch
+LogEntry = Union[DataEntry, MarkerEntry]
+
+
+class GroupLog(Protocol):
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]], producer_id: int = -1,
+                     producer_epoch: int = -1, transactional: bool = False) -> int:
+        ...
+
+
+TxnVerifier = Callable[[str, int, int, int], Awaitable[int]]  # (transactional id, pid, epoch, partition) -> code
+
+
+class GroupCoordinator:
+    def __init__(self, group_log: GroupLog, num_partitions: int, clock: Clock, config: GroupConfig | None = None,
+                 partition_exists: Callable[[str, int], bool] | None = None,
+                 verify_transaction: TxnVerifier | None = None) -> None:
+        self.log = group_log
+        self.num_partitions = num_partitions
+        self.clock = clock
+        self.config = config or GroupConfig()
+        self.partition_exists = partition_exists
+        self.verify_transaction = verify_transaction
+        self._new_shards: dict[int, GroupShard] = {}
+        self.runtime: CoordinatorRuntime[GroupShard] = CoordinatorRuntime(group_log, self._make_shard)
+
+    def _make_shard(self, partition: int) -> GroupShard:
+        shard = GroupShard(partition, self.clock, self.config, self.partition_exists)
+        self._new_shards[partition] = shard
+        return shard
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions)
+
+    # ------------------------------------------------------------------ loading
+    async def load(self, partition: int, entries: Iterable[LogEntry]) -> GroupShard:
+        """Replay a partition's log (records, transactional records and markers, in order) into a new shard."""
+        def plain() -> Iterator[tuple[bytes | None, bytes | None, int]]:
+            shard = self._new_shards[partition]
+            for entry in entries:
+                if len(entry) == 3:
+                    pid, commit, _offset = entry  # type: ignore[misc]
+                    shard.complete_transaction(pid, commit)
+                    continue
+                key, value, offset, pid = entry  # type: ignore[misc]
+                if pid >= 0:
+                    shard.replay_transactional(pid, key, value, offset)
+                else:
+                    yield key, value, offset
+
+        shard = await self.runtime.load(partition, plain())
+        self._new_shards.pop(partition, None)
+        await self.runtime.run(partition, lambda s: s.on_loaded())
+        return shard
+
+    async def close(self) -> None:
+        await self.runtime.close()
+
+    # ------------------------------------------------------------------ timers
+    async def tick(self) -> None:
+        """Fire every deadline that has passed on every loaded partition (call every ~100 ms)."""
+        for partition in list(self.runtime.shards()):
+            try:
+                await self.runtime.run(partition, lambda s: s.tick())
+            except CoordinatorError as e:
+                log.warning("group timers of partition %d: %s", partition, e)
+
+    # ------------------------------------------------------------------ helpers
+    async def _run(self, group_id: str, op: Callable[[GroupShard], CoordinatorResult[Any]]) -> Any:
+        return await self.runtime.run(self.partition_for(group_id), op)
+
+    # ------------------------------------------------------------------ membership
+    async def join_group(self, req: JoinGroupRequest, version: int, client_id: str,
+                         client_host: str) -> JoinGroupResponse:
+        try:
+            fut = await self._run(req.group_id, lambda s: membership.join_group(s, req, version, client_id,
+                                                                                 client_host))
+        except CoordinatorError as e:
+            return membership.join_error(e.code, req.member_id)
+        return await fut  # type: ignore[no-any-return]
+
+    async def sync_group(self, req: SyncGroupRequest, version: int) -> SyncGroupResponse:
+        try:
+            fut = await self._run(req.group_id, lambda s: membership.sync_group(s, req, version))
+        except CoordinatorError as e:
+            return membership.sync_error(e.code)
+        return await fut  # type: ignore[no-any-return]
+
+    async def heartbeat(self, req: HeartbeatRequest, version: int) -> HeartbeatResponse:
+        instance_id = req.group_instance_id if version >= 3 else None
+        try:
+            return await self._run(req.group_id, lambda s: membership.heartbeat(  # type: ignore[no-any-return]
+                s, req.group_id, req.generation_id, req.member_id, instance_id))
+        except CoordinatorError as e:
+            return HeartbeatResponse(error_code=e.code)
+
+    async def leave_group(self, req: LeaveGroupRequest, version: int) -> LeaveGroupResponse:
+        members = list(req.members) if version >= 3 else [MemberIdentity(member_id=req.member_id)]
+        try:
+            return await self._run(req.group_id,  # type: ignore[no-any-return]
+                                   lambda s: membership.leave_group(s, req.group_id, members))
+        except CoordinatorError as e:
+            return LeaveGroupResponse(error_code=e.code)
+
+    # ------------------------------------------------------------------ offsets
+    async def commit_offsets(self, req: OffsetCommitRequest, version: int) -> OffsetCommitResponse:
+        try:
+            return await self._run(req.group_id,  # type: ignore[no-any-return]
+                                   lambda s: commit_offsets(s, req, version))
+        except CoordinatorError as e:
+            return OffsetCommitResponse(topics=[OffsetCommitResponseTopic(name=t.name, partitions=[
+                OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=e.code)
+                for p in t.partitions]) for t in req.topics])
+
+    async def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
+                            require_stable: bool) -> tuple[int, list[FetchedOffset]]:
+        """(group error code, offsets). Served from memory once the partition is loaded."""
+        partition = self.partition_for(group_id)
+        shard = self.runtime.shard(partition)
+        if shard is None:
+            code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self.runtime.is_loading(partition) \
+                else ErrorCode.NOT_COORDINATOR
+            return code, []
+        return ErrorCode.NONE, fetch_offsets(shard, group_id, topics, require_stable)
+
+    async def delete_offsets(self, req: OffsetDeleteRequest) -> OffsetDeleteResponse:
+        try:
+            return await self._run(req.group_id, lambda s: delete_offsets(s, req))  # type: ignore[no-any-return]
+        except CoordinatorError as e:
+            return OffsetDeleteResponse(error_code=e.code)
+
+    async def txn_offset_commit(self, req: TxnOffsetCommitRequest, version: int) -> TxnOffsetCommitResponse:
+        partition = self.partition_for(req.group_id)
+
+        def answer(errors: dict[tuple[str, int], int] | None, code: int = 0) -> TxnOffsetCommitResponse:
+            return TxnOffsetCommitResponse(topics=[TxnOffsetCommitResponseTopic(name=t.name, partitions=[
+                TxnOffsetCommitResponsePartition(partition_index=p.partition_index,
+                                                 error_code=code or (errors or {}).get((t.name, p.partition_index), 0))
+                for p in t.partitions]) for t in req.topics])
+
+        if self.verify_transaction is not None:
+            code = await self.verify_transaction(req.transactional_id, req.producer_id, req.producer_epoch, partition)
+            if code:
+                return answer(None, code)
+        try:
+            plan = await self.runtime.run(partition, lambda s: CoordinatorResult(
+                [], validate_txn_commit(s, req, version)))
+        except CoordinatorError as e:
+            return answer(None, e.code)
+        if not plan.records:
+            return answer(plan.errors)
+        try:
+            base = await self.log.append(partition, plan.records, producer_id=req.producer_id,
+                                         producer_epoch=req.producer_epoch, transactional=True)
+        except Exception as e:  # noqa: BLE001 - the client gets a code
+            code = getattr(e, "error_code", None)
+            err = int(code) if code in (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED,
+                                        ErrorCode.INVALID_TXN_STATE, ErrorCode.INVALID_PRODUCER_ID_MAPPING) \
+                else append_error_code(e)
+            log.warning("TxnOffsetCommit of group %s (producer %d) not written: %s", req.group_id, req.producer_id, e)
+            return answer(None, err)
+        records = plan.records
+
+        def replay(shard: GroupShard) -> CoordinatorResult[None]:
+            for i, (key, value) in enumerate(records):
+                shard.replay_transactional(req.producer_id, key, value, base + i)
+            return CoordinatorResult([], None)
+
+        try:
+            await self.runtime.run(partition, replay)
+        except CoordinatorError as e:
+            return answer(None, e.code)
+        return answer(plan.errors)
+
+    async def on_transaction_completed(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A COMMIT/ABORT marker of ``producer_id`` is durable on ``__consumer_offsets`` partition ``partition``:
+        its pending offsets there become visible (commit) or are dropped (abort)."""
+        def complete(shard: GroupShard) -> CoordinatorResult[None]:
+            shard.complete_transaction(producer_id, commit)
+            return CoordinatorResult([], None)
+
+        try:
+            await self.runtime.run(partition, complete)
+        except CoordinatorError as e:
+            log.warning("transaction completion of producer %d on partition %d not applied: %s", producer_id,
+                        partition, e)
+
+    # ------------------------------------------------------------------ admin
+    async def delete_groups(self, group_ids: list[str]) -> list[DeletableGroupResult]:
+        by_partition: dict[int, list[str]] = {}
+        for gid in group_ids:
+            by_partition.setdefault(self.partition_for(gid), []).append(gid)
+        results: dict[str, DeletableGroupResult] = {}
+        for partition, gids in by_partition.items():
+            try:
+                for r in await self.runtime.run(partition, lambda s, g=gids: s.delete_groups(g)):  # type: ignore[misc]
+                    results[r.group_id] = r
+            except CoordinatorError as e:
+                for gid in gids:
+                    results[gid] = DeletableGroupResult(group_id=gid, error_code=e.code)
+        return [results[g] for g in group_ids]
+
+    def describe_group(self, group_id: str) -> DescribedGroup:
+        partition = self.partition_for(group_id)
+        shard = self.runtime.shard(partition)
+        if shard is None:
+            code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self.runtime.is_loading(partition) \
+                else ErrorCode.NOT_COORDINATOR
+            return DescribedGroup(error_code=code, group_id=group_id)
+        if not group_id:
+            return DescribedGroup(error_code=ErrorCode.INVALID_GROUP_ID, group_id=group_id)
+        return shard.describe(group_id)
+
+    def list_groups(self, states: list[str] | None = None, types: list[str] | None = None) -> list[ListedGroup]:
+        wanted: set[GroupState] | None = None
+        if states:
+            wanted = {s for s in (GroupState.from_name(n) for n in states) if s is not None}
+        if types and "classic" not in {t.lower() for t in types}:
+            return []
+        out: list[ListedGroup] = []
+        for _, shard in sorted(self.runtime.shards().items()):
+            out += shard.list_groups(wanted)
+        return out
+
+    def group(self, group_id: str) -> Any:
+        """The in-memory group (tests, diagnostics)."""
+        shard = self.runtime.shard(self.partition_for(group_id))
+        return None if shard is None else shard.groups.get(group_id)
