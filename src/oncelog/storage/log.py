@@ -47,6 +47,8 @@ from oncelog.protocol.records import (
     set_max_timestamp_log_append,
 )
 
+from .cleaner import CleanerState, recover_cleaner_files
+from .cleaner import needs_cleaning as _needs_cleaning
 from .config import LogConfig
 from .errors import KafkaStorageError, OffsetOutOfRangeError, ProducerStateError
 from .producer_state import (
@@ -135,6 +137,8 @@ class PartitionLog:
         self.last_flush_ms = clock.wall_ms()
         self.closed = False
         self._psm = ProducerStateManager(self.name, self.directory)
+        self.cleaner_state: CleanerState | None = None  # loaded by the cleaner (cleaner.py) on first use
+        self._retired: list[tuple[int, Segment]] = []  # (monotonic ms, segment) replaced by the cleaner
 
     @property
     def name(self) -> str:
@@ -184,6 +188,8 @@ class PartitionLog:
         d.mkdir(parents=True, exist_ok=True)
         if created:
             _fsync_dir(d.parent)
+        else:
+            recover_cleaner_files(d)  # finish or roll back a cleaner swap interrupted by a crash
         lso, rp = self._read_checkpoint(clean_shutdown)
         bases: list[int] = []
         for p in d.iterdir():
@@ -307,6 +313,8 @@ class PartitionLog:
         info = psm.prepare_update(h.producer_id, ORIGIN_REPLICATION)
         try:
             if h.attributes & ATTR_CONTROL:
+                if not h.records_count:  # emptied by the cleaner: its transaction is gone from the log
+                    return
                 marker = parse_control_record(seg.pread(h.position, h.size))
                 if not marker.is_known:
                     return
@@ -848,6 +856,79 @@ class PartitionLog:
         except OSError as e:  # pragma: no cover
             log.warning("%s: cannot delete old producer snapshots: %s", self.name, e)
 
+    # ================================================================ compaction (see cleaner.py)
+    def needs_cleaning(self, now_ms: int) -> bool:
+        """Whether the log cleaner should compact this log now (compact policy and dirty enough)."""
+        return _needs_cleaning(self, now_ms)
+
+    def cleaner_snapshot(self) -> tuple[list[Segment], int, dict[int, tuple[int, int]], dict[int, int]]:
+        """For the cleaner, atomically: (segments, log start offset, producer id -> (last data offset or -1,
+        epoch), id(segment) -> a duplicated fd of every inactive segment). The caller closes the fds."""
+        with self._lock:
+            if self.closed:
+                raise KafkaStorageError(f"the log of {self.name} is closed")
+            segs = list(self._segments)
+            producers = {pid: (e.last_data_offset, e.producer_epoch) for pid, e in self._psm.producers.items()}
+            fds: dict[int, int] = {}
+            try:
+                for s in segs[:-1]:
+                    fds[id(s)] = os.dup(s.fd)
+            except OSError:
+                for fd in fds.values():
+                    os.close(fd)
+                raise
+            return segs, self._lso, producers, fds
+
+    def replace_segments(self, old: list[Segment], install: Callable[[], None]) -> Segment | None:
+        """Cleaner swap: if ``old`` are still consecutive inactive segments of this log, run ``install`` (which
+        gives the cleaned segment's files their final names, base offset ``old[0].base_offset``) under the log
+        lock, open the new segment and put it in their place. Returns it, or None if the log changed (closed,
+        segments deleted) and nothing was done. The old segments stay open (concurrent readers may hold them)
+        and are closed ``file.delete.delay.ms`` later."""
+        with self._lock:
+            segs = self._segments
+            if self.closed or not old:
+                return None
+            i = next((j for j, s in enumerate(segs) if s is old[0]), -1)
+            if i < 0 or i + len(old) >= len(segs) or any(a is not b for a, b in zip(segs[i:i + len(old)], old)):
+                return None
+            try:
+                install()
+                base = old[0].base_offset
+                new = Segment(self.directory, base, index_interval_bytes=self.config.index_interval_bytes,
+                              segment_index_bytes=self.config.segment_index_bytes, created_ms=self.clock.wall_ms(),
+                              new_file=False)
+                if not new.load_indexes():
+                    new.recover(check_crc=False)
+                txn_path = self.directory / segment_file_name(base, TXN_INDEX_SUFFIX)
+                new.companions[TXN_INDEX_SUFFIX] = TransactionIndex.load(txn_path, base)
+            except (OSError, TxnIndexCorruptError) as e:
+                raise KafkaStorageError(f"cannot swap in the cleaned segment of {self.name} at offset "
+                                        f"{old[0].base_offset}: {e}; restart to recover") from e
+            new_segs = segs[:i] + [new] + segs[i + len(old):]
+            # _bases first: read() takes _segments then _bases, and old segments with new bases is safe
+            # (new bases are a subset of the old ones, so the lookup starts at or before the right segment)
+            self._bases = [s.base_offset for s in new_segs]
+            self._segments = new_segs
+            if any(s.dirty for s in old):
+                self._dirty = [s for s in self._dirty if all(s is not o for o in old)]
+            now = self.clock.monotonic_ms()
+            self._retired.extend((now, s) for s in old)
+            self._close_retired(now - self.config.file_delete_delay_ms)
+            return new
+
+    def _close_retired(self, retired_before: int) -> None:
+        keep: list[tuple[int, Segment]] = []
+        for t, s in self._retired:
+            if t <= retired_before:
+                try:
+                    s.close()
+                except OSError as e:  # pragma: no cover
+                    log.warning("%s: closing replaced segment %s: %s", self.name, s.log_path.name, e)
+            else:
+                keep.append((t, s))
+        self._retired = keep
+
     # ================================================================ lifecycle
     def update_config(self, config: LogConfig) -> None:
         with self._lock:
@@ -858,6 +939,7 @@ class PartitionLog:
     def _close_segments(self) -> None:
         for s in self._segments:
             s.close()
+        self._close_retired(2**63 - 1)
 
     def close(self) -> None:
         """Flush, write final index entries and the checkpoint, close every file."""
