@@ -89,6 +89,9 @@ TXN_STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteComm
 #: States in which the coordinator will still write markers to the transaction's partitions.
 _LIVE_TXN_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
 _DEFAULT_TXN_MAX_TIMEOUT_MS = 900_000
+#: Slack past transaction.max.timeout.ms before a live transaction counts as stuck: the coordinator only looks for
+#: timed-out transactions every transaction.abort.timed.out.transaction.cleanup.interval.ms (10 s by default).
+_TXN_ABORT_GRACE_MS = 60_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -591,7 +594,8 @@ class AsyncAdmin:
         find-hanging``): among producers whose open transaction on a partition saw no write for at least
         ``max_duration_ms``, those whose producer id maps to no transactional id, whose transactional id the
         coordinator does not know, whose transaction is not live with that partition, or that has been running
-        longer than the broker's ``transaction.max.timeout.ms`` (which the coordinator would have aborted).
+        over a minute longer than the broker's ``transaction.max.timeout.ms`` (the coordinator should have aborted
+        it; two-phase-commit transactions, whose timeout is above the maximum, are exempt).
         ``topics`` defaults to every non-internal topic; ``partition`` narrows to one partition of them."""
         await self.start()
         await self.cluster.refresh()
@@ -636,7 +640,7 @@ class AsyncAdmin:
             elif desc.state not in _LIVE_TXN_STATES or tp not in desc.topic_partitions:
                 reason = f"transaction {txn_id!r} is {desc.state} without this partition"
             elif desc.transaction_start_time_ms is not None and desc.transaction_timeout_ms <= max_timeout \
-                    and now - desc.transaction_start_time_ms > max_timeout:
+                    and now - desc.transaction_start_time_ms > max_timeout + _TXN_ABORT_GRACE_MS:
                 reason = (f"transaction {txn_id!r} has been {desc.state} for "
                           f"{now - desc.transaction_start_time_ms} ms, longer than transaction.max.timeout.ms "
                           f"({max_timeout} ms)")
