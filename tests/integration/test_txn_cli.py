@@ -96,6 +96,9 @@ def test_open_transaction_is_listed_described_and_aborted(bootstrap: str, topic_
     assert run_json("txn", "list", "--state", "CompleteCommit", "--producer-id", str(pid), *b) == []
     r = run("txn", "list", *b)
     assert r.exit_code == 0 and txn_id in flat(r.stdout) and "Ongoing" in r.stdout
+    assert [t["transactional_id"] for t in run_json("txn", "list", "--min-duration-ms", "0", "--producer-id",
+                                                    str(pid), *b)] == [txn_id]
+    assert run_json("txn", "list", "--min-duration-ms", "3600000", "--producer-id", str(pid), *b) == []
     r = run("txn", "list", "--state", "Bogus", *b)
     assert r.exit_code == 1 and "Bogus" in r.stderr and "Ongoing" in r.stderr  # names the known states
 
@@ -133,7 +136,10 @@ def test_open_transaction_is_listed_described_and_aborted(bootstrap: str, topic_
     # abort by start offset: a wrong one is refused, the right one releases the partition
     r = run("txn", "abort", "--topic", topic_name, "--partition", "0", "--start-offset", "2", *b)
     assert r.exit_code == 1 and "no open transaction starts at offset 2" in r.stderr and "start at 1" in r.stderr
-    out = run_json("txn", "abort", "--topic", topic_name, "--partition", "0", "--start-offset", "1", *b)
+    r = run("txn", "abort", "--topic", topic_name, "--partition", "0", "--start-offset", "1", "--json", *b)
+    assert r.exit_code == 0, r.stderr
+    assert f"warning: transaction {txn_id!r} is Ongoing on its coordinator" in flat(r.stderr)
+    out = json.loads(r.stdout)
     assert out["producer_id"] == pid and out["producer_epoch"] == d["producer_epoch"]
     assert out["last_stable_offset_before"] == 1 and out["last_stable_offset"] == 6  # 0..4 data, 5 marker
     assert lso(bootstrap, topic_name, 0) == (6, 6)
@@ -211,7 +217,7 @@ def test_find_and_abort_hanging_transaction(tmp_path: Path) -> None:
 
         r = run("txn", "abort", "--topic", "orders", "--partition", "1", "--start-offset", "0", *b)
         assert r.exit_code == 0, r.stderr
-        assert "last stable offset 0 -> 4" in r.stdout
+        assert "last stable offset 0 -> 4" in r.stdout and "warning" not in r.stderr  # nobody else will end it
         assert read_committed(broker.bootstrap, "orders", 1, want=1) == [b"later"]
         assert run_json("txn", "find-hanging", "--max-duration-ms", "0", *b) == []
         r = run("txn", "find-hanging", "--max-duration-ms", "0", *b)

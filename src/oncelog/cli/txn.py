@@ -210,6 +210,20 @@ def find_hanging(
                   f"--start-offset {first.start_offset}", highlight=False, soft_wrap=True)
 
 
+def _live_owner(admin: Admin, producer_id: int, tp: tuple[str, int]) -> str | None:
+    """Why the coordinator will still end this producer's transaction on ``tp`` itself, or None (hanging)."""
+    try:
+        owners = [t.transactional_id for t in admin.list_transactions(producer_ids=[producer_id])]
+        descs = admin.describe_transactions(owners) if owners else {}
+    except Exception:
+        return None
+    for d in descs.values():
+        if d.producer_id == producer_id and d.state in ("Ongoing", "PrepareCommit", "PrepareAbort") \
+                and tp in d.topic_partitions:
+            return f"transaction {d.transactional_id!r} is {d.state} on its coordinator, which will end it"
+    return None
+
+
 @app.command()
 def abort(
     topic: str = typer.Option(..., "--topic", "-t", help="topic of the open transaction"),
@@ -259,6 +273,10 @@ def abort(
             else:
                 assert producer_id is not None and producer_epoch is not None and coordinator_epoch is not None
                 pid, epoch, coord_epoch = producer_id, producer_epoch, coordinator_epoch
+            live = _live_owner(admin, pid, tp)
+            if live:
+                typer.echo(f"warning: {live}; aborting it here breaks its atomicity (records the producer writes "
+                           f"after this may still be committed)", err=True)
             lso_before = admin.list_offsets({tp: "latest"}, isolation_level=1)[tp].offset
             admin.abort_transaction(topic, partition, pid, epoch, coord_epoch)
             lso_after = admin.list_offsets({tp: "latest"}, isolation_level=1)[tp].offset
