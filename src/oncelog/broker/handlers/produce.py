@@ -69,6 +69,13 @@ def _append_one(broker: "Broker", partition: "Partition", records: memoryview | 
     first = headers[0]
     if first.is_transactional:
         code = _verify_transaction(broker, partition, first.producer_id, first.producer_epoch)
+        if code == ErrorCode.PRODUCER_FENCED:
+            # Kafka answers a Produce with a stale epoch INVALID_PRODUCER_EPOCH (AddPartitionsToTxnManager)
+            out.error_code = ErrorCode.INVALID_PRODUCER_EPOCH
+            out.error_message = (f"producer {first.producer_id} epoch {first.producer_epoch} has been fenced by a "
+                                 f"newer epoch of its transactional id; write to {partition.topic}-"
+                                 f"{partition.index} refused")
+            return None
         if code:
             out.error_code = code
             out.error_message = (f"producer {first.producer_id} epoch {first.producer_epoch} has no ongoing "
