@@ -22,7 +22,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from oncelog.testing.broker_process import BrokerProcess
 
 from _txn_raw import (
+    END_TXN,
     FENCED,
+    INVALID_TXN_STATE,
     NONE,
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -458,12 +460,84 @@ def test_raw_abort_filtering_interleaved(bootstrap: str, topic_name: str) -> Non
         assert (prods[1][1], 2) in aborted_list, aborted_list
 
 
+def test_raw_txn_state_errors_and_introspection(bootstrap: str, topic_name: str) -> None:
+    """DescribeProducers / ListTransactions show the open transaction; the state machine's refusals."""
+    from oncelog.protocol.messages.list_transactions_request import ListTransactionsRequest
+
+    tid = f"{topic_name}-tid"
+    with TxnClient(bootstrap) as c:
+        assert c.create_topic(topic_name, 1) == 0
+        _, ipid, _ = c.init_producer_id(None)
+        assert c.produce_batch(topic_name, 0, txn_batch([b"p"], ipid, 0, 0, transactional=False)).error_code == 0
+        pid, ep = c.init_txn(tid)
+        assert c.end_txn(tid, pid, ep, True) == INVALID_TXN_STATE  # nothing added: Empty
+        r = c.produce_batch(topic_name, 0, txn_batch([b"x"], pid, ep, 0), tid)
+        assert r.error_code == INVALID_TXN_STATE, "transactional write to a partition never added"
+        res = c.add_partitions(tid, pid, ep, [(f"{topic_name}-nope", 0), (topic_name, 0)])
+        assert res == {(f"{topic_name}-nope", 0): 3, (topic_name, 0): 55}  # UNKNOWN_TOPIC / OPERATION_NOT_ATTEMPTED
+        assert c.add_partitions(tid, pid, ep, [(topic_name, 0)]) == {(topic_name, 0): NONE}
+        assert c.produce_batch(topic_name, 0, txn_batch([b"t0", b"t1"], pid, ep, 0), tid).error_code == NONE
+        # the producer may not write outside its transaction while it is open
+        r = c.produce_batch(topic_name, 0, txn_batch([b"n"], pid, ep, 2, transactional=False))
+        assert r.error_code == INVALID_TXN_STATE
+        prod = {p.producer_id: p for p in c.describe_producers(topic_name, 0).active_producers}
+        assert prod[pid].current_txn_start_offset == 1 and prod[pid].last_sequence == 1
+        assert prod[ipid].current_txn_start_offset == -1
+        lt = c.request(66, 1, ListTransactionsRequest(state_filters=["Ongoing"], producer_id_filters=[pid],
+                                                      duration_filter=-1))
+        assert [(t.transactional_id, t.transaction_state) for t in lt.transaction_states] == [(tid, "Ongoing")]
+        # two EndTxn(commit) at once (a client retry racing the original): both succeed, one marker
+        with TxnClient(bootstrap) as c2:
+            k1 = c.send_end_txn(tid, pid, ep, True)
+            k2 = c2.send_end_txn(tid, pid, ep, True)
+            assert c.recv(END_TXN, 3, k1).error_code == NONE
+            assert c2.recv(END_TXN, 3, k2).error_code == NONE
+        assert c.end_txn(tid, pid, ep, True) == NONE  # a late retry is still answered success
+        assert c.end_txn(tid, pid, ep, False) == INVALID_TXN_STATE
+        assert len(c.log_view(topic_name, 0).markers) == 1
+        check_partition(c, topic_name, 0, committed=[b"p", b"t0", b"t1"], aborted=[])
+        assert c.describe_producers(topic_name, 0).active_producers[-1].current_txn_start_offset == -1
+
+
+@pytest.mark.xfail(strict=True, reason="ListOffsets with isolation_level=1 (read_committed) for a timestamp or "
+                   "MAX_TIMESTAMP returns offsets at/after the LSO, inside an open transaction: list_offsets.py "
+                   "_lookup bounds those lookups by partition.high_watermark whatever the isolation level (Kafka "
+                   "drops results >= the LSO for read_committed, like LATEST)")
+def test_list_offsets_by_timestamp_read_committed(bootstrap: str, topic_name: str) -> None:
+    from oncelog.protocol.records import RecordBatchBuilder
+
+    t0 = 1_700_000_000_000
+    tid = f"{topic_name}-tid"
+    with TxnClient(bootstrap) as c:
+        assert c.create_topic(topic_name, 1) == 0
+        _, ipid, _ = c.init_producer_id(None)
+        b = RecordBatchBuilder(producer_id=ipid, producer_epoch=0, base_sequence=0)
+        b.append(t0, None, b"committed")
+        assert c.produce_batch(topic_name, 0, b.build()).error_code == NONE
+        pid, ep = c.init_txn(tid)
+        assert c.add_partitions(tid, pid, ep, [(topic_name, 0)]) == {(topic_name, 0): NONE}
+        b = RecordBatchBuilder(producer_id=pid, producer_epoch=ep, base_sequence=0, is_transactional=True)
+        b.append(t0 + 1000, None, b"open-1")
+        b.append(t0 + 2000, None, b"open-2")
+        assert c.produce_batch(topic_name, 0, b.build(), tid).error_code == NONE
+        assert c.lso(topic_name, 0) == 1
+        # read_uncommitted finds the open records, read_committed must not
+        assert c.list_offset_iso(topic_name, 0, t0 + 1000, READ_UNCOMMITTED) == 1
+        assert c.list_offset_iso(topic_name, 0, -3, READ_UNCOMMITTED) == 2
+        try:
+            assert c.list_offset_iso(topic_name, 0, t0 + 1000, READ_COMMITTED) == -1
+            assert c.list_offset_iso(topic_name, 0, -3, READ_COMMITTED) in (-1, 0)
+        finally:
+            assert c.end_txn(tid, pid, ep, False) == NONE
+
+
 # ---------------------------------------------------------------------------------------- timeouts
 @pytest.fixture(scope="module")
 def fast_abort_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     proc = BrokerProcess(tmp_path_factory.mktemp("txn-timeout") / "data",
                          settings={"num.partitions": 1,
-                                   "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500})
+                                   "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500,
+                                   "producer.id.expiration.ms": 1000, "log.retention.check.interval.ms": 300})
     proc.start()
     yield proc
     assert proc.stop() == 0
@@ -513,3 +587,28 @@ def test_timeout_aborts(fast_abort_broker: BrokerProcess, topic_name: str) -> No
         # the transactional id is usable again by a new instance
         pid2, ep2 = c.init_txn(raw_id, timeout_ms=2000)
         assert pid2 == pid and ep2 > ep
+
+
+def test_idle_producer_with_open_transaction_is_kept(fast_abort_broker: BrokerProcess, topic_name: str) -> None:
+    """Producer-id expiry (1 s here) must spare a producer whose transaction is open: the LSO stays at its
+    first offset, a retry of its batch is still a duplicate, and its commit still works."""
+    bs = fast_abort_broker.bootstrap
+    tid = f"{topic_name}-tid"
+    with TxnClient(bs) as c:
+        assert c.create_topic(topic_name, 1) == 0
+        plain_produce(bs, topic_name, 0, [b"before"])
+        pid, ep = c.init_txn(tid, timeout_ms=60_000)
+        assert c.add_partitions(tid, pid, ep, [(topic_name, 0)]) == {(topic_name, 0): NONE}
+        batch = txn_batch(vals("kept"), pid, ep, 0)
+        r = c.produce_batch(topic_name, 0, batch, tid)
+        assert (r.error_code, r.base_offset) == (NONE, 1)
+        time.sleep(2.0)  # > producer.id.expiration.ms + the check interval
+        plain_produce(bs, topic_name, 0, [b"after"])
+        assert c.lso(topic_name, 0) == 1
+        assert [v for _, v in c.read(topic_name, 0, READ_COMMITTED)] == [b"before"]
+        prod = {p.producer_id: p for p in c.describe_producers(topic_name, 0).active_producers}
+        assert pid in prod and prod[pid].current_txn_start_offset == 1
+        r = c.produce_batch(topic_name, 0, batch, tid)
+        assert (r.error_code, r.base_offset) == (NONE, 1), "retry after idling was stored again"
+        assert c.end_txn(tid, pid, ep, True) == NONE
+        check_partition(c, topic_name, 0, committed=[b"before"] + vals("kept") + [b"after"], aborted=[])
