@@ -37,6 +37,7 @@ from _rawclient import read_frame  # noqa: E402
 from _txn_raw import (  # noqa: E402
     END_TXN,
     FENCED,
+    INIT_PRODUCER_ID,
     NONE,
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -45,12 +46,15 @@ from _txn_raw import (  # noqa: E402
 )
 
 from oncelog.protocol import api as kapi  # noqa: E402
+from oncelog.protocol.messages.init_producer_id_request import InitProducerIdRequest  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 PARTITIONS = 3
 SHORT_MS = 2500  # transactions the coordinator must abort by timeout after the restart
 LONG_MS = 120_000  # transactions that must survive the restart
+SEGMENT_BYTES = 4096  # topics roll often, so producer state is rebuilt from snapshots + replay after a crash
+PAD = b"." * 300
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +88,7 @@ class Ledger:
         self.counter = 0
 
     def produce(self, c: TxnClient, txn: Txn, tp: tuple[str, int], n: int = 3) -> None:
-        values = [f"{txn.tid}|{tp[0][-2:]}{tp[1]}|{self.counter + i}".encode() for i in range(n)]
+        values = [f"{txn.tid}|{tp[0][-2:]}{tp[1]}|{self.counter + i}|".encode() + PAD for i in range(n)]
         self.counter += n
         seq = txn.seq.get(tp, 0)
         batch = txn_batch(values, txn.pid, txn.epoch, seq)
@@ -200,7 +204,7 @@ def await_timeout_abort(c: TxnClient, txn: Txn) -> None:
 def make_topics(c: TxnClient, base: str, n: int = 2) -> list[str]:
     names = [f"{base}-{i}" for i in range(n)]
     for name in names:
-        assert c.create_topic(name, PARTITIONS) == 0
+        assert c.create_topic(name, PARTITIONS, {"segment.bytes": str(SEGMENT_BYTES)}) == 0
     return names
 
 
@@ -245,7 +249,7 @@ def test_kill_after_produce(cbroker: BrokerProcess, topic_name: str) -> None:
         survivor = begin(c, f"{topic_name}-survivor", tps, LONG_MS)  # committed by its producer after restart
         fenced = begin(c, f"{topic_name}-fenced", tps, LONG_MS)  # fenced by a new instance after restart
         timed = begin(c, f"{topic_name}-timed", tps, SHORT_MS)  # aborted by its timeout after restart
-        for round_ in range(2):
+        for round_ in range(3):
             for tp in tps:
                 for txn in (survivor, fenced, timed):
                     ledger.produce(c, txn, tp)
@@ -255,6 +259,8 @@ def test_kill_after_produce(cbroker: BrokerProcess, topic_name: str) -> None:
         first_open = {tp: ledger.batches[tp][0][1] for tp in tps}
         for tp in tps:
             assert c.lso(*tp) == first_open[tp]
+            segments = list((cbroker.data_dir / f"{tp[0]}-{tp[1]}").glob("*.log"))
+            assert len(segments) >= 2, f"{tp}: no segment roll: the open transactions span one segment only"
     crash_restart(cbroker)
     with TxnClient(cbroker.bootstrap) as c:
         PIDS.fresh(c)
@@ -324,18 +330,24 @@ def test_kill_racing_end_txn(cbroker: BrokerProcess, topic_name: str) -> None:
         conns: list[TxnClient] = []
         txns: list[Txn] = []
         try:
-            for i in range(4):
+            for i in range(5):
                 c = TxnClient(cbroker.bootstrap)
                 conns.append(c)
                 txn = begin(c, f"{topic_name}-r{round_}-{i}", tps[i % 2:i % 2 + 3], SHORT_MS)
                 for tp in txn.tps:
                     ledger.produce(c, txn, tp)
                 txns.append(txn)
+            # the last one is not ended by its producer: a new instance's InitProducerId fences it instead
+            fence_conn = TxnClient(cbroker.bootstrap)
+            conns.append(fence_conn)
+            fenced = txns.pop()
+            fence_conn.send(INIT_PRODUCER_ID, 4, InitProducerIdRequest(
+                transactional_id=fenced.tid, transaction_timeout_ms=SHORT_MS, producer_id=-1, producer_epoch=-1))
             for c, txn in zip(conns, txns):
                 c.send_end_txn(txn.tid, txn.pid, txn.epoch, True)
                 _spin(stagger)
             _spin(kill_delay)
-            answered = [_poll_answer(c) for c in conns]
+            answered = [_poll_answer(c) for c in conns[:len(txns)]]
             cbroker.kill()
         finally:
             for c in conns:
@@ -350,6 +362,11 @@ def test_kill_racing_end_txn(cbroker: BrokerProcess, topic_name: str) -> None:
                 if answer == NONE:
                     assert txn.outcome == "commit", f"{txn.tid}: commit answered before the crash, then aborted"
             # the broker logs "completed N transaction(s) left prepared by the previous run: id, id, ..."
+            # the fenced one is aborted (by the logged fence, or else by its timeout); its producer is fenced
+            d = c.wait_txn_state(fenced.tid, {"CompleteCommit", "CompleteAbort"}, timeout=20)
+            assert d.transaction_state == "CompleteAbort" and d.producer_epoch > fenced.epoch, d
+            fenced.outcome = "abort"
+            assert c.end_txn(fenced.tid, fenced.pid, fenced.epoch, True) in FENCED
             completed_after_load = {tid for line in _broker_log_since(cbroker, log_pos).splitlines()
                                     if "left prepared by the previous run: " in line
                                     for tid in line.split("left prepared by the previous run: ", 1)[1].split(", ")}
