@@ -186,12 +186,9 @@ def test_raw_stale_epoch_after_coordinator_bump(bootstrap: str, topic_name: str)
         assert [v for _, v in c.read(topic_name, 0, READ_COMMITTED)] == [b"t0", b"t1"]
 
 
-@pytest.mark.xfail(strict=True, reason="a transactional Produce with a stale producer epoch is answered "
-                   "PRODUCER_FENCED (90) with the message 'has no ongoing transaction ... call AddPartitionsToTxn "
-                   "first' instead of INVALID_PRODUCER_EPOCH (47): produce.py _verify_transaction passes "
-                   "TransactionCoordinator.verify_partition's PRODUCER_FENCED through (Kafka's "
-                   "AddPartitionsToTxnManager maps PRODUCER_FENCED to INVALID_PRODUCER_EPOCH for Produce)")
 def test_raw_stale_epoch_transactional_produce(bootstrap: str, topic_name: str) -> None:
+    """A zombie's transactional write after a re-init: INVALID_PRODUCER_EPOCH (Kafka maps the verification's
+    PRODUCER_FENCED to it for Produce; fixed in d8b60d1, it was answered PRODUCER_FENCED)."""
     tid = f"{topic_name}-tid"
     with TxnClient(bootstrap) as c:
         assert c.create_topic(topic_name, 1) == 0
