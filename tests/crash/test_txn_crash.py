@@ -422,3 +422,37 @@ def test_kill_after_end_txn_answered(cbroker: BrokerProcess, topic_name: str) ->
         ledger.produce(c, com, tps[0])
         assert c.end_txn(com.tid, com.pid, com.epoch, True) == NONE
         check_log(c, ledger)
+
+
+def test_clean_restart_with_open_transaction(cbroker: BrokerProcess, topic_name: str) -> None:
+    """The clean-shutdown path (producer state from the snapshot taken at close): same guarantees."""
+    ledger = Ledger()
+    with TxnClient(cbroker.bootstrap) as c:
+        t1, _ = make_topics(c, topic_name)
+        tps = [(t1, 0), (t1, 1), (t1, 2)]
+        ipid = PIDS.fresh(c)
+        iseq: dict[tuple[str, int], int] = {}
+        done = begin(c, f"{topic_name}-done", tps, LONG_MS)
+        for tp in tps:
+            ledger.produce(c, done, tp)
+        assert c.end_txn(done.tid, done.pid, done.epoch, False) == NONE
+        done.outcome = "abort"
+        open_ = begin(c, f"{topic_name}-open", tps, LONG_MS)
+        for tp in tps:
+            ledger.produce(c, open_, tp)
+            ledger.plain(c, ipid, iseq, tp)
+        first_open = {tp: ledger.batches[tp][-1][1] for tp in tps}
+    assert cbroker.stop() == 0
+    cbroker.start()
+    with TxnClient(cbroker.bootstrap) as c:
+        PIDS.fresh(c)
+        assert_ongoing(c, open_)
+        for tp in tps:
+            assert c.lso(*tp) == first_open[tp], f"{tp}: LSO not restored after a clean restart"
+            batch, base, _ = ledger.batches[tp][-1]
+            r = c.produce_batch(tp[0], tp[1], batch, open_.tid)
+            assert (r.error_code, r.base_offset) == (NONE, base)
+            ledger.plain(c, ipid, iseq, tp)  # the idempotent producer continues its sequence
+        assert c.end_txn(open_.tid, open_.pid, open_.epoch, True) == NONE
+        open_.outcome = "commit"
+        check_log(c, ledger)

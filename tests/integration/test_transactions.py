@@ -531,6 +531,35 @@ def test_list_offsets_by_timestamp_read_committed(bootstrap: str, topic_name: st
             assert c.end_txn(tid, pid, ep, False) == NONE
 
 
+def test_read_committed_long_poll_wakes_on_commit(bootstrap: str, topic_name: str) -> None:
+    """A read_committed fetch waiting at the LSO (max_wait 5 s) is answered soon after the commit, with the
+    transaction's records; non-transactional appends behind the open transaction do not answer it early with
+    data."""
+    from oncelog.protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchTopic
+    from _txn_raw import FETCH, decode_batches
+
+    tid = f"{topic_name}-tid"
+    with TxnClient(bootstrap) as c, TxnClient(bootstrap) as waiter:
+        assert c.create_topic(topic_name, 1) == 0
+        pid, ep = c.init_txn(tid)
+        assert c.add_partitions(tid, pid, ep, [(topic_name, 0)]) == {(topic_name, 0): NONE}
+        assert c.produce_batch(topic_name, 0, txn_batch(vals("w"), pid, ep, 0), tid).error_code == NONE
+        req = FetchRequest(replica_id=-1, max_wait_ms=5000, min_bytes=1, max_bytes=1 << 20, isolation_level=1,
+                           session_id=0, session_epoch=-1, topics=[FetchTopic(topic=topic_name, partitions=[
+                               FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])])
+        start = time.monotonic()
+        corr = waiter.send(FETCH, 12, req)
+        time.sleep(0.3)
+        plain_produce(bootstrap, topic_name, 0, [b"behind"])
+        time.sleep(0.3)
+        assert c.end_txn(tid, pid, ep, True) == NONE
+        resp = waiter.recv(FETCH, 12, corr).responses[0].partitions[0]
+        elapsed = time.monotonic() - start
+        got = [v for b in decode_batches(resp.records) if not b.control for _, _, v in b.records]
+        assert got[:4] == vals("w"), got
+        assert elapsed < 3.0, f"read_committed long poll answered after {elapsed:.1f} s, not at the commit"
+
+
 # ---------------------------------------------------------------------------------------- timeouts
 @pytest.fixture(scope="module")
 def fast_abort_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
