@@ -2,7 +2,10 @@
 
 Threading: ``append``, ``read``, ``roll``, retention and DeleteRecords run on one thread (the broker's event
 loop); ``flush`` may run on any thread concurrently with them. Shared state is guarded by ``_lock``; fsyncs run
-outside it on duplicated file descriptors, so a segment deleted meanwhile is harmless.
+outside it on duplicated file descriptors, so a segment deleted meanwhile is harmless. The log cleaner
+(cleaner.py) runs on a worker thread the same way: it reads inactive segments through duplicated descriptors
+(``cleaner_snapshot``) and swaps cleaned segments in under ``_lock`` (``replace_segments``); replaced segments
+stay open for ``file.delete.delay.ms`` so readers holding the previous segment list keep working.
 
 Crash safety: data below ``durable_offset`` has been fdatasync'ed. ``partition.checkpoint`` (JSON, replaced
 atomically) keeps the log start offset and the recovery point: every segment whose base offset is below the
@@ -858,7 +861,11 @@ class PartitionLog:
 
     # ================================================================ compaction (see cleaner.py)
     def needs_cleaning(self, now_ms: int) -> bool:
-        """Whether the log cleaner should compact this log now (compact policy and dirty enough)."""
+        """Whether the log cleaner should compact this log now (compact policy and dirty enough). Also closes
+        segments the cleaner replaced more than ``file.delete.delay.ms`` ago (their files are already unlinked)."""
+        if self._retired:
+            with self._lock:
+                self._close_retired(self.clock.monotonic_ms() - self.config.file_delete_delay_ms)
         return _needs_cleaning(self, now_ms)
 
     def cleaner_snapshot(self) -> tuple[list[Segment], int, dict[int, tuple[int, int]], dict[int, int]]:

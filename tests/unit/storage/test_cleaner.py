@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import shutil
+import threading
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -38,7 +41,7 @@ def open_log(path: Path, config: LogConfig, clock: MockClock, *, clean: bool = F
     return PartitionLog.open(path, "t", 0, config, clock, clean_shutdown=clean)
 
 
-def kv(items: list[tuple[bytes | None, bytes | None]], *, ts: int = T0, pid: int = -1, epoch: int = -1,
+def kv(items: Sequence[tuple[bytes | None, bytes | None]], *, ts: int = T0, pid: int = -1, epoch: int = -1,
        seq: int = -1, txn: bool = False, compression: int = 0) -> bytes:
     b = RecordBatchBuilder(compression=compression, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
                            is_transactional=txn)
@@ -224,7 +227,7 @@ def test_tombstones_expire_after_delete_retention(tmp_path: Path, clock: MockClo
     recs = records(plog)
     assert (gone, b"k1", None) in recs  # kept: the delete horizon starts now
     assert [k for _, k, _ in recs].count(b"k2") == 1
-    hb = [h for h, data in batches(plog) if h.base_offset == gone][0]
+    hb = next(h for h, _ in batches(plog) if h.base_offset == gone)
     assert hb.attributes & ATTR_DELETE_HORIZON and hb.base_timestamp == now + dr
     # timestamps are unchanged by the re-based batch
     assert [r.timestamp for h, d in batches(plog) if h.base_offset == gone for r in decode_records(d)] == [T0]
@@ -410,7 +413,7 @@ def _build_mixed(plog: PartitionLog) -> None:
     ready(plog)
 
 
-def _snapshot(plog: PartitionLog) -> tuple[object, ...]:
+def _snapshot(plog: PartitionLog) -> tuple[Any, ...]:
     return (records(plog), visible(plog), control_offsets(plog),
             [(t.producer_id, t.first_offset) for t in plog.collect_aborted_txns(0, plog.log_end_offset)],
             plog.log_end_offset)
@@ -469,6 +472,47 @@ def test_stale_cleaner_files_removed_at_open(tmp_path: Path, clock: MockClock) -
     again = open_log(d, cfg(), clock, clean=True)
     assert sorted(p.name for p in d.iterdir() if p.suffix in (".cleaned", ".swap", ".deleted")) == []
     assert _snapshot(again) == before
+    again.close()
+
+
+def test_concurrent_cleaning_while_appending_and_reading(tmp_path: Path, clock: MockClock) -> None:
+    """The broker's shape: a worker thread cleans in a loop while the event loop appends, flushes and reads."""
+    plog = open_log(tmp_path / "t-0", cfg(segment_bytes=2000, min_cleanable_dirty_ratio=0.2), clock)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    runs: list[CleanStats] = []
+
+    def worker() -> None:
+        cleaner = LogCleaner()
+        while not stop.is_set():
+            try:
+                if plog.needs_cleaning(clock.wall_ms()):
+                    runs.append(cleaner.clean(plog, clock.wall_ms()))
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+                return
+
+    t = threading.Thread(target=worker)
+    t.start()
+    expected: dict[bytes, bytes] = {}
+    try:
+        for i in range(2500):
+            k, v = f"k{i % 40}".encode(), f"v{i}".encode()
+            append(plog, kv([(k, v)]))
+            expected[k] = v
+            if i % 25 == 0:
+                plog.flush()
+            if i % 250 == 0:
+                assert visible(plog) == expected
+    finally:
+        stop.set()
+        t.join()
+    assert not errors
+    assert sum(r.segments_cleaned for r in runs) > 10
+    assert visible(plog) == expected
+    plog.close()
+    again = open_log(tmp_path / "t-0", cfg(), clock)
+    assert visible(again) == expected
     again.close()
 
 
@@ -540,7 +584,6 @@ def test_property_visible_map_unchanged(tmp_path_factory: pytest.TempPathFactory
     ongoing = [False] * 3
     cleaner = LogCleaner()
     originals: set[tuple[int, bytes | None, bytes | None]] = set()
-    n = 0
 
     def check() -> None:
         want = model_visible()
@@ -563,8 +606,7 @@ def test_property_visible_map_unchanged(tmp_path_factory: pytest.TempPathFactory
                 out[k] = v
         return out
 
-    for op in ops:
-        n += 1
+    for n, op in enumerate(ops):
         if op[0] == "put":
             k, v = f"k{op[1]}".encode(), f"v{op[2]}-{n}".encode()
             committed.append((append(plog, kv([(k, v)], ts=clock.wall_ms())), k, v))
