@@ -496,7 +496,7 @@ def test_concurrent_cleaning_while_appending_and_reading(tmp_path: Path, clock: 
     t.start()
     expected: dict[bytes, bytes] = {}
     try:
-        for i in range(2500):
+        for i in range(1500):
             k, v = f"k{i % 40}".encode(), f"v{i}".encode()
             append(plog, kv([(k, v)]))
             expected[k] = v
@@ -573,7 +573,7 @@ OPS = st.lists(st.one_of(
 ), min_size=5, max_size=150)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS)
 def test_property_visible_map_unchanged(tmp_path_factory: pytest.TempPathFactory, ops: list[tuple]) -> None:  # type: ignore[type-arg]
     d = tmp_path_factory.mktemp("prop") / "t-0"
