@@ -51,7 +51,7 @@ from oncelog.protocol.messages.init_producer_id_request import InitProducerIdReq
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 PARTITIONS = 3
-SHORT_MS = 2500  # transactions the coordinator must abort by timeout after the restart
+SHORT_MS = 3000  # transactions the coordinator must abort by timeout after the restart
 LONG_MS = 120_000  # transactions that must survive the restart
 SEGMENT_BYTES = 4096  # topics roll often, so producer state is rebuilt from snapshots + replay after a crash
 PAD = b"." * 300
