@@ -73,6 +73,8 @@ class BrokerConfig:
     log_flush_interval_messages: int = 1
     log_flush_interval_ms: int = 1000
     log_message_timestamp_type: str = "CreateTime"
+    log_cleaner_enable: bool = True
+    log_cleaner_backoff_ms: int = 15_000
 
     # Consumed by later subsystems (transactions, groups); defaults are Kafka's.
     transaction_state_log_num_partitions: int = 50
@@ -174,6 +176,8 @@ _SPECS: list[tuple[str, str, Callable[[Any], Any], str]] = [
      "1: fsync before acknowledging acks=all (group commit); larger: background flush"),
     ("log.flush.interval.ms", "log_flush_interval_ms", _int, "background flush period when not durable per append"),
     ("log.message.timestamp.type", "log_message_timestamp_type", str, "CreateTime or LogAppendTime"),
+    ("log.cleaner.enable", "log_cleaner_enable", _bool, "compact topics whose cleanup.policy has compact"),
+    ("log.cleaner.backoff.ms", "log_cleaner_backoff_ms", _int, "pause between log cleaner passes"),
     ("transaction.state.log.num.partitions", "transaction_state_log_num_partitions", _int, ""),
     ("transaction.max.timeout.ms", "transaction_max_timeout_ms", _int, ""),
     ("transactional.id.expiration.ms", "transactional_id_expiration_ms", _int, ""),

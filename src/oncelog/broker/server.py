@@ -84,6 +84,8 @@ class Broker:
         self._background.append(loop.create_task(self._retention_loop(), name="retention"))
         if not self.durable_per_append:
             self._background.append(loop.create_task(self._periodic_flush_loop(), name="periodic-flush"))
+        if cfg.log_cleaner_enable:
+            self._background.append(loop.create_task(self._cleaner_loop(), name="log-cleaner"))
         if cfg.metrics_listen:
             self.metrics.serve(cfg.metrics_listen)
         log.info("oncelog broker %d listening on %s:%d (data in %s, %d topic(s), cluster id %s, %s)",
@@ -111,6 +113,28 @@ class Broker:
                 log.info("retention deleted %d segment(s) of %s-%d; log start offset now %d", n, p.topic, p.index,
                          p.log_start_offset)
         return deleted
+
+    async def _cleaner_loop(self) -> None:
+        """Compact partitions of compacted topics, one log at a time, in a worker thread."""
+        from oncelog.storage.cleaner import LogCleaner
+
+        cleaner = LogCleaner()
+        interval = max(self.config.log_cleaner_backoff_ms, 100) / 1000
+        while True:
+            await asyncio.sleep(interval)
+            for p in self.topics.all_partitions():
+                now = self.clock.wall_ms()
+                if p.deleted or not p.log.needs_cleaning(now):
+                    continue
+                try:
+                    stats = await asyncio.to_thread(cleaner.clean, p.log, now)
+                except Exception:
+                    log.exception("log cleaner failed on %s-%d; will retry in %.0f s", p.topic, p.index, interval)
+                    continue
+                if stats.segments_cleaned:
+                    log.info("compacted %s-%d: %d segment(s), %d -> %d bytes, %d record(s) removed", p.topic,
+                             p.index, stats.segments_cleaned, stats.bytes_before, stats.bytes_after,
+                             stats.records_removed)
 
     async def _periodic_flush_loop(self) -> None:
         interval = max(self.config.log_flush_interval_ms, 10) / 1000
