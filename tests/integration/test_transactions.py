@@ -499,10 +499,6 @@ def test_raw_txn_state_errors_and_introspection(bootstrap: str, topic_name: str)
         assert c.describe_producers(topic_name, 0).active_producers[-1].current_txn_start_offset == -1
 
 
-@pytest.mark.xfail(strict=True, reason="ListOffsets with isolation_level=1 (read_committed) for a timestamp or "
-                   "MAX_TIMESTAMP returns offsets at/after the LSO, inside an open transaction: list_offsets.py "
-                   "_lookup bounds those lookups by partition.high_watermark whatever the isolation level (Kafka "
-                   "drops results >= the LSO for read_committed, like LATEST)")
 def test_list_offsets_by_timestamp_read_committed(bootstrap: str, topic_name: str) -> None:
     from oncelog.protocol.records import RecordBatchBuilder
 

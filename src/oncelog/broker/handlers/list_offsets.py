@@ -27,22 +27,27 @@ LEADER_EPOCH = 0
 
 
 def _lookup(partition: "Partition", timestamp: int, read_committed: bool) -> tuple[int, int]:
-    """(offset, timestamp) for one partition; (-1, -1) when no record is at or after ``timestamp``."""
+    """(offset, timestamp) for one partition; (-1, -1) when no record is at or after ``timestamp``.
+
+    Results are bounded by the high watermark, or by the last stable offset for read_committed, as Kafka does.
+    """
+    limit = partition.last_stable_offset if read_committed else partition.high_watermark
     if timestamp == LATEST:
-        return (partition.last_stable_offset if read_committed else partition.high_watermark), -1
+        return limit, -1
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return partition.log_start_offset, -1
     if timestamp == LATEST_TIERED:
         return -1, -1
     if timestamp == MAX_TIMESTAMP:
         ts, offset = partition.log.max_timestamp_and_offset()
-        if offset < 0 or offset >= partition.high_watermark:
+    else:
+        found = partition.log.offset_for_timestamp(timestamp)
+        if found is None:
             return -1, -1
-        return offset, ts
-    found = partition.log.offset_for_timestamp(timestamp)
-    if found is None or found[0] >= partition.high_watermark:
+        offset, ts = found
+    if offset < 0 or offset >= limit:
         return -1, -1
-    return found
+    return offset, ts
 
 
 def handle(broker: "Broker", ctx: "RequestContext", request: ListOffsetsRequest) -> ListOffsetsResponse:
@@ -60,8 +65,8 @@ def handle(broker: "Broker", ctx: "RequestContext", request: ListOffsetsRequest)
                 out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif p.current_leader_epoch > LEADER_EPOCH:
                 out.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
-            elif p.timestamp == MAX_TIMESTAMP and ctx.api_version < 7 or p.timestamp < LATEST_TIERED:
-                out.error_code = ErrorCode.UNSUPPORTED_VERSION if p.timestamp < 0 else ErrorCode.NONE
+            elif (p.timestamp == MAX_TIMESTAMP and ctx.api_version < 7) or p.timestamp < LATEST_TIERED:
+                out.error_code = ErrorCode.UNSUPPORTED_VERSION
             else:
                 out.offset, out.timestamp = _lookup(partition, p.timestamp, read_committed)
                 out.leader_epoch = LEADER_EPOCH if out.offset >= 0 else -1
