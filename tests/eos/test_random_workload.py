@@ -1,0 +1,270 @@
+"""Randomized exactly-once workload with broker SIGKILLs, judged by the history checker.
+
+One dedicated broker. Several confluent-kafka producers write to a 3-partition topic at the same time:
+transactional ones (random sizes, random partitions, ~30% of transactions aborted on purpose) and idempotent
+ones (acks=all). A read_committed and a read_uncommitted consumer (assign, from offset 0) record everything
+they are handed while it runs. The broker is SIGKILLed 3 times at random moments and restarted on the same data
+dir and port. Then the writers stop, every transactional id is re-initialised (which settles its last
+transaction), and fresh read_committed and read_uncommitted readers read every partition to its end.
+
+Every send (with its acked offset, or fail/unknown), every transaction's outcome (commit/abort, or unknown when
+the client could not tell) and every poll go into one History; ``checker.check`` must find no anomaly: no lost
+write, no duplicate, no aborted read, no half-visible transaction, no offset going backwards in a consumer
+session, no offset holding two values. The history and report are written to the tmp dir for post-mortems.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from oncelog.testing.broker_process import BrokerProcess
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from checker import (ABORT, COMMIT, FAIL, OK, READ_COMMITTED, READ_UNCOMMITTED, UNKNOWN, History,  # noqa: E402
+                     Send, TxnEnd, check)
+from checker.kafka_io import LiveConsumer, read_to_end  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+TOPIC = "eos-random"
+PARTITIONS = 3
+RUN_SECONDS = 28
+KILLS = 3
+TXN_PRODUCERS = 3
+IDEMPOTENT_PRODUCERS = 2
+
+
+@pytest.fixture
+def wbroker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    proc = BrokerProcess(tmp_path / "data", settings={
+        "num.partitions": PARTITIONS, "log.segment.bytes": 512 * 1024,
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500})
+    proc.start()
+    yield proc
+    proc.kill()
+
+
+def on_delivery_into(send: Send) -> Any:
+    from confluent_kafka import KafkaError
+
+    def cb(err: Any, msg: Any) -> None:
+        if err is None:
+            send.outcome, send.offset, send.partition = OK, msg.offset(), msg.partition()
+        elif err.code() == KafkaError._PURGE_QUEUE:
+            send.outcome = FAIL  # purged before it was ever sent
+        else:
+            send.outcome = UNKNOWN
+    return cb
+
+
+class TxnWriter(threading.Thread):
+    def __init__(self, history: History, bootstrap: str, tid: str, seed: int, stop: threading.Event) -> None:
+        super().__init__(daemon=True, name=tid)
+        self.history, self.bootstrap, self.tid, self.stop = history, bootstrap, tid, stop
+        self.rnd = random.Random(seed)
+        self.log: list[str] = []
+        self.error: BaseException | None = None
+        self.n = 0
+
+    def producer(self) -> Any:
+        from confluent_kafka import KafkaException, Producer
+
+        while True:
+            p = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": self.tid,
+                          "transaction.timeout.ms": 15_000, "linger.ms": self.rnd.choice([0, 2, 10]),
+                          "message.timeout.ms": 12_000, "reconnect.backoff.ms": 50,
+                          "reconnect.backoff.max.ms": 500})
+            try:
+                p.init_transactions(30)
+                return p
+            except KafkaException as e:
+                self.log.append(f"init: {e}")
+                time.sleep(0.2)
+
+    def end(self, txn: str, outcome: str) -> None:
+        self.history.add(TxnEnd(txn, outcome))
+        self.log.append(f"{txn}: {outcome}")
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as e:  # noqa: BLE001
+            self.error = e
+
+    def _run(self) -> None:
+        from confluent_kafka import KafkaException
+
+        gen = 0
+        p = self.producer()
+        while not self.stop.is_set():
+            self.n += 1
+            txn = f"{self.tid}.{gen}.{self.n}"
+            abort = self.rnd.random() < 0.3
+            try:
+                p.begin_transaction()
+                for k in range(self.rnd.randrange(1, 25)):
+                    s = self.history.add(Send(self.tid, TOPIC, self.rnd.randrange(PARTITIONS), f"{txn}:{k}",
+                                              UNKNOWN, txn=txn))
+                    p.produce(TOPIC, value=s.value.encode(), partition=s.partition,  # type: ignore[union-attr]
+                              on_delivery=on_delivery_into(s))  # type: ignore[arg-type]
+                    p.poll(0)
+                if self.rnd.random() < 0.5:
+                    p.flush(20)
+                if abort:
+                    p.abort_transaction(20)
+                    p.poll(0)
+                    self.end(txn, ABORT)
+                else:
+                    p.flush(20)
+                    p.commit_transaction(20)
+                    p.poll(0)
+                    self.end(txn, COMMIT)
+            except KafkaException as e:
+                err = e.args[0]
+                p.poll(0)
+                self.log.append(f"{txn}: {err}")
+                if err.txn_requires_abort():
+                    try:
+                        p.abort_transaction(20)
+                        p.poll(0)
+                        self.end(txn, ABORT)
+                        continue
+                    except KafkaException as e2:
+                        self.log.append(f"{txn}: abort failed: {e2}")
+                # retriable (e.g. a timed out commit: its fate is unknown) or fatal: start over with a new
+                # producer; InitProducerId settles the last transaction (completes a prepared commit, else aborts)
+                self.end(txn, UNKNOWN)
+                try:
+                    p.purge()
+                    p.poll(0)
+                except KafkaException:  # a fenced / fatally failed producer may raise its error again
+                    pass
+                del p
+                gen += 1
+                p = self.producer()
+        try:
+            p.flush(5)
+            p.poll(0)
+        except KafkaException:
+            pass
+
+
+class IdempotentWriter(threading.Thread):
+    def __init__(self, history: History, bootstrap: str, name: str, seed: int, stop: threading.Event) -> None:
+        super().__init__(daemon=True, name=name)
+        self.history, self.bootstrap, self.stop = history, bootstrap, stop
+        self.rnd = random.Random(seed)
+        self.error: BaseException | None = None
+        self.fatal: list[str] = []
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as e:  # noqa: BLE001
+            self.error = e
+
+    def _run(self) -> None:
+        from confluent_kafka import Producer
+
+        gen = 0
+        i = 0
+        while not self.stop.is_set():
+            errors: list[str] = []
+            p = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
+                          "linger.ms": self.rnd.choice([0, 5]), "message.timeout.ms": 30_000,
+                          "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500,
+                          "error_cb": lambda e: errors.append(str(e)) if e.fatal() else None})
+            while not self.stop.is_set() and not errors:
+                s = self.history.add(Send(self.name, TOPIC, self.rnd.randrange(PARTITIONS), f"{self.name}.{gen}.{i}",
+                                          UNKNOWN))
+                i += 1
+                try:
+                    p.produce(TOPIC, value=s.value.encode(), partition=s.partition,  # type: ignore[union-attr]
+                              on_delivery=on_delivery_into(s))  # type: ignore[arg-type]
+                except BufferError:
+                    s.outcome = FAIL  # type: ignore[union-attr]
+                p.poll(0.002)
+            p.flush(30)
+            p.poll(0)
+            if errors:
+                self.fatal.extend(errors)
+                gen += 1
+
+
+def test_random_workload_with_broker_kills(wbroker: BrokerProcess, tmp_path: Path) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    seed = int(os.environ.get("EOS_SEED", int.from_bytes(os.urandom(4), "big")))
+    rnd = random.Random(seed)
+    boot = wbroker.bootstrap
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(20)
+
+    h = History()
+    stop = threading.Event()
+    writers: list[Any] = [TxnWriter(h, boot, f"tx{i}", rnd.randrange(1 << 30), stop) for i in range(TXN_PRODUCERS)]
+    writers += [IdempotentWriter(h, boot, f"idem{i}", rnd.randrange(1 << 30), stop)
+                for i in range(IDEMPOTENT_PRODUCERS)]
+    readers = [LiveConsumer(h, boot, TOPIC, list(range(PARTITIONS)), iso, f"live-{iso}")
+               for iso in (READ_COMMITTED, READ_UNCOMMITTED)]
+    for t in writers + readers:
+        t.start()
+
+    t0 = time.monotonic()
+    progress: list[tuple[float, int, int]] = []  # (t, acked, live read_committed polls), once a second
+
+    def sleep_until(t: float) -> None:
+        while time.monotonic() < t:
+            time.sleep(min(1.0, max(0.0, t - time.monotonic())))
+            progress.append((round(time.monotonic() - t0, 1), sum(1 for s in h.of(Send) if s.outcome == OK),
+                             readers[0].count))
+
+    kill_at = sorted(rnd.uniform(3, RUN_SECONDS - 4) for _ in range(KILLS))
+    kills = []
+    for at in kill_at:
+        sleep_until(t0 + at)
+        acked = sum(1 for s in h.of(Send) if s.outcome == OK)
+        wbroker.kill()
+        kills.append((round(time.monotonic() - t0, 1), acked))
+        time.sleep(rnd.uniform(0.2, 1.5))
+        wbroker.start()
+    sleep_until(t0 + RUN_SECONDS)
+    stop.set()
+    for t in writers:
+        t.join(90)
+        assert not t.is_alive(), f"writer {t.name} is stuck"
+    # settle every transactional id's last transaction
+    for i in range(TXN_PRODUCERS):
+        Producer({"bootstrap.servers": boot, "transactional.id": f"tx{i}"}).init_transactions(30)
+    time.sleep(1.0)  # let the live consumers catch up a bit
+    for r in readers:
+        r.stop_flag.set()
+        r.join(30)
+    ends = {}
+    for iso in (READ_COMMITTED, READ_UNCOMMITTED):
+        ends[iso] = read_to_end(h, boot, TOPIC, list(range(PARTITIONS)), iso, f"final-{iso}")
+
+    rep = check(h, sends_complete=True)
+    rep.stats.update(seed=seed, kills=kills, progress=progress, ends=ends, live_polls={r.name: r.count for r in readers},
+                     consumer_errors={r.name: r.errors[:5] for r in readers},
+                     idempotent_fatal={w.name: w.fatal[:5] for w in writers if isinstance(w, IdempotentWriter)},
+                     txn_log_tail={w.name: w.log[-8:] for w in writers if isinstance(w, TxnWriter)})
+    h.dump(tmp_path / "history.jsonl")
+    (tmp_path / "report.json").write_text(rep.to_json())
+    print(rep.summary(3))
+    for w in writers:
+        assert w.error is None, f"{w.name} crashed: {w.error!r}"
+    assert rep.ok, f"anomalies (seed {seed}, history in {tmp_path}):\n{rep.summary()}"
+    # the run must have meant something
+    assert rep.stats["txns"][COMMIT] >= 20 and rep.stats["txns"][ABORT] >= 5, rep.stats
+    assert rep.stats["acked"] >= 2000, rep.stats
+    assert all(r.count > 0 for r in readers), rep.stats["live_polls"]
