@@ -1,0 +1,57 @@
+"""The Prometheus endpoint reports what the broker did: records/bytes in and out, requests per API, offsets."""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.request
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from oncelog.testing.broker_process import BrokerProcess, free_port
+
+
+def _scrape(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
+def test_metrics_endpoint_counts_traffic(tmp_path: Path) -> None:
+    mport = free_port()
+    with BrokerProcess(tmp_path / "data", settings={"metrics.listen": f"127.0.0.1:{mport}"}) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for f in admin.create_topics([NewTopic("metered", 2, 1)]).values():
+            f.result(10)
+        p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 5})
+        for i in range(100):
+            p.produce("metered", value=b"x" * 50, partition=i % 2)
+        assert p.flush(10) == 0
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "m", "enable.auto.commit": False})
+        c.assign([TopicPartition("metered", i, 0) for i in range(2)])
+        got, deadline = 0, time.time() + 15
+        while got < 100 and time.time() < deadline:
+            got += sum(1 for m in c.consume(100, 0.5) if not m.error())
+        c.close()
+        assert got == 100
+
+        m = _scrape(mport)
+        assert m['oncelog_records_in_total{topic="metered"}'] == 100
+        assert m['oncelog_bytes_in_total{topic="metered"}'] > 100 * 50
+        assert m['oncelog_bytes_out_total{topic="metered"}'] >= m['oncelog_bytes_in_total{topic="metered"}']
+        assert m['oncelog_requests_total{api="produce"}'] >= 1
+        assert m['oncelog_request_latency_seconds_count{api="fetch"}'] >= 1
+        for part in (0, 1):
+            labels = f'{{partition="{part}",topic="metered"}}'
+            assert m[f"oncelog_partition_log_end_offset{labels}"] == 50
+            assert m[f"oncelog_partition_high_watermark{labels}"] == 50
+            assert m[f"oncelog_partition_last_stable_offset{labels}"] == 50
+            assert m[f"oncelog_partition_log_start_offset{labels}"] == 0
+        assert m["oncelog_connections"] >= 0
+        assert not re.search(r"Traceback", broker.log_tail(200))
