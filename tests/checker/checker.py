@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .history import (
     ABORT,
@@ -45,7 +46,7 @@ from .history import (
     TxnEnd,
 )
 
-__all__ = ["Report", "check", "check_copy", "ANOMALIES"]
+__all__ = ["ANOMALIES", "Report", "check", "check_copy"]
 
 ANOMALIES = ("lost_write", "duplicate", "aborted_read", "non_atomic_txn", "non_monotonic", "inconsistent_offset",
              "phantom_read", "copy_lost", "copy_duplicate", "copy_unexpected", "copy_order")
@@ -69,7 +70,7 @@ class Report:
     def add(self, kind: str, **detail: Any) -> None:
         self.anomalies[kind].append(detail)
 
-    def merge(self, other: "Report") -> "Report":
+    def merge(self, other: Report) -> Report:
         for k, v in other.anomalies.items():
             self.anomalies.setdefault(k, []).extend(v)
         self.stats.update(other.stats)
@@ -174,7 +175,7 @@ def check(history: History, sends_complete: bool = False) -> Report:
         everything = set().union(*by_part.values()) if by_part else set()
         parts = set(r.end_offsets)
 
-        def seen(s: Send) -> bool:
+        def seen(s: Send, by_part: dict[int, set[str]] = by_part, everything: set[str] = everything) -> bool:
             return s.value in (by_part.get(s.partition, set()) if s.partition is not None else everything)
 
         per_txn: dict[str, list[bool]] = defaultdict(list)

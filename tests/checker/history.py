@@ -21,12 +21,26 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Union
 
-__all__ = ["Send", "TxnEnd", "Poll", "Seek", "ReadToEnd", "Event", "History",
-           "OK", "FAIL", "UNKNOWN", "COMMIT", "ABORT", "READ_COMMITTED", "READ_UNCOMMITTED"]
+__all__ = [
+    "ABORT",
+    "COMMIT",
+    "FAIL",
+    "OK",
+    "READ_COMMITTED",
+    "READ_UNCOMMITTED",
+    "UNKNOWN",
+    "Event",
+    "History",
+    "Poll",
+    "ReadToEnd",
+    "Seek",
+    "Send",
+    "TxnEnd",
+]
 
 OK, FAIL, UNKNOWN = "ok", "fail", "unknown"
 COMMIT, ABORT = "commit", "abort"
@@ -81,7 +95,7 @@ class ReadToEnd:
     seq: int = -1
 
 
-Event = Union[Send, TxnEnd, Poll, Seek, ReadToEnd]
+Event = Send | TxnEnd | Poll | Seek | ReadToEnd
 _KINDS: dict[str, type] = {c.__name__: c for c in (Send, TxnEnd, Poll, Seek, ReadToEnd)}
 
 
@@ -130,8 +144,7 @@ class History:
 
     def dump(self, path: Path) -> None:
         with open(path, "w") as f:
-            for e in self.events:
-                f.write(self.to_line(e) + "\n")
+            f.writelines(self.to_line(e) + "\n" for e in self.events)
 
     @classmethod
     def load_lines(cls, path: Path) -> list[Event]:

@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any
 
-from .history import READ_COMMITTED, History, Poll, ReadToEnd, Seek
+from .history import History, Poll, ReadToEnd, Seek
 
 __all__ = ["LiveConsumer", "read_to_end", "text"]
 

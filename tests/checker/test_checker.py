@@ -7,8 +7,24 @@ from pathlib import Path
 
 import pytest
 
-from checker import (ABORT, ANOMALIES, COMMIT, FAIL, OK, READ_COMMITTED as RC, READ_UNCOMMITTED as RU, UNKNOWN,
-                     History, Poll, ReadToEnd, Seek, Send, TxnEnd, check, check_copy)
+from checker import (
+    ABORT,
+    ANOMALIES,
+    COMMIT,
+    FAIL,
+    OK,
+    UNKNOWN,
+    History,
+    Poll,
+    ReadToEnd,
+    Seek,
+    Send,
+    TxnEnd,
+    check,
+    check_copy,
+)
+from checker import READ_COMMITTED as RC
+from checker import READ_UNCOMMITTED as RU
 
 T = "t"
 

@@ -34,15 +34,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from checker.history import (ABORT, COMMIT, READ_COMMITTED, UNKNOWN, History, Poll, Seek,  # noqa: E402
-                             Send, TxnEnd)
+from checker.history import ABORT, COMMIT, READ_COMMITTED, UNKNOWN, History, Poll, Seek, Send, TxnEnd
 
 FATAL_EXIT = 3
 
 
 class Recorder:
     def __init__(self, path: str) -> None:
-        self.f = open(path, "a")
+        self.f = open(path, "a")  # noqa: SIM115 - open for the life of the process
         self.buf: list[str] = []
 
     def add(self, event: Any) -> None:

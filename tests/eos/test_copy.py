@@ -31,8 +31,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -41,8 +42,8 @@ from oncelog.testing.broker_process import BrokerProcess
 TESTS = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(TESTS / "integration"))
-from checker import OK, READ_COMMITTED, READ_UNCOMMITTED, History, Send, check, check_copy  # noqa: E402
-from checker.kafka_io import read_to_end  # noqa: E402
+from checker import OK, READ_COMMITTED, READ_UNCOMMITTED, History, Send, check, check_copy
+from checker.kafka_io import read_to_end
 
 COPIER = Path(__file__).resolve().parent / "copier.py"
 GROUP_APIS = {8: "OffsetCommit", 9: "OffsetFetch", 11: "JoinGroup", 12: "Heartbeat", 14: "SyncGroup",
@@ -67,7 +68,7 @@ def groups_served() -> tuple[bool, str]:
             missing = [name for key, name in GROUP_APIS.items() if key not in keys]
             if missing:
                 return False, f"the broker does not advertise {', '.join(missing)} (consumer groups not wired yet)"
-            deadline = time.monotonic() + 5
+            deadline = time.monotonic() + 2
             while True:
                 r = c.find_coordinator("oncelog-probe", key_type=0)
                 err = int(getattr(r, "error_code", 0) or 0)
@@ -113,12 +114,11 @@ class Copiers:
 
     def start(self, name: str) -> None:
         self.started += 1
-        log = open(self.tmp / f"{name}.log", "ab")
-        self.procs[name] = subprocess.Popen(
-            [sys.executable, str(COPIER), *self.args, "--transactional-id", self.tid(name), "--name", name,
-             "--history", str(self.hist_dir / f"{name}-{self.started}.jsonl")],
-            stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
-        log.close()
+        with open(self.tmp / f"{name}.log", "ab") as log:
+            self.procs[name] = subprocess.Popen(
+                [sys.executable, str(COPIER), *self.args, "--transactional-id", self.tid(name), "--name", name,
+                 "--history", str(self.hist_dir / f"{name}-{self.started}.jsonl")],
+                stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
     def kill(self, name: str) -> None:
         p = self.procs[name]

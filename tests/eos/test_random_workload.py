@@ -20,17 +20,29 @@ import random
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from oncelog.testing.broker_process import BrokerProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from checker import (ABORT, COMMIT, FAIL, OK, READ_COMMITTED, READ_UNCOMMITTED, UNKNOWN, History,  # noqa: E402
-                     Send, TxnEnd, check)
-from checker.kafka_io import LiveConsumer, read_to_end  # noqa: E402
+from checker import (
+    ABORT,
+    COMMIT,
+    FAIL,
+    OK,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    UNKNOWN,
+    History,
+    Send,
+    TxnEnd,
+    check,
+)
+from checker.kafka_io import LiveConsumer, read_to_end
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -181,7 +193,7 @@ class IdempotentWriter(threading.Thread):
             p = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
                           "linger.ms": self.rnd.choice([0, 5]), "message.timeout.ms": 30_000,
                           "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500,
-                          "error_cb": lambda e: errors.append(str(e)) if e.fatal() else None})
+                          "error_cb": lambda e, errors=errors: errors.append(str(e)) if e.fatal() else None})
             while not self.stop.is_set() and not errors:
                 s = self.history.add(Send(self.name, TOPIC, self.rnd.randrange(PARTITIONS), f"{self.name}.{gen}.{i}",
                                           UNKNOWN))
