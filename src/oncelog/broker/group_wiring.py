@@ -1,0 +1,107 @@
+"""Start and stop the classic group coordinator inside a broker.
+
+``start_group_coordinator`` creates ``__consumer_offsets`` (``offsets.topic.num.partitions``, compacted), loads
+every partition through the coordinator's replay path (offset commits, group snapshots, transactional offset
+batches and the COMMIT/ABORT markers that resolve them), sets ``broker.group_coordinator`` and starts the timer
+task that calls ``GroupCoordinator.tick()`` every 100 ms (sessions, join/sync phases, offset retention).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Iterator
+
+from oncelog.coordinator.group.coordinator import GroupCoordinator, LogEntry
+from oncelog.coordinator.group.shard import GroupConfig
+from oncelog.protocol.records import decode_records, parse_control_record
+
+from .internal_log import InternalTopicLog
+
+if TYPE_CHECKING:
+    from .server import Broker
+
+__all__ = ["start_group_coordinator", "stop_group_coordinator", "OFFSETS_TOPIC", "TICK_INTERVAL_S",
+           "read_offsets_partition"]
+
+log = logging.getLogger("oncelog.broker.groups")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+TICK_INTERVAL_S = 0.1
+_TICK_ATTR = "_group_coordinator_ticker"
+
+
+def group_config(broker: "Broker") -> GroupConfig:
+    cfg = broker.config
+    return GroupConfig(
+        min_session_timeout_ms=cfg.group_min_session_timeout_ms,
+        max_session_timeout_ms=cfg.group_max_session_timeout_ms,
+        initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
+        max_size=cfg.group_max_size,
+        offsets_retention_ms=cfg.offsets_retention_minutes * 60_000,
+        offsets_retention_check_interval_ms=cfg.offsets_retention_check_interval_ms,
+        offset_metadata_max_bytes=int(cfg.extra.get("offset.metadata.max.bytes", 4096)),
+    )
+
+
+def read_offsets_partition(offsets_log: InternalTopicLog, partition: int) -> Iterator[LogEntry]:
+    """Every entry of one ``__consumer_offsets`` partition in log order: (key, value, offset, producer id or -1)
+    for records (the producer id only for transactional batches), (producer id, commit?, offset) for markers."""
+    p = offsets_log.broker.topics.partition(offsets_log.topic, partition)
+    if p is None:
+        return
+    for header, data in p.log.iter_batches(p.log_start_offset):
+        if header.is_control:
+            marker = parse_control_record(data)
+            if marker.is_known:
+                yield header.producer_id, marker.commit, header.base_offset
+            continue
+        pid = header.producer_id if header.is_transactional else -1
+        for rec in decode_records(data):
+            yield rec.key, rec.value, rec.offset, pid
+
+
+async def start_group_coordinator(broker: "Broker") -> GroupCoordinator:
+    cfg = broker.config
+    offsets_log = InternalTopicLog(broker, OFFSETS_TOPIC, cfg.offsets_topic_num_partitions,
+                                   {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})
+    offsets_log.ensure()
+
+    def partition_exists(topic: str, partition: int) -> bool:
+        view = broker.topics.get(topic)
+        return view is not None and 0 <= partition < len(view.partitions)
+
+    coordinator = GroupCoordinator(offsets_log, offsets_log.num_partitions, broker.clock, group_config(broker),
+                                   partition_exists=partition_exists)
+    groups = 0
+    for partition in range(offsets_log.num_partitions):
+        shard = await coordinator.load(partition, read_offsets_partition(offsets_log, partition))
+        groups += len(shard.groups)
+    broker.group_coordinator = coordinator
+    setattr(broker, _TICK_ATTR, asyncio.get_running_loop().create_task(_tick_loop(coordinator), name="group-timers"))
+    log.info("group coordinator loaded %d partition(s) of %s, %d group(s)", offsets_log.num_partitions,
+             OFFSETS_TOPIC, groups)
+    return coordinator
+
+
+async def _tick_loop(coordinator: GroupCoordinator) -> None:
+    while True:
+        await asyncio.sleep(TICK_INTERVAL_S)
+        try:
+            await coordinator.tick()
+        except Exception:
+            log.exception("group coordinator timers failed; will retry")
+
+
+async def stop_group_coordinator(broker: "Broker") -> None:
+    task = getattr(broker, _TICK_ATTR, None)
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        setattr(broker, _TICK_ATTR, None)
+    coordinator = getattr(broker, "group_coordinator", None)
+    if coordinator is not None:
+        broker.group_coordinator = None
+        await coordinator.close()

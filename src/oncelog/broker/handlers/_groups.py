@@ -1,0 +1,30 @@
+"""Shared bits of the group API handlers: the coordinator, or a code saying it is not there."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from oncelog.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from oncelog.broker.router import RequestContext
+    from oncelog.broker.server import Broker
+
+__all__ = ["coordinator", "NOT_AVAILABLE", "client_host"]
+
+NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+def coordinator(broker: "Broker") -> Any:
+    """The broker's GroupCoordinator, or None until ``start_group_coordinator`` has run."""
+    return getattr(broker, "group_coordinator", None)
+
+
+def client_host(ctx: "RequestContext") -> str:
+    """Kafka's form of the client address in group metadata: "/" + IP."""
+    host = ctx.peer
+    if host.startswith("[") and "]" in host:
+        host = host[1:host.index("]")]
+    elif host.count(":") == 1:
+        host = host.rsplit(":", 1)[0]
+    return "/" + host

@@ -1,0 +1,29 @@
+"""DeleteGroups (42): delete Empty groups and their offsets (NON_EMPTY_GROUP while members are in it)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from oncelog.protocol.messages.delete_groups_request import DeleteGroupsRequest
+from oncelog.protocol.messages.delete_groups_response import DeletableGroupResult, DeleteGroupsResponse
+
+from ._groups import NOT_AVAILABLE, coordinator
+
+if TYPE_CHECKING:
+    from oncelog.broker.router import RequestContext
+    from oncelog.broker.server import Broker
+
+API_KEY = 42
+MIN_VERSION = 0
+MAX_VERSION = 2
+
+
+def handle(broker: "Broker", ctx: "RequestContext", request: DeleteGroupsRequest) -> Any:
+    gc = coordinator(broker)
+    if gc is None:
+        return DeleteGroupsResponse(results=[DeletableGroupResult(group_id=g, error_code=NOT_AVAILABLE)
+                                             for g in request.groups_names])
+
+    async def run() -> DeleteGroupsResponse:
+        return DeleteGroupsResponse(results=await gc.delete_groups(list(request.groups_names)))
+    return run()

@@ -1,0 +1,31 @@
+"""LeaveGroup (13): members leave (v3+ several at once, each with its own answer)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from oncelog.protocol.messages.leave_group_request import LeaveGroupRequest
+from oncelog.protocol.messages.leave_group_response import LeaveGroupResponse
+
+from ._groups import NOT_AVAILABLE, coordinator
+
+if TYPE_CHECKING:
+    from oncelog.broker.router import RequestContext
+    from oncelog.broker.server import Broker
+
+API_KEY = 13
+MIN_VERSION = 0
+MAX_VERSION = 5
+
+
+def handle(broker: "Broker", ctx: "RequestContext", request: LeaveGroupRequest) -> Any:
+    gc = coordinator(broker)
+    if gc is None:
+        return LeaveGroupResponse(error_code=NOT_AVAILABLE)
+
+    async def run() -> LeaveGroupResponse:
+        resp: LeaveGroupResponse = await gc.leave_group(request, ctx.api_version)
+        if ctx.api_version < 3 and not resp.error_code and resp.members:
+            resp.error_code = resp.members[0].error_code  # v0-2 answer for their single member
+        return resp
+    return run()

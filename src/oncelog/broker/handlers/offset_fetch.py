@@ -1,0 +1,72 @@
+"""OffsetFetch (9): committed offsets of one group (v1-7) or several (v8+); pending transactional offsets are
+invisible, and with ``require_stable`` (v7+) a partition that has one answers UNSTABLE_OFFSET_COMMIT."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from oncelog.protocol.messages.offset_fetch_request import OffsetFetchRequest
+from oncelog.protocol.messages.offset_fetch_response import (
+    OffsetFetchResponse,
+    OffsetFetchResponseGroup,
+    OffsetFetchResponsePartition,
+    OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic,
+    OffsetFetchResponseTopics,
+)
+
+from ._groups import NOT_AVAILABLE, coordinator
+
+if TYPE_CHECKING:
+    from oncelog.broker.router import RequestContext
+    from oncelog.broker.server import Broker
+
+API_KEY = 9
+MIN_VERSION = 1
+MAX_VERSION = 9
+
+
+def _grouped(offsets: list[Any]) -> dict[str, list[Any]]:
+    by_topic: dict[str, list[Any]] = {}
+    for f in offsets:
+        by_topic.setdefault(f.topic, []).append(f)
+    return by_topic
+
+
+async def _one(gc: Any, group_id: str, topics: list[Any] | None, stable: bool) -> tuple[int, list[Any]]:
+    if gc is None:
+        return NOT_AVAILABLE, []
+    wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
+    return await gc.fetch_offsets(group_id, wanted, stable)  # type: ignore[no-any-return]
+
+
+async def _handle(gc: Any, version: int, request: OffsetFetchRequest) -> OffsetFetchResponse:
+    stable = request.require_stable if version >= 7 else False
+    if version >= 8:
+        groups = []
+        for g in request.groups:
+            code, offs = await _one(gc, g.group_id, g.topics, stable)
+            groups.append(OffsetFetchResponseGroup(group_id=g.group_id, error_code=code, topics=[
+                OffsetFetchResponseTopics(name=t, partitions=[
+                    OffsetFetchResponsePartitions(partition_index=f.partition, committed_offset=f.offset,
+                                                  committed_leader_epoch=f.leader_epoch, metadata=f.metadata,
+                                                  error_code=f.error_code) for f in fs])
+                for t, fs in _grouped(offs).items()]))
+        return OffsetFetchResponse(groups=groups)
+    topics = request.topics if version >= 2 else (request.topics or [])
+    code, offs = await _one(gc, request.group_id, topics, stable)
+    resp = OffsetFetchResponse(error_code=code, topics=[
+        OffsetFetchResponseTopic(name=t, partitions=[
+            OffsetFetchResponsePartition(partition_index=f.partition, committed_offset=f.offset,
+                                         committed_leader_epoch=f.leader_epoch, metadata=f.metadata,
+                                         error_code=f.error_code) for f in fs])
+        for t, fs in _grouped(offs).items()])
+    if version < 2 and code:  # v0-1 have no top-level error: put it on every partition asked for
+        resp.topics = [OffsetFetchResponseTopic(name=t.name, partitions=[
+            OffsetFetchResponsePartition(partition_index=p, committed_offset=-1, metadata="", error_code=code)
+            for p in t.partition_indexes]) for t in topics or []]
+    return resp
+
+
+def handle(broker: "Broker", ctx: "RequestContext", request: OffsetFetchRequest) -> Any:
+    return _handle(coordinator(broker), ctx.api_version, request)

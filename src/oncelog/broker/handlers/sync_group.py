@@ -1,0 +1,25 @@
+"""SyncGroup (14): the leader hands in the assignment; every member gets its own once it is durable."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from oncelog.protocol.messages.sync_group_request import SyncGroupRequest
+from oncelog.protocol.messages.sync_group_response import SyncGroupResponse
+
+from ._groups import NOT_AVAILABLE, coordinator
+
+if TYPE_CHECKING:
+    from oncelog.broker.router import RequestContext
+    from oncelog.broker.server import Broker
+
+API_KEY = 14
+MIN_VERSION = 0
+MAX_VERSION = 5
+
+
+def handle(broker: "Broker", ctx: "RequestContext", request: SyncGroupRequest) -> Any:
+    gc = coordinator(broker)
+    if gc is None:
+        return SyncGroupResponse(error_code=NOT_AVAILABLE)
+    return gc.sync_group(request, ctx.api_version)

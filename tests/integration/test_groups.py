@@ -1,0 +1,291 @@
+"""Classic consumer groups with real clients against a real broker.
+
+confluent-kafka groups of 3 with range, roundrobin and cooperative-sticky assignment; kafka-python and aiokafka
+groups; members join, leave cleanly and crash (a child process SIGKILLed: its session times out). After each
+rebalance every partition is owned by exactly one member; across a clean handover with committed offsets no
+record is consumed twice; committed offsets survive a broker restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from oncelog.testing.broker_process import BrokerProcess, free_port
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+HERE = Path(__file__).parent
+SETTINGS = {"num.partitions": 3, "group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 1000,
+            "offsets.topic.num.partitions": 5}
+PARTITIONS = 6
+
+
+class GroupBrokerProcess(BrokerProcess):
+    """A BrokerProcess started through ``_group_broker.py`` (the group coordinator wired in)."""
+
+    def start(self, timeout: float = 30.0) -> "BrokerProcess":
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, str(HERE / "_group_broker.py"), "serve", "--data-dir", str(self.data_dir),
+               "--listen", f"127.0.0.1:{self.port}"]
+        for k, v in self.settings.items():
+            cmd += ["--set", f"{k}={v}"]
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        log.close()
+        self._wait_ready(timeout)
+        return self
+
+
+@pytest.fixture(scope="module")
+def gbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    base = tmp_path_factory.mktemp("group-broker")
+    proc = GroupBrokerProcess(base / "data", port=free_port(), settings=SETTINGS)
+    proc.start()
+    yield proc
+    rc = proc.stop()
+    assert rc == 0, f"broker did not shut down cleanly (exit {rc}); log:\n{proc.log_tail()}"
+
+
+def make_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> None:
+    a = AdminClient({"bootstrap.servers": bootstrap})
+    for f in a.create_topics([NewTopic(name, partitions, 1)]).values():
+        f.result(15)
+
+
+def produce(bootstrap: str, topic: str, start: int, n: int) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(start, start + n):
+        p.produce(topic, key=str(i).encode(), value=str(i).encode())
+    assert p.flush(20) == 0
+
+
+def consumer(bootstrap: str, group: str, strategy: str, **extra: Any) -> Consumer:
+    conf = {"bootstrap.servers": bootstrap, "group.id": group, "partition.assignment.strategy": strategy,
+            "auto.offset.reset": "earliest", "enable.auto.commit": False, "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500, "topic.metadata.refresh.interval.ms": 1000}
+    conf.update(extra)
+    return Consumer(conf)
+
+
+class Member:
+    def __init__(self, c: Consumer, name: str, seen: list[int]) -> None:
+        self.c, self.name, self.seen = c, name, seen
+
+    def poll(self) -> None:
+        msg = self.c.poll(0.05)
+        if msg is None or msg.error():
+            return
+        self.seen.append(int(msg.value()))
+        for _ in range(200):  # a commit while the group completes a rebalance is refused (Kafka does too): retry
+            try:
+                self.c.commit(message=msg, asynchronous=False)
+                return
+            except KafkaException as e:
+                if e.args[0].code() != KafkaError.REBALANCE_IN_PROGRESS:
+                    raise
+                time.sleep(0.05)
+        raise AssertionError("commit kept failing with REBALANCE_IN_PROGRESS")
+
+
+def owned(members: list[Member]) -> list[tuple[str, int]]:
+    out: list[tuple[str, int]] = []
+    for m in members:
+        out += [(tp.topic, tp.partition) for tp in m.c.assignment()]
+    return out
+
+
+def poll_until(members: list[Member], cond: Any, timeout: float = 40.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for m in members:
+            m.poll()
+        if cond():
+            return
+    raise AssertionError(f"timed out; owned={owned(members)}")
+
+
+def exactly_once_owned(members: list[Member], topic: str) -> bool:
+    o = owned(members)
+    return sorted(o) == [(topic, p) for p in range(PARTITIONS)] and all(len(m.c.assignment()) > 0 for m in members)
+
+
+@pytest.mark.parametrize("strategy", ["range", "roundrobin", "cooperative-sticky"])
+def test_confluent_group_of_three(gbroker: BrokerProcess, topic_name: str, strategy: str) -> None:
+    bs = gbroker.bootstrap
+    make_topic(bs, topic_name)
+    produce(bs, topic_name, 0, 300)
+    group = f"g-{topic_name}"
+    seen: list[int] = []
+    members = [Member(consumer(bs, group, strategy), f"m{i}", seen) for i in range(3)]
+    for m in members:
+        m.c.subscribe([topic_name])
+    poll_until(members, lambda: exactly_once_owned(members, topic_name) and len(seen) >= 300)
+    # a member leaves cleanly: the other two take over from the committed offsets
+    leaving = members.pop()
+    leaving.c.close()
+    produce(bs, topic_name, 300, 300)
+    poll_until(members, lambda: exactly_once_owned(members, topic_name) and len(seen) >= 600)
+    # a new member joins
+    members.append(Member(consumer(bs, group, strategy), "m3", seen))
+    members[-1].c.subscribe([topic_name])
+    produce(bs, topic_name, 600, 300)
+    poll_until(members, lambda: exactly_once_owned(members, topic_name) and len(seen) >= 900)
+    for m in members:
+        m.poll()
+    assert sorted(seen) == list(range(900)), "a record was consumed twice or lost"
+    for m in members:
+        m.c.close()
+
+
+CRASHER = textwrap.dedent("""
+    import sys
+    from confluent_kafka import Consumer
+    c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], "auto.offset.reset": "earliest",
+                  "session.timeout.ms": 2000, "heartbeat.interval.ms": 300, "enable.auto.commit": False})
+    c.subscribe([sys.argv[3]])
+    while True:
+        m = c.poll(0.1)
+        if c.assignment():
+            print("assigned", flush=True)
+""")
+
+
+def test_crashed_member_times_out_and_partitions_move(gbroker: BrokerProcess, topic_name: str) -> None:
+    bs = gbroker.bootstrap
+    make_topic(bs, topic_name)
+    group = f"g-{topic_name}"
+    child = subprocess.Popen([sys.executable, "-c", CRASHER, bs, group, topic_name], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == b"assigned"
+        seen: list[int] = []
+        survivor = Member(consumer(bs, group, "range", **{"session.timeout.ms": 2000}), "s", seen)
+        survivor.c.subscribe([topic_name])
+        poll_until([survivor], lambda: 0 < len(survivor.c.assignment()) < PARTITIONS)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        t0 = time.monotonic()
+        poll_until([survivor], lambda: len(survivor.c.assignment()) == PARTITIONS, timeout=30)
+        assert time.monotonic() - t0 >= 0.5  # the move waited for the session timeout
+        produce(bs, topic_name, 0, 60)
+        poll_until([survivor], lambda: len(seen) >= 60)
+        survivor.c.close()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def test_kafka_python_group(gbroker: BrokerProcess, topic_name: str) -> None:
+    from kafka import KafkaConsumer
+
+    bs = gbroker.bootstrap
+    make_topic(bs, topic_name)
+    produce(bs, topic_name, 0, 200)
+    group = f"g-{topic_name}"
+    cs = [KafkaConsumer(topic_name, bootstrap_servers=bs, group_id=group, auto_offset_reset="earliest",
+                        enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=500,
+                        consumer_timeout_ms=200) for _ in range(2)]
+    seen: list[int] = []
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline:
+        for c in cs:
+            for tp, msgs in c.poll(timeout_ms=100).items():
+                seen += [int(m.value) for m in msgs]
+            c.commit()
+        parts = [(tp.topic, tp.partition) for c in cs for tp in c.assignment()]
+        if len(seen) >= 200 and sorted(parts) == [(topic_name, p) for p in range(PARTITIONS)] \
+                and all(c.assignment() for c in cs):
+            break
+    else:
+        raise AssertionError(f"kafka-python group did not settle: {len(seen)} records, "
+                             f"{[c.assignment() for c in cs]}")
+    assert sorted(seen) == list(range(200))
+    cs[0].close()
+    produce(bs, topic_name, 200, 100)
+    deadline = time.monotonic() + 40
+    while len(seen) < 300 and time.monotonic() < deadline:
+        for tp, msgs in cs[1].poll(timeout_ms=200).items():
+            seen += [int(m.value) for m in msgs]
+        cs[1].commit()
+    assert sorted(seen) == list(range(300))
+    assert len(cs[1].assignment()) == PARTITIONS
+    cs[1].close()
+
+
+def test_aiokafka_group(gbroker: BrokerProcess, topic_name: str) -> None:
+    from aiokafka import AIOKafkaConsumer
+
+    bs = gbroker.bootstrap
+    make_topic(bs, topic_name)
+    produce(bs, topic_name, 0, 200)
+    group = f"g-{topic_name}"
+
+    async def main() -> None:
+        cs = [AIOKafkaConsumer(topic_name, bootstrap_servers=bs, group_id=group, auto_offset_reset="earliest",
+                               enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=500)
+              for _ in range(2)]
+        for c in cs:
+            await c.start()
+        seen: list[int] = []
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            for c in cs:
+                res = await c.getmany(timeout_ms=100)
+                for msgs in res.values():
+                    seen += [int(m.value) for m in msgs]
+                if res:
+                    await c.commit()
+            parts = sorted((tp.topic, tp.partition) for c in cs for tp in c.assignment())
+            if len(seen) >= 200 and parts == [(topic_name, p) for p in range(PARTITIONS)] \
+                    and all(c.assignment() for c in cs):
+                break
+        assert sorted(seen) == list(range(200)), f"{len(seen)} records; {[c.assignment() for c in cs]}"
+        for c in cs:
+            await c.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_offsets_survive_restart_and_admin_view(tmp_path: Path, topic_name: str) -> None:
+    proc = GroupBrokerProcess(tmp_path / "data", settings=SETTINGS)
+    proc.start()
+    try:
+        bs = proc.bootstrap
+        make_topic(bs, topic_name)
+        produce(bs, topic_name, 0, 60)
+        group = f"g-{topic_name}"
+        seen: list[int] = []
+        m = Member(consumer(bs, group, "range"), "m", seen)
+        m.c.subscribe([topic_name])
+        poll_until([m], lambda: len(seen) >= 60)
+        a = AdminClient({"bootstrap.servers": bs})
+        listed = a.list_consumer_groups().result(10)
+        assert group in {g.group_id for g in listed.valid}
+        desc = a.describe_consumer_groups([group])[group].result(10)
+        assert str(desc.state).endswith("STABLE") and len(desc.members) == 1
+        m.c.close()
+        assert proc.stop() == 0
+        proc.start()
+        c = consumer(proc.bootstrap, group, "range")
+        committed = c.committed([TopicPartition(topic_name, p) for p in range(PARTITIONS)], timeout=15)
+        assert sum(tp.offset for tp in committed) == 60
+        c.close()
+        a = AdminClient({"bootstrap.servers": proc.bootstrap})
+        a.delete_consumer_groups([group])[group].result(10)  # Empty after the close: deletable
+        assert group not in {g.group_id for g in a.list_consumer_groups().result(10).valid}
+    finally:
+        proc.stop()
