@@ -7,9 +7,14 @@ injected :class:`CoordinatorLog`, which returns once they are durable, then repl
 caller's future with the response. If the append fails, ``on_failure`` runs (to drop a pending marker) and the
 caller gets :class:`CoordinatorError` with a coordinator error code.
 
-Operations of one partition run strictly one after another on a worker task that owns them: a caller that is
-cancelled while its append is in flight cannot leave memory behind the log. Different partitions run
-concurrently. The runtime also owns the coordinator's background tasks (marker retries) and its sleeping, so the
+Operations of one partition run strictly one after another. An operation submitted to an idle partition runs at
+once in the caller's call (no hop through a worker task); one submitted while another is in flight waits in the
+partition's queue and is started by the callback that finishes its predecessor. The append's durability and the
+replay are driven by callbacks, not by the caller: a caller that is cancelled while its append is in flight cannot
+leave memory behind the log. A log that offers ``append_nowait(partition, records) -> (base_offset, durable
+future)`` is written synchronously and its durability future is watched directly (one event-loop hop fewer per
+operation); any other log's ``append`` coroutine runs as a task. Different partitions run concurrently. The
+runtime also owns the coordinator's background tasks (marker retries) and its sleeping, so the
 coordinator modules need no asyncio of their own and tests can make backoff instant.
 """
 
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -92,8 +98,9 @@ _Item = tuple[Callable[[Any], Any], "asyncio.Future[Any]"]
 class _Partition:
     def __init__(self, shard: Any) -> None:
         self.shard = shard
-        self.queue: asyncio.Queue[_Item | None] = asyncio.Queue()
-        self.worker: asyncio.Task[None] | None = None
+        self.pending: deque[_Item] = deque()  # operations waiting for the one in flight
+        self.busy = False  # an operation is between running and its replay
+        self.inflight: tuple[asyncio.Future[Any], asyncio.Future[Any]] | None = None  # (caller, durable)
         self.loading = True
 
 
@@ -101,6 +108,8 @@ class CoordinatorRuntime(Generic[S]):
     def __init__(self, log: CoordinatorLog, shard_factory: Callable[[int], S],
                  sleep: Callable[[float], Awaitable[None]] | None = None) -> None:
         self._log = log
+        self._append_nowait: Callable[..., tuple[int, asyncio.Future[Any]]] | None = \
+            getattr(log, "append_nowait", None)
         self._factory = shard_factory
         self._partitions: dict[int, _Partition] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -125,7 +134,6 @@ class CoordinatorRuntime(Generic[S]):
             raise RuntimeError(f"coordinator partition {partition} is already loaded")
         p = _Partition(self._factory(partition))
         self._partitions[partition] = p
-        self._start(partition, p)
 
         def replay_all(shard: S) -> CoordinatorResult[None]:
             for key, value, offset in records:
@@ -133,7 +141,7 @@ class CoordinatorRuntime(Generic[S]):
             return CoordinatorResult([], None)
 
         try:
-            await self._submit(p, replay_all)
+            await self._submit(partition, p, replay_all)
         except BaseException:
             self.unload(partition)
             raise
@@ -141,16 +149,20 @@ class CoordinatorRuntime(Generic[S]):
         return p.shard  # type: ignore[no-any-return]
 
     def unload(self, partition: int) -> None:
-        """Stop serving a partition: queued operations fail with NOT_COORDINATOR."""
+        """Stop serving a partition: queued operations and the one in flight fail with NOT_COORDINATOR."""
         p = self._partitions.pop(partition, None)
         if p is None:
             return
-        if p.worker is not None:
-            p.worker.cancel()
-        while not p.queue.empty():
-            item = p.queue.get_nowait()
-            if item is not None and not item[1].done():
-                item[1].set_exception(CoordinatorError(ErrorCode.NOT_COORDINATOR))
+        if p.inflight is not None:
+            fut, durable = p.inflight
+            if not fut.done():
+                fut.set_exception(CoordinatorError(ErrorCode.NOT_COORDINATOR))
+            if isinstance(durable, asyncio.Task):
+                durable.cancel()
+        while p.pending:
+            _, fut = p.pending.popleft()
+            if not fut.done():
+                fut.set_exception(CoordinatorError(ErrorCode.NOT_COORDINATOR))
 
     # ------------------------------------------------------------------ operations
     async def run(self, partition: int, op: Callable[[S], CoordinatorResult[T]]) -> T:
@@ -159,59 +171,98 @@ class CoordinatorRuntime(Generic[S]):
             raise CoordinatorError(ErrorCode.NOT_COORDINATOR, f"partition {partition} is not loaded here")
         if p.loading:
             raise CoordinatorError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
-        return await self._submit(p, op)  # type: ignore[no-any-return]
+        return await self._submit(partition, p, op)  # type: ignore[no-any-return]
 
-    async def _submit(self, p: _Partition, op: Callable[[Any], Any]) -> Any:
+    def _submit(self, partition: int, p: _Partition, op: Callable[[Any], Any]) -> asyncio.Future[Any]:
+        """Run ``op`` now if the partition is idle (no hop through a worker task), else queue it behind the
+        operation in flight. Its append and replay are driven by callbacks, not by the caller, so a caller that
+        is cancelled while its append is in flight cannot leave memory behind the log."""
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        p.queue.put_nowait((op, fut))
-        return await fut
+        if p.busy or p.pending:
+            p.pending.append((op, fut))
+        else:
+            self._start(partition, p, op, fut)
+        return fut
 
-    def _start(self, partition: int, p: _Partition) -> None:
-        p.worker = asyncio.get_running_loop().create_task(self._work(partition, p),
-                                                           name=f"coordinator-partition-{partition}")
-
-    async def _work(self, partition: int, p: _Partition) -> None:
-        while True:
-            item = await p.queue.get()
-            if item is None:
-                return
-            op, fut = item
-            try:
-                result = await self._execute(partition, p, op)
-            except BaseException as e:
-                if isinstance(e, asyncio.CancelledError) and self._partitions.get(partition) is not p:
-                    if not fut.done():
-                        fut.set_exception(CoordinatorError(ErrorCode.NOT_COORDINATOR))
-                    raise
-                if not fut.done():
-                    fut.set_exception(e)
-                if isinstance(e, asyncio.CancelledError):
-                    raise
+    def _drain(self, partition: int, p: _Partition) -> None:
+        while not p.busy and p.pending and self._partitions.get(partition) is p:
+            op, fut = p.pending.popleft()
+            if fut.done():  # the caller gave up before its operation started: nothing was written
                 continue
-            if not fut.done():
-                fut.set_result(result)
+            self._start(partition, p, op, fut)
 
-    async def _execute(self, partition: int, p: _Partition, op: Callable[[Any], Any]) -> Any:
-        result = op(p.shard)
-        if not isinstance(result, CoordinatorResult):
-            raise TypeError(f"a coordinator operation must return a CoordinatorResult, not {type(result)!r}")
-        if not result.records:
-            return result.response
+    def _start(self, partition: int, p: _Partition, op: Callable[[Any], Any], fut: asyncio.Future[Any]) -> None:
+        """Run the operation and start its append. Returns with ``p.busy`` set iff the append is in flight."""
         try:
-            offset = await self._log.append(partition, list(result.records))
+            result = op(p.shard)
+            if not isinstance(result, CoordinatorResult):
+                raise TypeError(f"a coordinator operation must return a CoordinatorResult, not {type(result)!r}")
+        except BaseException as e:
+            if not fut.done():
+                fut.set_exception(e)
+            return
+        if not result.records:
+            if not fut.done():
+                fut.set_result(result.response)
+            return
+        records = list(result.records)
+        base: int | None
+        try:
+            if self._append_nowait is not None:  # written now; the future is done once it is durable
+                base, durable = self._append_nowait(partition, records)
+            else:
+                base, durable = None, asyncio.ensure_future(self._log.append(partition, records))
         except Exception as e:
-            if result.on_failure is not None:
-                result.on_failure()
+            self._failed(partition, result, fut, e)
+            return
+        p.busy = True
+        p.inflight = (fut, durable)
+        durable.add_done_callback(
+            lambda d: self._appended(partition, p, result, records, base, fut, d))  # type: ignore[misc]
+
+    def _failed(self, partition: int, result: CoordinatorResult[Any], fut: asyncio.Future[Any],
+                e: BaseException) -> None:
+        if result.on_failure is not None:
+            result.on_failure()
+        if fut.done():
+            return
+        if isinstance(e, Exception):
             code = append_error_code(e)
             log.warning("append to coordinator partition %d failed (%s): answering %s", partition, e, code.name)
-            raise CoordinatorError(code, str(e)) from e
-        except BaseException:
+            err = CoordinatorError(code, str(e))
+            err.__cause__ = e
+            fut.set_exception(err)
+        else:
+            fut.set_exception(CoordinatorError(ErrorCode.NOT_COORDINATOR))
+
+    def _appended(self, partition: int, p: _Partition, result: CoordinatorResult[Any],
+                  records: list[tuple[bytes, bytes | None]], base: int | None, fut: asyncio.Future[Any],
+                  durable: asyncio.Future[Any]) -> None:
+        """The append is durable (or failed): replay the records, then answer; then the next operation."""
+        p.inflight = None
+        p.busy = False
+        if self._partitions.get(partition) is not p:  # unloaded meanwhile: the shard is gone
             if result.on_failure is not None:
                 result.on_failure()
-            raise
-        for i, (key, value) in enumerate(result.records):
-            p.shard.replay(key, value, offset + i)
-        return result.response
+            if not fut.done():
+                fut.set_exception(CoordinatorError(ErrorCode.NOT_COORDINATOR))
+            return
+        if durable.cancelled():
+            self._failed(partition, result, fut, asyncio.CancelledError())
+        elif durable.exception() is not None:
+            self._failed(partition, result, fut, durable.exception())  # type: ignore[arg-type]
+        else:
+            offset = base if base is not None else durable.result()
+            try:
+                for i, (key, value) in enumerate(records):
+                    p.shard.replay(key, value, offset + i)
+            except BaseException as e:
+                if not fut.done():
+                    fut.set_exception(e)
+            else:
+                if not fut.done():
+                    fut.set_result(result.response)
+        self._drain(partition, p)
 
     # ------------------------------------------------------------------ background work
     def spawn(self, coro: Coroutine[Any, Any, T], name: str | None = None) -> asyncio.Task[T]:

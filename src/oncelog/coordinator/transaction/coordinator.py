@@ -228,8 +228,12 @@ class TransactionCoordinator:
     def _now(self) -> int:
         return self.clock.wall_ms()
 
-    def _record(self, txn_id: str, t: TxnTransitMetadata) -> list[tuple[bytes, bytes | None]]:
-        return [encode_txn_record(txn_id, t)]
+    def _record(self, txn_id: str, t: TxnTransitMetadata, shard: TransactionShard | None = None
+                ) -> list[tuple[bytes, bytes | None]]:
+        key, value = encode_txn_record(txn_id, t)
+        if shard is not None:
+            shard.expect(key, value, txn_id, t)  # its replay need not decode what we just encoded
+        return [(key, value)]
 
     # ------------------------------------------------------------------ InitProducerId
     async def init_producer_id(self, transactional_id: str | None, txn_timeout_ms: int,
@@ -317,7 +321,7 @@ class TransactionCoordinator:
                 if created:
                     shard.creating.pop(txn_id, None)
                 raise
-            return CoordinatorResult(self._record(txn_id, t), (kind, t, before), on_failure)
+            return CoordinatorResult(self._record(txn_id, t, shard), (kind, t, before), on_failure)
         return op
 
     def _prepare_init(self, md: TransactionMetadata, timeout_ms: int, expected: tuple[int, int] | None,
@@ -383,7 +387,7 @@ class TransactionCoordinator:
             if md.state is TxnState.ONGOING and tps <= md.topic_partitions:
                 return CoordinatorResult([], ErrorCode.NONE)  # already added: no write
             t = md.prepare_add_partitions(tps, self._now())
-            return CoordinatorResult(self._record(txn_id, t), ErrorCode.NONE, md.abort_pending)
+            return CoordinatorResult(self._record(txn_id, t, shard), ErrorCode.NONE, md.abort_pending)
         return op
 
     def _verify(self, partition: int, txn_id: str, pid: int, epoch: int, tps: list[TopicPartition],
@@ -475,7 +479,7 @@ class TransactionCoordinator:
             if s is TxnState.ONGOING:
                 target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
                 t = md.prepare_abort_or_commit(target, self._now())
-                return CoordinatorResult(self._record(txn_id, t), ("prepared", t), md.abort_pending)
+                return CoordinatorResult(self._record(txn_id, t, shard), ("prepared", t), md.abort_pending)
             if s is TxnState.COMPLETE_COMMIT:
                 return answer(ErrorCode.NONE if commit else ErrorCode.INVALID_TXN_STATE)
             if s is TxnState.COMPLETE_ABORT:
@@ -511,7 +515,7 @@ class TransactionCoordinator:
                 if md.state is not TxnState.PREPARE_EPOCH_FENCE:
                     return CoordinatorResult([], None)
                 t = md.prepare_abort_or_commit(TxnState.PREPARE_ABORT, now)
-            return CoordinatorResult(self._record(txn_id, t), t, md.abort_pending)
+            return CoordinatorResult(self._record(txn_id, t, shard), t, md.abort_pending)
         return op
 
     # ------------------------------------------------------------------ completion (markers + Complete*)
@@ -605,7 +609,7 @@ class TransactionCoordinator:
             if md.state is not expected:
                 return CoordinatorResult([], ErrorCode.INVALID_TXN_STATE)
             t = md.prepare_complete(self._now())
-            return CoordinatorResult(self._record(txn_id, t), ErrorCode.NONE, md.abort_pending)
+            return CoordinatorResult(self._record(txn_id, t, shard), ErrorCode.NONE, md.abort_pending)
         return op
 
     # ------------------------------------------------------------------ background: timeouts and expiry
@@ -652,7 +656,7 @@ class TransactionCoordinator:
                         or md.txn_last_update_timestamp > horizon:
                     return CoordinatorResult([], False)
                 t = md.prepare_dead()
-                return CoordinatorResult(self._record(txn_id, t), True, md.abort_pending)
+                return CoordinatorResult(self._record(txn_id, t, shard), True, md.abort_pending)
             try:
                 if await self._run(partition, op):
                     expired.append(txn_id)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from .metadata import TransactionMetadata
+from .metadata import TransactionMetadata, TxnTransitMetadata
 from .records import decode_key, decode_value
 from .state import TxnState
 
@@ -28,6 +28,16 @@ class TransactionShard:
         # producer id -> transactional id, shared by every shard of a coordinator
         self.pid_index: dict[int, str] = pid_index if pid_index is not None else {}
         self.last_offset = -1
+        # (key, value, transactional id, transit) of the record the operation in flight is writing: its replay
+        # then skips decoding what was just encoded (see ``expect``)
+        self._hint: tuple[bytes, bytes, str, TxnTransitMetadata] | None = None
+
+    def expect(self, key: bytes, value: bytes | None, txn_id: str, transit: TxnTransitMetadata) -> None:
+        """The live operation is writing (key, value), the encoding of ``transit`` for ``txn_id``. When exactly
+        these bytes objects are replayed and ``transit`` is still that id's pending transit, replay uses it
+        instead of decoding the record — the same outcome, since a matching record completes the pending transit
+        anyway. Anything else (loading, another record, a failed append) takes the decoding path."""
+        self._hint = (key, value, txn_id, transit) if value is not None else None
 
     def get(self, transactional_id: str) -> TransactionMetadata | None:
         return self.txns.get(transactional_id)
@@ -40,9 +50,20 @@ class TransactionShard:
         self.last_offset = max(self.last_offset, offset)
         if key is None:
             return
-        txn_id = decode_key(key)
-        if txn_id is None:
+        hint, self._hint = self._hint, None
+        md: TransactionMetadata | None
+        if hint is not None and key is hint[0] and value is hint[1]:
+            txn_id = hint[2]
+            md = self.txns.get(txn_id) or self.creating.get(txn_id)
+            if md is not None and md.pending_transit is hint[3]:
+                old_pid = md.producer_id
+                md.complete_transition(hint[3])
+                self._keep(txn_id, md, old_pid)
+                return
+        txn_id_or_none = decode_key(key)
+        if txn_id_or_none is None:
             return  # another record type / key version: not ours
+        txn_id = txn_id_or_none
         md = self.txns.get(txn_id) or self.creating.get(txn_id)
         if value is None:
             self.creating.pop(txn_id, None)
@@ -62,6 +83,9 @@ class TransactionShard:
                             "record", txn_id, t.state.display_name, offset, md.pending_state.display_name)
             old_pid = md.producer_id if md is not None else -1
             md = TransactionMetadata.from_transit(txn_id, t)
+        self._keep(txn_id, md, old_pid)
+
+    def _keep(self, txn_id: str, md: TransactionMetadata, old_pid: int) -> None:
         if md.state is TxnState.DEAD:  # a Dead value (not a tombstone) also removes the id
             self.creating.pop(txn_id, None)
             self.txns.pop(txn_id, None)

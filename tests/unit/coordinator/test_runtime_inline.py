@@ -1,0 +1,136 @@
+"""CoordinatorRuntime fast path: an idle partition runs the operation inline; a log with ``append_nowait`` is
+written synchronously and its durability future drives the replay (not the caller)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from oncelog.coordinator.runtime import CoordinatorError, CoordinatorResult, CoordinatorRuntime
+from oncelog.protocol.errors import ErrorCode
+
+
+class ListShard:
+    def __init__(self, partition: int) -> None:
+        self.replayed: list[tuple[bytes | None, bytes | None, int]] = []
+        self.pending = False
+
+    def replay(self, key: bytes | None, value: bytes | None, offset: int) -> None:
+        self.replayed.append((key, value, offset))
+
+
+class NowaitLog:
+    """Written at once; durable when the test says so."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[bytes, bytes | None]] = []
+        self.waiting: list[asyncio.Future[None]] = []
+        self.fail: Exception | None = None
+
+    def append_nowait(self, partition: int, records: list[tuple[bytes, bytes | None]]
+                      ) -> tuple[int, asyncio.Future[None]]:
+        if self.fail is not None:
+            raise self.fail
+        base = len(self.records)
+        self.records += records
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiting.append(fut)
+        return base, fut
+
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> int:
+        raise AssertionError("append_nowait must be used")
+
+    def make_durable(self) -> None:
+        for f in self.waiting:
+            if not f.done():
+                f.set_result(None)
+        self.waiting.clear()
+
+
+def test_idle_partition_runs_inline_and_waits_for_durability() -> None:
+    async def main() -> None:
+        log = NowaitLog()
+        rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard)
+        shard = await rt.load(0, [])
+        ran: list[int] = []
+
+        def op(i: int) -> Any:
+            def f(s: ListShard) -> CoordinatorResult[int]:
+                ran.append(i)
+                return CoordinatorResult([(b"k%d" % i, b"v")], i)
+            return f
+
+        t1 = asyncio.ensure_future(rt.run(0, op(1)))
+        t2 = asyncio.ensure_future(rt.run(0, op(2)))
+        await asyncio.sleep(0)
+        # the first ran and is written, not replayed; the second waits behind it
+        assert ran == [1] and log.records == [(b"k1", b"v")] and shard.replayed == []
+        log.make_durable()
+        assert await t1 == 1
+        assert shard.replayed == [(b"k1", b"v", 0)]
+        await asyncio.sleep(0)
+        assert ran == [1, 2] and shard.replayed == [(b"k1", b"v", 0)]  # written, not durable yet
+        log.make_durable()
+        assert await t2 == 2 and shard.replayed[-1] == (b"k2", b"v", 1)
+        # an operation without records answers without waiting for anything
+        assert await rt.run(0, lambda s: CoordinatorResult([], "x")) == "x"
+        await rt.close()
+    asyncio.run(main())
+
+
+def test_cancelled_caller_still_replays_and_next_op_follows() -> None:
+    async def main() -> None:
+        log = NowaitLog()
+        rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard)
+        shard = await rt.load(0, [])
+        task = asyncio.ensure_future(rt.run(0, lambda s: CoordinatorResult([(b"k", b"v")], 1)))
+        await asyncio.sleep(0)
+        queued_ran: list[bool] = []
+
+        def queued(s: ListShard) -> CoordinatorResult[int]:
+            queued_ran.append(True)
+            return CoordinatorResult([], 2)
+
+        t2 = asyncio.ensure_future(rt.run(0, queued))
+        await asyncio.sleep(0)
+        task.cancel()
+        await asyncio.sleep(0)
+        assert not queued_ran  # still behind the append in flight
+        log.make_durable()
+        assert await t2 == 2
+        assert shard.replayed == [(b"k", b"v", 0)] and queued_ran == [True]
+        await rt.close()
+    asyncio.run(main())
+
+
+def test_write_failure_and_unload_in_flight() -> None:
+    async def main() -> None:
+        log = NowaitLog()
+        rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard)
+        shard = await rt.load(0, [])
+
+        def op(s: ListShard) -> CoordinatorResult[int]:
+            s.pending = True
+            return CoordinatorResult([(b"k", b"v")], 1, on_failure=lambda: setattr(s, "pending", False))
+
+        log.fail = OSError("disk")
+        with pytest.raises(CoordinatorError) as e:
+            await rt.run(0, op)
+        assert e.value.code is ErrorCode.COORDINATOR_NOT_AVAILABLE and shard.pending is False
+        log.fail = None
+        task = asyncio.ensure_future(rt.run(0, op))
+        queued = asyncio.ensure_future(rt.run(0, lambda s: CoordinatorResult([], 2)))
+        await asyncio.sleep(0)
+        assert shard.pending is True
+        rt.unload(0)
+        for t in (task, queued):
+            with pytest.raises(CoordinatorError) as e:
+                await t
+            assert e.value.code is ErrorCode.NOT_COORDINATOR
+        log.make_durable()
+        await asyncio.sleep(0)
+        assert shard.pending is False and shard.replayed == []  # the dropped shard is not replayed into
+        await rt.close()
+    asyncio.run(main())
