@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.records import RecordBatchBuilder, decode_records, validate_batches
@@ -85,8 +85,12 @@ class BrokerMarkerWriter:
     def __init__(self, broker: "Broker") -> None:
         self.broker = broker
 
-    async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                            partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    def start_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                      partitions: list[tuple[str, int]]
+                      ) -> tuple[dict[tuple[str, int], int], "asyncio.Future[Any] | None"]:
+        """Append the markers now; return the error code per partition and a future done once every written
+        marker is durable (None if nothing was written). Lets the coordinator write them without first
+        hopping into its completion task."""
         errors: dict[tuple[str, int], int] = {}
         waits: list[asyncio.Future[None]] = []
         now = self.broker.clock.wall_ms()
@@ -105,8 +109,14 @@ class BrokerMarkerWriter:
                 continue
             waits.append(p.wait_durable(result.last_offset))
             errors[tp] = ErrorCode.NONE
-        if len(waits) == 1:
-            await waits[0]  # no gather: one event-loop hop fewer for the common single-partition case
-        elif waits:
-            await asyncio.gather(*waits)
+        if not waits:
+            return errors, None
+        # one partition (the common case): its own future, no gather and so one event-loop hop fewer
+        return errors, waits[0] if len(waits) == 1 else asyncio.gather(*waits)
+
+    async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                            partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        errors, durable = self.start_markers(producer_id, producer_epoch, commit, coordinator_epoch, partitions)
+        if durable is not None:
+            await durable
         return errors

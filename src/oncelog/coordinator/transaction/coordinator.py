@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from oncelog.clock import Clock
 from oncelog.protocol.errors import ErrorCode
@@ -525,7 +525,17 @@ class TransactionCoordinator:
         existing = self._completions.get(key)
         if existing is not None:
             return existing
-        task = self.runtime.spawn(self._complete(partition, txn_id, pid, epoch, commit, sorted(partitions)),
+        tps = sorted(partitions)
+        # Every caller gets here only once the Prepare* record is durable, so the markers may be written now,
+        # before the completion task first runs (one event-loop hop fewer); it then waits for their durability.
+        first: tuple[dict[TopicPartition, int], Awaitable[Any] | None] | None = None
+        start = getattr(self.marker_writer, "start_markers", None)
+        if start is not None and self.owns(partition):
+            try:
+                first = start(pid, epoch, commit, self.coordinator_epoch, list(tps))
+            except Exception as e:  # noqa: BLE001 - the task retries like any other marker failure
+                log.warning("writing %s markers for %s failed: %s", "COMMIT" if commit else "ABORT", txn_id, e)
+        task = self.runtime.spawn(self._complete(partition, txn_id, pid, epoch, commit, tps, first),
                                   name=f"txn-complete-{txn_id}")
 
         def done(_: Task[ErrorCode]) -> None:
@@ -546,15 +556,25 @@ class TransactionCoordinator:
         return float(min(self.retry_backoff_ms * (2 ** min(attempt, 16)), self.retry_backoff_max_ms)) / 1000.0
 
     async def _complete(self, partition: int, txn_id: str, pid: int, epoch: int, commit: bool,
-                        partitions: list[TopicPartition]) -> ErrorCode:
+                        partitions: list[TopicPartition],
+                        first: tuple[dict[TopicPartition, int], Awaitable[Any] | None] | None = None
+                        ) -> ErrorCode:
+        """Markers until every partition has its marker durably (``first``: the first attempt, already
+        written by the caller), then the Complete* record."""
         remaining = list(partitions)
         attempt = 0
         while remaining:
-            if not self.owns(partition):
+            if first is None and not self.owns(partition):
                 return ErrorCode.NOT_COORDINATOR
             try:
-                errors = await self.marker_writer.write_markers(pid, epoch, commit, self.coordinator_epoch,
-                                                                list(remaining))
+                if first is not None:
+                    errors, durable = first
+                    first = None
+                    if durable is not None:
+                        await durable
+                else:
+                    errors = await self.marker_writer.write_markers(pid, epoch, commit, self.coordinator_epoch,
+                                                                    list(remaining))
             except Exception as e:  # noqa: BLE001 - retried like any other marker failure
                 log.warning("writing %s markers for %s failed: %s", "COMMIT" if commit else "ABORT", txn_id, e)
                 errors = {}
