@@ -14,6 +14,7 @@ from oncelog.storage import LogConfig, LogManager
 from .config import BrokerConfig
 from .connection import Connection
 from .durability import GroupCommitFlusher
+from .group_wiring import start_group_coordinator, stop_group_coordinator
 from .txn_wiring import start_transaction_coordinator, stop_transaction_coordinator
 from .metrics import BrokerMetrics
 from .partition import Partition
@@ -56,6 +57,7 @@ class Broker:
         self.cluster_id = ""
         self.txn_coordinator: Any = None  # oncelog.coordinator.transaction.TransactionCoordinator once started
         self.group_coordinator: Any = None
+        self.marker_writer: Any = None  # BrokerMarkerWriter (txn_wiring) once started
 
     @property
     def topics(self) -> TopicRegistry:
@@ -76,6 +78,7 @@ class Broker:
         self.metrics.watch_partitions(self._topics)
         self.flusher.start()
         await start_transaction_coordinator(self)
+        await start_group_coordinator(self)
         self._server = await loop.create_server(lambda: Connection(self), cfg.host, cfg.port, reuse_address=True,
                                                backlog=1024)
         if cfg.port == 0:
@@ -171,6 +174,7 @@ class Broker:
         for task in self._background:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await stop_group_coordinator(self)
         await stop_transaction_coordinator(self)
         await self.flusher.close()
         if self.logs is not None:

@@ -14,8 +14,6 @@ from oncelog.protocol.messages.write_txn_markers_response import (
     WriteTxnMarkersResponse,
 )
 
-from ..internal_log import BrokerMarkerWriter
-
 if TYPE_CHECKING:
     from oncelog.broker.router import RequestContext
     from oncelog.broker.server import Broker
@@ -26,7 +24,7 @@ MAX_VERSION = 1
 
 
 async def _write(broker: "Broker", request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
-    writer = BrokerMarkerWriter(broker)
+    writer = broker.marker_writer
     results = []
     for m in request.markers:
         partitions = [(t.name, p) for t in m.topics for p in t.partition_indexes]
