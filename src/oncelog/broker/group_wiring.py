@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from oncelog.coordinator.group.coordinator import GroupCoordinator, LogEntry
 from oncelog.coordinator.group.shard import GroupConfig
@@ -22,8 +23,13 @@ from .internal_log import InternalTopicLog
 if TYPE_CHECKING:
     from .server import Broker
 
-__all__ = ["start_group_coordinator", "stop_group_coordinator", "OFFSETS_TOPIC", "TICK_INTERVAL_S",
-           "read_offsets_partition"]
+__all__ = [
+    "OFFSETS_TOPIC",
+    "TICK_INTERVAL_S",
+    "read_offsets_partition",
+    "start_group_coordinator",
+    "stop_group_coordinator",
+]
 
 log = logging.getLogger("oncelog.broker.groups")
 
@@ -32,7 +38,7 @@ TICK_INTERVAL_S = 0.1
 _TICK_ATTR = "_group_coordinator_ticker"
 
 
-def group_config(broker: "Broker") -> GroupConfig:
+def group_config(broker: Broker) -> GroupConfig:
     cfg = broker.config
     return GroupConfig(
         min_session_timeout_ms=cfg.group_min_session_timeout_ms,
@@ -62,7 +68,7 @@ def read_offsets_partition(offsets_log: InternalTopicLog, partition: int) -> Ite
             yield rec.key, rec.value, rec.offset, pid
 
 
-async def start_group_coordinator(broker: "Broker") -> GroupCoordinator:
+async def start_group_coordinator(broker: Broker) -> GroupCoordinator:
     cfg = broker.config
     offsets_log = InternalTopicLog(broker, OFFSETS_TOPIC, cfg.offsets_topic_num_partitions,
                                    {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})
@@ -94,7 +100,7 @@ async def _tick_loop(coordinator: GroupCoordinator) -> None:
             log.exception("group coordinator timers failed; will retry")
 
 
-async def stop_group_coordinator(broker: "Broker") -> None:
+async def stop_group_coordinator(broker: Broker) -> None:
     task = getattr(broker, _TICK_ATTR, None)
     if task is not None:
         task.cancel()

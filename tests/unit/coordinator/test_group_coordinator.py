@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections import defaultdict
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.group.records import decode_key
@@ -102,7 +103,7 @@ def join_req(group: str = "g", member_id: str = "", protocols: list[tuple[str, b
 
 
 def start_join(coord: GroupCoordinator, req: JoinGroupRequest, version: int = JV,
-               client: str = "c") -> "asyncio.Task[Any]":
+               client: str = "c") -> asyncio.Task[Any]:
     return asyncio.ensure_future(coord.join_group(req, version, client, "/127.0.0.1"))
 
 
@@ -120,7 +121,7 @@ async def tick(coord: GroupCoordinator, clock: MockClock, ms: int = 0) -> None:
 
 
 async def sync(coord: GroupCoordinator, member: str, gen: int, assignments: dict[str, bytes] | None = None,
-               group: str = "g") -> "asyncio.Task[Any]":
+               group: str = "g") -> asyncio.Task[Any]:
     req = SyncGroupRequest(group_id=group, generation_id=gen, member_id=member,
                            assignments=[SyncGroupRequestAssignment(member_id=m, assignment=a)
                                         for m, a in (assignments or {}).items()])

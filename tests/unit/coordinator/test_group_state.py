@@ -7,7 +7,12 @@ import itertools
 import pytest
 
 from oncelog.coordinator.group.group import ClassicGroup
-from oncelog.coordinator.group.state import VALID_PREVIOUS, GroupState, IllegalGroupTransition, check_transition
+from oncelog.coordinator.group.state import (
+    VALID_PREVIOUS,
+    GroupState,
+    IllegalGroupTransition,
+    check_transition,
+)
 
 E, PR, CR, ST, D = (GroupState.EMPTY, GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE,
                     GroupState.STABLE, GroupState.DEAD)

@@ -10,17 +10,17 @@ if TYPE_CHECKING:
     from oncelog.broker.router import RequestContext
     from oncelog.broker.server import Broker
 
-__all__ = ["coordinator", "NOT_AVAILABLE", "client_host"]
+__all__ = ["NOT_AVAILABLE", "client_host", "coordinator"]
 
 NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
-def coordinator(broker: "Broker") -> Any:
+def coordinator(broker: Broker) -> Any:
     """The broker's GroupCoordinator, or None until ``start_group_coordinator`` has run."""
     return getattr(broker, "group_coordinator", None)
 
 
-def client_host(ctx: "RequestContext") -> str:
+def client_host(ctx: RequestContext) -> str:
     """Kafka's form of the client address in group metadata: "/" + IP."""
     host = ctx.peer
     if host.startswith("[") and "]" in host:

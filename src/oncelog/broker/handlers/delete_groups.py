@@ -18,7 +18,7 @@ MIN_VERSION = 0
 MAX_VERSION = 2
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: DeleteGroupsRequest) -> Any:
+def handle(broker: Broker, ctx: RequestContext, request: DeleteGroupsRequest) -> Any:
     gc = coordinator(broker)
     if gc is None:
         return DeleteGroupsResponse(results=[DeletableGroupResult(group_id=g, error_code=NOT_AVAILABLE)

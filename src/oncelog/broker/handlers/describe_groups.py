@@ -18,7 +18,7 @@ MIN_VERSION = 0
 MAX_VERSION = 5
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: DescribeGroupsRequest) -> Any:
+def handle(broker: Broker, ctx: RequestContext, request: DescribeGroupsRequest) -> Any:
     gc = coordinator(broker)
     groups = [gc.describe_group(g) if gc is not None else DescribedGroup(error_code=NOT_AVAILABLE, group_id=g)
               for g in request.groups]

@@ -18,7 +18,7 @@ MIN_VERSION = 0
 MAX_VERSION = 4
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: HeartbeatRequest) -> Any:
+def handle(broker: Broker, ctx: RequestContext, request: HeartbeatRequest) -> Any:
     gc = coordinator(broker)
     if gc is None:
         return HeartbeatResponse(error_code=NOT_AVAILABLE)

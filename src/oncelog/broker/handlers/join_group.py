@@ -24,7 +24,7 @@ def _fix(resp: JoinGroupResponse, version: int) -> JoinGroupResponse:
     return resp
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: JoinGroupRequest) -> Any:
+def handle(broker: Broker, ctx: RequestContext, request: JoinGroupRequest) -> Any:
     gc = coordinator(broker)
     if gc is None:
         return _fix(JoinGroupResponse(error_code=NOT_AVAILABLE, member_id=request.member_id, protocol_name=None),

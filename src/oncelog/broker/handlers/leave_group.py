@@ -18,7 +18,7 @@ MIN_VERSION = 0
 MAX_VERSION = 5
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: LeaveGroupRequest) -> Any:
+def handle(broker: Broker, ctx: RequestContext, request: LeaveGroupRequest) -> Any:
     gc = coordinator(broker)
     if gc is None:
         return LeaveGroupResponse(error_code=NOT_AVAILABLE)

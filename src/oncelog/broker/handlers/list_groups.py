@@ -18,7 +18,7 @@ MIN_VERSION = 0
 MAX_VERSION = 5
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: ListGroupsRequest) -> Any:
+def handle(broker: Broker, ctx: RequestContext, request: ListGroupsRequest) -> Any:
     gc = coordinator(broker)
     if gc is None:
         return ListGroupsResponse(error_code=NOT_AVAILABLE)

@@ -22,7 +22,7 @@ MIN_VERSION = 2
 MAX_VERSION = 9
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: OffsetCommitRequest) -> Any:
+def handle(broker: Broker, ctx: RequestContext, request: OffsetCommitRequest) -> Any:
     gc = coordinator(broker)
     if gc is None:
         return OffsetCommitResponse(topics=[OffsetCommitResponseTopic(name=t.name, partitions=[

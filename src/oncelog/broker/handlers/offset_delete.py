@@ -18,7 +18,7 @@ MIN_VERSION = 0
 MAX_VERSION = 0
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: OffsetDeleteRequest) -> Any:
+def handle(broker: Broker, ctx: RequestContext, request: OffsetDeleteRequest) -> Any:
     gc = coordinator(broker)
     if gc is None:
         return OffsetDeleteResponse(error_code=NOT_AVAILABLE)

@@ -68,5 +68,5 @@ async def _handle(gc: Any, version: int, request: OffsetFetchRequest) -> OffsetF
     return resp
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: OffsetFetchRequest) -> Any:
+def handle(broker: Broker, ctx: RequestContext, request: OffsetFetchRequest) -> Any:
     return _handle(coordinator(broker), ctx.api_version, request)

@@ -18,7 +18,7 @@ MIN_VERSION = 0
 MAX_VERSION = 5
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: SyncGroupRequest) -> Any:
+def handle(broker: Broker, ctx: RequestContext, request: SyncGroupRequest) -> Any:
     gc = coordinator(broker)
     if gc is None:
         return SyncGroupResponse(error_code=NOT_AVAILABLE)

@@ -23,7 +23,7 @@ MIN_VERSION = 0
 MAX_VERSION = 4
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: TxnOffsetCommitRequest) -> Any:
+def handle(broker: Broker, ctx: RequestContext, request: TxnOffsetCommitRequest) -> Any:
     gc = coordinator(broker)
     if gc is None:
         return TxnOffsetCommitResponse(topics=[TxnOffsetCommitResponseTopic(name=t.name, partitions=[

@@ -20,10 +20,16 @@ the transaction (AddOffsetsToTxn) before anything is written.
 from __future__ import annotations
 
 import logging
-from typing import Any, Awaitable, Callable, Iterable, Iterator, Protocol, Union
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import Any, Protocol
 
 from oncelog.clock import Clock
-from oncelog.coordinator.runtime import CoordinatorError, CoordinatorResult, CoordinatorRuntime, append_error_code
+from oncelog.coordinator.runtime import (
+    CoordinatorError,
+    CoordinatorResult,
+    CoordinatorRuntime,
+    append_error_code,
+)
 from oncelog.coordinator.transaction.partitioner import partition_for
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.delete_groups_response import DeletableGroupResult
@@ -57,14 +63,14 @@ from .offsets import FetchedOffset, commit_offsets, delete_offsets, fetch_offset
 from .shard import GroupConfig, GroupShard
 from .state import GroupState
 
-__all__ = ["GroupCoordinator", "GroupLog", "LogEntry", "DataEntry", "MarkerEntry"]
+__all__ = ["DataEntry", "GroupCoordinator", "GroupLog", "LogEntry", "MarkerEntry"]
 
 log = logging.getLogger("oncelog.coordinator.group")
 
 # What loading reads from a partition, in log order:
 DataEntry = tuple[bytes | None, bytes | None, int, int]  # (key, value, offset, producer id or -1 if not transactional)
 MarkerEntry = tuple[int, bool, int]  # (producer id, commit?, offset) of a COMMIT/ABORT control batch
-LogEntry = Union[DataEntry, MarkerEntry]
+LogEntry = DataEntry | MarkerEntry
 
 
 class GroupLog(Protocol):
@@ -104,10 +110,10 @@ class GroupCoordinator:
             shard = self._new_shards[partition]
             for entry in entries:
                 if len(entry) == 3:
-                    pid, commit, _offset = entry  # type: ignore[misc]
+                    pid, commit, _offset = entry
                     shard.complete_transaction(pid, commit)
                     continue
-                key, value, offset, pid = entry  # type: ignore[misc]
+                key, value, offset, pid = entry
                 if pid >= 0:
                     shard.replay_transactional(pid, key, value, offset)
                 else:
@@ -218,8 +224,8 @@ class GroupCoordinator:
             base = await self.log.append(partition, plan.records, producer_id=req.producer_id,
                                          producer_epoch=req.producer_epoch, transactional=True)
         except Exception as e:  # noqa: BLE001 - the client gets a code
-            code = getattr(e, "error_code", None)
-            err = int(code) if code in (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED,
+            raw = getattr(e, "error_code", None)
+            err = int(raw) if raw in (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED,
                                         ErrorCode.INVALID_TXN_STATE, ErrorCode.INVALID_PRODUCER_ID_MAPPING) \
                 else append_error_code(e)
             log.warning("TxnOffsetCommit of group %s (producer %d) not written: %s", req.group_id, req.producer_id, e)

@@ -9,12 +9,13 @@ wall for the state timestamp that offset retention counts from).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from .state import GroupState, check_transition
 
-__all__ = ["ClassicGroup", "Member", "NEW_MEMBER_JOIN_TIMEOUT_MS"]
+__all__ = ["NEW_MEMBER_JOIN_TIMEOUT_MS", "ClassicGroup", "Member"]
 
 # How long a member that joined for the first time may wait for the join phase before it is dropped
 # (Kafka's ClassicGroupMember newMemberJoinTimeoutMs / GroupCoordinator NewMemberJoinTimeoutMs).
@@ -32,8 +33,8 @@ class Member:
     protocol_type: str
     protocols: list[tuple[str, bytes]]
     assignment: bytes = b""
-    join_waiter: "asyncio.Future[Any] | None" = None
-    sync_waiter: "asyncio.Future[Any] | None" = None
+    join_waiter: asyncio.Future[Any] | None = None
+    sync_waiter: asyncio.Future[Any] | None = None
     is_new: bool = False
     heartbeat_deadline: int = 0  # monotonic ms after which a silent member is removed
 
@@ -213,7 +214,7 @@ class ClassicGroup:
         for name in leader.protocol_names():
             if votes.get(name) == best:
                 return name
-        return sorted(n for n, v in votes.items() if v == best)[0]
+        return min(n for n, v in votes.items() if v == best)
 
     def subscribed_topics(self) -> set[str] | None:
         """Topics the members subscribe to (consumer protocol only), None when unknown."""

@@ -15,6 +15,7 @@ one exception is the leader's assignment, whose replay hands the assignment out 
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -35,8 +36,20 @@ from .state import GroupState
 if TYPE_CHECKING:
     from .shard import GroupShard
 
-__all__ = ["join_group", "sync_group", "heartbeat", "leave_group", "expire", "remove_member", "complete_join",
-           "on_assignment_durable", "join_error", "sync_error"]
+log = logging.getLogger("oncelog.coordinator.group")
+
+__all__ = [
+    "complete_join",
+    "expire",
+    "heartbeat",
+    "join_error",
+    "join_group",
+    "leave_group",
+    "on_assignment_durable",
+    "remove_member",
+    "sync_error",
+    "sync_group",
+]
 
 Record = tuple[bytes, "bytes | None"]
 
@@ -44,17 +57,17 @@ EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (GroupState.EMPTY, GroupState.PREPA
                                               GroupState.COMPLETING_REBALANCE, GroupState.STABLE, GroupState.DEAD)
 
 
-def _future() -> "asyncio.Future[Any]":
+def _future() -> asyncio.Future[Any]:
     return asyncio.get_running_loop().create_future()
 
 
-def _resolved(value: Any) -> "asyncio.Future[Any]":
+def _resolved(value: Any) -> asyncio.Future[Any]:
     fut = _future()
     fut.set_result(value)
     return fut
 
 
-def _complete(fut: "asyncio.Future[Any] | None", value: Any) -> None:
+def _complete(fut: asyncio.Future[Any] | None, value: Any) -> None:
     if fut is not None and not fut.done():
         fut.set_result(value)
 
@@ -96,7 +109,7 @@ def _validate_member(group: ClassicGroup, member_id: str, instance_id: str | Non
 
 
 # ---------------------------------------------------------------------------------------------------- join
-def join_group(shard: "GroupShard", req: JoinGroupRequest, version: int, client_id: str,
+def join_group(shard: GroupShard, req: JoinGroupRequest, version: int, client_id: str,
                client_host: str) -> CoordinatorResult[Any]:
     cfg = shard.config
     gid, member_id = req.group_id, req.member_id
@@ -148,7 +161,7 @@ def join_group(shard: "GroupShard", req: JoinGroupRequest, version: int, client_
 
 
 class _Spec:
-    __slots__ = ("client_id", "client_host", "rebalance_timeout", "session_timeout", "protocol_type", "protocols")
+    __slots__ = ("client_host", "client_id", "protocol_type", "protocols", "rebalance_timeout", "session_timeout")
 
     def __init__(self, client_id: str, client_host: str, rebalance_timeout: int, session_timeout: int,
                  protocol_type: str, protocols: list[tuple[str, bytes]]) -> None:
@@ -168,7 +181,7 @@ def _accept_joining_member(group: ClassicGroup, member_id: str, max_size: int) -
     return group.has_member(member_id) or len(group.members) < max_size
 
 
-def _join_existing(shard: "GroupShard", group: ClassicGroup, member_id: str, instance_id: str | None,
+def _join_existing(shard: GroupShard, group: ClassicGroup, member_id: str, instance_id: str | None,
                    spec: _Spec) -> CoordinatorResult[Any]:
     if member_id in group.pending_members:
         if instance_id is not None:  # pending ids are only handed to dynamic members
@@ -192,7 +205,7 @@ def _join_existing(shard: "GroupShard", group: ClassicGroup, member_id: str, ins
     return CoordinatorResult([], _resolved(join_error(ErrorCode.UNKNOWN_MEMBER_ID, member_id)))
 
 
-def _add_member_and_rebalance(shard: "GroupShard", group: ClassicGroup, member_id: str, instance_id: str | None,
+def _add_member_and_rebalance(shard: GroupShard, group: ClassicGroup, member_id: str, instance_id: str | None,
                               spec: _Spec) -> CoordinatorResult[Any]:
     fut = _future()
     member = Member(member_id, instance_id, spec.client_id, spec.client_host, spec.rebalance_timeout,
@@ -204,7 +217,7 @@ def _add_member_and_rebalance(shard: "GroupShard", group: ClassicGroup, member_i
     return CoordinatorResult(_rebalance_or_complete_join(shard, group), fut)
 
 
-def _set_join_waiter(member: Member) -> "asyncio.Future[Any]":
+def _set_join_waiter(member: Member) -> asyncio.Future[Any]:
     if member.awaiting_join:  # a repeated JoinGroup: the older request must still get an answer
         _complete(member.join_waiter, join_error(ErrorCode.REBALANCE_IN_PROGRESS, member.member_id))
     fut = _future()
@@ -219,14 +232,14 @@ def _update_member(member: Member, spec: _Spec) -> None:
     member.client_id, member.client_host = spec.client_id, spec.client_host
 
 
-def _update_member_and_rebalance(shard: "GroupShard", group: ClassicGroup, member: Member,
+def _update_member_and_rebalance(shard: GroupShard, group: ClassicGroup, member: Member,
                                  spec: _Spec) -> CoordinatorResult[Any]:
     _update_member(member, spec)
     fut = _set_join_waiter(member)
     return CoordinatorResult(_rebalance_or_complete_join(shard, group), fut)
 
 
-def _update_static_member(shard: "GroupShard", group: ClassicGroup, instance_id: str, old_id: str, new_id: str,
+def _update_static_member(shard: GroupShard, group: ClassicGroup, instance_id: str, old_id: str, new_id: str,
                           spec: _Spec, version: int) -> CoordinatorResult[Any]:
     current_leader = group.leader_id
     old = group.members[old_id]
@@ -261,13 +274,13 @@ def _update_static_member(shard: "GroupShard", group: ClassicGroup, instance_id:
 
 
 # ---------------------------------------------------------------------------------------------------- phases
-def _rebalance_or_complete_join(shard: "GroupShard", group: ClassicGroup) -> list[Record]:
+def _rebalance_or_complete_join(shard: GroupShard, group: ClassicGroup) -> list[Record]:
     if group.can_rebalance():
         return _prepare_rebalance(shard, group)
     return _maybe_complete_join(shard, group)
 
 
-def _prepare_rebalance(shard: "GroupShard", group: ClassicGroup) -> list[Record]:
+def _prepare_rebalance(shard: GroupShard, group: ClassicGroup) -> list[Record]:
     if group.state is COMPLETING:
         _reset_and_propagate(group, ErrorCode.REBALANCE_IN_PROGRESS)
     group.pending_sync.clear()
@@ -286,7 +299,7 @@ def _prepare_rebalance(shard: "GroupShard", group: ClassicGroup) -> list[Record]
     return _maybe_complete_join(shard, group)
 
 
-def _maybe_complete_join(shard: "GroupShard", group: ClassicGroup) -> list[Record]:
+def _maybe_complete_join(shard: GroupShard, group: ClassicGroup) -> list[Record]:
     if group.state is PREPARING and not group.initial_join and group.has_all_members_joined():
         return complete_join(shard, group)
     return []
@@ -302,7 +315,7 @@ def _reset_and_propagate(group: ClassicGroup, code: int) -> None:
         _complete(m.sync_waiter, sync_error(code))
 
 
-def complete_join(shard: "GroupShard", group: ClassicGroup) -> list[Record]:
+def complete_join(shard: GroupShard, group: ClassicGroup) -> list[Record]:
     """The join phase ends: drop dynamic members that did not rejoin, start the next generation, answer every
     parked JoinGroup (the leader gets the members and their metadata)."""
     if group.state is not PREPARING:
@@ -327,6 +340,8 @@ def complete_join(shard: "GroupShard", group: ClassicGroup) -> list[Record]:
         return [group_record(group)]
     group.protocol_name = group.select_protocol()
     group.transition_to(COMPLETING, shard.clock.wall_ms())
+    log.info("group %s: generation %d with %d member(s) %s, leader %s, protocol %s", group.group_id,
+             group.generation, len(group.members), list(group.members), group.leader_id, group.protocol_name)
     for m in group.all_members():
         _complete(m.join_waiter, _join_result(group, m))
         m.join_waiter = None
@@ -340,11 +355,12 @@ def complete_join(shard: "GroupShard", group: ClassicGroup) -> list[Record]:
 def remove_member(group: ClassicGroup, member_id: str, code: int = ErrorCode.UNKNOWN_MEMBER_ID) -> None:
     member = group.remove(member_id)
     if member is not None:
+        log.info("group %s: member %s removed (%s)", group.group_id, member_id, group.state.display_name)
         _complete(member.join_waiter, join_error(code, ""))
         _complete(member.sync_waiter, sync_error(code))
 
 
-def _remove_member_and_update(shard: "GroupShard", group: ClassicGroup, member_id: str) -> list[Record]:
+def _remove_member_and_update(shard: GroupShard, group: ClassicGroup, member_id: str) -> list[Record]:
     remove_member(group, member_id)
     if group.state in (STABLE, COMPLETING):
         return _prepare_rebalance(shard, group)
@@ -354,7 +370,7 @@ def _remove_member_and_update(shard: "GroupShard", group: ClassicGroup, member_i
 
 
 # ---------------------------------------------------------------------------------------------------- sync
-def sync_group(shard: "GroupShard", req: SyncGroupRequest, version: int) -> CoordinatorResult[Any]:
+def sync_group(shard: GroupShard, req: SyncGroupRequest, version: int) -> CoordinatorResult[Any]:
     def err(code: int) -> CoordinatorResult[Any]:
         return CoordinatorResult([], _resolved(sync_error(code)))
 
@@ -416,13 +432,15 @@ def on_assignment_durable(group: ClassicGroup, generation: int, wall_ms: int) ->
     group.awaiting_persist = None
     group.pending_assignment = {}
     group.transition_to(STABLE, wall_ms)
+    log.info("group %s: generation %d stable, assignment sizes %s", group.group_id, generation,
+             {mid: len(m.assignment) for mid, m in group.members.items()})
     for m in group.members.values():
         if m.awaiting_sync:
             _complete(m.sync_waiter, _sync_ok(group, m))
 
 
 # ---------------------------------------------------------------------------------------------------- heartbeat
-def heartbeat(shard: "GroupShard", group_id: str, generation: int, member_id: str,
+def heartbeat(shard: GroupShard, group_id: str, generation: int, member_id: str,
               instance_id: str | None) -> CoordinatorResult[Any]:
     def resp(code: int) -> CoordinatorResult[Any]:
         return CoordinatorResult([], HeartbeatResponse(error_code=code))
@@ -447,7 +465,7 @@ def heartbeat(shard: "GroupShard", group_id: str, generation: int, member_id: st
 
 
 # ---------------------------------------------------------------------------------------------------- leave
-def leave_group(shard: "GroupShard", group_id: str, members: list[MemberIdentity]) -> CoordinatorResult[Any]:
+def leave_group(shard: GroupShard, group_id: str, members: list[MemberIdentity]) -> CoordinatorResult[Any]:
     group = shard.groups.get(group_id)
     if group is None:
         return CoordinatorResult([], LeaveGroupResponse(error_code=0, members=[
@@ -486,7 +504,7 @@ def leave_group(shard: "GroupShard", group_id: str, members: list[MemberIdentity
 
 
 # ---------------------------------------------------------------------------------------------------- timers
-def expire(shard: "GroupShard", group: ClassicGroup, now: int) -> list[Record]:
+def expire(shard: GroupShard, group: ClassicGroup, now: int) -> list[Record]:
     """Fire every deadline of ``group`` that has passed: pending member ids, member sessions, the join phase
     (rebalance timeout or the initial delay) and the sync phase."""
     records: list[Record] = []

@@ -35,8 +35,17 @@ from .state import GroupState
 if TYPE_CHECKING:
     from .shard import GroupShard
 
-__all__ = ["OffsetEntry", "OffsetStore", "commit_offsets", "validate_txn_commit", "fetch_offsets",
-           "delete_offsets", "expired_offset_records", "FetchedOffset", "TxnCommitPlan"]
+__all__ = [
+    "FetchedOffset",
+    "OffsetEntry",
+    "OffsetStore",
+    "TxnCommitPlan",
+    "commit_offsets",
+    "delete_offsets",
+    "expired_offset_records",
+    "fetch_offsets",
+    "validate_txn_commit",
+]
 
 TP = tuple[str, int]
 Record = tuple[bytes, "bytes | None"]
@@ -134,7 +143,7 @@ def _validate_commit(group: ClassicGroup | None, generation: int, member_id: str
     return ErrorCode.NONE
 
 
-def _partition_error(shard: "GroupShard", topic: str, partition: int, metadata: str | None) -> int:
+def _partition_error(shard: GroupShard, topic: str, partition: int, metadata: str | None) -> int:
     if metadata is not None and len(metadata.encode("utf-8")) > shard.config.offset_metadata_max_bytes:
         return ErrorCode.OFFSET_METADATA_TOO_LARGE
     if shard.partition_exists is not None and not shard.partition_exists(topic, partition):
@@ -142,7 +151,7 @@ def _partition_error(shard: "GroupShard", topic: str, partition: int, metadata: 
     return ErrorCode.NONE
 
 
-def commit_offsets(shard: "GroupShard", req: OffsetCommitRequest, version: int) -> CoordinatorResult[Any]:
+def commit_offsets(shard: GroupShard, req: OffsetCommitRequest, version: int) -> CoordinatorResult[Any]:
     gid = req.group_id
     instance_id = req.group_instance_id if version >= 7 else None
     group = shard.groups.get(gid)
@@ -177,7 +186,7 @@ class TxnCommitPlan:
     order: list[tuple[str, list[int]]]
 
 
-def validate_txn_commit(shard: "GroupShard", req: TxnOffsetCommitRequest, version: int) -> TxnCommitPlan:
+def validate_txn_commit(shard: GroupShard, req: TxnOffsetCommitRequest, version: int) -> TxnCommitPlan:
     gid = req.group_id
     group = shard.groups.get(gid)
     code: int = ErrorCode.NONE
@@ -225,7 +234,7 @@ class FetchedOffset:
     error_code: int = 0
 
 
-def fetch_offsets(shard: "GroupShard", group_id: str, topics: list[tuple[str, list[int]]] | None,
+def fetch_offsets(shard: GroupShard, group_id: str, topics: list[tuple[str, list[int]]] | None,
                   require_stable: bool) -> list[FetchedOffset]:
     """Committed offsets of ``group_id`` (all of them when ``topics`` is None). Pending transactional offsets
     are invisible; with ``require_stable`` a partition that has one answers UNSTABLE_OFFSET_COMMIT."""
@@ -251,7 +260,7 @@ def fetch_offsets(shard: "GroupShard", group_id: str, topics: list[tuple[str, li
 
 
 # -------------------------------------------------------------------------------------------------------- delete
-def delete_offsets(shard: "GroupShard", req: OffsetDeleteRequest) -> CoordinatorResult[Any]:
+def delete_offsets(shard: GroupShard, req: OffsetDeleteRequest) -> CoordinatorResult[Any]:
     """Kafka's OffsetMetadataManager.deleteOffsets: a group that is not Empty may only lose offsets of topics
     none of its members subscribes to (GROUP_SUBSCRIBED_TO_TOPIC)."""
     gid = req.group_id
@@ -282,7 +291,7 @@ def delete_offsets(shard: "GroupShard", req: OffsetDeleteRequest) -> Coordinator
 
 
 # -------------------------------------------------------------------------------------------------------- retention
-def expired_offset_records(shard: "GroupShard", group_id: str, now_wall: int) -> tuple[list[Record], bool]:
+def expired_offset_records(shard: GroupShard, group_id: str, now_wall: int) -> tuple[list[Record], bool]:
     """Tombstones for the offsets of ``group_id`` past retention (Kafka's ClassicGroup.offsetExpirationCondition
     and OffsetMetadataManager.cleanupExpiredOffsets). Returns (records, every offset of the group expired)."""
     store = shard.offsets

@@ -25,14 +25,14 @@ from oncelog.protocol.coordinator_records import (
 from .group import ClassicGroup
 
 __all__ = [
-    "offset_record",
-    "offset_tombstone",
-    "group_record",
-    "group_tombstone",
+    "GROUP_VALUE_VERSION",
     "decode_key",
     "decode_value",
+    "group_record",
+    "group_tombstone",
+    "offset_record",
+    "offset_tombstone",
     "parse_subscription_topics",
-    "GROUP_VALUE_VERSION",
 ]
 
 Record = tuple[bytes, "bytes | None"]
@@ -81,7 +81,7 @@ def group_tombstone(group_id: str) -> Record:
 def decode_key(key: bytes) -> OffsetCommitKey | GroupMetadataKey | None:
     try:
         return decode_offsets_key(key)
-    except Exception:  # another record type (a newer consumer-group record): not for the classic coordinator
+    except Exception:  # noqa: BLE001 - another record type (a newer consumer-group record): not for the classic coordinator
         return None
 
 

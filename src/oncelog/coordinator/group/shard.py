@@ -13,8 +13,8 @@ phases (rebalance timeout / initial delay) and, every ``offsets.retention.check.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
 
 from oncelog.clock import Clock
 from oncelog.coordinator.runtime import CoordinatorResult

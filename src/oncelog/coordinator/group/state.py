@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["GroupState", "VALID_PREVIOUS", "IllegalGroupTransition", "check_transition"]
+__all__ = ["VALID_PREVIOUS", "GroupState", "IllegalGroupTransition", "check_transition"]
 
 
 class GroupState(Enum):
@@ -30,7 +30,7 @@ class GroupState(Enum):
         return self.value
 
     @classmethod
-    def from_name(cls, name: str) -> "GroupState | None":
+    def from_name(cls, name: str) -> GroupState | None:
         """Case-insensitive lookup (ListGroups v4+ states filter)."""
         return _BY_LOWER.get(name.lower())
 
