@@ -23,6 +23,8 @@ __all__ = ["InternalTopicLog", "BrokerMarkerWriter", "CoordinatorLogError"]
 
 log = logging.getLogger("oncelog.broker.coordinator")
 
+OFFSETS_TOPIC = "__consumer_offsets"
+
 
 class CoordinatorLogError(RuntimeError):
     """An internal topic partition could not be written (missing, deleted, or a disk error)."""
@@ -109,10 +111,25 @@ class BrokerMarkerWriter:
                 continue
             waits.append(p.wait_durable(result.last_offset))
             errors[tp] = ErrorCode.NONE
+        offsets_partitions = [tp[1] for tp, code in errors.items() if tp[0] == OFFSETS_TOPIC and code == 0]
+        if offsets_partitions and self.broker.group_coordinator is not None:
+            return errors, asyncio.ensure_future(
+                self._then_resolve_offsets(waits, offsets_partitions, producer_id, commit))
         if not waits:
             return errors, None
         # one partition (the common case): its own future, no gather and so one event-loop hop fewer
         return errors, waits[0] if len(waits) == 1 else asyncio.gather(*waits)
+
+    async def _then_resolve_offsets(self, waits: list["asyncio.Future[None]"], offsets_partitions: list[int],
+                                    producer_id: int, commit: bool) -> None:
+        """Once the markers are durable, the producer's pending transactional offset commits on those
+        ``__consumer_offsets`` partitions become visible (COMMIT) or are dropped (ABORT) — before the
+        transaction is completed and EndTxn answered, so the committer's next OffsetFetch sees them."""
+        await asyncio.gather(*waits)
+        groups = self.broker.group_coordinator
+        if groups is not None:
+            for index in offsets_partitions:
+                await groups.on_transaction_completed(index, producer_id, commit)
 
     async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                             partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:

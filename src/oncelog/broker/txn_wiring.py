@@ -25,24 +25,7 @@ __all__ = ["start_transaction_coordinator", "stop_transaction_coordinator", "TRA
 log = logging.getLogger("oncelog.broker.transactions")
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
-OFFSETS_TOPIC = "__consumer_offsets"
 EPOCH_FILE = "transaction-coordinator.epoch"
-
-
-class GroupAwareMarkerWriter(BrokerMarkerWriter):
-    """Markers, plus the group coordinator's side of TxnOffsetCommit: once a marker is durable on a
-    ``__consumer_offsets`` partition, the producer's pending offsets there become visible (COMMIT) or are dropped
-    (ABORT)."""
-
-    async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                            partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        errors = await super().write_markers(producer_id, producer_epoch, commit, coordinator_epoch, partitions)
-        groups = self.broker.group_coordinator
-        if groups is not None:
-            for (topic, index), code in errors.items():
-                if topic == OFFSETS_TOPIC and code == 0:
-                    await groups.on_transaction_completed(index, producer_id, commit)
-        return errors
 
 
 def _next_coordinator_epoch(broker: "Broker") -> int:
@@ -61,7 +44,7 @@ async def start_transaction_coordinator(broker: "Broker") -> None:
                                {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})
     txn_log.ensure()
     store = FileProducerIdStore(str(cfg.data_dir / "producer-ids"))
-    broker.marker_writer = GroupAwareMarkerWriter(broker)
+    broker.marker_writer = BrokerMarkerWriter(broker)
     coordinator = TransactionCoordinator(
         cfg, broker.clock, txn_log, broker.marker_writer, ProducerIdManager(store.load, store.persist),
         num_partitions=txn_log.num_partitions, coordinator_epoch=_next_coordinator_epoch(broker))
