@@ -65,6 +65,7 @@ from oncelog.cli import topic as _topic  # noqa: E402
 
 app.add_typer(_topic.app, name="topic")
 app.add_typer(__import__("oncelog.cli.txn", fromlist=["app"]).app, name="txn")
+app.add_typer(__import__("oncelog.cli.group", fromlist=["app"]).app, name="group")
 app.command("produce")(_produce.produce)
 app.command("consume")(_consume.consume)
 

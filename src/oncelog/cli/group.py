@@ -1,0 +1,293 @@
+"""``oncelog group list|describe|delete|reset-offsets``: inspect consumer groups and manage their offsets.
+
+The operator's counterpart of ``kafka-consumer-groups.sh``. ``describe`` shows each partition's committed offset
+next to the log end offset and the last stable offset (LSO); lag is counted against the LSO by default, since a
+``read_committed`` consumer cannot read past it (an open transaction holds it back). ``reset-offsets`` is a dry
+run unless ``--execute`` is given, and, as in Kafka, only works while the group has no members.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import UTC, datetime
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from oncelog.client.admin import Admin, GroupDescription
+from oncelog.client.errors import KafkaError
+from oncelog.protocol.errors import ErrorCode
+
+from ._common import BOOTSTRAP_HELP, DEFAULT_BOOTSTRAP, echo_json, fail, user_errors
+
+app = typer.Typer(help="Inspect consumer groups and manage their offsets (like kafka-consumer-groups.sh).",
+                  no_args_is_help=True)
+
+_BOOT = typer.Option(DEFAULT_BOOTSTRAP, "--bootstrap-server", "-b", help=BOOTSTRAP_HELP)
+_JSON = typer.Option(False, "--json", help="machine-readable JSON on stdout")
+_ISOLATION = ("read_committed", "read_uncommitted")
+#: states in which a group has no members, so an admin may rewrite its offsets ("Dead": unknown to the coordinator)
+_RESETTABLE = ("Empty", "Dead")
+
+
+def _admin(bootstrap: str) -> Admin:
+    return Admin({"bootstrap.servers": bootstrap, "request.timeout.ms": 15000,
+                  "socket.connection.setup.timeout.ms": 5000})
+
+
+def _known(desc: GroupDescription) -> bool:
+    return not (desc.state == "Dead" and not desc.members)
+
+
+def _describe_one(admin: Admin, group: str) -> GroupDescription:
+    try:
+        desc = admin.describe_groups([group])[group]
+    except KafkaError as e:
+        if e.code == ErrorCode.GROUP_ID_NOT_FOUND:
+            fail(f"consumer group {group!r} does not exist", "list the groups with 'oncelog group list'")
+        raise
+    if not _known(desc):
+        fail(f"consumer group {group!r} does not exist", "list the groups with 'oncelog group list'")
+    return desc
+
+
+@app.command("list")
+def list_(
+    state: list[str] = typer.Option([], "--state", "-s",
+                                    help="only groups in this state, e.g. Empty or Stable (repeatable)"),
+    bootstrap_server: str = _BOOT,
+    as_json: bool = _JSON,
+) -> None:
+    """List the consumer groups the coordinators know, with their state."""
+    with user_errors("cannot list groups"):
+        admin = _admin(bootstrap_server)
+        try:
+            groups = admin.list_groups(state or None)
+        finally:
+            admin.close()
+    if as_json:
+        echo_json([asdict(g) for g in groups])
+        return
+    table = Table(title=f"{len(groups)} group(s)")
+    table.add_column("Group", overflow="fold")
+    table.add_column("Coordinator", justify="right")
+    table.add_column("Protocol type")
+    table.add_column("State")
+    for g in groups:
+        table.add_row(g.group_id, str(g.coordinator_id), g.protocol_type or "-", g.state)
+    Console().print(table)
+
+
+@app.command()
+def describe(
+    group: str = typer.Argument(..., help="group id (group.id of the consumers)"),
+    isolation: str = typer.Option("read_committed", "--isolation",
+                                  help="count lag as a read_committed consumer does (against the last stable "
+                                       "offset) or as read_uncommitted (against the log end offset)"),
+    bootstrap_server: str = _BOOT,
+    as_json: bool = _JSON,
+) -> None:
+    """State, members with their assignments, and per partition the committed offset, log end offset, LSO and lag."""
+    if isolation not in _ISOLATION:
+        fail(f"--isolation must be read_committed or read_uncommitted, got {isolation!r}", code=2)
+    with user_errors(f"cannot describe group {group!r}"):
+        admin = _admin(bootstrap_server)
+        try:
+            desc = _describe_one(admin, group)
+            committed = admin.list_group_offsets(group)
+            owner = {tp: m for m in desc.members for tp in m.assignment}
+            tps = sorted(set(committed) | set(owner))
+            end = admin.list_offsets({tp: "latest" for tp in tps}) if tps else {}
+            stable = admin.list_offsets({tp: "latest" for tp in tps}, isolation_level=1) if tps else {}
+        finally:
+            admin.close()
+    rows = []
+    for tp in tps:
+        leo, lso = end[tp].offset, stable[tp].offset
+        off = committed.get(tp)
+        target = lso if isolation == "read_committed" else leo
+        m = owner.get(tp)
+        rows.append({"topic": tp[0], "partition": tp[1], "committed_offset": off, "log_end_offset": leo,
+                     "last_stable_offset": lso, "lag": None if off is None else max(target - off, 0),
+                     "member_id": m.member_id if m else None, "client_id": m.client_id if m else None,
+                     "host": m.client_host if m else None})
+    if as_json:
+        out = asdict(desc)
+        for m in out["members"]:
+            m["assignment"] = [{"topic": t, "partition": p} for t, p in m["assignment"]]
+        out["isolation"] = isolation
+        out["offsets"] = rows
+        out["total_lag"] = sum(r["lag"] for r in rows if r["lag"] is not None)
+        echo_json(out)
+        return
+    console = Console()
+    head = Table(title=f"Group {desc.group_id}", show_header=False)
+    head.add_column("Field", style="bold")
+    head.add_column("Value", overflow="fold")
+    head.add_row("Coordinator", str(desc.coordinator_id))
+    head.add_row("State", desc.state)
+    head.add_row("Protocol type", desc.protocol_type or "-")
+    head.add_row("Assignor", desc.protocol or "-")
+    head.add_row("Members", str(len(desc.members)))
+    console.print(head)
+    if desc.members:
+        mt = Table(title="Members")
+        for col in ("Member id", "Instance id", "Client id", "Host", "Assignment"):
+            mt.add_column(col, overflow="fold")
+        for m in desc.members:
+            mt.add_row(m.member_id, m.group_instance_id or "-", m.client_id, m.client_host,
+                       ", ".join(f"{t}-{p}" for t, p in m.assignment) or "-")
+        console.print(mt)
+    lag_col = "Lag (vs LSO)" if isolation == "read_committed" else "Lag (vs LEO)"
+    ot = Table(title=f"Offsets ({isolation})")
+    ot.add_column("Topic", overflow="fold")
+    for col in ("Partition", "Committed", "Log end", "LSO", lag_col):
+        ot.add_column(col, justify="right")
+    ot.add_column("Consumer", overflow="fold")
+    for r in rows:
+        ot.add_row(r["topic"], str(r["partition"]), "-" if r["committed_offset"] is None else str(r["committed_offset"]),
+                   str(r["log_end_offset"]), str(r["last_stable_offset"]),
+                   "-" if r["lag"] is None else str(r["lag"]),
+                   f"{r['client_id']} ({r['host']})" if r["member_id"] else "-")
+    console.print(ot)
+
+
+@app.command()
+def delete(
+    groups: list[str] = typer.Argument(..., help="group id(s) to delete, with their committed offsets"),
+    bootstrap_server: str = _BOOT,
+    as_json: bool = _JSON,
+) -> None:
+    """Delete consumer groups (only groups without active members)."""
+    results: dict[str, str | None] = {}
+    with user_errors("cannot delete groups"):
+        admin = _admin(bootstrap_server)
+        try:
+            for g in dict.fromkeys(groups):
+                try:
+                    admin.delete_groups([g])
+                    results[g] = None
+                except KafkaError as e:
+                    if e.code == ErrorCode.NON_EMPTY_GROUP:
+                        results[g] = "the group still has active members; stop its consumers first"
+                    elif e.code == ErrorCode.GROUP_ID_NOT_FOUND:
+                        results[g] = "the group does not exist"
+                    else:
+                        results[g] = f"{e.message} ({e.name})"
+        finally:
+            admin.close()
+    if as_json:
+        echo_json([{"group_id": g, "deleted": err is None, "error": err} for g, err in results.items()])
+    else:
+        for g, err in results.items():
+            if err is None:
+                typer.echo(f"Deleted group {g!r}.")
+            else:
+                typer.echo(f"error: cannot delete group {g!r}: {err}", err=True)
+    if any(err is not None for err in results.values()):
+        raise typer.Exit(1)
+
+
+def _parse_datetime(text: str) -> int:
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    except ValueError:
+        fail(f"--to-datetime expects an ISO-8601 date-time such as 2026-01-31T12:00:00Z, got {text!r}", code=2)
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return int(dt.timestamp() * 1000)
+
+
+@app.command("reset-offsets")
+def reset_offsets(
+    group: str = typer.Argument(..., help="group id"),
+    topic: str = typer.Option(..., "--topic", "-t", help="topic whose offsets to reset"),
+    partition: list[int] = typer.Option([], "--partition", "-p", min=0,
+                                        help="only this partition (repeatable; default: all)"),
+    to_earliest: bool = typer.Option(False, "--to-earliest", help="to the log start offset"),
+    to_latest: bool = typer.Option(False, "--to-latest", help="to the log end offset"),
+    to_offset: int | None = typer.Option(None, "--to-offset", min=0,
+                                         help="to this offset (clamped to the log's range)"),
+    shift_by: int | None = typer.Option(None, "--shift-by", help="move the committed offset by N (may be < 0)"),
+    to_datetime: str | None = typer.Option(None, "--to-datetime",
+                                           help="to the first offset at or after this ISO-8601 time "
+                                                "(UTC unless it has an offset)"),
+    execute: bool = typer.Option(False, "--execute", help="commit the new offsets (default: dry run)"),
+    bootstrap_server: str = _BOOT,
+    as_json: bool = _JSON,
+) -> None:
+    """Reset a group's committed offsets for a topic; a dry run that only prints the plan unless --execute."""
+    chosen = [n for n, v in (("--to-earliest", to_earliest), ("--to-latest", to_latest),
+                             ("--to-offset", to_offset is not None), ("--shift-by", shift_by is not None),
+                             ("--to-datetime", to_datetime is not None)) if v]
+    if len(chosen) != 1:
+        fail("give exactly one of --to-earliest, --to-latest, --to-offset N, --shift-by N, --to-datetime ISO"
+             + (f" (got {', '.join(chosen)})" if chosen else ""), code=2)
+    ts = _parse_datetime(to_datetime) if to_datetime is not None else None
+    with user_errors(f"cannot reset offsets of group {group!r}"):
+        admin = _admin(bootstrap_server)
+        try:
+            try:
+                desc = admin.describe_groups([group])[group]
+                state = desc.state
+            except KafkaError as e:
+                if e.code != ErrorCode.GROUP_ID_NOT_FOUND:
+                    raise
+                state = "Dead"
+            if state not in _RESETTABLE:
+                fail(f"group {group!r} is {state} with {len(desc.members)} member(s); offsets can only be reset "
+                     f"while it has no members", "stop the group's consumers first (its state must be Empty)")
+            all_parts = [p.partition for p in admin.describe_topic(topic).partitions]
+            if partition:
+                unknown = sorted(set(partition) - set(all_parts))
+                if unknown:
+                    fail(f"topic {topic!r} has no partition(s) {', '.join(map(str, unknown))}",
+                         f"it has {len(all_parts)} partition(s)")
+                parts = sorted(set(partition))
+            else:
+                parts = all_parts
+            tps = [(topic, p) for p in parts]
+            current = admin.list_group_offsets(group, tps)
+            start = admin.list_offsets({tp: "earliest" for tp in tps})
+            end = admin.list_offsets({tp: "latest" for tp in tps})
+            by_time = admin.list_offsets({tp: ts for tp in tps}) if ts is not None else {}
+            plan: dict[tuple[str, int], int] = {}
+            for tp in tps:
+                lo, hi = start[tp].offset, end[tp].offset
+                if to_earliest:
+                    new = lo
+                elif to_latest:
+                    new = hi
+                elif to_offset is not None:
+                    new = to_offset
+                elif shift_by is not None:
+                    if tp not in current:
+                        fail(f"{tp[0]}[{tp[1]}] has no committed offset to shift",
+                             "use --to-earliest/--to-latest/--to-offset for partitions without one")
+                    new = current[tp] + shift_by
+                else:
+                    new = by_time[tp].offset if by_time[tp].offset >= 0 else hi
+                plan[tp] = min(max(new, lo), hi)
+            if execute:
+                admin.alter_group_offsets(group, plan)
+        finally:
+            admin.close()
+    rows = [{"topic": t, "partition": p, "current_offset": current.get((t, p)), "new_offset": off}
+            for (t, p), off in sorted(plan.items())]
+    if as_json:
+        echo_json({"group_id": group, "executed": execute, "offsets": rows})
+        return
+    table = Table(title=f"Group {group}: new offsets" + ("" if execute else " (dry run)"))
+    table.add_column("Topic", overflow="fold")
+    for col in ("Partition", "Current", "New"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(r["topic"], str(r["partition"]),
+                      "-" if r["current_offset"] is None else str(r["current_offset"]), str(r["new_offset"]))
+    console = Console()
+    console.print(table)
+    if execute:
+        console.print(f"Committed {len(rows)} offset(s) for group {group!r}.", highlight=False)
+    else:
+        console.print("Dry run: nothing changed. Add --execute to commit these offsets.", highlight=False)
