@@ -11,11 +11,14 @@ import json
 import time
 import uuid
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from typer.testing import CliRunner
 
 from oncelog.cli.main import app
 from oncelog.client.admin import Admin
+from oncelog.client.errors import KafkaError
+from oncelog.protocol.errors import ErrorCode
 
 runner = CliRunner()
 
@@ -35,6 +38,13 @@ def produce_plain(bootstrap: str, topic: str, partition: int, n: int) -> None:
     for i in range(n):
         p.produce(topic, value=f"v{i}".encode(), partition=partition)
     assert p.flush(15) == 0
+    close_producer(p)
+
+
+def close_producer(p: Producer) -> None:
+    """Release librdkafka's threads now (``close`` is new in confluent-kafka 2.x), not when the GC gets to it."""
+    if hasattr(p, "close"):
+        p.close()
 
 
 def consumer(bootstrap: str, group: str, **extra) -> Consumer:
@@ -114,6 +124,7 @@ def test_group_lifecycle(bootstrap: str, topic_name: str) -> None:
         assert text.exit_code == 0 and "Lag (vs LSO)" in text.stdout and "Empty" in text.stdout
     finally:
         txp.abort_transaction(15)
+        close_producer(txp)
 
     # dry run: prints the plan, changes nothing
     dry = run_json("group", "reset-offsets", group, "--topic", topic_name, "--to-earliest", "-b", bootstrap)
@@ -145,6 +156,12 @@ def test_group_lifecycle(bootstrap: str, topic_name: str) -> None:
 
     usage = run("group", "reset-offsets", group, "-t", topic_name, "--to-earliest", "--to-latest", "-b", bootstrap)
     assert usage.exit_code == 2 and "exactly one of" in usage.stderr
+
+    with Admin({"bootstrap.servers": bootstrap}) as a:
+        assert a.list_group_offsets(group) == {(topic_name, 0): 16, (topic_name, 1): 2}
+        a.delete_group_offsets(group, [(topic_name, 1)])
+        assert a.list_group_offsets(group) == {(topic_name, 0): 16}
+        assert a.list_group_offsets(group, [(topic_name, 1)]) == {}
 
     deleted = run_json("group", "delete", group, "-b", bootstrap)
     assert deleted == [{"group_id": group, "deleted": True, "error": None}]
@@ -179,6 +196,13 @@ def test_active_group_refuses_reset_and_delete(bootstrap: str, topic_name: str) 
         assert refused.exit_code == 1 and "Stable" in refused.stderr and "no members" in refused.stderr
         busy = run("group", "delete", group, "-b", bootstrap)
         assert busy.exit_code == 1 and "active members" in busy.stderr
+        with Admin({"bootstrap.servers": bootstrap}) as a:
+            with pytest.raises(KafkaError) as e:
+                a.alter_group_offsets(group, {(topic_name, 0): 0})
+            assert e.value.code == ErrorCode.UNKNOWN_MEMBER_ID
+            with pytest.raises(KafkaError) as e:
+                a.delete_group_offsets(group, [(topic_name, 0)])
+            assert e.value.code == ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
     finally:
         c.close()
     assert committed(bootstrap, group, topic_name, [0, 1]) == {0: 4, 1: 2}

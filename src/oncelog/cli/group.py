@@ -146,7 +146,7 @@ def describe(
         ot.add_column(col, justify="right")
     ot.add_column("Consumer", overflow="fold")
     for r in rows:
-        ot.add_row(r["topic"], str(r["partition"]), "-" if r["committed_offset"] is None else str(r["committed_offset"]),
+        ot.add_row(str(r["topic"]), str(r["partition"]), "-" if r["committed_offset"] is None else str(r["committed_offset"]),
                    str(r["log_end_offset"]), str(r["last_stable_offset"]),
                    "-" if r["lag"] is None else str(r["lag"]),
                    f"{r['client_id']} ({r['host']})" if r["member_id"] else "-")
@@ -283,7 +283,7 @@ def reset_offsets(
     for col in ("Partition", "Current", "New"):
         table.add_column(col, justify="right")
     for r in rows:
-        table.add_row(r["topic"], str(r["partition"]),
+        table.add_row(str(r["topic"]), str(r["partition"]),
                       "-" if r["current_offset"] is None else str(r["current_offset"]), str(r["new_offset"]))
     console = Console()
     console.print(table)

@@ -21,12 +21,12 @@ from oncelog.protocol.messages.create_topics_request import (
     CreatableTopicConfig,
     CreateTopicsRequest,
 )
+from oncelog.protocol.messages.delete_groups_request import DeleteGroupsRequest
 from oncelog.protocol.messages.delete_records_request import (
     DeleteRecordsPartition,
     DeleteRecordsRequest,
     DeleteRecordsTopic,
 )
-from oncelog.protocol.messages.delete_groups_request import DeleteGroupsRequest
 from oncelog.protocol.messages.delete_topics_request import DeleteTopicsRequest, DeleteTopicState
 from oncelog.protocol.messages.describe_configs_request import DescribeConfigsRequest, DescribeConfigsResource
 from oncelog.protocol.messages.describe_groups_request import DescribeGroupsRequest
@@ -38,12 +38,12 @@ from oncelog.protocol.messages.incremental_alter_configs_request import (
     AlterConfigsResource,
     IncrementalAlterConfigsRequest,
 )
+from oncelog.protocol.messages.list_groups_request import ListGroupsRequest
 from oncelog.protocol.messages.list_offsets_request import (
     ListOffsetsPartition,
     ListOffsetsRequest,
     ListOffsetsTopic,
 )
-from oncelog.protocol.messages.list_groups_request import ListGroupsRequest
 from oncelog.protocol.messages.list_transactions_request import ListTransactionsRequest
 from oncelog.protocol.messages.offset_commit_request import (
     OffsetCommitRequest,
