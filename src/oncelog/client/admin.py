@@ -32,7 +32,6 @@ from oncelog.protocol.messages.describe_configs_request import DescribeConfigsRe
 from oncelog.protocol.messages.describe_groups_request import DescribeGroupsRequest
 from oncelog.protocol.messages.describe_producers_request import DescribeProducersRequest, TopicRequest
 from oncelog.protocol.messages.describe_transactions_request import DescribeTransactionsRequest
-from oncelog.protocol.messages.find_coordinator_request import FindCoordinatorRequest
 from oncelog.protocol.messages.incremental_alter_configs_request import (
     AlterableConfig,
     AlterConfigsResource,
@@ -68,7 +67,7 @@ from oncelog.protocol.messages.write_txn_markers_request import (
 )
 
 from ._sync import LoopThread
-from .cluster import Cluster
+from .cluster import COORDINATOR_GROUP, COORDINATOR_RETRIABLE, COORDINATOR_TRANSACTION, Cluster
 from .config import AdminConfig, parse_admin_config
 from .errors import KafkaError, UnsupportedVersionError, raise_for_code
 
@@ -103,10 +102,6 @@ _SOURCES = {-1: "unknown", 1: "dynamic_topic", 2: "dynamic_broker", 3: "dynamic_
 OffsetSpec = str | int
 TopicPartition = tuple[str, int]
 
-_COORDINATOR_GROUP = 0
-_COORDINATOR_TRANSACTION = 1
-_COORDINATOR_RETRY = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                ErrorCode.NOT_COORDINATOR})
 #: Transaction states as Kafka's admin APIs name them (ListTransactions state filters, DescribeTransactions).
 TXN_STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort", "Dead",
               "PrepareEpochFence")
@@ -482,7 +477,7 @@ class AsyncAdmin:
             try:
                 return await op()
             except KafkaError as e:
-                if e.code not in _COORDINATOR_RETRY or time.monotonic() + delay > deadline:
+                if e.code not in COORDINATOR_RETRIABLE or time.monotonic() + delay > deadline:
                     raise
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
@@ -490,25 +485,7 @@ class AsyncAdmin:
     async def _find_txn_coordinators(self, ids: Sequence[str]) -> dict[str, int]:
         """Node id of the transaction coordinator of each transactional id (FindCoordinator, key type 1)."""
         await self.start()
-        conn = await self.cluster.any_connection()
-        version = conn.version_for(10)  # FindCoordinator
-        out: dict[str, int] = {}
-        if version >= 4:
-            resp = await conn.send(FindCoordinatorRequest(key_type=_COORDINATOR_TRANSACTION,
-                                                          coordinator_keys=list(ids)))
-            for c in resp.coordinators:
-                raise_for_code(c.error_code, c.error_message, f"find the coordinator of transaction {c.key!r}")
-                out[c.key] = c.node_id
-        else:
-            for txn_id in ids:
-                resp = await conn.send(FindCoordinatorRequest(key=txn_id, key_type=_COORDINATOR_TRANSACTION))
-                raise_for_code(resp.error_code, resp.error_message,
-                               f"find the coordinator of transaction {txn_id!r}")
-                out[txn_id] = resp.node_id
-        missing = [t for t in ids if t not in out]
-        if missing:
-            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no coordinator returned for {missing!r}")
-        return out
+        return await self.cluster.find_coordinators(COORDINATOR_TRANSACTION, ids)
 
     async def list_transactions(self, states: Iterable[str] | None = None,
                                 producer_ids: Iterable[int] | None = None,
@@ -566,7 +543,7 @@ class AsyncAdmin:
                 resp = await conn.send(DescribeTransactionsRequest(transactional_ids=pending))
                 retry = []
                 for st in resp.transaction_states:
-                    if st.error_code in _COORDINATOR_RETRY and time.monotonic() < deadline:
+                    if st.error_code in COORDINATOR_RETRIABLE and time.monotonic() < deadline:
                         retry.append(st.transactional_id)
                     elif st.error_code:
                         out[st.transactional_id] = KafkaError(
@@ -736,23 +713,7 @@ class AsyncAdmin:
     async def _find_group_coordinators(self, ids: Sequence[str]) -> dict[str, int]:
         """Node id of the group coordinator of each group id (FindCoordinator, key type 0)."""
         await self.start()
-        conn = await self.cluster.any_connection()
-        version = conn.version_for(10)  # FindCoordinator
-        out: dict[str, int] = {}
-        if version >= 4:
-            resp = await conn.send(FindCoordinatorRequest(key_type=_COORDINATOR_GROUP, coordinator_keys=list(ids)))
-            for c in resp.coordinators:
-                raise_for_code(c.error_code, c.error_message, f"find the coordinator of group {c.key!r}")
-                out[c.key] = c.node_id
-        else:
-            for gid in ids:
-                resp = await conn.send(FindCoordinatorRequest(key=gid, key_type=_COORDINATOR_GROUP))
-                raise_for_code(resp.error_code, resp.error_message, f"find the coordinator of group {gid!r}")
-                out[gid] = resp.node_id
-        missing = [g for g in ids if g not in out]
-        if missing:
-            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no coordinator returned for {missing!r}")
-        return out
+        return await self.cluster.find_coordinators(COORDINATOR_GROUP, ids)
 
     async def _group_connection(self, group: str) -> Any:
         node = (await self._retry_coordinator(lambda: self._find_group_coordinators([group])))[group]
@@ -845,7 +806,7 @@ class AsyncAdmin:
                 resp = await conn.send(DeleteGroupsRequest(groups_names=pending))
                 retry = []
                 for r in resp.results:
-                    if r.error_code in _COORDINATOR_RETRY and time.monotonic() < deadline:
+                    if r.error_code in COORDINATOR_RETRIABLE and time.monotonic() < deadline:
                         retry.append(r.group_id)
                     else:
                         codes[r.group_id] = r.error_code

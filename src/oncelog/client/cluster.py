@@ -6,15 +6,16 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.messages.find_coordinator_request import FindCoordinatorRequest
 from oncelog.protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
 
 from .connection import BrokerConnection
-from .errors import ConfigError, KafkaConnectionError, KafkaError, KafkaTimeoutError
+from .errors import ConfigError, KafkaConnectionError, KafkaError, KafkaTimeoutError, raise_for_code
 
 __all__ = ["BrokerInfo", "Cluster", "PartitionInfo", "TopicInfo", "parse_bootstrap"]
 
@@ -66,6 +67,15 @@ def parse_bootstrap(servers: str | Iterable[str]) -> list[tuple[str, int]]:
     if not out:
         raise ConfigError("bootstrap.servers is empty; give at least one HOST:PORT")
     return out
+
+
+#: FindCoordinator key types
+COORDINATOR_GROUP = 0
+COORDINATOR_TRANSACTION = 1
+COORDINATOR_KIND = {COORDINATOR_GROUP: "group", COORDINATOR_TRANSACTION: "transactional id"}
+#: errors after which the coordinator should be looked up again (it is loading, moved, or not yet elected)
+COORDINATOR_RETRIABLE = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                   ErrorCode.NOT_COORDINATOR, ErrorCode.BROKER_NOT_AVAILABLE})
 
 
 class Cluster:
@@ -183,6 +193,52 @@ class Cluster:
 
     async def leader_connection(self, topic: str, partition: int) -> BrokerConnection:
         return await self.connection(self.leader_for(topic, partition))
+
+    # ---------------------------------------------------------------- coordinators
+
+    async def find_coordinators(self, key_type: int, keys: Sequence[str]) -> dict[str, int]:
+        """Node id of the coordinator of each key (FindCoordinator; key type 0 = group, 1 = transaction).
+
+        One batched request from v4, one request per key before. Raises :class:`KafkaError` with the broker's
+        code (e.g. COORDINATOR_NOT_AVAILABLE while ``__consumer_offsets`` loads): callers retry those.
+        """
+        what = COORDINATOR_KIND.get(key_type, f"key type {key_type}")
+        conn = await self.any_connection()
+        version = conn.version_for(10)  # FindCoordinator
+        out: dict[str, int] = {}
+        if version >= 4:
+            resp = await conn.send(FindCoordinatorRequest(key_type=key_type, coordinator_keys=list(keys)))
+            for c in resp.coordinators:
+                raise_for_code(c.error_code, c.error_message, f"find the coordinator of {what} {c.key!r}")
+                out[c.key] = c.node_id
+        else:
+            for key in keys:
+                resp = await conn.send(FindCoordinatorRequest(key=key, key_type=key_type))
+                raise_for_code(resp.error_code, resp.error_message, f"find the coordinator of {what} {key!r}")
+                out[key] = resp.node_id
+        missing = [k for k in keys if k not in out]
+        if missing:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no coordinator returned for {missing!r}")
+        return out
+
+    async def coordinator_connection(self, key_type: int, key: str, timeout: float | None = None
+                                     ) -> BrokerConnection:
+        """A connection to the coordinator of one group (key type 0) or transactional id (1).
+
+        Retries while the coordinator is loading or not yet available, with backoff, for up to ``timeout``
+        seconds (default: the request timeout).
+        """
+        deadline = time.monotonic() + (self.request_timeout if timeout is None else timeout)
+        delay = 0.02
+        while True:
+            try:
+                node = (await self.find_coordinators(key_type, [key]))[key]
+                return await self.connection(node)
+            except KafkaError as e:
+                if e.code not in COORDINATOR_RETRIABLE or time.monotonic() + delay > deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
     # ---------------------------------------------------------------- metadata
 
