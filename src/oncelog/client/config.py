@@ -97,9 +97,59 @@ _PRODUCER: dict[str, tuple[str, Callable[[str, Any], Any], Any]] = {
     "message.max.bytes": ("message_max_bytes", _int(1), 1048576),
 }
 
+#: assignor names (``partition.assignment.strategy``); Java class names map to them
+ASSIGNOR_ALIASES = {
+    "range": "range", "org.apache.kafka.clients.consumer.rangeassignor": "range",
+    "roundrobin": "roundrobin", "org.apache.kafka.clients.consumer.roundrobinassignor": "roundrobin",
+    "sticky": "sticky", "org.apache.kafka.clients.consumer.stickyassignor": "sticky",
+    "cooperative-sticky": "cooperative-sticky",
+    "org.apache.kafka.clients.consumer.cooperativestickyassignor": "cooperative-sticky",
+}
+#: Kafka's Java consumer default (``[RangeAssignor, CooperativeStickyAssignor]`` since 3.0): range is chosen by
+#: the group; a later rolling bounce dropping "range" switches to cooperative rebalancing.
+DEFAULT_ASSIGNORS = ("range", "cooperative-sticky")
+
+
+def _assignors(key: str, v: Any) -> tuple[str, ...]:
+    items = v.split(",") if isinstance(v, str) else list(v) if isinstance(v, (list, tuple)) else None
+    if items is None:
+        raise ConfigError(f"{key} must be a comma-separated list of assignors, got {v!r}")
+    out: list[str] = []
+    for item in (str(i).strip() for i in items):
+        if not item:
+            continue
+        name = ASSIGNOR_ALIASES.get(item.lower())
+        if name is None:
+            raise ConfigError(f"{key}: unknown assignor {item!r}; use range, roundrobin, sticky or "
+                              "cooperative-sticky")
+        if name not in out:
+            out.append(name)
+    if not out:
+        raise ConfigError(f"{key} names no assignor; use e.g. 'range,cooperative-sticky'")
+    return tuple(out)
+
+
+def _opt_str(key: str, v: Any) -> str | None:
+    if v is None:
+        return None
+    s = _str(key, v)
+    if not s:
+        raise ConfigError(f"{key} must not be empty (leave it unset instead)")
+    return s
+
+
+def _opt_bool(key: str, v: Any) -> bool | None:
+    return None if v is None else _bool(key, v)
+
+
 _CONSUMER: dict[str, tuple[str, Callable[[str, Any], Any], Any]] = {
     **_COMMON,
-    "group.id": ("group_id", _str, None),
+    "group.id": ("group_id", _opt_str, None),
+    "group.instance.id": ("group_instance_id", _opt_str, None),
+    "partition.assignment.strategy": ("assignors", _assignors, DEFAULT_ASSIGNORS),
+    "session.timeout.ms": ("session_timeout_ms", _int(1), 45000),
+    "heartbeat.interval.ms": ("heartbeat_interval_ms", _int(1), 3000),
+    "max.poll.interval.ms": ("max_poll_interval_ms", _int(1), 300000),
     "auto.offset.reset": ("auto_offset_reset", _choice(
         {"earliest": "earliest", "smallest": "earliest", "beginning": "earliest",
          "latest": "latest", "largest": "latest", "end": "latest", "error": "error"}), "latest"),
@@ -110,7 +160,10 @@ _CONSUMER: dict[str, tuple[str, Callable[[str, Any], Any], Any]] = {
     "fetch.max.wait.ms": ("fetch_max_wait_ms", _int(0), 500),
     "fetch.wait.max.ms": ("fetch_max_wait_ms", _int(0), 500),
     "check.crcs": ("check_crcs", _bool, True),
-    "enable.auto.commit": ("enable_auto_commit", _bool, False),
+    #: unset: true when group.id is set (Kafka's default), false otherwise
+    "enable.auto.commit": ("enable_auto_commit", _opt_bool, None),
+    "auto.commit.interval.ms": ("auto_commit_interval_ms", _int(0), 5000),
+    "enable.auto.offset.store": ("enable_auto_offset_store", _bool, True),
     "retry.backoff.ms": ("retry_backoff_ms", _int(0), 100),
 }
 
@@ -169,6 +222,13 @@ class ConsumerConfig(AdminConfig):
     check_crcs: bool
     enable_auto_commit: bool
     retry_backoff_ms: int
+    group_instance_id: str | None = None
+    assignors: tuple[str, ...] = DEFAULT_ASSIGNORS
+    session_timeout_ms: int = 45000
+    heartbeat_interval_ms: int = 3000
+    max_poll_interval_ms: int = 300000
+    auto_commit_interval_ms: int = 5000
+    enable_auto_offset_store: bool = True
 
 
 def parse_admin_config(conf: Mapping[str, Any]) -> AdminConfig:
@@ -180,4 +240,14 @@ def parse_producer_config(conf: Mapping[str, Any]) -> ProducerConfig:
 
 
 def parse_consumer_config(conf: Mapping[str, Any]) -> ConsumerConfig:
-    return ConsumerConfig(**_parse("consumer", _CONSUMER, conf))
+    out = _parse("consumer", _CONSUMER, conf)
+    if out["enable_auto_commit"] is None:
+        out["enable_auto_commit"] = out["group_id"] is not None
+    if out["group_id"] is None:
+        for key, attr in (("group.instance.id", "group_instance_id"), ("enable.auto.commit", "enable_auto_commit")):
+            if out[attr]:
+                raise ConfigError(f"{key} needs group.id: set group.id, or remove {key}")
+    if out["heartbeat_interval_ms"] >= out["session_timeout_ms"]:
+        raise ConfigError(f"heartbeat.interval.ms ({out['heartbeat_interval_ms']}) must be lower than "
+                          f"session.timeout.ms ({out['session_timeout_ms']}); Kafka advises at most a third of it")
+    return ConsumerConfig(**out)
