@@ -4,12 +4,12 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: venv serve test test-fast bench lint clean
+.PHONY: venv serve test test-fast bench demo lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,dev]'
+	$(BIN)/python -m pip install -q -e '.[test,dev,spark]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -26,6 +26,9 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python bench/run.py
+
+demo: $(STAMP)
+	$(BIN)/python examples/clickstream/run_demo.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests
