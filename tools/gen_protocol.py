@@ -6,7 +6,8 @@
 Reads every request/response schema of ``/work/shared/kafka-protocol/message`` (overlaid by
 ``src/oncelog/protocol/schema_overrides/*.json``, which replace same-named files) plus the coordinator record
 schemas of ``/work/shared/kafka-protocol/coordinator-records``, and writes one module per schema into
-``src/oncelog/protocol/messages/`` (coordinator records into ``messages/coordinator/``) and an index
+``src/oncelog/protocol/messages/`` (coordinator records into ``messages/coordinator/``, the consumer protocol's
+subscription/assignment data schemas into ``messages/consumer_protocol/``) and an index
 ``messages/_index.py``.
 
 Each module holds ``@dataclass(slots=True)`` classes (one per struct, all fields defaulted) and straight-line
@@ -778,6 +779,26 @@ def main(argv: list[str] | None = None) -> int:
         write(coord_dir / f"{mod}.py", ModuleGen(schema).generate())
         coord.append((mod, schema.name))
 
+    # the consumer's embedded protocol (JoinGroup/SyncGroup metadata): "type": "data" schemas of the message dir
+    cp_dir = out_dir / "consumer_protocol"
+    cp_dir.mkdir(parents=True, exist_ok=True)
+    cp: list[tuple[str, str]] = []
+    for fname, path in collect(args.schemas, OVERRIDES).items():
+        data = load_json(path)
+        if data["type"] != "data" or not str(data["name"]).startswith("ConsumerProtocol"):
+            continue
+        schema = MessageSchema(data, f"{path.parent.name}/{fname}")
+        mod = module_name(schema.name)
+        write(cp_dir / f"{mod}.py", ModuleGen(schema).generate())
+        cp.append((mod, schema.name))
+    write(
+        cp_dir / "__init__.py",
+        BANNER
+        + '"""Generated codecs of the consumer protocol\'s subscription and assignment (group member metadata)."""\n\n'
+        + "".join(f"from .{m} import {n}\n" for m, n in cp)
+        + f"\n__all__ = [{', '.join(repr(n) for _, n in cp)}]\n",
+    )
+
     write(out_dir / "__init__.py", BANNER + '"""Generated Kafka message codecs (see tools/gen_protocol.py)."""\n')
     write(
         coord_dir / "__init__.py",
@@ -798,11 +819,14 @@ def main(argv: list[str] | None = None) -> int:
     write(out_dir / "_index.py", "".join(index))
 
     # remove stale generated modules
-    for d in (out_dir, coord_dir):
+    for d in (out_dir, coord_dir, cp_dir):
         for p in d.glob("*.py"):
             if p not in written and p.read_text().startswith(BANNER):
                 p.unlink()
-    print(f"generated {len(requests)} requests, {len(responses)} responses, {len(coord)} coordinator records")
+    print(
+        f"generated {len(requests)} requests, {len(responses)} responses, {len(coord)} coordinator records, "
+        f"{len(cp)} consumer protocol schemas"
+    )
     return 0
 
 

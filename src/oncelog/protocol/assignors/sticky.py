@@ -1,0 +1,334 @@
+"""Kafka's StickyAssignor (KIP-54) and CooperativeStickyAssignor (KIP-341, KIP-429).
+
+Goals, in order: a balanced assignment (member counts within one when every member subscribes to the same
+topics; otherwise no partition can move to a member with two fewer), then keeping as many previously owned
+partitions as possible. Ownership claims are generation-aware: only members of the newest generation keep what
+they claim, and a partition claimed twice in the same generation is kept by nobody.
+
+Two algorithms, as in Kafka's ``AbstractStickyAssignor``: a quota-based one when all subscriptions are equal
+(``_constrained_assign``), and a general one otherwise (``_general_assign``: keep valid ownership, hand out the
+rest to the least-loaded eligible member, then move partitions from fuller to emptier members while that
+strictly improves balance). Members are visited in member-id order where Kafka iterates a hash map, so ties can
+resolve differently from Java; the balance and stickiness guarantees are the same.
+
+The cooperative variant then withholds every partition that changes owner: the old owner revokes it after this
+rebalance and rejoins, and the follow-up rebalance gives it to the new owner.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ._model import Assignment, Subscription, TopicPartition
+from .base import Assignor, sorted_members
+
+__all__ = ["CooperativeStickyAssignor", "StickyAssignor", "decode_sticky_user_data", "encode_sticky_user_data"]
+
+DEFAULT_GENERATION = -1
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+
+
+@dataclass
+class MemberData:
+    partitions: list[TopicPartition]
+    generation: int | None  # None: the member did not say
+
+
+# ------------------------------------------------------------------------------------ StickyAssignor user data
+
+
+def encode_sticky_user_data(partitions: Sequence[TopicPartition], generation: int) -> bytes:
+    """Java StickyAssignor's user data v1: [topic string, [int32 partition]] then int32 generation."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, p in partitions:
+        by_topic.setdefault(topic, []).append(p)
+    out = bytearray(_I32.pack(len(by_topic)))
+    for topic, ps in by_topic.items():
+        raw = topic.encode()
+        out += _I16.pack(len(raw)) + raw + _I32.pack(len(ps))
+        out += b"".join(_I32.pack(p) for p in ps)
+    out += _I32.pack(generation)
+    return bytes(out)
+
+
+def decode_sticky_user_data(data: bytes | None) -> MemberData:
+    """Parse v1 (with generation) or v0 (without); unreadable or empty data means "owns nothing"."""
+    if not data:
+        return MemberData([], None)
+    try:
+        pos = 0
+        (n_topics,) = _I32.unpack_from(data, pos)
+        pos += 4
+        partitions: list[TopicPartition] = []
+        for _ in range(n_topics):
+            (n,) = _I16.unpack_from(data, pos)
+            pos += 2
+            if n < 0 or pos + n > len(data):
+                raise ValueError("bad topic length")
+            topic = data[pos : pos + n].decode()
+            pos += n
+            (count,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if count < 0 or pos + 4 * count > len(data):
+                raise ValueError("bad partition count")
+            partitions.extend((topic, p) for (p,) in _I32.iter_unpack(data[pos : pos + 4 * count]))
+            pos += 4 * count
+    except (struct.error, ValueError, UnicodeDecodeError):
+        return MemberData([], None)
+    if pos + 4 <= len(data):
+        return MemberData(partitions, _I32.unpack_from(data, pos)[0])
+    return MemberData(partitions, None)  # v0
+
+
+# -------------------------------------------------------------------------------------------- the algorithms
+
+
+def _all_partitions(partitions_per_topic: Mapping[str, int]) -> list[TopicPartition]:
+    return sorted((t, p) for t, n in partitions_per_topic.items() for p in range(n))
+
+
+def _owned_if_all_equal(
+    members: list[str],
+    subscriptions: Mapping[str, Subscription],
+    data: Mapping[str, MemberData],
+    existing: set[TopicPartition],
+) -> dict[str, list[TopicPartition]] | None:
+    """Each member's valid owned partitions if all subscriptions are equal, else None."""
+    topics: set[str] | None = None
+    max_generation = DEFAULT_GENERATION
+    owned: dict[str, list[TopicPartition]] = {}
+    current: list[str] = []  # members of the highest generation seen so far
+    for m in members:
+        sub_topics = set(subscriptions[m].topics)
+        if topics is None:
+            topics = sub_topics
+        elif sub_topics != topics:
+            return None
+        md = data[m]
+        owned[m] = []
+        gen = md.generation
+        if (gen is not None and gen >= max_generation) or (gen is None and max_generation == DEFAULT_GENERATION):
+            if gen is not None and gen > max_generation:
+                for old in current:
+                    owned[old] = []
+                current = []
+                max_generation = gen
+            current.append(m)
+            owned[m] = [tp for tp in dict.fromkeys(md.partitions) if tp in existing]
+    # a partition claimed by two members of the same (newest) generation stays with neither
+    claims: dict[TopicPartition, int] = {}
+    for ps in owned.values():
+        for tp in ps:
+            claims[tp] = claims.get(tp, 0) + 1
+    return {m: [tp for tp in ps if claims[tp] == 1] for m, ps in owned.items()}
+
+
+def _constrained_assign(
+    all_partitions: list[TopicPartition], members: list[str], owned: Mapping[str, list[TopicPartition]]
+) -> dict[str, list[TopicPartition]]:
+    unassigned = dict.fromkeys(all_partitions)  # ordered set, sorted by (topic, partition)
+    n_members = len(members)
+    min_quota, rest = divmod(len(all_partitions), n_members)
+    max_quota = min_quota + (1 if rest else 0)
+    assignment: dict[str, list[TopicPartition]] = {m: [] for m in members}
+    unfilled: list[str] = []
+    min_capacity: deque[str] = deque()
+    max_capacity: deque[str] = deque()
+
+    # 1. keep previously owned partitions up to maxQuota each
+    for m in members:
+        kept = owned[m][:max_quota]
+        assignment[m].extend(kept)
+        for tp in kept:
+            del unassigned[tp]
+        if len(owned[m]) < min_quota:
+            unfilled.append(m)
+        else:
+            if len(assignment[m]) == min_quota:
+                min_capacity.append(m)
+            if len(assignment[m]) == max_quota:
+                max_capacity.append(m)
+
+    # 2. fill the members under minQuota, round robin over them
+    pending = deque(unassigned)
+    while unfilled and pending:
+        still: list[str] = []
+        for i, m in enumerate(unfilled):
+            if not pending:
+                still.extend(unfilled[i:])
+                break
+            assignment[m].append(pending.popleft())
+            if len(assignment[m]) == min_quota:
+                min_capacity.append(m)
+            else:
+                still.append(m)
+        unfilled = still
+
+    # 3. out of partitions but members still under minQuota: take from the members at maxQuota
+    for m in unfilled:
+        while len(assignment[m]) < min_quota:
+            if not max_capacity:
+                raise AssertionError("sticky assignor: members under quota but no member at maximum capacity")
+            donor = max_capacity.popleft()
+            assignment[m].append(assignment[donor].pop(0))
+        min_capacity.append(m)
+
+    # 4. partitions left over: one more each to members at minQuota
+    for tp in pending:
+        if not min_capacity:
+            raise AssertionError("sticky assignor: partitions left but every member is at maximum capacity")
+        assignment[min_capacity.popleft()].append(tp)
+    return assignment
+
+
+def _general_assign(
+    all_partitions: list[TopicPartition],
+    members: list[str],
+    subscriptions: Mapping[str, Subscription],
+    data: Mapping[str, MemberData],
+) -> dict[str, list[TopicPartition]]:
+    existing = set(all_partitions)
+    eligible: dict[TopicPartition, list[str]] = {tp: [] for tp in all_partitions}
+    member_topics = {m: set(subscriptions[m].topics) for m in members}
+    for m in members:
+        for tp in all_partitions:
+            if tp[0] in member_topics[m]:
+                eligible[tp].append(m)
+
+    # newest generation's claim wins; the same generation twice: the first claim (by member id) wins
+    claim: dict[TopicPartition, tuple[int, str]] = {}
+    for m in members:
+        md = data[m]
+        gen = DEFAULT_GENERATION if md.generation is None else md.generation
+        for tp in md.partitions:
+            if tp not in existing or tp[0] not in member_topics[m]:
+                continue
+            prev = claim.get(tp)
+            if prev is None or gen > prev[0]:
+                claim[tp] = (gen, m)
+    assignment: dict[str, list[TopicPartition]] = {m: [] for m in members}
+    owner: dict[TopicPartition, str] = {}
+    for tp in all_partitions:
+        if tp in claim:
+            m = claim[tp][1]
+            assignment[m].append(tp)
+            owner[tp] = m
+
+    # hand out the rest: partitions with the fewest candidates first, each to the least-loaded candidate
+    for tp in sorted((tp for tp in all_partitions if tp not in owner), key=lambda tp: (len(eligible[tp]), tp)):
+        if not eligible[tp]:
+            continue
+        m = min(eligible[tp], key=lambda c: (len(assignment[c]), c))
+        assignment[m].append(tp)
+        owner[tp] = m
+
+    # balance: move a partition to an eligible member with at least two fewer, while there is such a move
+    while True:
+        move: tuple[TopicPartition, str] | None = None
+        for m in sorted(members, key=lambda c: (len(assignment[c]), c)):
+            size = len(assignment[m])
+            best: tuple[int, TopicPartition] | None = None
+            for tp in all_partitions:
+                if tp[0] not in member_topics[m] or tp not in owner or owner[tp] == m:
+                    continue
+                donor_size = len(assignment[owner[tp]])
+                if donor_size >= size + 2 and (best is None or donor_size > best[0]):
+                    best = (donor_size, tp)
+            if best is not None:
+                move = (best[1], m)
+                break
+        if move is None:
+            return assignment
+        tp, m = move
+        assignment[owner[tp]].remove(tp)
+        assignment[m].append(tp)
+        owner[tp] = m
+
+
+class _AbstractSticky(Assignor):
+    def member_data(self, sub: Subscription) -> MemberData:
+        raise NotImplementedError
+
+    def sticky_assign(
+        self, partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]
+    ) -> dict[str, list[TopicPartition]]:
+        members = sorted_members(subscriptions)
+        if not members:
+            return {}
+        subscribed = {t for s in subscriptions.values() for t in s.topics}
+        ppt = {t: n for t, n in partitions_per_topic.items() if t in subscribed}
+        all_partitions = _all_partitions(ppt)
+        data = {m: self.member_data(subscriptions[m]) for m in members}
+        owned = _owned_if_all_equal(members, subscriptions, data, set(all_partitions))
+        if owned is not None:
+            return _constrained_assign(all_partitions, members, owned)
+        return _general_assign(all_partitions, members, subscriptions, data)
+
+    def assign(
+        self, partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]
+    ) -> dict[str, Assignment]:
+        result = self.sticky_assign(partitions_per_topic, subscriptions)
+        return {m: Assignment(partitions=sorted(ps)) for m, ps in result.items()}
+
+
+class StickyAssignor(_AbstractSticky):
+    """Eager sticky: ownership and generation travel in the subscription's user data (Java's format)."""
+
+    name = "sticky"
+    rebalance_protocols = ("eager",)
+
+    def subscription_user_data(
+        self, topics: Sequence[str], owned_partitions: Sequence[TopicPartition], generation_id: int
+    ) -> bytes | None:
+        if generation_id == DEFAULT_GENERATION and not owned_partitions:
+            return None  # never assigned yet
+        return encode_sticky_user_data(owned_partitions, generation_id)
+
+    def member_data(self, sub: Subscription) -> MemberData:
+        return decode_sticky_user_data(sub.user_data)
+
+
+class CooperativeStickyAssignor(_AbstractSticky):
+    """Cooperative sticky: ownership from the subscription's owned partitions, generation from its field
+    (v2+) or the 4-byte user data of older members; a partition changing owner waits one rebalance."""
+
+    name = "cooperative-sticky"
+    rebalance_protocols = ("eager", "cooperative")
+
+    def subscription_user_data(
+        self, topics: Sequence[str], owned_partitions: Sequence[TopicPartition], generation_id: int
+    ) -> bytes | None:
+        return _I32.pack(generation_id)
+
+    def member_data(self, sub: Subscription) -> MemberData:
+        if sub.generation_id >= 0:
+            return MemberData(list(sub.owned_partitions), sub.generation_id)
+        if sub.user_data is None:
+            generation: int | None = None
+        elif len(sub.user_data) >= 4:
+            generation = _I32.unpack_from(sub.user_data, 0)[0]
+        else:
+            generation = DEFAULT_GENERATION
+        return MemberData(list(sub.owned_partitions), generation)
+
+    def assign(
+        self, partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]
+    ) -> dict[str, Assignment]:
+        result = self.sticky_assign(partitions_per_topic, subscriptions)
+        # withhold partitions moving to a new member while some other member still owns them
+        added: dict[TopicPartition, str] = {}
+        revoked: set[TopicPartition] = set()
+        for m, ps in result.items():
+            owned = set(subscriptions[m].owned_partitions)
+            assigned = set(ps)
+            added.update((tp, m) for tp in assigned - owned)
+            revoked |= owned - assigned
+        transferring = {tp: m for tp, m in added.items() if tp in revoked}
+        return {
+            m: Assignment(partitions=sorted(tp for tp in ps if transferring.get(tp) != m))
+            for m, ps in result.items()
+        }

@@ -1,0 +1,229 @@
+"""Sticky and cooperative-sticky assignors (KIP-54, KIP-341, KIP-429): documented examples, generations,
+Java's user data format, and properties (validity, balance, minimal movement, cooperative two-phase moves)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from oncelog.protocol.assignors import Subscription, get_assignor
+from oncelog.protocol.assignors.sticky import decode_sticky_user_data, encode_sticky_user_data
+
+TP = tuple[str, int]
+STICKY = ("sticky", "cooperative-sticky")
+
+
+def sub(name: str, topics: Sequence[str], owned: Sequence[TP] = (), generation: int = -1) -> Subscription:
+    a = get_assignor(name)
+    return Subscription(list(topics), a.subscription_user_data(topics, list(owned), generation), list(owned),
+                        generation)
+
+
+def run(name: str, ppt: Mapping[str, int], subs: Mapping[str, Subscription]) -> dict[str, list[TP]]:
+    return {m: sorted(a.partitions) for m, a in get_assignor(name).assign(ppt, subs).items()}
+
+
+def tps(spec: str) -> list[TP]:
+    return sorted((t, int(p)) for t, p in (x.rsplit("p", 1) for x in spec.split()))
+
+
+FOUR_TOPICS = {"t0": 2, "t1": 2, "t2": 2, "t3": 2}
+ALL4 = ["t0", "t1", "t2", "t3"]
+
+
+def test_kafka_javadoc_example_all_subscribed() -> None:
+    # StickyAssignor javadoc: C0..C2 subscribe t0..t3 (2 partitions each): the initial assignment is round robin
+    for name in STICKY:
+        got = run(name, FOUR_TOPICS, {c: sub(name, ALL4) for c in ("C0", "C1", "C2")})
+        assert got == {"C0": tps("t0p0 t1p1 t3p0"), "C1": tps("t0p1 t2p0 t3p1"), "C2": tps("t1p0 t2p1")}
+
+
+def test_kafka_javadoc_example_member_leaves_keeps_everything_else() -> None:
+    # ... then C1 leaves: C0 and C2 keep all they had and split C1's three partitions 2/1 or 1/2 (4 each)
+    before = {"C0": tps("t0p0 t1p1 t3p0"), "C2": tps("t1p0 t2p1")}
+    for name in STICKY:
+        got = run(name, FOUR_TOPICS, {c: sub(name, ALL4, ps, 1) for c, ps in before.items()})
+        assert {len(v) for v in got.values()} == {4}
+        assert set(before["C0"]) <= set(got["C0"]) and set(before["C2"]) <= set(got["C2"])
+
+
+def test_kafka_javadoc_example_unequal_subscriptions() -> None:
+    # javadoc: t0/t1/t2 with 1/2/3 partitions; C0: t0; C1: t0,t1; C2: t0,t1,t2 -> sticky is balanced where
+    # round robin is not; when C0 leaves, only t0p0 moves
+    ppt = {"t0": 1, "t1": 2, "t2": 3}
+    topics = {"C0": ["t0"], "C1": ["t0", "t1"], "C2": ["t0", "t1", "t2"]}
+    got = run("sticky", ppt, {c: sub("sticky", ts) for c, ts in topics.items()})
+    assert got == {"C0": tps("t0p0"), "C1": tps("t1p0 t1p1"), "C2": tps("t2p0 t2p1 t2p2")}
+    del topics["C0"]
+    again = run("sticky", ppt, {c: sub("sticky", ts, got[c], 1) for c, ts in topics.items()})
+    assert again == {"C1": tps("t0p0 t1p0 t1p1"), "C2": tps("t2p0 t2p1 t2p2")}
+
+
+def test_older_generation_claims_lose() -> None:
+    # C1 still claims t0p0 from generation 3, C0 owns it in generation 4: C0 keeps it
+    for name in STICKY:
+        subs = {"C0": sub(name, ["t0"], [("t0", 0), ("t0", 1)], 4), "C1": sub(name, ["t0"], [("t0", 0)], 3),
+                "C2": sub(name, ["t0"], [], -1)}
+        got = run(name, {"t0": 3}, subs)
+        assert got["C0"] == [("t0", 0)] and ("t0", 0) not in got["C1"]
+        given = sorted(tp for v in got.values() for tp in v)
+        # cooperative: t0p1 leaves C0 and waits for the follow-up rebalance
+        assert given == (tps("t0p0 t0p1 t0p2") if name == "sticky" else tps("t0p0 t0p2"))
+
+
+def test_double_claim_in_same_generation_is_resolved() -> None:
+    subs = {"A": sub("sticky", ["t"], [("t", 0), ("t", 1)], 5), "B": sub("sticky", ["t"], [("t", 1), ("t", 2)], 5)}
+    got = run("sticky", {"t": 4}, subs)
+    assert sorted(got["A"] + got["B"]) == tps("tp0 tp1 tp2 tp3")
+    assert ("t", 0) in got["A"] and ("t", 2) in got["B"] and len(got["A"]) == len(got["B"]) == 2
+
+
+def test_sticky_user_data_is_javas_format() -> None:
+    data = encode_sticky_user_data([("ab", 1), ("ab", 3), ("c", 0)], 7)
+    assert data == (b"\x00\x00\x00\x02" + b"\x00\x02ab\x00\x00\x00\x02\x00\x00\x00\x01\x00\x00\x00\x03"
+                    + b"\x00\x01c\x00\x00\x00\x01\x00\x00\x00\x00" + b"\x00\x00\x00\x07")
+    md = decode_sticky_user_data(data)
+    assert md.partitions == [("ab", 1), ("ab", 3), ("c", 0)] and md.generation == 7
+    v0 = decode_sticky_user_data(data[:-4])
+    assert v0.partitions == md.partitions and v0.generation is None
+    assert decode_sticky_user_data(b"\x00\x00\x00\x05garbage").partitions == []
+    assert decode_sticky_user_data(None).generation is None
+    assert get_assignor("sticky").subscription_user_data(["t"], [], -1) is None
+    assert get_assignor("cooperative-sticky").subscription_user_data(["t"], [], 12) == b"\x00\x00\x00\x0c"
+
+
+def test_cooperative_withholds_then_hands_over() -> None:
+    # A owns all 4; B joins. Round 1: A keeps 2, B gets nothing (its two are still A's). Round 2: B gets them.
+    name = "cooperative-sticky"
+    r1 = run(name, {"t": 4}, {"A": sub(name, ["t"], tps("tp0 tp1 tp2 tp3"), 1), "B": sub(name, ["t"])})
+    assert len(r1["A"]) == 2 and r1["B"] == []
+    r2 = run(name, {"t": 4}, {"A": sub(name, ["t"], r1["A"], 2), "B": sub(name, ["t"], [], 2)})
+    assert r2["A"] == r1["A"] and sorted(r2["A"] + r2["B"]) == tps("tp0 tp1 tp2 tp3")
+    # eager sticky would move them at once
+    e1 = run("sticky", {"t": 4}, {"A": sub("sticky", ["t"], tps("tp0 tp1 tp2 tp3"), 1), "B": sub("sticky", ["t"])})
+    assert len(e1["B"]) == 2
+
+
+# ------------------------------------------------------------------------------------------------- properties
+
+members_st = st.lists(st.text("abcdefghij", min_size=1, max_size=2), min_size=1, max_size=7, unique=True)
+topic_names = ["t0", "t1", "t2"]
+ppt_st = st.fixed_dictionaries({"t0": st.integers(0, 8), "t1": st.integers(1, 8), "t2": st.integers(1, 3)})
+
+
+def _all(ppt: Mapping[str, int], topics: set[str]) -> list[TP]:
+    return sorted((t, p) for t, n in ppt.items() if t in topics for p in range(n))
+
+
+@st.composite
+def group_st(draw: st.DrawFn, same_topics: bool) -> tuple[dict[str, int], dict[str, list[str]], dict[str, list[TP]]]:
+    ppt = draw(ppt_st)
+    members = draw(members_st)
+    if same_topics:
+        ts = draw(st.lists(st.sampled_from(topic_names), min_size=1, max_size=3, unique=True))
+        topics = {m: list(ts) for m in members}
+    else:
+        topics = {m: draw(st.lists(st.sampled_from(topic_names), min_size=1, max_size=3, unique=True))
+                  for m in members}
+    # a previous assignment: disjoint owned sets, possibly of partitions the member no longer subscribes to
+    owned: dict[str, list[TP]] = {m: [] for m in members}
+    for tp in _all(ppt, set(topic_names)):
+        who = draw(st.sampled_from([None, *members]))
+        if who is not None:
+            owned[who].append(tp)
+    return ppt, topics, owned
+
+
+def _check_valid(result: Mapping[str, list[TP]], ppt: Mapping[str, int], topics: Mapping[str, list[str]],
+                 complete: bool) -> None:
+    seen = [tp for ps in result.values() for tp in ps]
+    assert len(seen) == len(set(seen)), "a partition given twice"
+    for m, ps in result.items():
+        assert all(t in topics[m] and p < ppt[t] for t, p in ps), "a partition of an unsubscribed topic"
+    if complete:
+        assert sorted(seen) == _all(ppt, {t for ts in topics.values() for t in ts})
+
+
+@settings(max_examples=200, deadline=None)
+@given(group_st(same_topics=False), st.sampled_from(["range", "roundrobin", "sticky", "cooperative-sticky"]))
+def test_every_partition_exactly_once(group: tuple[dict[str, int], dict[str, list[str]], dict[str, list[TP]]],
+                                      name: str) -> None:
+    ppt, topics, owned = group
+    result = run(name, ppt, {m: sub(name, topics[m], owned[m], 1) for m in topics})
+    assert sorted(result) == sorted(topics)
+    _check_valid(result, ppt, topics, complete=name != "cooperative-sticky")
+    if name == "cooperative-sticky":  # only partitions still owned by another member may be missing
+        missing = set(_all(ppt, {t for ts in topics.values() for t in ts})) - {tp for v in result.values() for tp in v}
+        assert missing <= {tp for ps in owned.values() for tp in ps}
+        for m, ps in result.items():
+            others = {tp for o, ops in owned.items() if o != m for tp in ops}
+            assert not set(ps) & others, "cooperative: given to a new owner while the old one still owns it"
+    if name in STICKY:  # general case: nothing can move to a member with two fewer
+        for m, ps in result.items():
+            for o, ops in result.items():
+                if len(ops) >= len(ps) + 2 and name == "sticky":
+                    assert not any(t in topics[m] for t, _ in ops), (m, o)
+
+
+@settings(max_examples=200, deadline=None)
+@given(group_st(same_topics=True), st.sampled_from(["roundrobin", "sticky", "cooperative-sticky"]))
+def test_balanced_within_one_when_subscriptions_are_equal(
+    group: tuple[dict[str, int], dict[str, list[str]], dict[str, list[TP]]], name: str,
+) -> None:
+    ppt, topics, owned = group
+    subs = {m: sub(name, topics[m], owned[m], 1) for m in topics}
+    result = run(name, ppt, subs)
+    if name == "cooperative-sticky":  # after the follow-up rebalance
+        result = run(name, ppt, {m: sub(name, topics[m], result[m], 2) for m in topics})
+    _check_valid(result, ppt, topics, complete=True)
+    sizes = [len(v) for v in result.values()]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def _minimum_moves(prev: Mapping[str, list[TP]], survivors: list[str], n_partitions: int) -> int:
+    """Fewest partitions that must leave surviving members for a balanced result."""
+    lo, extra = divmod(n_partitions, len(survivors))
+    sizes = sorted((len(prev.get(m, [])) for m in survivors), reverse=True)
+    kept = sum(min(s, lo + 1) if i < extra else min(s, lo) for i, s in enumerate(sizes))
+    return sum(sizes) - kept
+
+
+@settings(max_examples=200, deadline=None)
+@given(group_st(same_topics=True), st.sampled_from(STICKY), st.booleans(), st.data())
+def test_minimal_movement_when_members_join_or_leave(
+    group: tuple[dict[str, int], dict[str, list[str]], dict[str, list[TP]]], name: str, add: bool,
+    data: st.DataObject,
+) -> None:
+    ppt, topics, _ = group
+    ts = next(iter(topics.values()))
+    members = sorted(topics)
+    first = run(name, ppt, {m: sub(name, ts) for m in members})  # a fresh, balanced assignment
+    if add:
+        survivors = [*members, "zz-new"]
+    else:
+        assume(len(members) > 1)
+        gone = data.draw(st.sampled_from(members))
+        survivors = [m for m in members if m != gone]
+    second = run(name, ppt, {m: sub(name, ts, first.get(m, []), 1) for m in survivors})
+    if name == "cooperative-sticky":
+        second = run(name, ppt, {m: sub(name, ts, second[m], 2) for m in survivors})
+    moved = sum(1 for m in survivors for tp in first.get(m, []) if tp not in second[m])
+    n = len(_all(ppt, set(ts)))
+    assert moved == _minimum_moves(first, survivors, n)
+
+
+@settings(max_examples=200, deadline=None)
+@given(group_st(same_topics=True), st.sampled_from(STICKY))
+def test_minimal_movement_from_any_previous_assignment(
+    group: tuple[dict[str, int], dict[str, list[str]], dict[str, list[TP]]], name: str,
+) -> None:
+    ppt, topics, owned = group
+    ts = next(iter(topics.values()))
+    owned = {m: [tp for tp in ps if tp[0] in ts] for m, ps in owned.items()}
+    result = run(name, ppt, {m: sub(name, ts, owned[m], 1) for m in topics})
+    if name == "cooperative-sticky":
+        result = run(name, ppt, {m: sub(name, ts, result[m], 2) for m in topics})
+    moved = sum(1 for m in topics for tp in owned[m] if tp not in result[m])
+    assert moved == _minimum_moves(owned, sorted(topics), len(_all(ppt, set(ts))))
