@@ -14,7 +14,7 @@ from .connection import BrokerConnection
 from .consumer import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, AsyncConsumer, Consumer
 from .errors import ConfigError, KafkaConnectionError, KafkaError, KafkaTimeoutError, UnsupportedVersionError
 from .message import Message
-from .producer import AsyncProducer, Producer
+from .producer import AsyncProducer, PreparedTxnState, Producer
 
 __all__ = [
     "OFFSET_BEGINNING",
@@ -35,6 +35,7 @@ __all__ = [
     "ListedOffset",
     "Message",
     "PartitionDescription",
+    "PreparedTxnState",
     "Producer",
     "TopicDescription",
     "TopicListing",

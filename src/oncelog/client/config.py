@@ -69,9 +69,17 @@ def _acks(key: str, v: Any) -> int:
 
 
 def _idempotence(key: str, v: Any) -> bool:
-    if _bool(key, v):
-        raise ConfigError(f"{key}=true is not supported by this producer yet; set it to false")
-    return False
+    """An explicit ``enable.idempotence``; the default (None = not set) is resolved in ProducerConfig."""
+    return _bool(key, v)
+
+
+def _optional_str(key: str, v: Any) -> str | None:
+    if v is None:
+        return None
+    s = _str(key, v)
+    if not s:
+        raise ConfigError(f"{key} must not be empty (leave it unset for a non-transactional producer)")
+    return s
 
 
 _COMMON: dict[str, tuple[str, Callable[[str, Any], Any], Any]] = {
@@ -92,7 +100,12 @@ _PRODUCER: dict[str, tuple[str, Callable[[str, Any], Any], Any]] = {
     "retries": ("retries", _int(0), 2**31 - 1),
     "retry.backoff.ms": ("retry_backoff_ms", _int(0), 100),
     "partitioner": ("partitioner", _choice({"murmur2_random": "murmur2_random"}), "murmur2_random"),
-    "enable.idempotence": ("enable_idempotence", _idempotence, False),
+    "enable.idempotence": ("enable_idempotence", _idempotence, None),
+    "max.in.flight.requests.per.connection": ("max_in_flight", _int(1), 5),
+    "transactional.id": ("transactional_id", _optional_str, None),
+    "transaction.timeout.ms": ("transaction_timeout_ms", _int(1), 60000),
+    "transaction.two.phase.commit.enable": ("transaction_two_phase_commit_enable", _bool, False),
+    "max.block.ms": ("max_block_ms", _int(0), 60000),
     "allow.auto.create.topics": ("allow_auto_create_topics", _bool, True),
     "message.max.bytes": ("message_max_bytes", _int(1), 1048576),
 }
@@ -205,9 +218,34 @@ class ProducerConfig(AdminConfig):
     retries: int
     retry_backoff_ms: int
     partitioner: str
-    enable_idempotence: bool
+    enable_idempotence: bool  # None at construction = not set: on unless a setting conflicts (Kafka 3+)
     allow_auto_create_topics: bool
     message_max_bytes: int
+    max_in_flight: int = 5
+    transactional_id: str | None = None
+    transaction_timeout_ms: int = 60000
+    transaction_two_phase_commit_enable: bool = False
+    max_block_ms: int = 60000  # default timeout of init_transactions/commit/abort/send_offsets_to_transaction
+
+    def __post_init__(self) -> None:
+        explicit: bool | None = self.enable_idempotence
+        conflicts = []
+        if self.acks != -1:
+            conflicts.append(f"acks must be all (got {self.acks})")
+        if self.retries == 0:
+            conflicts.append("retries must be greater than 0")
+        if self.max_in_flight > 5:
+            conflicts.append(f"max.in.flight.requests.per.connection must be at most 5 (got {self.max_in_flight})")
+        if self.transactional_id is not None and explicit is False:
+            raise ConfigError(f"transactional.id={self.transactional_id!r} needs enable.idempotence=true; "
+                              "remove enable.idempotence=false")
+        if conflicts and (explicit or self.transactional_id is not None):
+            why = "transactional.id is set" if explicit is None else "enable.idempotence=true"
+            raise ConfigError(f"{why}, so {'; '.join(conflicts)}: change those settings or disable idempotence")
+        if self.transaction_two_phase_commit_enable and self.transactional_id is None:
+            raise ConfigError("transaction.two.phase.commit.enable=true needs a transactional.id")
+        resolved = (not conflicts) if explicit is None else explicit
+        object.__setattr__(self, "enable_idempotence", resolved)
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,9 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     19: (2, 7),  # CreateTopics
     20: (1, 6),  # DeleteTopics: v6 accepts names too
     21: (0, 2),  # DeleteRecords
+    22: (0, 6),  # InitProducerId: v3 epoch bump (KIP-360), v6 two-phase commit (KIP-939)
+    24: (0, 3),  # AddPartitionsToTxn: v4+ is the broker-to-broker batched form
+    26: (0, 4),  # EndTxn: v5 is transactions V2 (KIP-890), which this client does not speak
     32: (1, 4),  # DescribeConfigs
     37: (0, 3),  # CreatePartitions
     44: (0, 1),  # IncrementalAlterConfigs

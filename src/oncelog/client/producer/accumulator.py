@@ -1,4 +1,7 @@
-"""Per-partition batching into :class:`RecordBatchBuilder` (Kafka's RecordAccumulator, minus idempotence).
+"""Per-partition batching into :class:`RecordBatchBuilder` (Kafka's RecordAccumulator).
+
+Idempotence: the sender gives a batch its producer id, epoch and base sequence when it first drains it
+(:meth:`ProducerBatch.set_producer`); a retry sends the same bytes, so the sequence is kept.
 
 Thread-safe: the sync facade appends from the caller's thread while the sender drains on the event loop thread.
 A batch is *ready* when it is full (``batch.size``), older than ``linger.ms``, or a flush is in progress.
@@ -16,6 +19,7 @@ from oncelog.protocol.records import RecordBatchBuilder
 
 from ..errors import KafkaError
 from ..message import Header, Message
+from .idempotence import stamp_batch
 
 __all__ = ["DeliveryCallback", "ProducerBatch", "RecordAccumulator", "TopicPartition"]
 
@@ -38,15 +42,32 @@ class ProducerBatch:
     closed: bool = False
     attempts: int = 0
     retry_at: float = 0.0
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1  # -1: not yet assigned (or not idempotent)
+    transactional: bool = False
     _built: bytes | None = None
 
     @property
     def size(self) -> int:
         return self.builder.size_in_bytes
 
+    @property
+    def record_count(self) -> int:
+        return len(self.records)
+
+    def set_producer(self, producer_id: int, epoch: int, base_sequence: int, transactional: bool) -> None:
+        self.producer_id, self.producer_epoch, self.base_sequence = producer_id, epoch, base_sequence
+        self.transactional = transactional
+        self._built = None
+
     def build(self) -> bytes:
         if self._built is None:
-            self._built = self.builder.build()
+            raw = self.builder.build()
+            if self.producer_id >= 0:
+                raw = stamp_batch(raw, self.producer_id, self.producer_epoch, self.base_sequence,
+                                  self.transactional)
+            self._built = raw
         return self._built
 
     def complete(self, base_offset: int, log_append_time: int, error: KafkaError | None) -> list[

@@ -1,8 +1,17 @@
 """``AsyncProducer`` (asyncio) and ``Producer`` (confluent-kafka-like sync facade).
 
-Growth points for the idempotence/transactions work: producer id/epoch/sequence go into the batch builder in
-:mod:`.accumulator`, the InitProducerId/AddPartitionsToTxn dance belongs in a ``transaction_manager.py`` that the
-:class:`Sender` consults before draining.
+Idempotence is on by default (``enable.idempotence``); with ``transactional.id`` the producer is transactional:
+``init_transactions()``, then ``begin_transaction()`` ... ``commit_transaction()`` / ``abort_transaction()``.
+The requests are done by :class:`.transaction_manager.TransactionManager`.
+
+KIP-939 two-phase commit (``transaction.two.phase.commit.enable=true``, and the same setting on the broker):
+``prepare_transaction()`` flushes and returns a :class:`PreparedTxnState`; the transaction stays open at the broker
+(it never times out) even after ``close()`` or a crash. A new producer with the same ``transactional.id`` calls
+``init_transactions(keep_prepared_txn=True)``, reads ``prepared_transaction()`` and calls
+``complete_transaction(state)``, which commits the kept transaction if ``state`` matches it and aborts it otherwise.
+
+``close()`` never aborts an open transaction: a 2PC one must survive, a plain one is aborted by the broker after
+``transaction.timeout.ms`` (Kafka's behaviour) or when the next producer with the same id initialises.
 """
 
 from __future__ import annotations
@@ -12,7 +21,9 @@ import collections
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Self
+
+from oncelog.protocol.errors import ErrorCode
 
 from .._sync import LoopThread
 from ..cluster import Cluster
@@ -22,6 +33,8 @@ from ..message import Header, Message
 from .accumulator import DeliveryCallback, RecordAccumulator
 from .partitioner import Partitioner
 from .sender import Reports, Sender
+from .transaction_manager import OffsetsLike, TransactionManager
+from .txn_state import IllegalTxnStateError, PreparedTxnState, TxnState
 
 __all__ = ["AsyncProducer", "HeadersLike", "Producer"]
 
@@ -61,15 +74,25 @@ class AsyncProducer:
         self._deliver = deliver or self._run_reports
         self.sender: Sender | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.txn: TransactionManager | None = None
+        if c.enable_idempotence:
+            self.txn = TransactionManager(self.cluster, c, self._wakeup)
+        self._transactional = c.transactional_id is not None
+
+    def _wakeup(self) -> None:
+        if self.sender is not None:
+            self.sender.wakeup()
 
     async def start(self) -> None:
         if self.sender is None:
             self._loop = asyncio.get_running_loop()
             await self.cluster.bootstrap()
-            self.sender = Sender(self.cluster, self.accumulator, self.config, self._deliver)
+            if self.txn is not None and not self._transactional and not self.txn.pid.valid:
+                await self.txn.init_idempotent()
+            self.sender = Sender(self.cluster, self.accumulator, self.config, self._deliver, txn=self.txn)
             self.sender.start()
 
-    async def __aenter__(self) -> AsyncProducer:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
@@ -94,6 +117,9 @@ class AsyncProducer:
         Raises KafkaError UNKNOWN_TOPIC_OR_PARTITION for an unknown topic or partition, MESSAGE_TOO_LARGE for a
         record above ``message.max.bytes``.
         """
+        txn = self.txn
+        if txn is not None and (self._transactional or txn.has_error):
+            txn.check_can_send()
         k, v, hs = _as_bytes("key", key), _as_bytes("value", value), _headers(headers)
         size = (len(k) if k else 0) + (len(v) if v else 0)
         if size > self.config.message_max_bytes:
@@ -157,12 +183,114 @@ class AsyncProducer:
             self.accumulator.end_flush()
         return len(self)
 
+    # ------------------------------------------------------------------ transactions
+
+    def _tm(self, what: str) -> TransactionManager:
+        if self.txn is None or not self._transactional:
+            raise IllegalTxnStateError(f"{what} needs a transactional producer: set transactional.id")
+        return self.txn
+
+    @property
+    def transaction_state(self) -> TxnState | None:
+        """The client-side transaction state (None for a non-transactional producer)."""
+        return self.txn.state if self.txn is not None and self._transactional else None
+
+    async def init_transactions(self, timeout: float | None = None, keep_prepared_txn: bool = False) -> None:
+        """Get the producer id and epoch of ``transactional.id``, fencing older producers with it.
+
+        A previous instance's unfinished transaction is aborted by the broker, unless ``keep_prepared_txn=True``
+        (KIP-939, needs ``transaction.two.phase.commit.enable``): then it is kept, and
+        :meth:`prepared_transaction` tells which one it is, for :meth:`complete_transaction`.
+        """
+        await self.start()
+        await self._tm("init_transactions()").init_transactions(timeout, keep_prepared_txn)
+
+    def begin_transaction(self) -> None:
+        self._tm("begin_transaction()").begin_transaction()
+
+    async def send_offsets_to_transaction(self, offsets: OffsetsLike, group_metadata: Any,
+                                          timeout: float | None = None) -> None:
+        """Commit consumer offsets as part of the transaction (KIP-447 fencing by generation and member id).
+
+        ``offsets``: ``{(topic, partition): offset}`` or ``[(topic, partition, offset), ...]`` (the offset of the
+        next record to consume). ``group_metadata``: ``consumer.consumer_group_metadata()`` or a group id string.
+        """
+        await self._tm("send_offsets_to_transaction()").send_offsets(offsets, group_metadata, timeout)
+
+    async def _flush_for_txn(self, tm: TransactionManager, what: str, timeout: float | None) -> None:
+        left = await self.flush(timeout)
+        if left:
+            raise KafkaTimeoutError(f"{what}: {left} records were still not delivered within the timeout")
+        tm.fsm.require(what, TxnState.IN_TRANSACTION, TxnState.PREPARED_TRANSACTION)
+
+    async def commit_transaction(self, timeout: float | None = None) -> None:
+        """Flush, then commit. An abortable error (e.g. a record that failed) raises: call abort_transaction()."""
+        tm = self._tm("commit_transaction()")
+        if tm.state is not TxnState.COMMITTING_TRANSACTION:  # else: retrying a commit that timed out
+            tm.fsm.require("commit_transaction()", TxnState.IN_TRANSACTION, TxnState.PREPARED_TRANSACTION)
+            await self._flush_for_txn(tm, "commit_transaction()", timeout)
+            tm.fsm.transition(TxnState.COMMITTING_TRANSACTION)
+        await tm.end_transaction(True, timeout)
+
+    async def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the transaction: records not yet sent fail, those written are hidden from read_committed."""
+        tm = self._tm("abort_transaction()")
+        if tm.state is not TxnState.ABORTING_TRANSACTION:
+            tm.fsm.require("abort_transaction()", TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR,
+                           TxnState.PREPARED_TRANSACTION)
+            tm.fsm.transition(TxnState.ABORTING_TRANSACTION)
+            if self.sender is not None:
+                self.sender.fail_queued(KafkaError(ErrorCode.TRANSACTION_ABORTABLE, "the transaction was aborted "
+                                                   "before this record was sent", retriable=False))
+                await self.flush(timeout)  # wait for the batches in flight
+        await tm.end_transaction(False, timeout)
+
+    async def prepare_transaction(self) -> PreparedTxnState:
+        """KIP-939 phase one: flush and return the transaction's :class:`PreparedTxnState`. The transaction stays
+        open at the broker (no timeout) until some producer with this ``transactional.id`` completes it."""
+        tm = self._tm("prepare_transaction()")
+        tm.fsm.require("prepare_transaction()", TxnState.IN_TRANSACTION)
+        if not self.config.transaction_two_phase_commit_enable:
+            return tm.prepare()  # raises with the configuration hint
+        await self._flush_for_txn(tm, "prepare_transaction()", None)
+        return tm.prepare()
+
+    def prepared_transaction(self) -> PreparedTxnState | None:
+        """The transaction kept by ``init_transactions(keep_prepared_txn=True)``, or one this producer prepared;
+        None if there is none."""
+        tm = self._tm("prepared_transaction()")
+        if tm.prepared is not None:
+            return tm.prepared
+        if tm.state is TxnState.PREPARED_TRANSACTION:
+            return PreparedTxnState(tm.pid.producer_id, tm.pid.epoch)
+        return None
+
+    async def complete_transaction(self, state: PreparedTxnState, timeout: float | None = None) -> bool:
+        """KIP-939 phase two: commit the prepared transaction if ``state`` is it, abort it otherwise.
+
+        Returns True if it committed. With no prepared transaction this is a no-op returning False: the
+        transaction was already completed (e.g. this is a retry after a crash) or there was none.
+        """
+        tm = self._tm("complete_transaction()")
+        current = self.prepared_transaction()
+        if current is None:
+            tm.fsm.require("complete_transaction()", TxnState.READY, TxnState.PREPARED_TRANSACTION)
+            return False
+        if state == current:
+            await self.commit_transaction(timeout)
+            return True
+        await self.abort_transaction(timeout)
+        return False
+
     async def close(self, timeout: float | None = 30.0) -> None:
-        """Flush (up to ``timeout``), fail what is left with a timeout error, and close connections."""
+        """Flush (up to ``timeout``), fail what is left with a timeout error, and close connections.
+        An open transaction is left to the broker (never aborted here; see the module docstring)."""
         if self.sender is not None:
             await self.flush(timeout)
             await self.sender.close()
             self.sender = None
+        if self.txn is not None:
+            await self.txn.close()
         left = self.accumulator.abort_all()
         reports: Reports = []
         for b in left:
@@ -239,6 +367,51 @@ class Producer:
     def __len__(self) -> int:
         return len(self._async)
 
+    # ------------------------------------------------------------------ transactions (see AsyncProducer)
+
+    def _wait(self, timeout: float | None) -> float | None:
+        t = self.config.max_block_ms / 1000 if timeout is None else timeout
+        return t + 10
+
+    def init_transactions(self, timeout: float | None = None, keep_prepared_txn: bool = False) -> None:
+        self._runner.run(self._async.init_transactions(timeout, keep_prepared_txn), self._wait(timeout))
+
+    def begin_transaction(self) -> None:
+        self._async.begin_transaction()
+
+    def send_offsets_to_transaction(self, offsets: OffsetsLike, group_metadata: Any,
+                                    timeout: float | None = None) -> None:
+        self._runner.run(self._async.send_offsets_to_transaction(offsets, group_metadata, timeout),
+                         self._wait(timeout))
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        try:
+            self._runner.run(self._async.commit_transaction(timeout), self._wait(timeout))
+        finally:
+            self.poll(0)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        try:
+            self._runner.run(self._async.abort_transaction(timeout), self._wait(timeout))
+        finally:
+            self.poll(0)
+
+    def prepare_transaction(self) -> PreparedTxnState:
+        try:
+            return self._runner.run(self._async.prepare_transaction(), self._wait(None))
+        finally:
+            self.poll(0)
+
+    def prepared_transaction(self) -> PreparedTxnState | None:
+        return self._async.prepared_transaction()
+
+    def complete_transaction(self, state: PreparedTxnState, timeout: float | None = None) -> bool:
+        return self._runner.run(self._async.complete_transaction(state, timeout), self._wait(timeout))
+
+    @property
+    def transaction_state(self) -> TxnState | None:
+        return self._async.transaction_state
+
     def close(self, timeout: float | None = 30.0) -> None:
         if self._closed:
             return
@@ -249,7 +422,7 @@ class Producer:
         finally:
             self._runner.stop()
 
-    def __enter__(self) -> Producer:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

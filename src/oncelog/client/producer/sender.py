@@ -1,8 +1,13 @@
 """The sender task: turns ready batches into Produce requests, one request per leader, and completes them.
 
 At most one batch per partition is in flight (the partition is *muted* meanwhile), so a retried batch can never be
-overtaken by a later one: order per partition holds without idempotence. Requests to different leaders, and
-successive requests to one leader for other partitions, are pipelined on the connection.
+overtaken by a later one: order per partition holds, and a retried batch keeps its sequence number with nothing
+sent after it. Requests to different leaders, and successive requests to one leader for other partitions, are
+pipelined on the connection.
+
+With idempotence a :class:`TransactionManager` gives each drained batch its producer id/epoch/sequence, decides
+which partitions may be drained (transactions: only those added with AddPartitionsToTxn), and learns of batches
+that failed for good (abortable/fatal transaction errors, KIP-360 epoch bumps of the idempotent producer).
 """
 
 from __future__ import annotations
@@ -22,17 +27,22 @@ from ..config import ProducerConfig
 from ..errors import KafkaError, KafkaTimeoutError
 from ..message import Message
 from .accumulator import DeliveryCallback, ProducerBatch, RecordAccumulator, TopicPartition
+from .transaction_manager import TransactionManager
 
 __all__ = ["Reports", "Sender"]
 
 log = logging.getLogger(__name__)
 Reports = list[tuple[DeliveryCallback, KafkaError | None, Message]]
+_SEQUENCE_ERRORS = frozenset({ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID,
+                              ErrorCode.INVALID_PRODUCER_EPOCH})
 
 
 class Sender:
     def __init__(self, cluster: Cluster, accumulator: RecordAccumulator, config: ProducerConfig,
-                 deliver: Callable[[Reports], None], *, monotonic: Callable[[], float] = time.monotonic) -> None:
+                 deliver: Callable[[Reports], None], *, monotonic: Callable[[], float] = time.monotonic,
+                 txn: TransactionManager | None = None) -> None:
         self.cluster = cluster
+        self.txn = txn
         self.acc = accumulator
         self.config = config
         self._deliver = deliver
@@ -62,9 +72,21 @@ class Sender:
             pass
 
     async def _run(self) -> None:
+        txn = self.txn
         while True:
             self._wake.clear()
+            if txn is not None:
+                if txn.has_error:
+                    self.fail_queued(txn.current_error())
+                elif txn.bump_requested:
+                    if not self._requests:
+                        await self._bump_epoch(txn)
+                    else:
+                        await self._wake.wait()
+                    continue
             ready, delay = self.acc.ready(self._muted)
+            if txn is not None and ready:
+                ready = txn.sendable(ready)
             if ready:
                 self._send(ready)
                 continue
@@ -72,6 +94,23 @@ class Sender:
                 await asyncio.wait_for(self._wake.wait(), delay)
             except TimeoutError:
                 pass
+
+    async def _bump_epoch(self, txn: TransactionManager) -> None:
+        """KIP-360 for the idempotent producer: nothing is in flight; get a new epoch, sequences restart at 0."""
+        try:
+            await txn.init_idempotent()
+        except KafkaError as e:
+            log.warning("could not bump the idempotent producer's epoch: %s", e)
+            if txn.has_error:
+                return
+            await asyncio.sleep(self._backoff)
+
+    def fail_queued(self, err: KafkaError) -> None:
+        reports: Reports = []
+        for b in self.acc.abort_all():
+            reports += self._finish(b, -1, -1, err)
+        if reports:
+            self._deliver(reports)
 
     def _refresh_metadata(self) -> None:
         if self._refreshing is None or self._refreshing.done():
@@ -97,10 +136,22 @@ class Sender:
                 self._retry_or_fail(batch, err)
         for node, tps in by_node.items():
             batches = self.acc.drain(tps)
+            if self.txn is not None:
+                self._stamp(self.txn, batches)
             self._muted.update(b.tp for b in batches)
             task = asyncio.get_running_loop().create_task(self._send_node(node, batches))
             self._requests.add(task)
             task.add_done_callback(self._requests.discard)
+
+    @staticmethod
+    def _stamp(txn: TransactionManager, batches: list[ProducerBatch]) -> None:
+        pid = txn.pid
+        if not pid.valid:
+            return
+        for b in batches:
+            if b.base_sequence < 0 or b.producer_epoch != pid.epoch or b.producer_id != pid.producer_id:
+                b.set_producer(pid.producer_id, pid.epoch, txn.sequences.assign(b.tp, b.record_count),
+                               txn.transactional)
 
     async def _send_node(self, node: int, batches: list[ProducerBatch]) -> None:
         by_topic: dict[str, list[PartitionProduceData]] = defaultdict(list)
@@ -108,7 +159,7 @@ class Sender:
             b.attempts += 1
             by_topic[b.tp[0]].append(PartitionProduceData(index=b.tp[1], records=b.build()))
         acks = self.config.acks
-        req = ProduceRequest(transactional_id=None, acks=acks, timeout_ms=self.config.request_timeout_ms,
+        req = ProduceRequest(transactional_id=self.txn.transactional_id if self.txn else None, acks=acks, timeout_ms=self.config.request_timeout_ms,
                              topic_data=[TopicProduceData(name=t, partition_data=ps) for t, ps in by_topic.items()])
         results: dict[TopicPartition, Any] = {}
         failure: KafkaError | None = None
@@ -121,7 +172,7 @@ class Sender:
                         results[(t.name, p.index)] = p
         except KafkaError as e:
             failure = e
-        except Exception as e:  # an encoding bug must fail the records, not kill the sender silently
+        except Exception as e:  # noqa: BLE001 - an encoding bug must fail the records, not kill the sender silently
             failure = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(e).__name__}: {e}", retriable=False)
         reports: Reports = []
         for b in batches:
@@ -139,8 +190,21 @@ class Sender:
                 if p is None:
                     err = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{where}: the broker did not answer for it",
                                      retriable=False)
+                elif p.error_code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER and b.base_sequence >= 0:
+                    reports += self._finish(b, -1, -1, None)  # an earlier attempt was written: delivered
+                    continue
                 elif p.error_code:
                     err = KafkaError(p.error_code, f"{where}: {p.error_message or ErrorCode(p.error_code).name}")
+                    if p.error_code in _SEQUENCE_ERRORS and self.txn is not None:
+                        err = KafkaError(p.error_code, f"{where}: the broker rejected sequence {b.base_sequence} "
+                                         f"of producer {b.producer_id} epoch {b.producer_epoch} "
+                                         f"({ErrorCode(p.error_code).name}); records may be lost or the producer "
+                                         "state expired", retriable=False)
+                        reports += self._finish(b, -1, -1, err)
+                        self.txn.batch_failed(err, unresolved_sequence=True)
+                        continue
+                    if not err.retriable and self.txn is not None and b.base_sequence >= 0:
+                        self.txn.sequences.rewind(b.tp, b.base_sequence)  # rejected, not written: no gap
                 else:
                     reports += self._finish(b, p.base_offset, p.log_append_time_ms, None)
                     continue
@@ -151,6 +215,8 @@ class Sender:
                 reports += self._retry_or_fail(b, err)
             else:
                 reports += self._finish(b, -1, -1, err)
+                if self.txn is not None:
+                    self.txn.batch_failed(err)
         if reports:
             self._deliver(reports)
         self._progress.set()
@@ -167,6 +233,9 @@ class Sender:
                                     f"{self.config.delivery_timeout_ms})")
         reports = self._finish(batch, -1, -1, err)
         self._deliver(reports)
+        if self.txn is not None:
+            # the last attempt may have been written: its sequence is unresolved
+            self.txn.batch_failed(err, unresolved_sequence=batch.base_sequence >= 0)
         return []
 
     def _finish(self, batch: ProducerBatch, base_offset: int, log_append_time: int,
