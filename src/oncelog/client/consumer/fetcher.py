@@ -1,9 +1,8 @@
 """Fetching for assigned partitions: positions, offset resets via ListOffsets, Fetch per leader, batch decoding.
 
-Transactions hook: :func:`make_batch_filter` is where ``isolation.level=read_committed`` filtering plugs in. The
-broker already bounds read_committed fetches by the last stable offset and sends ``aborted_transactions``; the
-filter that drops batches of aborted transactions (Kafka's ``Fetcher`` with ``abortedProducerIds``) is to be
-written by the transactions work in :class:`ReadCommittedFilter`. Until then it keeps every data batch.
+Transactions: :func:`make_batch_filter` gives ``isolation.level=read_committed`` fetches a
+:class:`ReadCommittedFilter` (Kafka's ``Fetcher`` with ``abortedProducerIds``, in :mod:`.txn_filter`). The broker
+bounds read_committed fetches by the last stable offset and sends ``aborted_transactions``.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from ..cluster import Cluster
 from ..config import ConsumerConfig
 from ..errors import KafkaError
 from ..message import Message
+from .txn_filter import AbortedTransactionFilter
 
 __all__ = [
     "BatchFilter",
@@ -63,13 +63,10 @@ class ReadUncommittedFilter:
         return not header.is_control
 
 
-class ReadCommittedFilter(ReadUncommittedFilter):
-    """HOOK (transactions issue): drop batches of aborted transactions using the fetch response's
-    ``aborted_transactions`` (producer_id, first_offset) list and the ABORT markers met on the way.
-    Currently behaves like read_uncommitted below the LSO, which the broker enforces."""
-
-    def __init__(self, aborted_transactions: Sequence[Any] | None) -> None:
-        self.aborted_transactions = list(aborted_transactions or [])
+class ReadCommittedFilter(AbortedTransactionFilter):
+    """isolation.level=read_committed: drops the batches of aborted transactions using the fetch response's
+    ``aborted_transactions`` and the ABORT markers met on the way (see :mod:`.txn_filter`); the broker bounds
+    the fetch by the last stable offset."""
 
 
 def make_batch_filter(isolation_level: int, aborted_transactions: Sequence[Any] | None) -> BatchFilter:
