@@ -1,0 +1,101 @@
+"""The native producer's idempotence (on by default) against oncelog and Tansu: 20k records read back exactly
+once in order, each batch stamped with the producer id, epoch and consecutive sequences."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from oncelog.client import Admin, Producer
+from oncelog.client.connection import BrokerConnection
+from oncelog.protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchTopic
+from oncelog.protocol.records import iter_batch_headers
+
+N = 20_000
+PARTITIONS = 3
+
+
+def read_all(bootstrap: str, topic: str, partitions: int, want: int, timeout: float = 30.0,
+             isolation: str = "read_uncommitted") -> list[tuple[int, bytes]]:
+    """(partition, value) of every record of ``topic`` with confluent-kafka, until ``want`` arrived and no more
+    come for a moment."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.monotonic_ns()}",
+                  "enable.auto.commit": False, "isolation.level": isolation, "enable.partition.eof": False})
+    try:
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        out: list[tuple[int, bytes]] = []
+        deadline = time.monotonic() + timeout
+        quiet_until = None
+        while time.monotonic() < deadline:
+            msgs = c.consume(1000, 0.5)
+            for m in msgs:
+                assert m.error() is None, m.error()
+                out.append((m.partition(), m.value()))
+            if len(out) >= want:
+                if msgs:
+                    quiet_until = time.monotonic() + 1.0
+                elif quiet_until is not None and time.monotonic() > quiet_until:
+                    break
+        return out
+    finally:
+        c.close()
+
+
+@pytest.mark.timeout(180)
+def test_idempotent_produce_20k_exactly_once_in_order(any_bootstrap: str, topic_name: str) -> None:
+    with Admin({"bootstrap.servers": any_bootstrap}) as admin:
+        admin.create_topics(topic_name, PARTITIONS)
+    errors: list[object] = []
+    with Producer({"bootstrap.servers": any_bootstrap, "linger.ms": 5, "batch.size": 4096}) as p:
+        assert p.config.enable_idempotence
+        for i in range(N):
+            p.produce(topic_name, f"{i}", key=None, partition=i % PARTITIONS,
+                      on_delivery=lambda err, msg: errors.append(err) if err else None)
+            if i % 5000 == 0:
+                p.poll(0)
+        assert p.flush(60) == 0
+        txn = p._async.txn
+        assert txn is not None and txn.pid.valid
+        pid = txn.pid
+        next_seq = {p_: txn.sequences.next_sequence((topic_name, p_)) for p_ in range(PARTITIONS)}
+    assert errors == []
+    # every record exactly once, in order per partition
+    got = read_all(any_bootstrap, topic_name, PARTITIONS, N)
+    by_part: dict[int, list[int]] = defaultdict(list)
+    for part, value in got:
+        by_part[part].append(int(value))
+    assert sorted(by_part) == list(range(PARTITIONS))
+    for part, values in by_part.items():
+        assert values == list(range(part, N, PARTITIONS)), f"partition {part} is not exactly once in order"
+    # every sequence was used once: the next sequence of a partition is its record count
+    assert next_seq == {p_: len(by_part[p_]) for p_ in range(PARTITIONS)}
+    _check_batch_headers(any_bootstrap, topic_name, pid.producer_id, pid.epoch)
+
+
+def _check_batch_headers(bootstrap: str, topic: str, producer_id: int, epoch: int) -> None:
+    """Fetch partition 0 raw: its batches carry our producer id/epoch and consecutive base sequences."""
+
+    async def fetch() -> bytes:
+        host, port = bootstrap.split(",")[0].rsplit(":", 1)
+        conn = BrokerConnection(host, int(port))
+        await conn.connect()
+        try:
+            req = FetchRequest(max_wait_ms=100, min_bytes=1, max_bytes=50 << 20, topics=[FetchTopic(
+                topic=topic, partitions=[FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=50 << 20)])])
+            resp = await conn.send(req, version=12)  # by topic name
+            part = resp.responses[0].partitions[0]
+            assert part.error_code == 0 and part.records, part
+            return bytes(part.records)
+        finally:
+            await conn.close()
+
+    data = asyncio.run(fetch())
+    expected_seq = 0
+    for h in iter_batch_headers(data):
+        assert (h.producer_id, h.producer_epoch, h.base_sequence) == (producer_id, epoch, expected_seq)
+        expected_seq += h.last_offset_delta + 1
+    assert expected_seq == -(-N // PARTITIONS)
