@@ -1,30 +1,68 @@
-"""``AsyncConsumer`` (asyncio) and ``Consumer`` (sync facade): manual assignment, poll/consume.
+"""``AsyncConsumer`` (asyncio) and ``Consumer`` (sync facade): subscribe (group-managed) or assign, poll/consume,
+commit, pause/resume, seek. Names follow confluent-kafka; partitions are ``(topic, partition)`` tuples and
+offsets ``(topic, partition, offset)`` tuples.
 
-Growth point for the groups work: ``subscribe()`` and committed offsets belong in ``membership.py`` /
-``subscription.py`` feeding :meth:`Fetcher.assign`; this module only holds the buffer and the public surface.
+Membership and offsets live in :mod:`.group` (driver), :mod:`.membership` (state machine) and :mod:`.offsets`;
+this module holds the message buffer, what the application consumed (the offsets ``commit()`` commits: the last
+record ``poll()`` returned + 1), and the public surface.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import inspect
+import logging
 import time
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Self
+
+from oncelog.protocol.errors import ErrorCode
 
 from .._sync import LoopThread
 from ..cluster import Cluster
 from ..config import ConsumerConfig, parse_consumer_config
+from ..errors import ConfigError, KafkaError
+from ..group_metadata import ConsumerGroupMetadata
 from ..message import Message
 from .fetcher import Fetcher, TopicPartition
+from .group import ConsumerCoordinator, RebalanceHooks
+from .subscription import SubscriptionMode, SubscriptionState
 
-__all__ = ["OFFSET_BEGINNING", "OFFSET_END", "OFFSET_INVALID", "Assignment", "AsyncConsumer", "Consumer"]
+__all__ = ["OFFSET_BEGINNING", "OFFSET_END", "OFFSET_INVALID", "OFFSET_STORED", "Assignment", "AsyncConsumer",
+           "Consumer", "TopicPartitionOffset"]
+
+log = logging.getLogger(__name__)
 
 OFFSET_BEGINNING = -2
 OFFSET_END = -1
-OFFSET_INVALID = -1001  # use auto.offset.reset (confluent-kafka's value)
+OFFSET_STORED = -1000  # the group's committed offset (confluent-kafka's value)
+OFFSET_INVALID = -1001  # no offset: committed offset if there is a group, else auto.offset.reset
 
 #: (topic, partition) or (topic, partition, offset); offset OFFSET_BEGINNING / OFFSET_END / OFFSET_INVALID / >= 0
 Assignment = tuple[str, int] | tuple[str, int, int | None]
+TopicPartitionOffset = tuple[str, int, int]
+#: on_assign / on_revoke / on_lost: (consumer, [(topic, partition), ...]); may be a coroutine function
+RebalanceCallback = Callable[[Any, list[TopicPartition]], Any]
+
+
+def _split(item: Any) -> tuple[TopicPartition, int | None]:
+    if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
+        raise TypeError(f"expected (topic, partition) or (topic, partition, offset), got {item!r}")
+    offset = item[2] if len(item) == 3 else None
+    return (str(item[0]), int(item[1])), (None if offset is None else int(offset))
+
+
+def _offsets_arg(offsets: Iterable[Any] | Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+    if isinstance(offsets, Mapping):
+        return {(t, p): int(o) for (t, p), o in offsets.items()}
+    out = {}
+    for item in offsets:
+        tp, off = _split(item)
+        if off is None or off < 0:
+            raise ValueError(f"commit needs an offset >= 0 for {tp[0]}[{tp[1]}], got {off!r}")
+        out[tp] = off
+    return out
 
 
 class AsyncConsumer:
@@ -34,73 +72,395 @@ class AsyncConsumer:
         self.cluster = Cluster(c.bootstrap_servers, client_id=c.client_id, request_timeout=c.request_timeout_ms / 1000,
                                connect_timeout=c.connect_timeout_ms / 1000,
                                metadata_max_age=c.metadata_max_age_ms / 1000)
+        self.subscription = SubscriptionState()
         self.fetcher = Fetcher(self.cluster, c)
+        self.fetcher.paused = self.subscription.paused
+        self.coordinator: ConsumerCoordinator | None = None
+        if c.group_id is not None:
+            self.coordinator = ConsumerCoordinator(self.cluster, c, self.subscription,
+                                                   RebalanceHooks(self._revoked, self._lost, self._assigned))
         self._buffer: collections.deque[Message] = collections.deque()
+        self._stored: dict[TopicPartition, int] = {}  # offsets commit() commits (last returned + 1, or stored)
+        self._last_committed: dict[TopicPartition, int] = {}
+        self._next_auto_commit = time.monotonic() + c.auto_commit_interval_ms / 1000
+        self._commit_tasks: set[asyncio.Task[None]] = set()
+        self._callbacks: dict[str, RebalanceCallback | None] = {"assign": None, "revoke": None, "lost": None}
+        self._in_callback = False
         self._started = False
+        self._closed = False
 
     async def start(self) -> None:
+        if self._closed:
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "this consumer is closed; create a new one",
+                             retriable=False)
         if not self._started:
             await self.cluster.bootstrap()
             self._started = True
 
-    async def __aenter__(self) -> AsyncConsumer:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def assign(self, partitions: Iterable[Assignment]) -> None:
-        """Replace the assignment. Offsets: >= 0 exact, OFFSET_BEGINNING, OFFSET_END, else auto.offset.reset."""
+    def _group(self, what: str) -> ConsumerCoordinator:
+        if self.coordinator is None:
+            raise ConfigError(f"{what} needs a consumer group: set group.id in the consumer configuration")
+        return self.coordinator
+
+    # ------------------------------------------------------------------ subscription
+
+    def subscribe(self, topics: list[str], on_assign: RebalanceCallback | None = None,
+                  on_revoke: RebalanceCallback | None = None, on_lost: RebalanceCallback | None = None) -> None:
+        """Join the group (at the next poll) for ``topics``; a name starting with ``^`` is a regular expression.
+        ``on_assign`` / ``on_revoke`` / ``on_lost`` get ``(consumer, [(topic, partition), ...])``; ``on_lost``
+        defaults to ``on_revoke`` (partitions taken away without a chance to commit)."""
+        coordinator = self._group("subscribe()")
+        before = (self.subscription.topics, tuple(p.pattern for p in self.subscription.patterns))
+        self.subscription.subscribe(topics)
+        self._callbacks = {"assign": on_assign, "revoke": on_revoke, "lost": on_lost}
+        after = (self.subscription.topics, tuple(p.pattern for p in self.subscription.patterns))
+        if before != after:
+            coordinator.membership.request_rejoin(f"subscription changed to {list(topics)}")
+
+    async def unsubscribe(self) -> None:
+        """Leave the group (revoking the assignment first) and stop consuming."""
+        if self.coordinator is not None and self.subscription.auto:
+            await self.coordinator.leave("the consumer unsubscribed")
+        self.subscription.unsubscribe()
         self.fetcher.unassign_all()
         self._buffer.clear()
-        for item in partitions:
-            topic, partition = item[0], item[1]
-            offset = item[2] if len(item) > 2 else None
-            self.fetcher.assign((topic, partition), None if offset == OFFSET_INVALID else offset)
+
+    # ------------------------------------------------------------------ rebalance hooks (run by the coordinator)
+
+    async def _call(self, which: str, tps: list[TopicPartition]) -> None:
+        cb = self._callbacks.get(which) or (self._callbacks["revoke"] if which == "lost" else None)
+        if cb is None:
+            return
+        self._in_callback = True
+        try:
+            result = cb(self, list(tps))
+            if inspect.isawaitable(result):
+                await result
+        except Exception:
+            log.exception("consumer %s callback raised for %s; the rebalance continues", which, tps)
+        finally:
+            self._in_callback = False
+
+    async def _revoked(self, tps: list[TopicPartition]) -> None:
+        if self.config.enable_auto_commit:
+            offsets = {tp: o for tp, o in self._stored.items() if tp in set(tps)}
+            if offsets:
+                try:
+                    await self._commit_now(offsets)
+                except KafkaError as e:
+                    log.warning("auto commit before revoking %s failed: %s", tps, e)
+        await self._call("revoke", tps)
+        self._remove(tps)
+
+    async def _lost(self, tps: list[TopicPartition]) -> None:
+        await self._call("lost", tps)
+        self._remove(tps)
+
+    async def _assigned(self, tps: list[TopicPartition]) -> None:
+        self.subscription.assign(tps, await_committed=True)
+        await self._call("assign", tps)
+
+    def _remove(self, tps: Iterable[TopicPartition]) -> None:
+        gone = set(tps)
+        self.subscription.unassign(gone)
+        self.fetcher.unassign(gone)
+        if self._buffer:
+            self._buffer = collections.deque(m for m in self._buffer if (m.topic, m.partition) not in gone)
+        for tp in gone:
+            self._stored.pop(tp, None)
+
+    def _add(self, tp: TopicPartition, offset: int | None) -> None:
+        self.subscription.assign([tp], await_committed=False)
+        self._drop_buffered([tp], rewind=False)
+        if offset is None or offset in (OFFSET_INVALID, OFFSET_STORED):
+            if self.coordinator is not None:
+                self.fetcher.unassign([tp])
+                self.subscription.awaiting_committed[tp] = None
+                return
+            offset = None
+        self.subscription.awaiting_committed.pop(tp, None)
+        self.fetcher.assign(tp, offset)
+
+    def _drop_buffered(self, tps: Iterable[TopicPartition], *, rewind: bool) -> None:
+        """Forget buffered records of ``tps``; ``rewind``: fetch them again later (pause)."""
+        drop = set(tps)
+        if not self._buffer or not drop:
+            return
+        keep: collections.deque[Message] = collections.deque()
+        first: dict[TopicPartition, int] = {}
+        for m in self._buffer:
+            tp = (m.topic, m.partition)
+            if tp in drop:
+                first.setdefault(tp, m.offset)
+            else:
+                keep.append(m)
+        self._buffer = keep
+        if rewind:
+            for tp, off in first.items():
+                if tp in self.fetcher.positions:
+                    self.fetcher.positions[tp] = off
+
+    # ------------------------------------------------------------------ manual assignment
+
+    def _check_manual(self, what: str) -> None:
+        if self.subscription.auto and not self._in_callback:
+            raise ValueError(f"{what} while subscribed: the group assigns partitions (call it from on_assign / "
+                             "on_revoke, or unsubscribe() first)")
+
+    def assign(self, partitions: Iterable[Assignment]) -> None:
+        """Replace the assignment. Offsets: >= 0 exact, OFFSET_BEGINNING, OFFSET_END; none / OFFSET_INVALID /
+        OFFSET_STORED: the group's committed offset (with group.id), else auto.offset.reset."""
+        self._check_manual("assign()")
+        items = [_split(i) for i in partitions]
+        if not self.subscription.auto:
+            self.subscription.set_manual()
+        self._remove(list(self.subscription.assigned))
+        self.fetcher.unassign_all()
+        self._buffer.clear()
+        if not self.subscription.auto:
+            self.subscription.set_manual()
+        for tp, offset in items:
+            self._add(tp, offset)
+
+    def unassign(self) -> None:
+        self._check_manual("unassign()")
+        self._remove(list(self.subscription.assigned))
+
+    def incremental_assign(self, partitions: Iterable[Assignment]) -> None:
+        self._check_manual("incremental_assign()")
+        items = [_split(i) for i in partitions]
+        if not self.subscription.auto:
+            self.subscription.set_manual()
+        for tp, offset in items:
+            self._add(tp, offset)
+
+    def incremental_unassign(self, partitions: Iterable[Assignment]) -> None:
+        self._check_manual("incremental_unassign()")
+        self._remove([_split(i)[0] for i in partitions])
 
     def assignment(self) -> list[TopicPartition]:
-        return sorted(set(self.fetcher.positions) | set(self.fetcher.resets))
+        return self.subscription.assignment()
 
-    def seek(self, topic: str, partition: int, offset: int) -> None:
-        self._buffer = collections.deque(m for m in self._buffer if (m.topic, m.partition) != (topic, partition))
-        self.fetcher.assign((topic, partition), offset)
+    # ------------------------------------------------------------------ positions
 
-    def position(self, topic: str, partition: int) -> int | None:
-        """Offset of the next message poll() returns for this partition (None until resolved)."""
+    def seek(self, topic: str | Assignment, partition: int | None = None, offset: int | None = None) -> None:
+        """``seek(topic, partition, offset)`` or ``seek((topic, partition, offset))``."""
+        if not isinstance(topic, str):
+            tp, off = _split(topic)
+        else:
+            if partition is None or offset is None:
+                raise TypeError("seek(topic, partition, offset) needs all three")
+            tp, off = (topic, partition), offset
+        if off is None:
+            raise TypeError("seek needs an offset")
+        if tp not in self.subscription.assigned:
+            if self.subscription.auto:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                 f"cannot seek {tp[0]}[{tp[1]}]: it is not assigned to this consumer", retriable=False)
+            self.subscription.set_manual()
+        self._stored.pop(tp, None)
+        self._add(tp, off)
+
+    def position(self, topic: str | Iterable[Any], partition: int | None = None) -> Any:
+        """``position(topic, partition)`` -> offset of the next record poll() returns (None until known), or
+        ``position([(topic, partition), ...])`` -> [(topic, partition, offset or OFFSET_INVALID)]."""
+        firsts: dict[TopicPartition, int] = {}
         for m in self._buffer:
-            if (m.topic, m.partition) == (topic, partition):
-                return m.offset
-        return self.fetcher.positions.get((topic, partition))
+            firsts.setdefault((m.topic, m.partition), m.offset)
 
-    async def _fill(self, deadline: float) -> None:
+        def one(tp: TopicPartition) -> int | None:
+            return firsts.get(tp, self.fetcher.positions.get(tp))
+
+        if isinstance(topic, str):
+            if partition is None:
+                raise TypeError("position(topic, partition) needs a partition")
+            return one((topic, partition))
+        out = []
+        for item in topic:
+            tp, _ = _split(item)
+            pos = one(tp)
+            out.append((tp[0], tp[1], OFFSET_INVALID if pos is None else pos))
+        return out
+
+    def pause(self, partitions: Iterable[Assignment]) -> None:
+        """Stop returning records of these assigned partitions (membership goes on) until resume()."""
+        tps = [_split(i)[0] for i in partitions]
+        unknown = self.subscription.pause(tps)
+        if unknown:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"cannot pause {unknown}: not assigned",
+                             retriable=False)
+        self._drop_buffered(tps, rewind=True)
+
+    def resume(self, partitions: Iterable[Assignment]) -> None:
+        self.subscription.resume(_split(i)[0] for i in partitions)
+
+    def paused(self) -> list[TopicPartition]:
+        return sorted(self.subscription.paused)
+
+    # ------------------------------------------------------------------ poll
+
+    async def _resolve_committed(self) -> None:
+        waiting = list(self.subscription.awaiting_committed)
+        if not waiting:
+            return
+        if self.coordinator is None:
+            for tp in waiting:
+                self._add(tp, None)
+            return
+        committed = await self.coordinator.fetch_committed(waiting, self.config.request_timeout_ms / 1000)
+        for tp, off in committed.items():
+            if tp in self.subscription.awaiting_committed:
+                del self.subscription.awaiting_committed[tp]
+                self.fetcher.assign(tp, off if off >= 0 else None)
+
+    async def _fetch_round(self, deadline: float, max_messages: int) -> list[Message]:
         await self.start()
-        while not self._buffer:
+        co = self.coordinator
+        while True:
+            if co is not None:
+                if self.subscription.auto:
+                    await co.ensure_active(deadline, block=not self.subscription.assigned)
+                else:
+                    co.raise_if_failed()
+                self._maybe_auto_commit()
+            await self._resolve_committed()
+            if self._buffer:
+                break
             left_ms = int((deadline - time.monotonic()) * 1000)
             if left_ms <= 0:
-                return
+                break
+            if co is not None and co.joining and not self.subscription.assigned:
+                continue  # ensure_active waits for the join
             self._buffer.extend(await self.fetcher.fetch(min(left_ms, self.config.fetch_max_wait_ms)))
+        out: list[Message] = []
+        assigned, paused = self.subscription.assigned, self.subscription.paused
+        while self._buffer and len(out) < max_messages:
+            m = self._buffer.popleft()
+            tp = (m.topic, m.partition)
+            if tp in assigned and tp not in paused:
+                out.append(m)
+                if self.config.enable_auto_offset_store:
+                    self._stored[tp] = m.offset + 1
+        return out
 
     async def poll(self, timeout: float = 1.0) -> Message | None:
-        """The next message, or None if none arrives within ``timeout`` seconds."""
-        await self._fill(time.monotonic() + timeout)
-        return self._buffer.popleft() if self._buffer else None
+        """The next message, or None if none arrives within ``timeout`` seconds (group rebalances and the
+        rebalance callbacks run inside poll)."""
+        msgs = await self._fetch_round(time.monotonic() + timeout, 1)
+        return msgs[0] if msgs else None
 
     async def consume(self, num_messages: int = 1, timeout: float = 1.0) -> list[Message]:
         """Up to ``num_messages``: returns as soon as some are available (or empty after ``timeout``)."""
-        await self._fill(time.monotonic() + timeout)
-        out: list[Message] = []
-        while self._buffer and len(out) < num_messages:
-            out.append(self._buffer.popleft())
-        return out
+        return await self._fetch_round(time.monotonic() + timeout, num_messages)
+
+    # ------------------------------------------------------------------ offsets
+
+    def store_offsets(self, message: Message | None = None,
+                      offsets: Iterable[Any] | Mapping[TopicPartition, int] | None = None) -> None:
+        """Set what commit() / auto commit will commit (with enable.auto.offset.store=false)."""
+        if message is not None:
+            self._stored[(message.topic, message.partition)] = message.offset + 1
+        if offsets is not None:
+            self._stored.update(_offsets_arg(offsets))
+
+    def _maybe_auto_commit(self) -> None:
+        if not self.config.enable_auto_commit or time.monotonic() < self._next_auto_commit:
+            return
+        self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
+        co = self.coordinator
+        if co is None or (self.subscription.auto and not co.membership.stable):
+            return
+        todo = {tp: o for tp, o in self._stored.items()
+                if tp in self.subscription.assigned and self._last_committed.get(tp) != o}
+        if todo:
+            self._spawn_commit(todo)
+
+    def _spawn_commit(self, offsets: dict[TopicPartition, int]) -> None:
+        async def run() -> None:
+            try:
+                await self._commit_now(offsets)
+            except KafkaError as e:
+                log.warning("asynchronous commit of %d offset(s) failed: %s", len(offsets), e)
+        task = asyncio.get_running_loop().create_task(run())
+        self._commit_tasks.add(task)
+        task.add_done_callback(self._commit_tasks.discard)
+
+    async def _commit_now(self, offsets: dict[TopicPartition, int]) -> None:
+        await self._group("commit()").commit(offsets, self.config.request_timeout_ms / 1000)
+        self._last_committed.update(offsets)
+
+    async def commit(self, message: Message | None = None,
+                     offsets: Iterable[Any] | Mapping[TopicPartition, int] | None = None,
+                     asynchronous: bool = True) -> list[TopicPartitionOffset] | None:
+        """Commit ``message.offset + 1``, or ``offsets`` ([(topic, partition, offset)] or {tp: offset}), or by
+        default the position after the last record poll() returned for each assigned partition. Synchronous:
+        returns the committed [(topic, partition, offset)]; raises CommitFailedError if the group moved on."""
+        self._group("commit()")
+        await self.start()
+        if message is not None:
+            todo = {(message.topic, message.partition): message.offset + 1}
+        elif offsets is not None:
+            todo = _offsets_arg(offsets)
+        else:
+            todo = {tp: o for tp, o in self._stored.items() if tp in self.subscription.assigned}
+        if not todo:
+            return None if asynchronous else []
+        if asynchronous:
+            self._spawn_commit(todo)
+            return None
+        await self._commit_now(todo)
+        return sorted((t, p, o) for (t, p), o in todo.items())
+
+    async def committed(self, partitions: Iterable[Any], timeout: float | None = None
+                        ) -> list[TopicPartitionOffset]:
+        """The group's committed offsets: [(topic, partition, offset or OFFSET_INVALID)]."""
+        co = self._group("committed()")
+        await self.start()
+        tps = [_split(i)[0] for i in partitions]
+        got = await co.fetch_committed(tps, self.config.request_timeout_ms / 1000 if timeout is None else timeout)
+        return [(t, p, got.get((t, p), -1) if got.get((t, p), -1) >= 0 else OFFSET_INVALID) for t, p in tps]
+
+    def consumer_group_metadata(self) -> ConsumerGroupMetadata:
+        """For ``Producer.send_offsets_to_transaction``: group id, generation, member id, instance id."""
+        return self._group("consumer_group_metadata()").group_metadata()
+
+    # ------------------------------------------------------------------ close
 
     async def close(self) -> None:
-        await self.cluster.close()
-        self._started = False
+        """Commit (with auto commit), revoke and leave the group (a static member stays: its partitions wait
+        session.timeout.ms for it), then close the connections."""
+        if self._closed:
+            return
+        try:
+            co = self.coordinator
+            if co is not None and self._started:
+                if self._commit_tasks:
+                    await asyncio.gather(*list(self._commit_tasks), return_exceptions=True)
+                if not self.subscription.auto and self.config.enable_auto_commit:
+                    todo = {tp: o for tp, o in self._stored.items()
+                            if tp in self.subscription.assigned and self._last_committed.get(tp) != o}
+                    if todo:
+                        try:
+                            await self._commit_now(todo)
+                        except KafkaError as e:
+                            log.warning("commit on close failed: %s", e)
+                await co.close(leave=self.subscription.mode is SubscriptionMode.AUTO)
+        finally:
+            self._closed = True
+            await self.cluster.close()
+            self._started = False
 
 
 class Consumer:
-    """Blocking facade over :class:`AsyncConsumer`, run on a background event loop thread."""
+    """Blocking facade over :class:`AsyncConsumer`, run on a background event loop thread. Rebalance callbacks
+    run in a worker thread while the consumer waits for them, so they may call this consumer's methods."""
 
     def __init__(self, conf: Mapping[str, Any]) -> None:
         self._async = AsyncConsumer(conf)
@@ -116,6 +476,11 @@ class Consumer:
     def config(self) -> ConsumerConfig:
         return self._async.config
 
+    def _do(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> Any:
+        async def call() -> Any:
+            return fn(*args)
+        return self._runner.run(call(), self._timeout if timeout is None else timeout)
+
     def partitions_for(self, topic: str) -> list[int]:
         """Partitions of ``topic`` from fresh metadata ([] if the topic does not exist)."""
         async def do() -> list[int]:
@@ -124,23 +489,52 @@ class Consumer:
         result: list[int] = self._runner.run(do(), self._timeout)
         return result
 
-    def assign(self, partitions: Iterable[Assignment]) -> None:
-        items = list(partitions)
+    def _wrap(self, cb: RebalanceCallback | None) -> RebalanceCallback | None:
+        if cb is None:
+            return None
 
-        async def do() -> None:
-            self._async.assign(items)
-        self._runner.run(do(), self._timeout)
+        async def run(_: AsyncConsumer, tps: list[TopicPartition]) -> None:
+            await asyncio.get_running_loop().run_in_executor(None, cb, self, tps)
+        return run
+
+    def subscribe(self, topics: list[str], on_assign: RebalanceCallback | None = None,
+                  on_revoke: RebalanceCallback | None = None, on_lost: RebalanceCallback | None = None) -> None:
+        self._do(self._async.subscribe, topics, self._wrap(on_assign), self._wrap(on_revoke), self._wrap(on_lost))
+
+    def unsubscribe(self) -> None:
+        self._runner.run(self._async.unsubscribe(), self._timeout + self._async.config.max_poll_interval_ms / 1000)
+
+    def assign(self, partitions: Iterable[Assignment]) -> None:
+        self._do(self._async.assign, list(partitions))
+
+    def unassign(self) -> None:
+        self._do(self._async.unassign)
+
+    def incremental_assign(self, partitions: Iterable[Assignment]) -> None:
+        self._do(self._async.incremental_assign, list(partitions))
+
+    def incremental_unassign(self, partitions: Iterable[Assignment]) -> None:
+        self._do(self._async.incremental_unassign, list(partitions))
 
     def assignment(self) -> list[TopicPartition]:
-        return self._async.assignment()
+        result: list[TopicPartition] = self._do(self._async.assignment)
+        return result
 
-    def seek(self, topic: str, partition: int, offset: int) -> None:
-        async def do() -> None:
-            self._async.seek(topic, partition, offset)
-        self._runner.run(do(), self._timeout)
+    def seek(self, topic: str | Assignment, partition: int | None = None, offset: int | None = None) -> None:
+        self._do(self._async.seek, topic, partition, offset)
 
-    def position(self, topic: str, partition: int) -> int | None:
-        return self._async.position(topic, partition)
+    def position(self, topic: str | Iterable[Any], partition: int | None = None) -> Any:
+        return self._do(self._async.position, topic if isinstance(topic, str) else list(topic), partition)
+
+    def pause(self, partitions: Iterable[Assignment]) -> None:
+        self._do(self._async.pause, list(partitions))
+
+    def resume(self, partitions: Iterable[Assignment]) -> None:
+        self._do(self._async.resume, list(partitions))
+
+    def paused(self) -> list[TopicPartition]:
+        result: list[TopicPartition] = self._do(self._async.paused)
+        return result
 
     def poll(self, timeout: float = 1.0) -> Message | None:
         result: Message | None = self._runner.run(self._async.poll(timeout), timeout + self._timeout)
@@ -151,13 +545,36 @@ class Consumer:
                                                  timeout + self._timeout)
         return result
 
+    def store_offsets(self, message: Message | None = None,
+                      offsets: Iterable[Any] | Mapping[TopicPartition, int] | None = None) -> None:
+        self._do(self._async.store_offsets, message, offsets if offsets is None or isinstance(offsets, Mapping)
+                 else list(offsets))
+
+    def commit(self, message: Message | None = None,
+               offsets: Iterable[Any] | Mapping[TopicPartition, int] | None = None,
+               asynchronous: bool = True) -> list[TopicPartitionOffset] | None:
+        if offsets is not None and not isinstance(offsets, Mapping):
+            offsets = list(offsets)
+        result: list[TopicPartitionOffset] | None = self._runner.run(
+            self._async.commit(message, offsets, asynchronous), self._timeout)
+        return result
+
+    def committed(self, partitions: Iterable[Any], timeout: float | None = None) -> list[TopicPartitionOffset]:
+        result: list[TopicPartitionOffset] = self._runner.run(
+            self._async.committed(list(partitions), timeout), (timeout or self._timeout) + 5)
+        return result
+
+    def consumer_group_metadata(self) -> ConsumerGroupMetadata:
+        result: ConsumerGroupMetadata = self._do(self._async.consumer_group_metadata)
+        return result
+
     def close(self) -> None:
         try:
-            self._runner.run(self._async.close(), 10)
+            self._runner.run(self._async.close(), self._timeout + 10)
         finally:
             self._runner.stop()
 
-    def __enter__(self) -> Consumer:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import struct
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from oncelog.protocol.errors import ErrorCode
@@ -108,6 +108,8 @@ class Fetcher:
         self.positions: dict[TopicPartition, int] = {}
         self.resets: dict[TopicPartition, int] = {}  # tp -> EARLIEST/LATEST still to resolve
         self.high_watermarks: dict[TopicPartition, int] = {}
+        #: not fetched while paused (the consumer shares its SubscriptionState's set here)
+        self.paused: set[TopicPartition] = set()
 
     def assign(self, tp: TopicPartition, offset: int | None) -> None:
         """``offset`` >= 0: start there; -2 earliest; -1 latest; None: ``auto.offset.reset``."""
@@ -123,6 +125,12 @@ class Fetcher:
     def unassign_all(self) -> None:
         self.positions.clear()
         self.resets.clear()
+
+    def unassign(self, tps: Iterable[TopicPartition]) -> None:
+        for tp in tps:
+            self.positions.pop(tp, None)
+            self.resets.pop(tp, None)
+            self.high_watermarks.pop(tp, None)
 
     def _reset_by_policy(self, tp: TopicPartition, why: str) -> None:
         policy = self.config.auto_offset_reset
@@ -155,7 +163,7 @@ class Fetcher:
 
     async def fetch(self, max_wait_ms: int) -> list[Message]:
         """One round of Fetch requests (one per leader, concurrently); returns the new messages in order."""
-        if not self.positions and not self.resets:
+        if not self.resets and all(tp in self.paused for tp in self.positions):
             await asyncio.sleep(max_wait_ms / 1000)
             return []
         try:
@@ -170,7 +178,9 @@ class Fetcher:
             await asyncio.sleep(self.config.retry_backoff_ms / 1000)
             return []
         by_node: dict[int, list[TopicPartition]] = defaultdict(list)
-        for tp in self.positions:
+        for tp in list(self.positions):
+            if tp in self.paused:
+                continue
             try:
                 by_node[self.cluster.leader_for(*tp)].append(tp)
             except KafkaError:
@@ -194,8 +204,9 @@ class Fetcher:
         version = conn.version_for(1)
         c = self.config
         by_topic: dict[str, list[FetchPartition]] = defaultdict(list)
-        for t, p in tps:
-            by_topic[t].append(FetchPartition(partition=p, fetch_offset=self.positions[(t, p)],
+        sent = {tp: self.positions[tp] for tp in tps}
+        for (t, p), offset in sent.items():
+            by_topic[t].append(FetchPartition(partition=p, fetch_offset=offset,
                                               partition_max_bytes=c.max_partition_fetch_bytes))
         req = FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=c.fetch_min_bytes,
                            max_bytes=c.fetch_max_bytes, isolation_level=c.isolation_level, session_id=0,
@@ -210,9 +221,9 @@ class Fetcher:
             topic = rt.topic if version < 13 else (self.cluster.topic_name(rt.topic_id) or rt.topic)
             for rp in rt.partitions:
                 tp = (topic, rp.partition_index)
-                if tp not in self.positions:
-                    continue  # unassigned or reset meanwhile
-                fetch_offset = self.positions[tp]
+                fetch_offset = self.positions.get(tp)
+                if fetch_offset is None or fetch_offset != sent.get(tp):
+                    continue  # unassigned, sought or reset while the fetch was in flight
                 if rp.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                     self._reset_by_policy(tp, f"offset {fetch_offset} is out of range for {tp[0]}[{tp[1]}]")
                     continue
