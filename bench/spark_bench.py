@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""Rows/s of the oncelog Spark source (and sink, when present) next to Spark's own ceilings, in one run.
+
+    .venv/bin/python bench/spark_bench.py                       # 2M x 100 B records, 3 rounds
+    .venv/bin/python bench/spark_bench.py --records 500000 --rounds 2 --partitions 4
+
+Scenarios (every round runs each once, in this order, so noise hits them alike):
+- ``rate -> noop``: Spark's ``rate-micro-batch`` source into the ``noop`` sink, one micro-batch of N rows: the
+  JVM engine's ceiling.
+- ``python arrow -> noop``: a trivial Python data source yielding ready-made Arrow batches of the same shape as
+  the oncelog source (100 B values): the ceiling of any Python source on this box.
+- ``oncelog batch read -> noop`` and ``oncelog stream read -> noop`` (availableNow, one micro-batch): the source.
+- ``df -> oncelog sink``: N x 100 B rows through the exactly-once streaming sink (only when
+  ``oncelog.spark.sink`` exists).
+Each number is N / wall time of the whole query (planning and the ~0.5 s micro-batch floor included).
+The broker is a fresh ``oncelog serve`` child process; the topic is filled once with confluent-kafka.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from oncelog.client import Admin
+from oncelog.spark import register
+from oncelog.spark.reader import arrow_schema
+from oncelog.testing.broker_process import BrokerProcess
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+class _ConstPartition(InputPartition):
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+
+class ConstArrowSource(DataSource):
+    """Python data source yielding pre-built Arrow batches shaped like oncelog's rows (the Python ceiling)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bench_const_arrow"
+
+    def schema(self) -> str:
+        return ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+                "timestampType int")
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return _ConstReader(int(self.options["rows"]), int(self.options["partitions"]))
+
+
+class _ConstReader(DataSourceReader):
+    def __init__(self, rows: int, partitions: int) -> None:
+        self.rows, self.n = rows, partitions
+
+    def partitions(self) -> list[InputPartition]:
+        return [_ConstPartition(self.rows // self.n) for _ in range(self.n)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _ConstPartition)
+        size = 65536
+        vals = pa.array([b"x" * 100] * size, pa.binary())
+        cols = [pa.nulls(size, pa.binary()), vals, pa.array(["t"] * size), pa.array([0] * size, pa.int32()),
+                pa.array(range(size), pa.int64()),
+                pa.array([1_700_000_000_000_000] * size, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                pa.array([0] * size, pa.int32())]
+        full = pa.RecordBatch.from_arrays(cols, schema=arrow_schema(False))
+        left = partition.rows
+        while left > 0:
+            yield full if left >= size else full.slice(0, left)
+            left -= size
+
+
+def fill_topic(bootstrap: str, topic: str, records: int, partitions: int) -> float:
+    import confluent_kafka as ck
+
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics(topic, partitions)
+    p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20,
+                     "queue.buffering.max.messages": 1_000_000, "enable.idempotence": False})
+    value = b"x" * 100
+    t = time.perf_counter()
+    for i in range(records):
+        while True:
+            try:
+                p.produce(topic, value, partition=i % partitions)
+                break
+            except BufferError:
+                p.poll(0.01)
+    assert p.flush(120) == 0
+    return records / (time.perf_counter() - t)
+
+
+def timed(fn: Callable[[], None]) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=2_000_000)
+    ap.add_argument("--ceiling-records", type=int, default=20_000_000,
+                    help="rows of the two ceiling scenarios (they need more rows to leave the start-up noise)")
+    ap.add_argument("--partitions", type=int, default=4, help="topic partitions (Spark tasks)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--no-sink", action="store_true")
+    args = ap.parse_args()
+    n = args.records
+
+    tmp = Path(tempfile.mkdtemp(prefix="oncelog-spark-bench-"))
+    broker = BrokerProcess(tmp / "data", settings={"num.partitions": args.partitions,
+                                                   "transaction.two.phase.commit.enable": "true"}).start()
+    spark = None
+    try:
+        topic = f"bench-{uuid.uuid4().hex[:8]}"
+        log(f"filling {topic} with {n} x 100 B records ...")
+        log(f"  confluent-kafka produce: {fill_topic(broker.bootstrap, topic, n, args.partitions):,.0f} msg/s")
+        spark = (SparkSession.builder.master(args.master).appName("oncelog-spark-bench")
+                 .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+                 .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+                 .getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        register(spark)
+        spark.dataSource.register(ConstArrowSource)
+        bs = broker.bootstrap
+
+        big = max(n, args.ceiling_records)
+
+        def rate_noop() -> None:
+            q = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", big)
+                 .option("numPartitions", 2).load().writeStream.format("noop")
+                 .option("checkpointLocation", str(tmp / f"cp-{uuid.uuid4().hex}"))
+                 .trigger(availableNow=True).start())
+            q.awaitTermination()
+
+        def const_noop() -> None:
+            (spark.read.format("bench_const_arrow").option("rows", big).option("partitions", args.partitions)
+             .load().write.format("noop").mode("overwrite").save())
+
+        def source_batch() -> None:
+            (spark.read.format("oncelog").option("kafka.bootstrap.servers", bs).option("subscribe", topic)
+             .load().write.format("noop").mode("overwrite").save())
+
+        def source_stream() -> None:
+            q = (spark.readStream.format("oncelog").option("kafka.bootstrap.servers", bs)
+                 .option("subscribe", topic).option("startingOffsets", "earliest").load()
+                 .writeStream.format("noop").option("checkpointLocation", str(tmp / f"cp-{uuid.uuid4().hex}"))
+                 .trigger(availableNow=True).start())
+            q.awaitTermination()
+
+        scenarios: list[tuple[str, int, Callable[[], None]]] = [
+            ("rate -> noop (JVM ceiling)", big, rate_noop),
+            ("python arrow source -> noop (Python ceiling)", big, const_noop),
+            ("oncelog batch read -> noop", n, source_batch),
+            ("oncelog stream read -> noop", n, source_stream),
+        ]
+        if not args.no_sink:
+            try:
+                import oncelog.spark.sink  # noqa: F401
+            except ImportError:
+                log("oncelog.spark.sink not present: sink scenario skipped")
+            else:
+                def sink_stream() -> None:
+                    out = f"bench-out-{uuid.uuid4().hex[:8]}"
+                    with Admin({"bootstrap.servers": bs}) as admin:
+                        admin.create_topics(out, args.partitions)
+                    q = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", n)
+                         .option("numPartitions", 2).load()
+                         .selectExpr("CAST(NULL AS BINARY) AS key",
+                                     "CAST(concat(lpad(CAST(value AS STRING), 20, '0'), repeat('x', 80)) AS BINARY)"
+                                     " AS value")
+                         .writeStream.format("oncelog").option("kafka.bootstrap.servers", bs)
+                         .option("topic", out)
+                         .option("checkpointLocation", str(tmp / f"cp-{uuid.uuid4().hex}"))
+                         .trigger(availableNow=True).start())
+                    q.awaitTermination()
+                scenarios.append(("rate -> oncelog exactly-once sink", n, sink_stream))
+
+        log("warm-up ...")
+        rate_noop()
+        source_batch()
+        results: dict[str, list[float]] = {name: [] for name, _, _ in scenarios}
+        rows_of = {name: rows for name, rows, _ in scenarios}
+        for r in range(args.rounds):
+            for name, rows, fn in scenarios:
+                secs = timed(fn)
+                results[name].append(rows / secs)
+                log(f"round {r + 1}: {name}: {rows / secs:,.0f} rows/s ({rows:,} rows in {secs:.2f} s)")
+    finally:
+        if spark is not None:
+            spark.stop()
+        broker.stop()
+
+    ceiling = statistics.median(results["rate -> noop (JVM ceiling)"])
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False, capture_output=True, text=True,
+                         cwd=Path(__file__).parent).stdout.strip()
+    print(f"`{shlex.join(['bench/spark_bench.py', *sys.argv[1:]])}` ({n:,} x 100 B, {args.partitions} partitions, "
+          f"{args.master}, git {rev}, {platform.node()}, {os.cpu_count()} cores)\n")
+    print("| scenario | rows | rows/s, median (min-max) | vs rate -> noop |")
+    print("|---|---|---|---|")
+    for name, vals in results.items():
+        med = statistics.median(vals)
+        print(f"| {name} | {rows_of[name]:,} | {med:,.0f} ({min(vals):,.0f}-{max(vals):,.0f}) | "
+              f"{med / ceiling:.3f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
