@@ -176,3 +176,29 @@ def test_read_committed_hides_aborted_records(spark: Any, spark_bootstrap: str, 
     q.awaitTermination(180)
     assert q.exception() is None
     assert sorted(got) == committed
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_batches_read_back(spark: Any, spark_bootstrap: str, spark_topic: str, codec: str) -> None:
+    _create(spark_bootstrap, spark_topic, 1)
+    p = ck.Producer({"bootstrap.servers": spark_bootstrap, "linger.ms": 20, "compression.type": codec})
+    for i in range(2000):
+        p.produce(spark_topic, value=b"value-%d" % i * 5, key=b"%d" % i, partition=0)
+    assert p.flush(30) == 0
+    rows = _read(spark, spark_bootstrap, subscribe=spark_topic).select("key", "value", "offset").collect()
+    assert sorted((r.offset, r.key, r.value) for r in rows) == [(i, b"%d" % i, b"value-%d" % i * 5)
+                                                                for i in range(2000)]
+
+
+def test_log_append_time_topic_reports_timestamp_type_1(spark: Any, spark_bootstrap: str,
+                                                        spark_topic: str) -> None:
+    with Admin({"bootstrap.servers": spark_bootstrap}) as admin:
+        admin.create_topics(spark_topic, 1, {"message.timestamp.type": "LogAppendTime"})
+    before = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    p = ck.Producer({"bootstrap.servers": spark_bootstrap})
+    for i in range(10):
+        p.produce(spark_topic, value=b"%d" % i, partition=0, timestamp=1_000_000 + i)
+    assert p.flush(30) == 0
+    rows = _read(spark, spark_bootstrap, subscribe=spark_topic).collect()
+    assert len(rows) == 10 and {r.timestampType for r in rows} == {1}
+    assert all(r.timestamp >= before - dt.timedelta(seconds=5) for r in rows)
