@@ -86,6 +86,8 @@ class AsyncConsumer:
         self._commit_tasks: set[asyncio.Task[None]] = set()
         self._callbacks: dict[str, RebalanceCallback | None] = {"assign": None, "revoke": None, "lost": None}
         self._in_callback = False
+        #: held by a fetch round and by the rebalance hooks: the assignment never changes under a fetch
+        self._fetch_lock = asyncio.Lock()
         self._started = False
         self._closed = False
 
@@ -149,6 +151,10 @@ class AsyncConsumer:
             self._in_callback = False
 
     async def _revoked(self, tps: list[TopicPartition]) -> None:
+        async with self._fetch_lock:
+            await self._revoked_locked(tps)
+
+    async def _revoked_locked(self, tps: list[TopicPartition]) -> None:
         if self.config.enable_auto_commit:
             offsets = {tp: o for tp, o in self._stored.items() if tp in set(tps)}
             if offsets:
@@ -160,12 +166,14 @@ class AsyncConsumer:
         self._remove(tps)
 
     async def _lost(self, tps: list[TopicPartition]) -> None:
-        await self._call("lost", tps)
-        self._remove(tps)
+        async with self._fetch_lock:
+            await self._call("lost", tps)
+            self._remove(tps)
 
     async def _assigned(self, tps: list[TopicPartition]) -> None:
-        self.subscription.assign(tps, await_committed=True)
-        await self._call("assign", tps)
+        async with self._fetch_lock:
+            self.subscription.assign(tps, await_committed=True)
+            await self._call("assign", tps)
 
     def _remove(self, tps: Iterable[TopicPartition]) -> None:
         gone = set(tps)
@@ -338,7 +346,8 @@ class AsyncConsumer:
                 break
             if co is not None and co.joining and not self.subscription.assigned:
                 continue  # ensure_active waits for the join
-            self._buffer.extend(await self.fetcher.fetch(min(left_ms, self.config.fetch_max_wait_ms)))
+            async with self._fetch_lock:
+                self._buffer.extend(await self.fetcher.fetch(min(left_ms, self.config.fetch_max_wait_ms)))
         out: list[Message] = []
         assigned, paused = self.subscription.assigned, self.subscription.paused
         while self._buffer and len(out) < max_messages:

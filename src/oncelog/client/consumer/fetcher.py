@@ -148,7 +148,11 @@ class Fetcher:
         for node, tps in by_node.items():
             by_topic: dict[str, list[ListOffsetsPartition]] = defaultdict(list)
             for t, p in tps:
-                by_topic[t].append(ListOffsetsPartition(partition_index=p, timestamp=self.resets[(t, p)]))
+                ts = self.resets.get((t, p))
+                if ts is not None:  # else unassigned meanwhile
+                    by_topic[t].append(ListOffsetsPartition(partition_index=p, timestamp=ts))
+            if not by_topic:
+                continue
             req = ListOffsetsRequest(replica_id=-1, isolation_level=self.config.isolation_level,
                                      topics=[ListOffsetsTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
             resp = await (await self.cluster.connection(node)).send(req)
@@ -204,7 +208,9 @@ class Fetcher:
         version = conn.version_for(1)
         c = self.config
         by_topic: dict[str, list[FetchPartition]] = defaultdict(list)
-        sent = {tp: self.positions[tp] for tp in tps}
+        sent = {tp: self.positions[tp] for tp in tps if tp in self.positions}  # a rebalance may have run
+        if not sent:
+            return []
         for (t, p), offset in sent.items():
             by_topic[t].append(FetchPartition(partition=p, fetch_offset=offset,
                                               partition_max_bytes=c.max_partition_fetch_bytes))

@@ -7,8 +7,10 @@ partitions that moved are revoked, and the member joins once more so they can be
 every partition is revoked before joining. Partitions are *lost* (``on_lost``) rather than revoked when the
 generation was reset (session expired, fenced by the coordinator): committing them would fail anyway.
 
-The join runs as a task started by ``poll()``: the application keeps polling (the task survives a poll timeout)
-and the rebalance listener callbacks run inside it, before JoinGroup (eager revoke) or after SyncGroup.
+The JoinGroup/SyncGroup exchange runs as a task started by ``poll()``: the application keeps polling (the task
+survives a poll timeout). The rebalance listener callbacks run inside ``poll()`` only (Kafka does the same), so
+an application is never called back while it processes records: the revocation before JoinGroup (eager), and
+the assignment after SyncGroup, which the task leaves for the next poll to apply.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ class ConsumerCoordinator:
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._fatal: BaseException | None = None
         self._prepared = False
+        self._pending_assignment: Assignment | None = None
         self._last_assigned: list[TopicPartition] = []  # for the sticky assignors' user data (eager revokes all)
         self._last_generation = -1
         self._joined_topics: list[str] = []
@@ -125,15 +128,18 @@ class ConsumerCoordinator:
         return self._join_task is not None and not self._join_task.done()
 
     async def ensure_active(self, deadline: float, *, block: bool) -> None:
-        """Start (or continue) the join if one is needed; wait for it until ``deadline`` when ``block``."""
+        """Start (or continue) the join if one is needed; wait for it until ``deadline`` when ``block``.
+
+        The rebalance callbacks run here, inside poll(), never in the background: the revocation before
+        JoinGroup (eager), the partitions lost, and the new assignment once SyncGroup answered."""
         self.raise_if_failed()
         self.membership.on_poll()
         self._start_heartbeat()
-        done = self._join_task
-        if done is not None and done.done():
-            self._join_task = None
-            done.result()  # raises a fatal join error
+        await self._finish_join()
         if self._join_task is None and self.needs_join():
+            if not self._prepared:
+                await self._prepare()
+                self._prepared = True
             self._join_task = asyncio.get_running_loop().create_task(self._join_loop())
         task = self._join_task
         if task is None:
@@ -142,9 +148,20 @@ class ConsumerCoordinator:
             left = deadline - time.monotonic()
             if left > 0:
                 await asyncio.wait([task], timeout=left)
-        if task.done():
-            self._join_task = None
-            task.result()
+        await self._finish_join()
+
+    async def _finish_join(self) -> None:
+        task = self._join_task
+        if task is None or not task.done():
+            return
+        self._join_task = None
+        task.result()  # raises a fatal join error
+        assignment, self._pending_assignment = self._pending_assignment, None
+        if self.membership.lost:
+            self._prepared = False  # the generation was reset during the join: report the loss, then rejoin
+        elif assignment is not None:
+            self._prepared = False
+            await self._complete(assignment)
 
     # ------------------------------------------------------------------ join
 
@@ -164,10 +181,7 @@ class ConsumerCoordinator:
     async def _join_loop(self) -> None:
         m = self.membership
         backoff = self.config.retry_backoff_ms / 1000
-        while not self._closed and self.needs_join():
-            if not self._prepared:
-                await self._prepare()
-                self._prepared = True
+        while not self._closed and self.needs_join() and not m.lost:
             if self.subscription.has_patterns:
                 await self.cluster.refresh()
             topics = self._subscribed_topics()
@@ -205,9 +219,10 @@ class ConsumerCoordinator:
             if step is not Step.DONE:
                 await self._after_error(step, "SyncGroup", resp.error_code)
                 continue
-            self._prepared = False
             self.rebalances += 1
-            await self._complete(decode_assignment(bytes(resp.assignment)) if resp.assignment else Assignment([]))
+            self._pending_assignment = (decode_assignment(bytes(resp.assignment)) if resp.assignment
+                                        else Assignment([]))
+            return
 
     async def _after_error(self, step: Step, what: str, code: int) -> None:
         log.info("group %r: %s answered %s; %s", self.group_id, what, KafkaError(code).name, step.value)
@@ -215,8 +230,6 @@ class ConsumerCoordinator:
             self.coordinator_dead(f"{what}: {KafkaError(code).name}")
         if step in (Step.FIND_COORDINATOR, Step.RETRY):
             await asyncio.sleep(self.config.retry_backoff_ms / 1000)
-        if self.membership.lost:
-            self._prepared = False  # the partitions are lost now, not revoked: tell the application
 
     async def _prepare(self) -> None:
         """Before JoinGroup (Kafka's onJoinPrepare): commit, then revoke (eager) or report lost partitions."""
@@ -248,6 +261,7 @@ class ConsumerCoordinator:
             await self.cluster.refresh(topics)
         per_topic = {t: len(self.cluster.partitions_for(t)) for t in topics if self.cluster.partitions_for(t)}
         result = assignor.assign(per_topic, subs)
+        log.debug("group %r: assignor %s input %s %s -> %s", self.group_id, assignor.name, per_topic, subs, result)
         log.info("group %r generation %d: leader %s assigned %s with %s", self.group_id,
                  self.membership.generation_id, self.membership.member_id,
                  {mid: len(a.partitions) for mid, a in result.items()}, assignor.name)
@@ -256,6 +270,8 @@ class ConsumerCoordinator:
     async def _complete(self, assignment: Assignment) -> None:
         """After SyncGroup (Kafka's onJoinComplete)."""
         assigned = list(dict.fromkeys(assignment.partitions))
+        log.debug("group %r generation %d: member %s SyncGroup assignment %s", self.group_id,
+                  self.membership.generation_id, self.membership.member_id, assigned)
         owned = set(self.subscription.assigned)
         self._last_assigned, self._last_generation = sorted(assigned), self.membership.generation_id
         log.info("group %r generation %d: member %s got %d partition(s)", self.group_id,
@@ -354,6 +370,7 @@ class ConsumerCoordinator:
         task, self._join_task = self._join_task, None
         await _cancel(task)
         self._prepared = False
+        self._pending_assignment = None
 
     async def close(self, leave: bool) -> None:
         try:
