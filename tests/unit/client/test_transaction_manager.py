@@ -446,7 +446,9 @@ def test_out_of_order_sequence_bumps_the_idempotent_epoch_and_restarts_sequences
     c.answer("InitProducerId", init_ok(11, 0), init_ok(11, 1))
     run(tm.init_idempotent())
     failed: list[Message] = []
-    c.answer("Produce", produce_answer(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER), produce_answer(0, 9))
+    # the next batch answered OUT_OF_ORDER: retried 3 times (a broker may race pipelined batches), then it is a
+    # real sequence error
+    c.answer("Produce", *[produce_answer(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)] * 4, produce_answer(0, 9))
 
     async def go() -> None:
         sender.start()
@@ -472,7 +474,7 @@ def test_out_of_order_sequence_bumps_the_idempotent_epoch_and_restarts_sequences
     run(go())
     bump = c.sent("InitProducerId")[-1]
     assert (bump.producer_id, bump.producer_epoch) == (11, 0)  # KIP-360: bump our own epoch
-    assert batch_headers(c) == [(11, 0, 0, 2, False), (11, 1, 0, 1, False)]
+    assert batch_headers(c) == [(11, 0, 0, 2, False)] * 4 + [(11, 1, 0, 1, False)]
 
 
 def test_rejected_batch_rewinds_the_sequence() -> None:
@@ -484,3 +486,53 @@ def test_rejected_batch_rewinds_the_sequence() -> None:
     drive(sender, acc, [2, 1])
     assert [err.name if err else None for _, err, _m in reports] == ["MESSAGE_TOO_LARGE"] * 2 + [None]
     assert batch_headers(c) == [(11, 0, 0, 2, False), (11, 0, 0, 1, False)]
+
+
+def pipelined(c: FakeCluster, answers: list[Any], records: int) -> tuple[list[Any], TransactionManager]:
+    """``records`` one-record batches of t[0] sent with up to 5 in flight; returns the delivery reports."""
+    conf = parse_producer_config({"bootstrap.servers": "h:1", "retry.backoff.ms": 1, "linger.ms": 0,
+                                  "max.block.ms": 2000, "batch.size": 100})
+    tm = TransactionManager(c, conf)  # type: ignore[arg-type]
+    acc = RecordAccumulator(conf.batch_size, 0, 0)
+    reports: list[Any] = []
+    sender = Sender(c, acc, conf, reports.extend, txn=tm)  # type: ignore[arg-type]
+    c.answer("InitProducerId", init_ok(11, 0))
+    c.answer("Produce", *answers)
+
+    async def go() -> None:
+        await tm.init_idempotent()
+        for i in range(records):
+            acc.append(("t", 0), 1, None, b"%d" % i + b"." * 70, [], lambda e, m: None)
+        sender.start()
+        for _ in range(400):
+            if acc.pending_records == 0:
+                break
+            await asyncio.sleep(0.005)
+        await sender.close()
+
+    run(go())
+    return reports, tm
+
+
+def test_pipelined_batches_retry_in_their_original_order_with_their_sequences() -> None:
+    c = FakeCluster()
+    # 3 batches in flight at once; the first hits NOT_LEADER, the broker then sees gaps for the others
+    reports, _ = pipelined(c, [produce_answer(ErrorCode.NOT_LEADER_OR_FOLLOWER),
+                               produce_answer(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER),
+                               produce_answer(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER),
+                               produce_answer(0, 0), produce_answer(0, 1), produce_answer(0, 2)], 3)
+    seqs = [h[2] for h in batch_headers(c)]
+    assert seqs == [0, 1, 2, 0, 1, 2]  # retried one by one, in order, same sequences
+    assert [err for _, err, _m in reports] == [None] * 3
+    assert [m.offset for _, _e, m in reports] == [0, 1, 2]
+
+
+def test_rejected_batch_gives_its_sequence_to_the_batches_behind_it() -> None:
+    c = FakeCluster()
+    reports, tm = pipelined(c, [produce_answer(ErrorCode.MESSAGE_TOO_LARGE),
+                                produce_answer(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER),
+                                produce_answer(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER),
+                                produce_answer(0, 0), produce_answer(0, 1)], 3)
+    assert [h[2] for h in batch_headers(c)] == [0, 1, 2, 0, 1]  # re-sequenced after the rejected one
+    assert [err.name if err else None for _, err, _m in reports] == ["MESSAGE_TOO_LARGE", None, None]
+    assert tm.sequences.next_sequence(("t", 0)) == 2 and not tm.bump_requested

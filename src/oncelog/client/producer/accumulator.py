@@ -27,10 +27,8 @@ TopicPartition = tuple[str, int]
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
 
 
-@dataclass(slots=True)
-class _Pending:
-    message: Message
-    on_complete: DeliveryCallback | None
+#: a queued record: (key, value, headers, timestamp, callback); its Message is made only when it is reported
+_Pending = tuple[bytes | None, bytes | None, list[Header], int, DeliveryCallback | None]
 
 
 @dataclass(slots=True)
@@ -42,6 +40,10 @@ class ProducerBatch:
     closed: bool = False
     attempts: int = 0
     retry_at: float = 0.0
+    size_estimate: int = 0  # the builder's size after the last append (0: empty)
+    send_order: int = -1  # when it was first sent (the sender's counter); -1: never sent
+    restamp: bool = False  # an earlier batch was rejected: take a new sequence when it is sent again
+    sequence_retries: int = 0  # OUT_OF_ORDER_SEQUENCE_NUMBER answers retried while it was the next batch
     producer_id: int = -1
     producer_epoch: int = -1
     base_sequence: int = -1  # -1: not yet assigned (or not idempotent)
@@ -74,16 +76,18 @@ class ProducerBatch:
             tuple[DeliveryCallback, KafkaError | None, Message]]:
         """Fill offsets (or the error) into the batch's messages; return the callbacks to run."""
         out: list[tuple[DeliveryCallback, KafkaError | None, Message]] = []
-        for i, rec in enumerate(self.records):
-            m = rec.message
+        topic, partition = self.tp
+        for i, (key, value, headers, ts, cb) in enumerate(self.records):
+            if cb is None:
+                continue
+            m = Message(topic, partition, -1, key, value, headers, ts)
             if error is None:
                 m.offset = base_offset + i if base_offset >= 0 else -1
                 if log_append_time >= 0:
                     m.timestamp = log_append_time
             else:
                 m.error = error
-            if rec.on_complete is not None:
-                out.append((rec.on_complete, error, m))
+            out.append((cb, error, m))
         return out
 
 
@@ -102,30 +106,36 @@ class RecordAccumulator:
     def append(self, tp: TopicPartition, timestamp_ms: int, key: bytes | None, value: bytes | None,
                headers: Sequence[Header], on_complete: DeliveryCallback | None) -> tuple[bool, bool]:
         """Add one record; returns (batch now full, new batch created) so the caller knows to wake the sender."""
-        msg = Message(tp[0], tp[1], -1, key, value, list(headers), timestamp_ms)
+        hs = headers if isinstance(headers, list) else list(headers)
+        limit = self.batch_size
         with self._lock:
             q = self._batches.get(tp)
             if q is None:
                 q = self._batches[tp] = deque()
             batch = q[-1] if q and not q[-1].closed else None
             new = False
-            if batch is not None and batch.records and batch.size + _estimate(key, value, headers) > self.batch_size:
+            if batch is not None and batch.size_estimate + _estimate(key, value, headers) > limit:
                 batch.closed = True
                 batch = None
             if batch is None:
                 batch = ProducerBatch(tp, RecordBatchBuilder(self.compression), self._monotonic())
                 q.append(batch)
                 new = True
-            batch.builder.append(timestamp_ms, key, value, headers)
-            batch.records.append(_Pending(msg, on_complete))
+            builder = batch.builder
+            builder.append(timestamp_ms, key, value, headers)
+            batch.records.append((key, value, hs, timestamp_ms, on_complete))
             self.pending_records += 1
-            if batch.size >= self.batch_size:
+            size = batch.size_estimate = builder.size_in_bytes
+            if size >= limit:
                 batch.closed = True
             return batch.closed, new
 
     def batch_open(self, topic: str, partition: int) -> bool:
         q = self._batches.get((topic, partition))
-        return bool(q) and not q[-1].closed  # type: ignore[index]
+        try:
+            return bool(q) and not q[-1].closed  # type: ignore[index]
+        except IndexError:  # the sender thread drained the queue between the two checks (no lock on this path)
+            return False
 
     def begin_flush(self) -> None:
         with self._lock:
@@ -168,10 +178,27 @@ class RecordAccumulator:
         return out
 
     def reenqueue(self, batch: ProducerBatch, retry_at: float) -> None:
-        """Put a batch back at the front of its partition for a retry at ``retry_at`` (order is kept)."""
+        """Put a batch back for a retry at ``retry_at``, ahead of every batch sent after it and of the unsent ones
+        (Kafka's insertInSequenceOrder): retries go out in their original order."""
         batch.retry_at = retry_at
         with self._lock:
-            self._batches.setdefault(batch.tp, deque()).appendleft(batch)
+            q = self._batches.setdefault(batch.tp, deque())
+            order = batch.send_order
+            i = 0
+            if order >= 0:
+                while i < len(q) and 0 <= q[i].send_order < order:
+                    i += 1
+            q.insert(i, batch)
+
+    def head_is_retry(self, tp: TopicPartition) -> bool:
+        """Whether the next batch of ``tp`` was sent before (a retry waits until nothing of ``tp`` is in flight)."""
+        q = self._batches.get(tp)
+        return bool(q) and q[0].send_order >= 0  # type: ignore[index]
+
+    def retry_queued_before(self, tp: TopicPartition, order: int) -> bool:
+        """Whether a batch of ``tp`` sent before ``order`` waits for its retry."""
+        q = self._batches.get(tp)
+        return bool(q) and 0 <= q[0].send_order < order  # type: ignore[index]
 
     def done(self, batch: ProducerBatch) -> None:
         with self._lock:
@@ -186,6 +213,8 @@ class RecordAccumulator:
 
 def _estimate(key: bytes | None, value: bytes | None, headers: Sequence[Header]) -> int:
     n = 21 + (len(key) if key else 0) + (len(value) if value else 0)
+    if not headers:
+        return n
     for k, v in headers:
         n += len(k) + (len(v) if v else 0) + 10
     return n

@@ -78,6 +78,8 @@ class AsyncProducer:
         if c.enable_idempotence:
             self.txn = TransactionManager(self.cluster, c, self._wakeup)
         self._transactional = c.transactional_id is not None
+        self._max_bytes = c.message_max_bytes
+        self._partitions: dict[str, tuple[Any, list[int], list[int]]] = {}
 
     def _wakeup(self) -> None:
         if self.sender is not None:
@@ -120,17 +122,24 @@ class AsyncProducer:
         txn = self.txn
         if txn is not None and (self._transactional or txn.has_error):
             txn.check_can_send()
-        k, v, hs = _as_bytes("key", key), _as_bytes("value", value), _headers(headers)
+        # hot path: bytes pass through untouched, the partition lists are cached per metadata version
+        k = key if key is None or key.__class__ is bytes else _as_bytes("key", key)
+        v = value if value is None or value.__class__ is bytes else _as_bytes("value", value)
+        hs = _headers(headers) if headers else []
         size = (len(k) if k else 0) + (len(v) if v else 0)
-        if size > self.config.message_max_bytes:
+        if size > self._max_bytes:
             raise KafkaError(10, f"record of {size} bytes for {topic!r} exceeds message.max.bytes="
                                  f"{self.config.message_max_bytes}")
-        info = self.cluster.topic(topic)
+        info = self.cluster.topics.get(topic)
         if info is None:
             raise KafkaError(3, f"topic {topic!r} is unknown (call ensure_topic first or create it)")
-        parts = sorted(info.partitions)
+        cached = self._partitions.get(topic)
+        if cached is None or cached[0] is not info:
+            cached = self._partitions[topic] = (info, sorted(info.partitions),
+                                                self.cluster.available_partitions_for(topic))
+        parts = cached[1]
         if partition is None:
-            partition = self.partitioner.partition(topic, k, parts, self.cluster.available_partitions_for(topic))
+            partition = self.partitioner.partition(topic, k, parts, cached[2])
         elif partition not in info.partitions:
             raise KafkaError(3, f"partition {partition} of {topic!r} does not exist (it has {len(parts)})")
         ts = int(time.time() * 1000) if timestamp is None else timestamp
@@ -331,7 +340,7 @@ class Producer:
         if a.cluster.topic(topic) is None:
             self._runner.run(a.ensure_topic(topic), a.config.delivery_timeout_ms / 1000 + 5)
         with self._lock:
-            wake = a.append(topic, value, key, partition, headers, on_delivery or _ignore, timestamp)
+            wake = a.append(topic, value, key, partition, headers, on_delivery, timestamp)
         if wake and a.sender is not None:
             self._runner.call_soon(a.sender.wakeup)
 

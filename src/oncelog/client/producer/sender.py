@@ -1,9 +1,14 @@
 """The sender task: turns ready batches into Produce requests, one request per leader, and completes them.
 
-At most one batch per partition is in flight (the partition is *muted* meanwhile), so a retried batch can never be
-overtaken by a later one: order per partition holds, and a retried batch keeps its sequence number with nothing
-sent after it. Requests to different leaders, and successive requests to one leader for other partitions, are
-pipelined on the connection.
+Up to ``max.in.flight.requests.per.connection`` batches per partition are in flight (then the partition is
+*muted*). Order per partition still holds across retries, as in Kafka's Sender: a batch to retry goes back into its
+partition's queue ahead of the batches sent after it (which fail too, or come back OUT_OF_ORDER_SEQUENCE_NUMBER
+and are retried as well), and a partition whose next batch is a retry is muted until nothing of it is in flight,
+so the retries go out one by one in their original order, each with its original sequence number.
+
+A batch the broker rejected for good (e.g. MESSAGE_TOO_LARGE) was not written: its sequence numbers are given again
+to the next batch, and batches of the partition already in flight behind it (bound to fail OUT_OF_ORDER) are
+re-sent with new sequences once they come back (Kafka's adjustSequencesDueToFailedBatch).
 
 With idempotence a :class:`TransactionManager` gives each drained batch its producer id/epoch/sequence, decides
 which partitions may be drained (transactions: only those added with AddPartitionsToTxn), and learns of batches
@@ -33,6 +38,7 @@ __all__ = ["Reports", "Sender"]
 
 log = logging.getLogger(__name__)
 Reports = list[tuple[DeliveryCallback, KafkaError | None, Message]]
+_SEQUENCE_RETRIES = 3
 _SEQUENCE_ERRORS = frozenset({ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID,
                               ErrorCode.INVALID_PRODUCER_EPOCH})
 
@@ -49,7 +55,9 @@ class Sender:
         self._monotonic = monotonic
         self._wake = asyncio.Event()
         self._progress = asyncio.Event()
-        self._muted: set[TopicPartition] = set()
+        self._inflight: dict[TopicPartition, list[ProducerBatch]] = {}
+        self._max_inflight = config.max_in_flight
+        self._send_counter = 0
         self._requests: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
         self._refreshing: asyncio.Task[Any] | None = None
@@ -84,7 +92,7 @@ class Sender:
                     else:
                         await self._wake.wait()
                     continue
-            ready, delay = self.acc.ready(self._muted)
+            ready, delay = self.acc.ready(self._muted())
             if txn is not None and ready:
                 ready = txn.sendable(ready)
             if ready:
@@ -94,6 +102,13 @@ class Sender:
                 await asyncio.wait_for(self._wake.wait(), delay)
             except TimeoutError:
                 pass
+
+    def _muted(self) -> set[TopicPartition]:
+        """Partitions not to drain now: at the in-flight limit, or with a retry (or re-sequencing) waiting for
+        the batches in flight before it."""
+        limit, acc = self._max_inflight, self.acc
+        return {tp for tp, fl in self._inflight.items()
+                if len(fl) >= limit or acc.head_is_retry(tp) or any(b.restamp for b in fl)}
 
     async def _bump_epoch(self, txn: TransactionManager) -> None:
         """KIP-360 for the idempotent producer: nothing is in flight; get a new epoch, sequences restart at 0."""
@@ -138,7 +153,11 @@ class Sender:
             batches = self.acc.drain(tps)
             if self.txn is not None:
                 self._stamp(self.txn, batches)
-            self._muted.update(b.tp for b in batches)
+            for b in batches:
+                if b.send_order < 0:
+                    self._send_counter += 1
+                    b.send_order = self._send_counter
+                self._inflight.setdefault(b.tp, []).append(b)
             task = asyncio.get_running_loop().create_task(self._send_node(node, batches))
             self._requests.add(task)
             task.add_done_callback(self._requests.discard)
@@ -149,7 +168,8 @@ class Sender:
         if not pid.valid:
             return
         for b in batches:
-            if b.base_sequence < 0 or b.producer_epoch != pid.epoch or b.producer_id != pid.producer_id:
+            if b.base_sequence < 0 or b.restamp or b.producer_epoch != pid.epoch or b.producer_id != pid.producer_id:
+                b.restamp = False
                 b.set_producer(pid.producer_id, pid.epoch, txn.sequences.assign(b.tp, b.record_count),
                                txn.transactional)
 
@@ -176,7 +196,12 @@ class Sender:
             failure = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(e).__name__}: {e}", retriable=False)
         reports: Reports = []
         for b in batches:
-            self._muted.discard(b.tp)
+            fl = self._inflight.get(b.tp)
+            if fl is not None:
+                if b in fl:
+                    fl.remove(b)
+                if not fl:
+                    del self._inflight[b.tp]
             where = f"produce to {b.tp[0]}[{b.tp[1]}]"
             err: KafkaError
             if failure is not None:
@@ -195,6 +220,15 @@ class Sender:
                     continue
                 elif p.error_code:
                     err = KafkaError(p.error_code, f"{where}: {p.error_message or ErrorCode(p.error_code).name}")
+                    if p.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and (
+                            b.restamp or self.acc.retry_queued_before(b.tp, b.send_order)
+                            or b.sequence_retries < _SEQUENCE_RETRIES):
+                        # an earlier batch is being retried or was rejected: this one follows it. Also retried
+                        # a few times when it is the next one: a broker handling pipelined batches concurrently
+                        # (Tansu) can see it before its predecessor is written.
+                        b.sequence_retries += 1
+                        reports += self._retry_or_fail(b, KafkaError(p.error_code, err.message, retriable=True))
+                        continue
                     if p.error_code in _SEQUENCE_ERRORS and self.txn is not None:
                         err = KafkaError(p.error_code, f"{where}: the broker rejected sequence {b.base_sequence} "
                                          f"of producer {b.producer_id} epoch {b.producer_epoch} "
@@ -204,7 +238,7 @@ class Sender:
                         self.txn.batch_failed(err, unresolved_sequence=True)
                         continue
                     if not err.retriable and self.txn is not None and b.base_sequence >= 0:
-                        self.txn.sequences.rewind(b.tp, b.base_sequence)  # rejected, not written: no gap
+                        self._rejected(self.txn, b)
                 else:
                     reports += self._finish(b, p.base_offset, p.log_append_time_ms, None)
                     continue
@@ -221,6 +255,15 @@ class Sender:
             self._deliver(reports)
         self._progress.set()
         self._wake.set()
+
+    def _rejected(self, txn: TransactionManager, b: ProducerBatch) -> None:
+        """``b`` was rejected, not written: its sequences go to the next batch; the batches of the partition in
+        flight behind it are re-sequenced when they come back."""
+        if b.producer_epoch != txn.pid.epoch or b.producer_id != txn.pid.producer_id:
+            return
+        txn.sequences.rewind(b.tp, b.base_sequence)
+        for later in self._inflight.get(b.tp, ()):
+            later.restamp = True
 
     def _retry_or_fail(self, batch: ProducerBatch, err: KafkaError) -> Reports:
         now = self._monotonic()

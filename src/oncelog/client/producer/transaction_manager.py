@@ -180,9 +180,11 @@ class TransactionManager:
                     self.fsm.transition(S.READY)
                 log.debug("idempotent producer id %s", self.pid)
                 return
-            if req.producer_id >= 0 and resp.error_code in (ErrorCode.INVALID_PRODUCER_EPOCH,
-                                                            ErrorCode.UNKNOWN_PRODUCER_ID):
-                old = ProducerIdAndEpoch()  # the broker forgot us: start over with a new producer id
+            if req.producer_id >= 0 and classify(resp.error_code) != "retry":
+                # the broker forgot us, or cannot bump an epoch (no KIP-360): start over with a new producer id
+                log.info("epoch bump of producer %s failed (%s); getting a new producer id", old,
+                         ErrorCode(resp.error_code).name)
+                old = ProducerIdAndEpoch()
                 continue
             if classify(resp.error_code) != "retry" or time.monotonic() + _BACKOFF > deadline:
                 err = KafkaError(resp.error_code, "InitProducerId for the idempotent producer failed: "
