@@ -18,7 +18,7 @@ input record polled (Poll, read_committed), each seek/rebalance (Seek), each out
 unknown: a commit is what makes them count) and each transaction's outcome (TxnEnd). A SIGKILL loses at most
 the end of the current transaction, whose outcome then stays unknown.
 
-Usage: python copier.py --client confluent|kafka-python --bootstrap H:P --input T --output T
+Usage: python copier.py --client confluent|kafka-python|oncelog --bootstrap H:P --input T --output T
        --output-partitions N --group G --transactional-id ID --name NAME --history FILE [--abort-rate 0.1]
 """
 
@@ -296,9 +296,115 @@ class KafkaPythonCopier(Copier):
         self.rec.flush()
 
 
+# ---------------------------------------------------------------------------------------------- oncelog (ours)
+class OncelogCopier(Copier):
+    """The same copier on oncelog's own client: Consumer (group, read_committed) + transactional Producer."""
+
+    def run(self) -> int:
+        from oncelog.client import Consumer, KafkaError, Producer
+
+        a = self.a
+        self.consumer = Consumer({
+            "bootstrap.servers": a.bootstrap, "group.id": a.group, "isolation.level": "read_committed",
+            "enable.auto.commit": False, "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500, "max.poll.interval.ms": 15_000, "fetch.max.wait.ms": 200,
+            "client.id": self.instance})
+        self.producer = Producer({
+            "bootstrap.servers": a.bootstrap, "transactional.id": a.transactional_id, "linger.ms": 5,
+            "transaction.timeout.ms": 20_000, "delivery.timeout.ms": 15_000, "client.id": self.instance})
+        try:
+            self.producer.init_transactions(30)
+            self.consumer.subscribe([a.input], on_assign=self.on_assign, on_revoke=self.on_revoke,
+                                    on_lost=self.on_lost)
+            self.log("started")
+            while not self.stop:
+                msgs = self.consumer.consume(a.batch, 0.5)
+                if not msgs or self.stop:
+                    continue
+                txn = self.txn_name()
+                try:
+                    self.transaction(txn, msgs)
+                except KafkaError as e:
+                    self.log(f"{txn}: {e}")
+                    if self.abortable():
+                        self.producer.abort_transaction(30)
+                        self.in_txn = False
+                        self.end(txn, ABORT)
+                        self.seek_back()
+                        continue
+                    self.end(txn, UNKNOWN)
+                    return FATAL_EXIT
+            if self.in_txn:
+                self.producer.abort_transaction(10)
+                self.end(f"{self.instance}.{self.n}", ABORT)
+        except KafkaError as e:
+            self.log(f"fatal: {e}")
+            self.rec.flush()
+            return FATAL_EXIT
+        finally:
+            self.rec.flush()
+        self.consumer.close()
+        self.producer.close(5)
+        self.log(f"stopped: {self.committed_txns} committed, {self.aborted_txns} aborted")
+        return 0
+
+    def abortable(self) -> bool:
+        from oncelog.client.producer.txn_state import TxnState
+
+        return self.producer.transaction_state in (TxnState.ABORTABLE_ERROR, TxnState.IN_TRANSACTION)
+
+    def transaction(self, txn: str, msgs: list[Any]) -> None:
+        p, c = self.producer, self.consumer
+        p.begin_transaction()
+        self.in_txn = True
+        for m in msgs:
+            value = m.value.decode()
+            self.poll_event(m.topic, m.partition, m.offset, value)
+            part, out = self.output(value, txn)
+            self.rec.add(Send(self.instance, self.a.output, part, out, UNKNOWN, txn=txn))
+            p.produce(self.a.output, value=out.encode(), partition=part)
+        self.rec.flush()
+        if self.rnd.random() < self.a.abort_rate:
+            p.flush(30)
+            p.abort_transaction(30)
+            self.in_txn = False
+            self.end(txn, ABORT)
+            self.seek_back()
+            return
+        positions = [tpo for tpo in c.position(c.assignment()) if tpo[2] >= 0]
+        p.send_offsets_to_transaction(positions, c.consumer_group_metadata(), 30)
+        p.commit_transaction(30)
+        self.in_txn = False
+        self.end(txn, COMMIT)
+
+    def seek_back(self) -> None:
+        from oncelog.client import OFFSET_BEGINNING
+
+        for topic, partition, off in self.consumer.committed(self.consumer.assignment(), 30):
+            self.consumer.seek(topic, partition, off if off >= 0 else OFFSET_BEGINNING)
+            self.seek_event(topic, partition)
+        self.rec.flush()
+
+    def on_assign(self, consumer: Any, partitions: list[tuple[str, int]]) -> None:
+        self.seek_event(self.a.input, None)
+        self.log(f"assigned {[p for _, p in partitions]}")
+
+    def on_revoke(self, consumer: Any, partitions: list[tuple[str, int]], what: str = "revoked") -> None:
+        if self.in_txn:
+            self.producer.abort_transaction(30)
+            self.in_txn = False
+            self.end(f"{self.instance}.{self.n}", ABORT)
+        self.seek_event(self.a.input, None)
+        self.rec.flush()
+        self.log(f"{what} {[p for _, p in partitions]}")
+
+    def on_lost(self, consumer: Any, partitions: list[tuple[str, int]]) -> None:
+        self.on_revoke(consumer, partitions, "lost")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--client", choices=["confluent", "kafka-python"], default="confluent")
+    ap.add_argument("--client", choices=["confluent", "kafka-python", "oncelog"], default="confluent")
     ap.add_argument("--bootstrap", required=True)
     ap.add_argument("--input", required=True)
     ap.add_argument("--output", required=True)
@@ -310,8 +416,9 @@ def main() -> int:
     ap.add_argument("--abort-rate", type=float, default=0.1)
     ap.add_argument("--batch", type=int, default=200)
     a = ap.parse_args()
-    cls = ConfluentCopier if a.client == "confluent" else KafkaPythonCopier
-    return cls(a).run()
+    classes: dict[str, type[ConfluentCopier | KafkaPythonCopier | OncelogCopier]] = {
+        "confluent": ConfluentCopier, "kafka-python": KafkaPythonCopier, "oncelog": OncelogCopier}
+    return classes[a.client](a).run()
 
 
 if __name__ == "__main__":

@@ -14,8 +14,9 @@ aborted read, duplicate, non-monotonic poll or inconsistent offset. With 1 input
 output must also be in input order; with 2 -> 3 the outputs of one input partition keep their order within each
 output partition.
 
-Both clients: confluent-kafka (librdkafka) and kafka-python 3 (``send_offsets_to_transaction`` with
-``KafkaConsumer.group_metadata()``). The whole module is skipped while the broker does not serve consumer
+Three clients: confluent-kafka (librdkafka), kafka-python 3 (``send_offsets_to_transaction`` with
+``KafkaConsumer.group_metadata()``) and oncelog's own client (``oncelog.client`` Consumer + transactional
+Producer, issue 5). The whole module is skipped while the broker does not serve consumer
 groups (probed: ApiVersions lists JoinGroup/SyncGroup/Heartbeat/OffsetCommit/OffsetFetch/TxnOffsetCommit and
 FindCoordinator for a group answers).
 """
@@ -286,7 +287,7 @@ def run_copy(broker: BrokerProcess, tmp: Path, client: str, in_parts: int, out_p
     assert rep.stats["txns"]["abort"] >= 3, rep.stats["txns"]
 
 
-@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+@pytest.mark.parametrize("client", ["confluent", "kafka-python", "oncelog"])
 @pytest.mark.parametrize("in_parts,out_parts", [(2, 3), (1, 1)], ids=["2in-3out", "1in-1out-ordered"])
 def test_exactly_once_copy(cbroker: BrokerProcess, tmp_path: Path, client: str, in_parts: int,
                            out_parts: int) -> None:

@@ -90,6 +90,9 @@ class ConsumerCoordinator:
         self._last_assigned: list[TopicPartition] = []  # for the sticky assignors' user data (eager revokes all)
         self._last_generation = -1
         self._joined_topics: list[str] = []
+        self._group_topics: list[str] = []  # leader: every member's topics, and their partition counts
+        self._partition_counts: dict[str, int] = {}
+        self._next_metadata_check = time.monotonic() + config.metadata_max_age_ms / 1000
         self._closed = False
         self.rebalances = 0
 
@@ -136,6 +139,8 @@ class ConsumerCoordinator:
         self.membership.on_poll()
         self._start_heartbeat()
         await self._finish_join()
+        if self._join_task is None and not self.needs_join():
+            await self._check_metadata()
         if self._join_task is None and self.needs_join():
             if not self._prepared:
                 await self._prepare()
@@ -149,6 +154,25 @@ class ConsumerCoordinator:
             if left > 0:
                 await asyncio.wait([task], timeout=left)
         await self._finish_join()
+
+    async def _check_metadata(self) -> None:
+        """Every metadata.max.age.ms: rejoin when a pattern now matches other topics, or (leader) when a
+        subscribed topic's partition count changed, so the new partitions get assigned."""
+        now = time.monotonic()
+        if now < self._next_metadata_check:
+            return
+        self._next_metadata_check = now + self.config.metadata_max_age_ms / 1000
+        try:
+            await self.cluster.refresh(None if self.subscription.has_patterns else self._joined_topics)
+        except KafkaError as e:
+            log.debug("group %r: metadata refresh failed: %s", self.group_id, e)
+            return
+        topics = self._subscribed_topics()
+        counts = {t: len(self.cluster.partitions_for(t)) for t in self._group_topics}
+        if topics != self._joined_topics:
+            self.membership.request_rejoin(f"the subscribed topics changed to {topics}")
+        elif self.membership.is_leader and counts != self._partition_counts:
+            self.membership.request_rejoin(f"partition counts changed to {counts}")
 
     async def _finish_join(self) -> None:
         task = self._join_task
@@ -260,6 +284,8 @@ class ConsumerCoordinator:
         if topics:
             await self.cluster.refresh(topics)
         per_topic = {t: len(self.cluster.partitions_for(t)) for t in topics if self.cluster.partitions_for(t)}
+        self._group_topics = topics
+        self._partition_counts = {t: per_topic.get(t, 0) for t in topics}
         result = assignor.assign(per_topic, subs)
         log.debug("group %r: assignor %s input %s %s -> %s", self.group_id, assignor.name, per_topic, subs, result)
         log.info("group %r generation %d: leader %s assigned %s with %s", self.group_id,
