@@ -230,10 +230,12 @@ class Sender:
                         reports += self._retry_or_fail(b, KafkaError(p.error_code, err.message, retriable=True))
                         continue
                     if p.error_code in _SEQUENCE_ERRORS and self.txn is not None:
+                        why = ("the epoch is stale: a newer producer with this transactional.id fenced it"
+                               if p.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+                               else "records may be lost or the broker expired the producer state")
                         err = KafkaError(p.error_code, f"{where}: the broker rejected sequence {b.base_sequence} "
                                          f"of producer {b.producer_id} epoch {b.producer_epoch} "
-                                         f"({ErrorCode(p.error_code).name}); records may be lost or the producer "
-                                         "state expired", retriable=False)
+                                         f"({ErrorCode(p.error_code).name}); {why}", retriable=False)
                         reports += self._finish(b, -1, -1, err)
                         self.txn.batch_failed(err, unresolved_sequence=True)
                         continue

@@ -157,8 +157,13 @@ class TransactionManager:
             await asyncio.sleep(_BACKOFF)
 
     def _error(self, code: int, what: str) -> KafkaError:
+        hint = ""
+        if code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH):
+            hint = (f" (epoch {self.pid.epoch} is stale: another producer with this transactional.id was "
+                    "initialised, or the coordinator aborted the transaction after transaction.timeout.ms="
+                    f"{self.config.transaction_timeout_ms}; close this producer)")
         return KafkaError(code, f"{what} for transactional id {self.transactional_id!r} failed: "
-                                f"{ErrorCode(code).name}")
+                                f"{ErrorCode(code).name}{hint}")
 
     # ------------------------------------------------------------------ idempotent producer (no transactional.id)
 
