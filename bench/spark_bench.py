@@ -217,7 +217,8 @@ def main() -> int:
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False, capture_output=True, text=True,
                          cwd=Path(__file__).parent).stdout.strip()
     print(f"`{shlex.join(['bench/spark_bench.py', *sys.argv[1:]])}` ({n:,} x 100 B, {args.partitions} partitions, "
-          f"{args.master}, git {rev}, {platform.node()}, {os.cpu_count()} cores)\n")
+          f"{args.master}, git {rev}, {platform.node()}, {os.cpu_count()} cores, load average at the end "
+          f"{os.getloadavg()[0]:.1f})\n")
     print("| scenario | rows | rows/s, median (min-max) | vs rate -> noop |")
     print("|---|---|---|---|")
     for name, vals in results.items():

@@ -79,6 +79,12 @@ def test_batch_read_returns_every_column_as_written(spark: Any, spark_bootstrap:
     assert got == [(0, o) for o in range(10, 20)] + [(2, o) for o in range(100)]
 
 
+def test_reading_an_empty_topic_gives_no_rows(spark: Any, spark_bootstrap: str, spark_topic: str) -> None:
+    _create(spark_bootstrap, spark_topic)
+    assert _read(spark, spark_bootstrap, subscribe=spark_topic).count() == 0
+    assert _read(spark, spark_bootstrap, subscribe=f"{spark_topic}-never-created").count() == 0
+
+
 def test_batch_read_splits_big_ranges_and_keeps_every_record(spark: Any, spark_bootstrap: str,
                                                              spark_topic: str) -> None:
     _create(spark_bootstrap, spark_topic, 1)

@@ -29,6 +29,8 @@ TopicPartition = tuple[str, int]
 
 
 def _read(opts: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if type(partition) is InputPartition and getattr(partition, "value", None) is None:
+        return iter(())  # Spark's stand-in partition when partitions() planned none (nothing to read)
     if not isinstance(partition, OffsetRange):
         raise TypeError(f"the oncelog source got an input partition it did not plan: {partition!r}")
     return read_range(partition, opts.consumer_conf, opts.include_headers, opts.fail_on_data_loss)
