@@ -4,6 +4,7 @@ Java's user data format, and properties (validity, balance, minimal movement, co
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -227,3 +228,79 @@ def test_minimal_movement_from_any_previous_assignment(
         result = run(name, ppt, {m: sub(name, ts, result[m], 2) for m in topics})
     moved = sum(1 for m in topics for tp in owned[m] if tp not in result[m])
     assert moved == _minimum_moves(owned, sorted(topics), len(_all(ppt, set(ts))))
+
+
+# ------------------------------------------------- general case vs kafka-python's port of Java's StickyAssignor
+
+
+class _Cluster:
+    """Partition counts in the shape kafka-python's assignors read (the oracle's input, not a broker)."""
+
+    def __init__(self, ppt: Mapping[str, int]) -> None:
+        self.ppt = ppt
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        return set(range(self.ppt[topic])) if topic in self.ppt else None
+
+    def topics(self, exclude_internal_topics: bool = True) -> set[str]:
+        return set(self.ppt)
+
+
+@dataclass
+class _Member:
+    member_id: str
+    metadata: object
+    group_instance_id: None = None
+
+
+def _balance_score(sizes: list[int]) -> int:
+    return sum(abs(a - b) for i, a in enumerate(sizes) for b in sizes[i + 1:])
+
+
+@settings(max_examples=150, deadline=None)
+@given(group_st(same_topics=False))
+def test_general_case_is_at_least_as_balanced_as_kafka_python(
+    group: tuple[dict[str, int], dict[str, list[str]], dict[str, list[TP]]],
+) -> None:
+    """kafka-python ports Java's general-case sticky algorithm (its user data carries a version prefix Java's
+    does not, so each side gets its own encoding of the same previous assignment)."""
+    from kafka.coordinator.assignors.sticky.sticky_assignor import (  # type: ignore[import-untyped]
+        StickyAssignorUserData,
+        StickyPartitionAssignor,
+    )
+    from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription  # type: ignore[import-untyped]
+
+    ppt, topics, owned = group
+    owned = {m: [tp for tp in ps if tp[0] in topics[m]] for m, ps in owned.items()}
+    ours = run("sticky", ppt, {m: sub("sticky", topics[m], owned[m], 1) for m in topics})
+
+    def kp_user_data(ps: list[TP]) -> bytes:
+        by_topic: dict[str, list[int]] = {}
+        for t, p in ps:
+            by_topic.setdefault(t, []).append(p)
+        return bytes(StickyAssignorUserData(list(by_topic.items()), 1).encode()) if ps else b""
+
+    members = [_Member(m, ConsumerProtocolSubscription(topics=topics[m], user_data=kp_user_data(owned[m]), version=0))
+               for m in sorted(topics)]
+    theirs = StickyPartitionAssignor().assign(_Cluster(ppt), members)
+    their_sizes = [sum(len(ps) for _, ps in a.assigned_partitions) for a in theirs.values()]
+    assert _balance_score(sorted(len(v) for v in ours.values())) <= _balance_score(sorted(their_sizes))
+
+
+def test_large_unequal_group_is_fast_and_valid() -> None:
+    """100 members with different subscriptions over 900 partitions: fresh assignment, then one member leaves."""
+    import random
+    import time
+
+    rng = random.Random(7)
+    names = [f"t{i}" for i in range(30)]
+    ppt = {t: 30 for t in names}
+    topics = {f"m{i:03d}": rng.sample(names, rng.randint(1, 30)) for i in range(100)}
+    t0 = time.perf_counter()
+    first = run("sticky", ppt, {m: sub("sticky", ts) for m, ts in topics.items()})
+    del topics["m000"]
+    second = run("sticky", ppt, {m: sub("sticky", ts, first[m], 1) for m, ts in topics.items()})
+    assert time.perf_counter() - t0 < 20  # about 0.3 s on an idle core
+    _check_valid(second, ppt, topics, complete=True)
+    moved = sum(1 for m in topics for tp in first[m] if tp not in second[m])
+    assert moved == 0  # only the leaver's partitions had to find new members
