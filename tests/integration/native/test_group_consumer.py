@@ -240,16 +240,18 @@ def test_cooperative_sticky_moves_only_what_it_must(any_bootstrap: str, topic_na
     assert len(seen) == 120 and max(seen.values()) == 1
 
 
+@pytest.mark.parametrize("strategy", ["range", "roundrobin", "cooperative-sticky"])
 def test_shared_group_with_confluent_consumers(bootstrap: str, topic_name: str, group_id: str,
-                                               members: list[Member]) -> None:
+                                               members: list[Member], strategy: str) -> None:
     make_topic(bootstrap, topic_name, 6)
     produce(bootstrap, topic_name, 600, 6)
-    members.append(Member(bootstrap, group_id, topic_name, "ours", **{"partition.assignment.strategy": "range"}))
-    theirs: dict[str, Any] = {"records": [], "assignment": [], "stop": threading.Event(), "errors": []}
+    members.append(Member(bootstrap, group_id, topic_name, "ours", **{"partition.assignment.strategy": strategy}))
+    theirs: dict[str, Any] = {"records": [], "assignment": [], "stop": threading.Event(), "errors": [],
+                              "commit_failures": []}
 
     def run_ck() -> None:
         c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest", "partition.assignment.strategy": "range",
+                         "auto.offset.reset": "earliest", "partition.assignment.strategy": strategy,
                          "session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
         try:
             c.subscribe([topic_name])
@@ -258,7 +260,10 @@ def test_shared_group_with_confluent_consumers(bootstrap: str, topic_name: str, 
                 theirs["assignment"] = [(tp.topic, tp.partition) for tp in c.assignment()]
                 good = [m for m in msgs if m.error() is None]
                 if good:
-                    c.commit(asynchronous=False)
+                    try:
+                        c.commit(asynchronous=False)
+                    except ck.KafkaException as e:  # a rebalance raced the commit: the batch may be re-read
+                        theirs["commit_failures"].append(e)
                     theirs["records"].extend((m.topic(), m.partition(), m.offset()) for m in good)
         except BaseException as e:  # noqa: BLE001
             theirs["errors"].append(e)
@@ -275,7 +280,8 @@ def test_shared_group_with_confluent_consumers(bootstrap: str, topic_name: str, 
         wait_for(shared, 60, "our consumer and confluent-kafka's sharing 6 partitions 3/3")
         wait_for(lambda: len(members[0].records) + len(theirs["records"]) >= 600, 60, "all 600 records")
         seen = collections.Counter([(a, b, c) for a, b, c, _ in members[0].records] + theirs["records"])
-        assert len(seen) == 600 and max(seen.values()) == 1
+        assert len(seen) == 600
+        assert max(seen.values()) == 1, (members[0].commit_failures, theirs["commit_failures"])
     finally:
         theirs["stop"].set()
         t.join(30)
