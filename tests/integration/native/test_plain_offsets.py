@@ -3,6 +3,7 @@ on the same log, on oncelog AND Tansu."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import confluent_kafka as ck
@@ -50,6 +51,9 @@ def ours_first_offset(bootstrap: str, topic: str, start: int, policy: str) -> in
     with Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": policy}) as c:
         c.assign([(topic, 0, start)])
         m = c.poll(2.0)
+        deadline = time.monotonic() + TIMEOUT
+        while m is None and c.position(topic, 0) is None and time.monotonic() < deadline:
+            m = c.poll(0.5)  # a slow box: the start offset is not resolved yet
         if m is None:
             assert c.position(topic, 0) is not None  # resolved to the end
             _produce_one(bootstrap, topic, "appended")
@@ -61,11 +65,21 @@ def ours_first_offset(bootstrap: str, topic: str, start: int, policy: str) -> in
 
 
 def ck_first_offset(bootstrap: str, topic: str, start: int, policy: str) -> int | None:
+    fetch_state: list[str] = []
+
+    def on_stats(raw: str) -> None:
+        part = json.loads(raw).get("topics", {}).get(topic, {}).get("partitions", {}).get("0", {})
+        fetch_state.append(part.get("fetch_state", "?"))
+
     c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False,
-                     "auto.offset.reset": policy, "enable.partition.eof": False})
+                     "auto.offset.reset": policy, "enable.partition.eof": False,
+                     "statistics.interval.ms": 100, "stats_cb": on_stats})
     try:
         c.assign([ck.TopicPartition(topic, 0, start)])
         msgs = c.consume(1, 2.0)
+        deadline = time.monotonic() + TIMEOUT
+        while not msgs and fetch_state[-1:] != ["active"] and time.monotonic() < deadline:
+            msgs = c.consume(1, 0.2)  # a slow box: librdkafka has not resolved its start offset yet
         if not msgs:
             _produce_one(bootstrap, topic, "appended")
             msgs = c.consume(1, APPENDED_WAIT)
