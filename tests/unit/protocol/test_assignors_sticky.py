@@ -304,3 +304,24 @@ def test_large_unequal_group_is_fast_and_valid() -> None:
     _check_valid(second, ppt, topics, complete=True)
     moved = sum(1 for m in topics for tp in first[m] if tp not in second[m])
     assert moved == 0  # only the leaver's partitions had to find new members
+
+
+def test_java_hash_map_order() -> None:
+    from oncelog.protocol.assignors.sticky import java_hash_map_order
+
+    # "Aa" and "BB" share String.hashCode 2112: one bucket, insertion order
+    assert java_hash_map_order(["BB", "Aa"]) == ["BB", "Aa"] and java_hash_map_order(["Aa", "BB"]) == ["Aa", "BB"]
+    # "hello".hashCode() == 99162322 lands in bucket 11 only through HashMap's h ^ (h >>> 16) spread; "C" is in 3
+    assert java_hash_map_order(["hello", "C"]) == ["C", "hello"]
+    # 13 keys: the table has grown to 32 buckets ("C0".."C9" hash 2125..2134, "D0".."D2" 2156..2158)
+    keys = [f"C{i}" for i in range(10)] + ["D0", "D1", "D2"]
+    assert java_hash_map_order(keys) == sorted(keys, key=lambda k: (67 if k[0] == "C" else 68) * 31 + ord(k[1]) & 31)
+
+
+def test_who_keeps_max_quota_follows_javas_member_order() -> None:
+    # 7 partitions, 3 members: one member may keep 3. "hello" and "C" both own 3; "C" comes first in Java's
+    # HashMap order, keeps its 3, and "hello" keeps its lowest 2 (by partition number, then topic)
+    ppt = {"t": 7}
+    owned = {"hello": tps("tp0 tp1 tp2"), "C": tps("tp3 tp4 tp5"), "z": tps("tp6")}
+    got = run("sticky", ppt, {m: sub("sticky", ["t"], ps, 3) for m, ps in owned.items()})
+    assert got == {"C": tps("tp3 tp4 tp5"), "hello": tps("tp0 tp1"), "z": tps("tp2 tp6")}

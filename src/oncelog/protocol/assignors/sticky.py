@@ -1,16 +1,17 @@
 """Kafka's StickyAssignor (KIP-54) and CooperativeStickyAssignor (KIP-341, KIP-429).
 
 Goals, in order: a balanced assignment (member counts within one when every member subscribes to the same
-topics; otherwise no partition can move to a member with two fewer), then keeping as many previously owned
-partitions as possible. Ownership claims are generation-aware: only members of the newest generation keep what
-they claim, and a partition claimed twice in the same generation is kept by nobody.
+topics; otherwise as even as the subscriptions allow), then keeping as many previously owned partitions as
+possible. Ownership claims are generation-aware: when two members claim a partition, the newer generation wins,
+and a partition claimed by two members of the same generation is kept by neither.
 
-Two algorithms, as in Kafka's ``AbstractStickyAssignor``: a quota-based one when all subscriptions are equal
-(``_constrained_assign``), and a general one otherwise (``_general_assign``: keep valid ownership, hand out the
-rest to the least-loaded eligible member, then rebalance along chains of moves, cheapest in previously owned
-partitions first, until no chain can even out two members). Members are visited in member-id order where Kafka
-iterates a hash map, so ties can resolve differently from Java. The general case is our own search rather than
-a transcription of Java's: on random groups it is never less balanced than kafka-python's port of Java's
+Two algorithms, as in Kafka's ``AbstractStickyAssignor``. When all subscriptions are equal,
+``_constrained_assign`` follows Kafka 3.x's ConstrainedAssignmentBuilder (racks aside), visiting members in the
+order of Java's HashMap of member ids (:func:`java_hash_map_order`), so it gives Kafka's result for the same
+input (same member order in the JoinGroup response). Otherwise ``_general_assign`` keeps valid ownership, hands
+out the rest to the least-loaded eligible member, then rebalances along chains of moves, cheapest in previously
+owned partitions first, until no chain can even out two members. That general case is our own search rather
+than a transcription of Java's: on random groups it is never less balanced than kafka-python's port of Java's
 algorithm and almost always moves as few or fewer owned partitions (tests/unit/protocol/test_assignors_sticky.py).
 
 The cooperative variant then withholds every partition that changes owner: the old owner revokes it after this
@@ -93,97 +94,127 @@ def _all_partitions(partitions_per_topic: Mapping[str, int]) -> list[TopicPartit
     return sorted((t, p) for t, n in partitions_per_topic.items() for p in range(n))
 
 
+def java_hash_map_order(keys: Sequence[str]) -> list[str]:
+    """The iteration order of a ``java.util.HashMap<String, ?>`` filled with ``keys`` in this order.
+
+    Kafka's assignors iterate hash maps keyed by member id where ties are broken by that order: buckets by
+    ``String.hashCode`` spread as ``h ^ (h >>> 16)`` over the final table size (16, doubled while more than 3/4
+    full), insertion order within a bucket."""
+    capacity = 16
+    while len(keys) > capacity * 3 // 4:
+        capacity *= 2
+
+    def bucket(key: str) -> int:
+        h = 0
+        units = key.encode("utf-16-be")
+        for i in range(0, len(units), 2):
+            h = (31 * h + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (capacity - 1)
+
+    return sorted(keys, key=bucket)
+
+
 def _owned_if_all_equal(
-    members: list[str],
+    order: list[str],
     subscriptions: Mapping[str, Subscription],
     data: Mapping[str, MemberData],
     existing: set[TopicPartition],
-) -> dict[str, list[TopicPartition]] | None:
-    """Each member's valid owned partitions if all subscriptions are equal, else None."""
+) -> tuple[dict[str, list[TopicPartition]], set[TopicPartition]] | None:
+    """If all subscriptions are equal: each member's valid owned partitions, and the partitions claimed by two
+    members of the same generation (kept by neither); else None. A claim of a newer generation beats an older
+    one; claims nobody contests are kept whatever their generation (Kafka's allSubscriptionsEqual)."""
     topics: set[str] | None = None
-    max_generation = DEFAULT_GENERATION
     owned: dict[str, list[TopicPartition]] = {}
-    current: list[str] = []  # members of the highest generation seen so far
-    for m in members:
+    owner_of: dict[TopicPartition, str] = {}
+    generation: dict[str, int] = {}
+    contested: set[TopicPartition] = set()
+    for m in order:
         sub_topics = set(subscriptions[m].topics)
         if topics is None:
             topics = sub_topics
         elif sub_topics != topics:
             return None
         md = data[m]
-        owned[m] = []
-        gen = md.generation
-        if (gen is not None and gen >= max_generation) or (gen is None and max_generation == DEFAULT_GENERATION):
-            if gen is not None and gen > max_generation:
-                for old in current:
-                    owned[old] = []
-                current = []
-                max_generation = gen
-            current.append(m)
-            owned[m] = [tp for tp in dict.fromkeys(md.partitions) if tp in existing]
-    # a partition claimed by two members of the same (newest) generation stays with neither
-    claims: dict[TopicPartition, int] = {}
-    for ps in owned.values():
-        for tp in ps:
-            claims[tp] = claims.get(tp, 0) + 1
-    return {m: [tp for tp in ps if claims[tp] == 1] for m, ps in owned.items()}
+        gen = generation[m] = DEFAULT_GENERATION if md.generation is None else md.generation
+        mine: list[TopicPartition] = owned.setdefault(m, [])
+        for tp in dict.fromkeys(md.partitions):
+            if tp not in existing:
+                continue
+            other = owner_of.get(tp)
+            if other is None or gen > generation[other]:
+                if other is not None and tp in owned[other]:
+                    owned[other].remove(tp)
+                mine.append(tp)
+                owner_of[tp] = m
+            elif gen == generation[other]:
+                contested.add(tp)
+                if tp in owned[other]:
+                    owned[other].remove(tp)
+                owner_of[tp] = m
+    return {m: [tp for tp in ps if tp not in contested] for m, ps in owned.items()}, contested
 
 
 def _constrained_assign(
-    all_partitions: list[TopicPartition], members: list[str], owned: Mapping[str, list[TopicPartition]]
+    all_partitions: list[TopicPartition], order: list[str], owned: Mapping[str, list[TopicPartition]]
 ) -> dict[str, list[TopicPartition]]:
-    unassigned = dict.fromkeys(all_partitions)  # ordered set, sorted by (topic, partition)
-    n_members = len(members)
-    min_quota, rest = divmod(len(all_partitions), n_members)
-    max_quota = min_quota + (1 if rest else 0)
-    assignment: dict[str, list[TopicPartition]] = {m: [] for m in members}
-    unfilled: list[str] = []
-    min_capacity: deque[str] = deque()
-    max_capacity: deque[str] = deque()
+    """Kafka's ConstrainedAssignmentBuilder (without racks). ``order``: Java's hash map order of the members,
+    which decides who of several members owning maxQuota or more keeps maxQuota."""
+    min_quota, expected_over = divmod(len(all_partitions), len(order))
+    max_quota = min_quota + (1 if expected_over else 0)
+    over = 0  # members given more than minQuota so far
+    assignment: dict[str, list[TopicPartition]] = {m: [] for m in order}
+    under: list[str] = []  # members below minQuota
+    at_min: list[str] = []  # members at minQuota that may still get one more
 
-    # 1. keep previously owned partitions up to maxQuota each
-    for m in members:
-        kept = owned[m][:max_quota]
-        assignment[m].extend(kept)
-        for tp in kept:
-            del unassigned[tp]
-        if len(owned[m]) < min_quota:
-            unfilled.append(m)
+    # 1. keep owned partitions (lowest partition numbers first) up to the member's quota
+    for m in order:
+        mine = sorted(owned[m], key=lambda tp: (tp[1], tp[0]))
+        if len(mine) < min_quota:
+            assignment[m].extend(mine)
+            under.append(m)
+        elif len(mine) >= max_quota and over < expected_over:
+            over += 1
+            if over == expected_over:
+                at_min.clear()
+            assignment[m].extend(mine[:max_quota])
         else:
-            if len(assignment[m]) == min_quota:
-                min_capacity.append(m)
-            if len(assignment[m]) == max_quota:
-                max_capacity.append(m)
+            assignment[m].extend(mine[:min_quota])
+            if over < expected_over:
+                at_min.append(m)
+    taken = {tp for ps in assignment.values() for tp in ps}
+    unassigned = [tp for tp in all_partitions if tp not in taken]
 
-    # 2. fill the members under minQuota, round robin over them
-    pending = deque(unassigned)
-    while unfilled and pending:
-        still: list[str] = []
-        for i, m in enumerate(unfilled):
-            if not pending:
-                still.extend(unfilled[i:])
-                break
-            assignment[m].append(pending.popleft())
-            if len(assignment[m]) == min_quota:
-                min_capacity.append(m)
-            else:
-                still.append(m)
-        unfilled = still
-
-    # 3. out of partitions but members still under minQuota: take from the members at maxQuota
-    for m in unfilled:
-        while len(assignment[m]) < min_quota:
-            if not max_capacity:
-                raise AssertionError("sticky assignor: members under quota but no member at maximum capacity")
-            donor = max_capacity.popleft()
-            assignment[m].append(assignment[donor].pop(0))
-        min_capacity.append(m)
-
-    # 4. partitions left over: one more each to members at minQuota
-    for tp in pending:
-        if not min_capacity:
-            raise AssertionError("sticky assignor: partitions left but every member is at maximum capacity")
-        assignment[min_capacity.popleft()].append(tp)
+    # 2. round robin over the members under minQuota, then one more each to members at minQuota
+    under.sort()
+    at_min.sort()
+    queue = deque(at_min)
+    i = 0  # position of the iterator over ``under``
+    for tp in unassigned:
+        from_under = True
+        if i < len(under):
+            m = under[i]
+        elif under:
+            i = 0
+            m = under[0]
+        elif queue:
+            m = queue.popleft()
+            from_under = False
+        else:
+            raise AssertionError("sticky assignor: partitions left but every member is at its quota")
+        assignment[m].append(tp)
+        count = len(assignment[m])
+        if count == min_quota and from_under:
+            under.pop(i)
+            queue.append(m)
+            continue
+        if from_under:
+            i += 1
+        if count == max_quota:
+            over += 1
+            if over == expected_over:
+                queue.clear()
+    if any(len(assignment[m]) != min_quota for m in under):
+        raise AssertionError("sticky assignor: a member ended below minQuota")
     return assignment
 
 
@@ -312,24 +343,27 @@ class _AbstractSticky(Assignor):
 
     def sticky_assign(
         self, partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]
-    ) -> dict[str, list[TopicPartition]]:
+    ) -> tuple[dict[str, list[TopicPartition]], set[TopicPartition]]:
+        """The assignment, and the partitions claimed by several members of one generation."""
         members = sorted_members(subscriptions)
         if not members:
-            return {}
+            return {}, set()
         subscribed = {t for s in subscriptions.values() for t in s.topics}
         ppt = {t: n for t, n in partitions_per_topic.items() if t in subscribed}
         all_partitions = _all_partitions(ppt)
         data = {m: self.member_data(subscriptions[m]) for m in members}
-        owned = _owned_if_all_equal(members, subscriptions, data, set(all_partitions))
-        if owned is not None:
-            return _constrained_assign(all_partitions, members, owned)
-        return _general_assign(all_partitions, members, subscriptions, data)
+        order = java_hash_map_order(list(subscriptions))
+        found = _owned_if_all_equal(order, subscriptions, data, set(all_partitions))
+        if found is not None:
+            owned, contested = found
+            return _constrained_assign(all_partitions, order, owned), contested
+        return _general_assign(all_partitions, members, subscriptions, data), set()
 
     def assign(
         self, partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]
     ) -> dict[str, Assignment]:
-        result = self.sticky_assign(partitions_per_topic, subscriptions)
-        return {m: Assignment(partitions=sorted(ps)) for m, ps in result.items()}
+        result, _ = self.sticky_assign(partitions_per_topic, subscriptions)
+        return {m: Assignment(partitions=sorted(ps)) for m, ps in sorted(result.items())}
 
 
 class StickyAssignor(_AbstractSticky):
@@ -375,17 +409,18 @@ class CooperativeStickyAssignor(_AbstractSticky):
     def assign(
         self, partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]
     ) -> dict[str, Assignment]:
-        result = self.sticky_assign(partitions_per_topic, subscriptions)
-        # withhold partitions moving to a new member while some other member still owns them
+        result, contested = self.sticky_assign(partitions_per_topic, subscriptions)
+        # withhold partitions moving to a new member while some other member still owns them, and partitions
+        # claimed by several members of one generation (Kafka's partitionsTransferringOwnership)
         added: dict[TopicPartition, str] = {}
-        revoked: set[TopicPartition] = set()
+        revoked: set[TopicPartition] = set(contested)
         for m, ps in result.items():
             owned = set(subscriptions[m].owned_partitions)
             assigned = set(ps)
             added.update((tp, m) for tp in assigned - owned)
             revoked |= owned - assigned
-        transferring = {tp: m for tp, m in added.items() if tp in revoked}
+        transferring = {tp for tp in added if tp in revoked} | contested
         return {
-            m: Assignment(partitions=sorted(tp for tp in ps if transferring.get(tp) != m))
-            for m, ps in result.items()
+            m: Assignment(partitions=sorted(tp for tp in ps if tp not in transferring))
+            for m, ps in sorted(result.items())
         }
