@@ -261,7 +261,7 @@ def _general_assign(
 
     # balance: while some member could end up with one more partition and a member with at least two more
     # than it with one fewer, through a chain of moves (each member in the chain takes a partition of its topics
-    # from the next), make the shortest such chain's moves. Each round strictly lowers the sum of squared member
+    # from the next), make the cheapest such chain's moves. Each round strictly lowers the sum of squared member
     # sizes, and when no chain is left the sizes are as balanced as the subscriptions allow.
     kept = {tp: m for tp, (_, m) in claim.items()}
     takeable = {m: [tp for tp in all_partitions if tp[0] in member_topics[m]] for m in members}
