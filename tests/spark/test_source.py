@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from typing import Any
 
 import confluent_kafka as ck
@@ -208,3 +209,43 @@ def test_log_append_time_topic_reports_timestamp_type_1(spark: Any, spark_bootst
     rows = _read(spark, spark_bootstrap, subscribe=spark_topic).collect()
     assert len(rows) == 10 and {r.timestampType for r in rows} == {1}
     assert all(r.timestamp >= before - dt.timedelta(seconds=5) for r in rows)
+
+
+def test_stream_picks_up_new_topics_and_partitions_from_their_start(spark: Any, spark_bootstrap: str,
+                                                                    spark_topic: str, checkpoint_dir: str) -> None:
+    first, second = f"{spark_topic}-a", f"{spark_topic}-b"
+    _create(spark_bootstrap, first, 1)
+    p = ck.Producer({"bootstrap.servers": spark_bootstrap, "linger.ms": 2})
+
+    def send(topic: str, partition: int, n: int, tag: str, producer: Any = p) -> None:
+        for i in range(n):
+            producer.produce(topic, value=f"{tag}-{i}".encode(), partition=partition)
+        assert producer.flush(30) == 0
+
+    send(first, 0, 5, "before")  # startingOffsets=latest: never read
+    got: list[tuple[str, int, bytes]] = []
+    q = (spark.readStream.format("oncelog").option("kafka.bootstrap.servers", spark_bootstrap)
+         .option("subscribePattern", f"{spark_topic}-.*").load()
+         .writeStream.foreachBatch(lambda df, _id: got.extend(
+             (r.topic, r.partition, r.value) for r in df.select("topic", "partition", "value").collect()))
+         .option("checkpointLocation", checkpoint_dir).start())
+    try:
+        q.processAllAvailable()
+        send(first, 0, 3, "a0")
+        q.processAllAvailable()
+        _create(spark_bootstrap, second, 2)
+        send(second, 0, 4, "b0")
+        send(second, 1, 2, "b1")
+        with Admin({"bootstrap.servers": spark_bootstrap}) as admin:
+            admin.create_partitions(first, 2)
+        send(first, 1, 3, "a1", ck.Producer({"bootstrap.servers": spark_bootstrap}))  # fresh metadata
+        deadline = time.monotonic() + 60
+        while len(got) < 12 and time.monotonic() < deadline:
+            q.processAllAvailable()
+            time.sleep(0.5)
+    finally:
+        q.stop()
+    assert q.exception() is None
+    assert sorted(got) == sorted(
+        [(first, 0, f"a0-{i}".encode()) for i in range(3)] + [(first, 1, f"a1-{i}".encode()) for i in range(3)]
+        + [(second, 0, f"b0-{i}".encode()) for i in range(4)] + [(second, 1, f"b1-{i}".encode()) for i in range(2)])

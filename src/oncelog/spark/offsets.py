@@ -14,7 +14,7 @@ from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
-from oncelog.client import Admin, KafkaError
+from oncelog.client import Admin
 
 from .options import EARLIEST, LATEST, OffsetSpec, OncelogOptionError, SourceOptions
 
@@ -103,24 +103,14 @@ class OffsetPlanner:
             self._admin = None
 
     def topic_partitions(self) -> list[TopicPartition]:
-        """The partitions read now: assign as given; subscribe / subscribePattern from fresh metadata."""
+        """The partitions read now: assign as given; subscribe / subscribePattern from one fresh Metadata
+        request (a subscribed topic that does not exist yet is read once it does)."""
         o = self.opts
         if o.assign is not None:
             return list(o.assign)
-        if o.subscribe is not None:
-            names: Iterable[str] = o.subscribe
-        else:
-            names = [t.name for t in self.admin.list_topics() if o.matches(t.name)]
-        out: list[TopicPartition] = []
-        for name in names:
-            try:
-                desc = self.admin.describe_topic(name)
-            except KafkaError as e:
-                if int(e.code) == 3:  # UNKNOWN_TOPIC_OR_PARTITION: not created yet, read it once it exists
-                    continue
-                raise
-            out.extend((name, p.partition) for p in desc.partitions)
-        return sorted(out)
+        counts = {t.name: t.partitions for t in self.admin.list_topics()}
+        names = o.subscribe if o.subscribe is not None else [t for t in counts if o.matches(t)]
+        return sorted((name, p) for name in names for p in range(counts.get(name, 0)))
 
     def _list(self, tps: Iterable[TopicPartition], spec: str) -> dict[TopicPartition, int]:
         tps = list(tps)
