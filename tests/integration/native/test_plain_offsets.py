@@ -201,3 +201,33 @@ def test_reset_after_deleted_records_goes_to_the_log_start(bootstrap: str, topic
     assert ours_first_offset(bootstrap, topic_name, 3, "earliest") == 8
     assert ck_first_offset(bootstrap, topic_name, 3, "earliest") == 8
     assert ours_first_offset(bootstrap, topic_name, OFFSET_BEGINNING, "latest") == 8
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_start_inside_a_compressed_batch(any_bootstrap: str, topic_name: str, codec: str) -> None:
+    """Records written by librdkafka as one (compressed) batch; both consumers started in its middle return the
+    records from that offset on, nothing before."""
+    with Admin({"bootstrap.servers": any_bootstrap}) as admin:
+        admin.create_topics(topic_name, 1)
+    p = ck.Producer({"bootstrap.servers": any_bootstrap, "compression.type": codec, "linger.ms": 200,
+                     "batch.num.messages": 1000})
+    for i in range(N):
+        p.produce(topic_name, str(i).encode(), partition=0)
+    assert p.flush(TIMEOUT) == 0
+    with Consumer({"bootstrap.servers": any_bootstrap}) as c:
+        c.assign([(topic_name, 0, 7)])
+        ours: list[tuple[int, bytes | None]] = []
+        deadline = time.monotonic() + TIMEOUT
+        while len(ours) < N - 7 and time.monotonic() < deadline:
+            ours += [(m.offset, m.value) for m in c.consume(100, 0.5)]
+    c2 = ck.Consumer({"bootstrap.servers": any_bootstrap, "group.id": "unused", "enable.auto.commit": False})
+    try:
+        c2.assign([ck.TopicPartition(topic_name, 0, 7)])
+        theirs: list[tuple[int, bytes | None]] = []
+        deadline = time.monotonic() + TIMEOUT
+        while len(theirs) < N - 7 and time.monotonic() < deadline:
+            theirs += [(m.offset(), m.value()) for m in c2.consume(100, 0.5) if m.error() is None]
+    finally:
+        c2.close()
+    assert ours == theirs == [(i, str(i).encode()) for i in range(7, N)]
