@@ -6,7 +6,8 @@ One record per decided batch, key ``"<sink id>/<batch id>"``, value JSON::
      "txns": [{"id": "<transactional id>", "state": "<pid>:<epoch>", "topics": ["out"], "rows": 1000}, ...]}
 
 The topic is compacted (a batch's record is only ever written once by the driver that decided it, so compaction
-keeps exactly that record). A batch is *decided* once its record is in the log (written with acks=all and read
+keeps exactly that record); once batch B is completed, the decision of B-1 is no longer needed (Spark never
+re-runs a batch older than the last one it started) and is tombstoned, so reading a sink's decisions stays cheap. A batch is *decided* once its record is in the log (written with acks=all and read
 back up to the high watermark); that record, not anything a later attempt of the batch reports, says which
 transactions are committed. See :mod:`oncelog.spark.sink` for why this gives exactly-once output.
 """
@@ -25,6 +26,10 @@ __all__ = ["DEFAULT_COMMIT_TOPIC", "Decision", "SinkCommitLog", "SinkCommitLogEr
 
 DEFAULT_COMMIT_TOPIC = "__oncelog_spark_sink_commits"
 _TOPIC_ALREADY_EXISTS = 36
+#: compacted, with segments small enough to be cleaned: a sink tombstones each batch's decision once the next batch
+#: is completed, so the topic stays about one record per running query
+TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": str(4 << 20), "segment.ms": str(3600_000),
+                 "delete.retention.ms": str(3600_000)}
 
 
 class SinkCommitLogError(RuntimeError):
@@ -99,7 +104,7 @@ class SinkCommitLog:
     def ensure_topic(self, admin: Admin) -> list[int]:
         """Create the topic (1 partition, compacted) unless it exists; returns its partitions."""
         try:
-            admin.create_topics(self.topic, 1, {"cleanup.policy": "compact"})
+            admin.create_topics(self.topic, 1, TOPIC_CONFIGS)
         except KafkaError as e:
             if int(e.code) != _TOPIC_ALREADY_EXISTS:
                 raise SinkCommitLogError(
@@ -162,7 +167,8 @@ class SinkCommitLog:
                 f"{self.topic!r}: {errors[0] if errors else 'timed out'}; the batch stays undecided and is retried")
 
     def forget(self, sink_id: str, batch_ids: Sequence[int]) -> None:
-        """Write tombstones for old batches so compaction can drop their decisions (best effort)."""
+        """Tombstone the decisions of finished batches so compaction drops them (best effort: a tombstone that is
+        lost only leaves an old decision in the log)."""
         if not batch_ids:
             return
         producer = Producer({**self.conf, "acks": "all"})

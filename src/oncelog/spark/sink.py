@@ -25,6 +25,7 @@ Phase 2, on the driver (:meth:`commit`), for batch B:
 3. Abort every open transaction of this sink (ListTransactions, matched by the id prefix) that belongs to a batch
    <= B and is not in that batch's decision: killed task attempts, a replay's new attempts, tasks of a batch that
    was never decided. A transaction of a decided batch that is in its decision is committed instead.
+4. Tombstone the decisions of batches < B: Spark never re-runs them, and their transactions are all committed.
 
 ``abort(messages, B)`` aborts B's reported and open transactions unless B is decided, in which case it completes
 the decision, as commit does.
@@ -211,6 +212,9 @@ class SinkCommitter:
             resolver.commit_all(decision.txns)
             kill_driver_at("kill-after-complete", batch_id)
             self._clean(resolver, sink_id, batch_id, decided, messages)
+            # every batch before this one is completed (Spark started this batch only after commit() returned for
+            # the previous one, and never re-runs an older one): their decisions are no longer needed
+            self.log.forget(sink_id, sorted(b for b in decided if b < batch_id))
         return decision
 
     def abort(self, sink_id: str, batch_id: int, messages: Sequence[SinkCommitMessage | None]) -> None:
