@@ -41,7 +41,9 @@ def test_columns_equal_the_protocol_decoder(with_headers: bool, fixed: bool) -> 
     assert cols.keys.to_pylist() == [r.key for r in records]
     assert cols.values.to_pylist() == [r.value for r in records]
     assert cols.headers is not None
-    assert [[(h["key"], h["value"]) for h in hs] for hs in cols.headers.to_pylist()] == [r.headers for r in records]
+    assert [[(h["key"], h["value"]) for h in hs or []] for hs in cols.headers.to_pylist()] == [
+        r.headers for r in records]
+    assert all((hs is None) == (not r.headers) for hs, r in zip(cols.headers.to_pylist(), records, strict=True))
     assert decode_sections([_section(raw) for raw in raws], include_headers=False).headers is None
 
 

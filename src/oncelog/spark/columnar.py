@@ -36,7 +36,7 @@ class DecodedColumns:
     timestamps: np.ndarray[Any, Any]  # int64 ms
     keys: pa.Array
     values: pa.Array
-    headers: pa.Array | None  # list<struct<key string, value binary>> when asked for
+    headers: pa.Array | None  # list<struct<key string, value binary>> (null: no headers) when asked for
 
 
 def _varint(buf: np.ndarray[Any, Any], pos: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any],
@@ -185,11 +185,11 @@ def decode_sections(sections: list[Section], include_headers: bool) -> DecodedCo
     headers: pa.Array | None = None
     if (hcount == 0).all():
         if include_headers:
-            headers = pa.array([[] for _ in range(count)], _HEADERS_TYPE)
+            headers = pa.nulls(count, _HEADERS_TYPE)  # spark-sql-kafka: null when a record has no headers
     else:
         lists, hend = _headers(data, p, ends)
         if include_headers:
-            headers = pa.array(lists, _HEADERS_TYPE)
+            headers = pa.array([h or None for h in lists], _HEADERS_TYPE)
     if (hend != ends).any():
         bad = int(np.argmax(hend != ends))
         raise RecordFormatError(f"record {bad} was read to byte {int(hend[bad])} but its length says it ends at "
