@@ -12,7 +12,8 @@ Scenarios (every round runs each once, in this order, so noise hits them alike):
 - ``oncelog batch read -> noop`` and ``oncelog stream read -> noop`` (availableNow, one micro-batch): the source.
 - ``df -> oncelog sink``: N x 100 B rows through the exactly-once streaming sink (only when
   ``oncelog.spark.sink`` exists).
-Each number is N / wall time of the whole query (planning and the ~0.5 s micro-batch floor included).
+Each number is N / wall time of the whole query (planning and the ~0.5 s micro-batch floor included); for the
+stream read also rows / time inside its micro-batches (Spark's triggerExecution: the query start-up left out).
 The broker is a fresh ``oncelog serve`` child process; the topic is filled once with confluent-kafka.
 """
 
@@ -147,6 +148,7 @@ def main() -> int:
         bs = broker.bootstrap
 
         big = max(n, args.ceiling_records)
+        in_batch: list[float] = []  # stream read rows/s inside its micro-batches (query start-up left out)
 
         def rate_noop() -> None:
             q = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", big)
@@ -169,6 +171,9 @@ def main() -> int:
                  .writeStream.format("noop").option("checkpointLocation", str(tmp / f"cp-{uuid.uuid4().hex}"))
                  .trigger(availableNow=True).start())
             q.awaitTermination()
+            rows = sum(p["numInputRows"] for p in q.recentProgress)
+            ms = sum(p["durationMs"].get("triggerExecution", 0) for p in q.recentProgress)
+            in_batch.append(rows / (ms / 1000) if ms else 0.0)
 
         scenarios: list[tuple[str, int, Callable[[], None]]] = [
             ("rate -> noop (JVM ceiling)", big, rate_noop),
@@ -213,6 +218,9 @@ def main() -> int:
             spark.stop()
         broker.stop()
 
+    if in_batch:
+        results["oncelog stream read, inside micro-batches"] = in_batch
+        rows_of["oncelog stream read, inside micro-batches"] = n
     ceiling = statistics.median(results["rate -> noop (JVM ceiling)"])
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False, capture_output=True, text=True,
                          cwd=Path(__file__).parent).stdout.strip()
