@@ -12,7 +12,7 @@ from oncelog.client import Admin
 
 
 def read_committed(bootstrap: str, topic: str, expect: int | None = None, timeout: float = 30.0,
-                   settle: float = 1.0) -> list[bytes]:
+                   settle: float = 0.3) -> list[bytes]:
     """Every value of ``topic`` a read_committed confluent-kafka consumer sees, up to the LSO of every partition.
 
     Reads until the positions reach the read_committed end offsets (the LSO); with ``expect`` also waits until that

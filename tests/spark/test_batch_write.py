@@ -62,3 +62,13 @@ def test_batch_write_explains_a_missing_value_column_or_topic(spark: Any, spark_
         df.write.mode("append").format("oncelog").option("kafka.bootstrap.servers", spark_bootstrap).option("topic", "t").save()
     with pytest.raises(Exception, match="option 'topic'"):
         df.selectExpr("v as value").write.mode("append").format("oncelog").option("kafka.bootstrap.servers", spark_bootstrap).save()
+
+
+def test_batch_write_to_a_broker_without_two_phase_commit_says_how_to_enable_it(
+        spark: Any, bootstrap: str, topic_name: str) -> None:
+    _create(bootstrap, topic_name)
+    df = spark.range(3).selectExpr("cast(id as string) as value")
+    with pytest.raises(Exception, match="transaction.two.phase.commit.enable=true"):
+        df.write.mode("append").format("oncelog").option("kafka.bootstrap.servers", bootstrap).option(
+            "topic", topic_name).save()
+    assert read_committed(bootstrap, topic_name, timeout=2, settle=0.1) == []

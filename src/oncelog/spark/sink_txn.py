@@ -32,6 +32,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+_TXN_ID_AUTHORIZATION_FAILED = 53
 _ID_REST = re.compile(r"b(\d+)-p(\d+)-a(\d+)-[0-9a-f]+")
 
 
@@ -79,6 +80,14 @@ class StagingTxn:
         try:
             p.init_transactions()
             p.begin_transaction()
+        except KafkaError as e:
+            p.close(5)
+            if int(e.code) == _TXN_ID_AUTHORIZATION_FAILED:
+                raise SinkTxnError(
+                    f"the broker at {self._conf.get('bootstrap.servers')} refused a two-phase-commit transaction "
+                    f"({e}); the exactly-once sink needs KIP-939: start the broker with "
+                    "transaction.two.phase.commit.enable=true") from e
+            raise SinkTxnError(f"cannot start transaction {self.txn_id!r}: {e}") from e
         except BaseException:
             p.close(5)
             raise
