@@ -252,3 +252,43 @@ def test_stream_picks_up_new_topics_and_partitions_from_their_start(spark: Any, 
     assert sorted(got) == sorted(
         [(first, 0, f"a0-{i}".encode()) for i in range(3)] + [(first, 1, f"a1-{i}".encode()) for i in range(3)]
         + [(second, 0, f"b0-{i}".encode()) for i in range(4)] + [(second, 1, f"b1-{i}".encode()) for i in range(2)])
+
+
+def test_read_committed_stops_at_an_open_transaction_and_reads_on_once_it_commits(
+        spark: Any, spark_bootstrap: str, spark_topic: str, checkpoint_dir: str) -> None:
+    _create(spark_bootstrap, spark_topic, 1)
+    plain = ck.Producer({"bootstrap.servers": spark_bootstrap})
+    txn = ck.Producer({"bootstrap.servers": spark_bootstrap, "transactional.id": f"open-{spark_topic}"})
+    txn.init_transactions(30)
+    for i in range(3):
+        plain.produce(spark_topic, value=b"before-%d" % i, partition=0)
+    assert plain.flush(30) == 0
+    txn.begin_transaction()
+    txn.produce(spark_topic, value=b"in-txn", partition=0)
+    txn.flush(30)
+    plain.produce(spark_topic, value=b"after", partition=0)
+    assert plain.flush(30) == 0
+
+    def values(**opts: str) -> list[bytes]:
+        return sorted(r.value for r in _read(spark, spark_bootstrap, subscribe=spark_topic, **opts).collect())
+
+    # the last stable offset is the open transaction's first offset: nothing at or after it is read yet
+    assert values() == [b"before-0", b"before-1", b"before-2"]
+    assert values(**{"kafka.isolation.level": "read_uncommitted"}) == sorted(
+        [b"before-0", b"before-1", b"before-2", b"in-txn", b"after"])
+    got: list[bytes] = []
+    q = (spark.readStream.format("oncelog").option("kafka.bootstrap.servers", spark_bootstrap)
+         .option("subscribe", spark_topic).option("startingOffsets", "earliest").load()
+         .writeStream.foreachBatch(lambda df, _id: got.extend(r.value for r in df.select("value").collect()))
+         .option("checkpointLocation", checkpoint_dir).start())
+    try:
+        q.processAllAvailable()
+        assert sorted(got) == [b"before-0", b"before-1", b"before-2"]
+        txn.commit_transaction(30)
+        deadline = time.monotonic() + 60
+        while len(got) < 5 and time.monotonic() < deadline:
+            q.processAllAvailable()
+            time.sleep(0.3)
+    finally:
+        q.stop()
+    assert got == [b"before-0", b"before-1", b"before-2", b"in-txn", b"after"]
