@@ -78,7 +78,8 @@ class AsyncConsumer:
         self.coordinator: ConsumerCoordinator | None = None
         if c.group_id is not None:
             self.coordinator = ConsumerCoordinator(self.cluster, c, self.subscription,
-                                                   RebalanceHooks(self._revoked, self._lost, self._assigned))
+                                                   RebalanceHooks(self._revoked, self._lost, self._assigned,
+                                                                  self._before_join))
         self._buffer: collections.deque[Message] = collections.deque()
         self._stored: dict[TopicPartition, int] = {}  # offsets commit() commits (last returned + 1, or stored)
         self._last_committed: dict[TopicPartition, int] = {}
@@ -150,20 +151,26 @@ class AsyncConsumer:
         finally:
             self._in_callback = False
 
+    def _uncommitted(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Stored offsets of ``tps`` not committed yet by this consumer."""
+        return {tp: o for tp in tps if (o := self._stored.get(tp)) is not None and self._last_committed.get(tp) != o}
+
+    async def _auto_commit_sync(self, tps: Iterable[TopicPartition], why: str) -> None:
+        offsets = self._uncommitted(tps) if self.config.enable_auto_commit else {}
+        if offsets:
+            try:
+                await self._commit_now(offsets)
+            except KafkaError as e:
+                log.warning("auto commit %s failed: %s", why, e)
+
+    async def _before_join(self) -> None:
+        await self._auto_commit_sync(list(self.subscription.assigned), "before rejoining the group")
+
     async def _revoked(self, tps: list[TopicPartition]) -> None:
         async with self._fetch_lock:
-            await self._revoked_locked(tps)
-
-    async def _revoked_locked(self, tps: list[TopicPartition]) -> None:
-        if self.config.enable_auto_commit:
-            offsets = {tp: o for tp, o in self._stored.items() if tp in set(tps)}
-            if offsets:
-                try:
-                    await self._commit_now(offsets)
-                except KafkaError as e:
-                    log.warning("auto commit before revoking %s failed: %s", tps, e)
-        await self._call("revoke", tps)
-        self._remove(tps)
+            await self._auto_commit_sync(tps, f"before revoking {tps}")
+            await self._call("revoke", tps)
+            self._remove(tps)
 
     async def _lost(self, tps: list[TopicPartition]) -> None:
         async with self._fetch_lock:
@@ -386,8 +393,7 @@ class AsyncConsumer:
         co = self.coordinator
         if co is None or (self.subscription.auto and not co.membership.stable):
             return
-        todo = {tp: o for tp, o in self._stored.items()
-                if tp in self.subscription.assigned and self._last_committed.get(tp) != o}
+        todo = self._uncommitted(self.subscription.assigned)
         if todo:
             self._spawn_commit(todo)
 
@@ -452,14 +458,8 @@ class AsyncConsumer:
             if co is not None and self._started:
                 if self._commit_tasks:
                     await asyncio.gather(*list(self._commit_tasks), return_exceptions=True)
-                if not self.subscription.auto and self.config.enable_auto_commit:
-                    todo = {tp: o for tp, o in self._stored.items()
-                            if tp in self.subscription.assigned and self._last_committed.get(tp) != o}
-                    if todo:
-                        try:
-                            await self._commit_now(todo)
-                        except KafkaError as e:
-                            log.warning("commit on close failed: %s", e)
+                if not self.subscription.auto:
+                    await self._auto_commit_sync(list(self.subscription.assigned), "on close")
                 await co.close(leave=self.subscription.mode is SubscriptionMode.AUTO)
         finally:
             self._closed = True

@@ -59,10 +59,13 @@ async def _cancel(task: asyncio.Task[None] | None) -> None:
 
 
 class RebalanceHooks:
-    """What the consumer does when partitions come and go (it owns the fetch state and the user callbacks)."""
+    """What the consumer does when partitions come and go (it owns the fetch state and the user callbacks);
+    ``before_join`` runs first in every rebalance (the auto commit of seed 003's join preparation)."""
 
-    def __init__(self, revoke: Hook, lose: Hook, assign: Hook) -> None:
+    def __init__(self, revoke: Hook, lose: Hook, assign: Hook,
+                 before_join: Callable[[], Awaitable[None]] | None = None) -> None:
         self.revoke, self.lose, self.assign = revoke, lose, assign
+        self.before_join = before_join
 
 
 class ConsumerCoordinator:
@@ -263,6 +266,8 @@ class ConsumerCoordinator:
                 log.info("group %r: partitions lost (generation reset): %s", self.group_id, owned)
                 await self.hooks.lose(owned)
             return
+        if self.hooks.before_join is not None:
+            await self.hooks.before_join()
         if not self.cooperative:
             if owned:
                 await self.hooks.revoke(owned)
