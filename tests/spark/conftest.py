@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
 import uuid
 from collections.abc import Iterator
@@ -52,6 +53,8 @@ def new_spark_session(app_name: str = "oncelog-tests", master: str = SPARK_MASTE
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs a Java runtime (17+): none on PATH and JAVA_HOME is unset")
     session = new_spark_session()
     yield session
     session.stop()
