@@ -292,3 +292,20 @@ def test_read_committed_stops_at_an_open_transaction_and_reads_on_once_it_commit
     finally:
         q.stop()
     assert got == [b"before-0", b"before-1", b"before-2", b"in-txn", b"after"]
+
+
+def test_deleted_records_fail_the_read_unless_fail_on_data_loss_is_false(spark: Any, spark_bootstrap: str,
+                                                                         spark_topic: str) -> None:
+    _create(spark_bootstrap, spark_topic, 1)
+    p = ck.Producer({"bootstrap.servers": spark_bootstrap})
+    for i in range(20):
+        p.produce(spark_topic, value=b"%d" % i, partition=0)
+        p.flush(30)  # one batch per record, so DeleteRecords can cut anywhere
+    with Admin({"bootstrap.servers": spark_bootstrap}) as admin:
+        admin.delete_records({(spark_topic, 0): 12})
+    start = json.dumps({spark_topic: {"0": 5}})
+    with pytest.raises(Exception, match="failOnDataLoss=false"):
+        _read(spark, spark_bootstrap, subscribe=spark_topic, startingOffsets=start).collect()
+    rows = _read(spark, spark_bootstrap, subscribe=spark_topic, startingOffsets=start,
+                 failOnDataLoss="false").select("offset").collect()
+    assert sorted(r.offset for r in rows) == list(range(12, 20))
