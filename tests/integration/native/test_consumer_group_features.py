@@ -66,7 +66,14 @@ def test_regex_subscription_picks_up_new_topics(any_bootstrap: str, topic_name: 
         assert c.assignment() == sorted([(first, 0), (first, 1)] + [(second, p) for p in range(3)])
 
 
-def test_static_member_gets_its_partitions_back_without_rebalance(bootstrap: str, topic_name: str) -> None:
+def test_static_member_gets_its_partitions_back_without_rebalance(any_bootstrap: str, topic_name: str,
+                                                                  request: pytest.FixtureRequest) -> None:
+    if request.node.callspec.params.get("any_bootstrap") == "tansu":
+        request.applymarker(pytest.mark.xfail(reason=(
+            "Tansu 0.6 recognises the returning group.instance.id (same member id) but rebalances the group "
+            "instead of handing back the static member's assignment (KIP-345); it converges after ~20 s"),
+            strict=False))
+    bootstrap = any_bootstrap
     make_topic(bootstrap, topic_name, 4)
     group = gid()
     base = {"bootstrap.servers": bootstrap, "group.id": group, **FAST, "session.timeout.ms": 10000}
