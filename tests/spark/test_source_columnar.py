@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import pyarrow as pa
 import pytest
 
 from oncelog.protocol.records import BATCH_HEADER_SIZE, RecordBatchBuilder, decode_records, parse_batch_header
@@ -62,3 +63,13 @@ def test_malformed_sections_raise() -> None:
         decode_sections([Section(s.data + b"\x00", s.count, 0, 0)], include_headers=False)
     with pytest.raises(RecordFormatError):
         decode_sections([Section(s.data, s.count + 1, 0, 0)], include_headers=False)
+
+
+def test_sections_without_keys_give_a_null_key_column() -> None:
+    b = RecordBatchBuilder(base_offset=0)
+    for i in range(4):
+        b.append(1_700_000_000_000 + i, None, b"v%d" % i)
+    cols = decode_sections([_section(b.build())], include_headers=True)
+    assert cols.keys.to_pylist() == [None] * 4 and cols.keys.type == pa.binary()
+    assert cols.values.to_pylist() == [b"v0", b"v1", b"v2", b"v3"]
+    assert cols.headers is not None and cols.headers.to_pylist() == [None] * 4

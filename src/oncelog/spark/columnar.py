@@ -102,6 +102,8 @@ def _record_starts(data: bytes, count: int) -> tuple[np.ndarray[Any, Any], np.nd
 
 def _binary(data: bytes, starts: np.ndarray[Any, Any], lens: np.ndarray[Any, Any]) -> pa.Array:
     """A binary Arrow array of ``data[start:start+len]`` per row, null where len < 0."""
+    if len(lens) and (lens < 0).all():
+        return pa.nulls(len(lens), pa.binary())  # e.g. records without keys
     return pa.array([data[s:s + n] if n >= 0 else None for s, n in zip(starts.tolist(), lens.tolist(), strict=True)],
                     pa.binary())
 
