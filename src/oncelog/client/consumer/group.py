@@ -207,49 +207,46 @@ class ConsumerCoordinator:
 
     async def _join_loop(self) -> None:
         m = self.membership
-        backoff = self.config.retry_backoff_ms / 1000
         while not self._closed and self.needs_join() and not m.lost:
-            if self.subscription.has_patterns:
-                await self.cluster.refresh()
-            topics = self._subscribed_topics()
             try:
-                conn = await self.coordinator()
-                req = m.join_request(self._protocols(topics))
-                resp = await conn.send(req, timeout=self.config.max_poll_interval_ms / 1000 + 5)
+                if await self._join_once():
+                    return
             except KafkaError as e:
                 if not e.retriable and e.code not in COORDINATOR_RETRIABLE:
                     raise
+                log.info("group %r: rebalance interrupted (%s); joining again", self.group_id, e)
                 self.coordinator_dead(str(e))
-                m.coordinator_lost(f"JoinGroup: {e}")
-                await asyncio.sleep(backoff)
-                continue
-            res = m.on_join_response(resp.error_code, generation_id=resp.generation_id, member_id=resp.member_id,
-                                     leader=resp.leader, protocol_type=resp.protocol_type,
-                                     protocol_name=resp.protocol_name,
-                                     members=[(x.member_id, x.group_instance_id, bytes(x.metadata))
-                                              for x in resp.members])
-            if res.step is not Step.SYNC:
-                await self._after_error(res.step, "JoinGroup", resp.error_code)
-                continue
-            self._joined_topics = topics
-            assignments = await self._leader_assign(res.protocol, res.members) if res.is_leader else None
-            try:
-                resp = await conn.send(m.sync_request(assignments))
-            except KafkaError as e:
-                if not e.retriable:
-                    raise
-                self.coordinator_dead(str(e))
-                m.coordinator_lost(f"SyncGroup: {e}")
-                await asyncio.sleep(backoff)
-                continue
-            step = m.on_sync_response(resp.error_code, resp.protocol_name)
-            if step is not Step.DONE:
-                await self._after_error(step, "SyncGroup", resp.error_code)
-                continue
-            self.rebalances += 1
-            self._pending_assignment = (decode_assignment(bytes(resp.assignment)) if resp.assignment
-                                        else Assignment([]))
-            return
+                m.coordinator_lost(f"rebalance interrupted: {e}")
+                await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+
+    async def _join_once(self) -> bool:
+        """One JoinGroup (+ assignment + SyncGroup); True once SyncGroup gave this member its assignment."""
+        m = self.membership
+        if self.subscription.has_patterns:
+            await self.cluster.refresh()
+        topics = self._subscribed_topics()
+        conn = await self.coordinator()
+        # the coordinator holds JoinGroup (and a follower's SyncGroup) until the group re-formed
+        wait = self.config.max_poll_interval_ms / 1000 + 5
+        resp = await conn.send(m.join_request(self._protocols(topics)), timeout=wait)
+        res = m.on_join_response(resp.error_code, generation_id=resp.generation_id, member_id=resp.member_id,
+                                 leader=resp.leader, protocol_type=resp.protocol_type,
+                                 protocol_name=resp.protocol_name,
+                                 members=[(x.member_id, x.group_instance_id, bytes(x.metadata))
+                                          for x in resp.members])
+        if res.step is not Step.SYNC:
+            await self._after_error(res.step, "JoinGroup", resp.error_code)
+            return False
+        self._joined_topics = topics
+        assignments = await self._leader_assign(res.protocol, res.members) if res.is_leader else None
+        resp = await conn.send(m.sync_request(assignments), timeout=wait)
+        step = m.on_sync_response(resp.error_code, resp.protocol_name)
+        if step is not Step.DONE:
+            await self._after_error(step, "SyncGroup", resp.error_code)
+            return False
+        self.rebalances += 1
+        self._pending_assignment = decode_assignment(bytes(resp.assignment)) if resp.assignment else Assignment([])
+        return True
 
     async def _after_error(self, step: Step, what: str, code: int) -> None:
         log.info("group %r: %s answered %s; %s", self.group_id, what, KafkaError(code).name, step.value)
