@@ -185,3 +185,26 @@ def test_async_consumer_group(any_bootstrap: str, topic_name: str) -> None:
             assert md.group_id == group and md.generation_id >= 0 and md.member_id
 
     asyncio.run(main())
+
+
+def test_resubscribe_and_unsubscribe(any_bootstrap: str, topic_name: str) -> None:
+    first, second = f"{topic_name}-1", f"{topic_name}-2"
+    make_topic(any_bootstrap, first, 2)
+    make_topic(any_bootstrap, second, 1)
+    produce(any_bootstrap, first, 4, 2)
+    produce(any_bootstrap, second, 3, 1)
+    revoked: list[list[tuple[str, int]]] = []
+    with Consumer({"bootstrap.servers": any_bootstrap, "group.id": gid(), **FAST}) as c:
+        c.subscribe([first], on_revoke=lambda _c, ps: revoked.append(ps))
+        got = poll_until(c, lambda g: len(g) >= 4, 30, "the first topic")
+        c.subscribe([first, second], on_revoke=lambda _c, ps: revoked.append(ps))
+        got += poll_until(c, lambda g: len(g) >= 3, 30, "the topic added by subscribe()")
+        assert sorted((m.topic, m.offset) for m in got) == sorted(
+            [(first, 0), (first, 1), (first, 0), (first, 1), (second, 0), (second, 1), (second, 2)])
+        assert c.assignment() == [(first, 0), (first, 1), (second, 0)]
+        c.unsubscribe()
+        assert c.assignment() == [] and revoked[-1] == [(first, 0), (first, 1), (second, 0)]
+        assert c.poll(0.3) is None
+        c.assign([(second, 0, 1)])  # manual assignment after unsubscribe()
+        m = c.poll(10)
+        assert m is not None and (m.topic, m.offset) == (second, 1)

@@ -307,6 +307,8 @@ class ConsumerCoordinator:
         topics = set(self._joined_topics)
         if any(t not in topics for t, _ in assigned):
             self.membership.request_rejoin("assigned partitions of topics this member does not subscribe to")
+        elif self._subscribed_topics() != self._joined_topics:
+            self.membership.request_rejoin("the subscription changed during the rebalance")
         if not self.cooperative:
             await self.hooks.assign(assigned)
             return
