@@ -201,3 +201,23 @@ def _committed_or_pending(checker: Consumer, tps: list[TopicPartition]) -> list[
     except Exception as e:  # noqa: BLE001 - librdkafka gives up on the pending (unstable) offsets
         assert "UNSTABLE" in str(e) or "Timed out" in str(e), e
         return [-1] * len(tps)
+
+
+def test_close_in_a_transaction_does_not_abort_it(bootstrap: str, topic_name: str) -> None:
+    """As in Kafka: close() leaves an open transaction to the broker (its timeout, or the next instance)."""
+    txn_id = f"close-{uuid.uuid4().hex}"
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics(topic_name, 3)
+        with txn_producer(bootstrap, txn_id) as p:
+            p.init_transactions(T)
+            p.begin_transaction()
+            p.produce(topic_name, "pending", partition=0)
+        # closed: flushed, not aborted
+        d = admin.describe_transactions(txn_id)[txn_id]
+        assert d.state == "Ongoing" and [tuple(tp) for tp in d.topic_partitions] == [(topic_name, 0)]
+        assert read_values(bootstrap, [topic_name], 0, "read_committed", settle=1.0) == []
+        with txn_producer(bootstrap, txn_id) as p2:
+            p2.init_transactions(T)  # the next instance aborts it
+        assert admin.describe_transactions(txn_id)[txn_id].state in ("CompleteAbort", "Empty")
+    assert read_values(bootstrap, [topic_name], 1, "read_uncommitted") == [b"pending"]
+    assert read_values(bootstrap, [topic_name], 0, "read_committed", settle=1.0) == []
