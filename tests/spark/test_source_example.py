@@ -46,7 +46,7 @@ def test_clickstream_pipeline_outputs_each_click_once_and_each_window_once(
     queries = job.build(spark, spark_bootstrap, str(tmp_path / "cp"), input_topic=clicks, enriched_topic=enriched,
                         views_topic=views, max_offsets_per_trigger=None, trigger={"availableNow": True})
     for q in queries:
-        q.awaitTermination(240)
+        assert q.awaitTermination(240), f"query {q.name} still running after 240 s: {q.lastProgress}"
         assert q.exception() is None, q.exception()
 
     def read(topic: str) -> list[Any]:
@@ -55,15 +55,20 @@ def test_clickstream_pipeline_outputs_each_click_once_and_each_window_once(
 
     out = [json.loads(r.value) for r in read(enriched)]
     ids = Counter(o["id"] for o in out)
-    assert set(ids) == {e["id"] for e in evs} | {"t-tick"} and set(ids.values()) == {1}
+    missing = ({e["id"] for e in evs} | {"t-tick"}) - set(ids)
+    assert not missing and set(ids.values()) == {1}, (
+        f"{len(out)} enriched records, {len(missing)} ids missing, duplicates: "
+        f"{[i for i, n in ids.items() if n > 1][:5]}; progress {[q.recentProgress for q in queries]}")
     first = next(o for o in out if o["id"] == evs[0]["id"])
     assert first["section"] == (str(evs[0]["page"]).split("/")[1] or "home")
     assert first["traffic"] in ("paid", "direct", "organic")
 
     windows = [json.loads(r.value) for r in read(views)]
     keys = Counter((w["window"], w["page"]) for w in windows)
-    assert keys and set(keys.values()) == {1}  # each window emitted once
-    assert sum(w["views"] for w in windows if w["page"] != generator.TICK_PAGE) == len(evs)
+    assert keys and set(keys.values()) == {1}, (  # each window emitted once
+        f"{len(windows)} windows: {keys.most_common(3)}; progress {queries[1].recentProgress}")
+    counted = sum(w["views"] for w in windows if w["page"] != generator.TICK_PAGE)
+    assert counted == len(evs), f"{counted} of {len(evs)} clicks counted in {len(windows)} windows"
     per_page = Counter(str(e["page"]) for e in evs)
     got_page: Counter[str] = Counter()
     for w in windows:
