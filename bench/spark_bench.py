@@ -23,6 +23,7 @@ import argparse
 import os
 import platform
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -217,6 +218,7 @@ def main() -> int:
         if spark is not None:
             spark.stop()
         broker.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
     if in_batch:
         results["oncelog stream read, inside micro-batches"] = in_batch
