@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import signal
 import subprocess
 import sys
@@ -20,7 +19,6 @@ from pathlib import Path
 
 import pytest
 from _sink_util import duplicates_and_missing, open_txns, read_committed
-from conftest import spark_env
 
 from oncelog.client import Admin, Producer
 from oncelog.testing.broker_process import BrokerProcess
@@ -71,7 +69,8 @@ class Pipeline:
             timeout: float = 180) -> int:
         """Run the driver to its end (or until ``kill_when()`` is true: SIGKILL its process group); its exit code."""
         self.runs += 1
-        env = dict(os.environ, **spark_env(), PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+                   PYTHONUNBUFFERED="1")
         env.pop("ONCELOG_SPARK_SINK_FAULT_PGID", None)
         if fault:
             env["ONCELOG_SPARK_SINK_FAULT"] = fault
@@ -102,8 +101,10 @@ class Pipeline:
     def started(self) -> bool:
         return "started" in self.log.read_text(errors="replace")
 
-    def batches_done(self) -> int:
-        return len(re.findall(r"batch \d+ rows", self.log.read_text(errors="replace")))
+    def committed_batches(self) -> int:
+        """Batches in Spark's commit log (over every run so far)."""
+        commits = Path(self.checkpoint) / "commits"
+        return sum(1 for f in commits.iterdir() if f.name.isdigit()) if commits.is_dir() else 0
 
     def finish(self) -> None:
         rc = self.run()
@@ -149,40 +150,33 @@ def test_killed_worker_then_driver_killed_after_the_decision_outliving_the_trans
     pipeline.check_exactly_once()
 
 
-def test_kill_while_executors_write(pipeline: Pipeline) -> None:
-    """(b) SIGKILL the driver while the query's transactions are open at the broker (tasks writing/preparing)."""
+def test_kill_while_executors_write_then_at_random_points_five_times(crash_broker: BrokerProcess,
+                                                                     tmp_path: Path) -> None:
+    """(b) SIGKILL the driver while the query's transactions are open at the broker (tasks writing, slowed by the
+    sleep-in-write hook); then (c) five SIGKILLs at random points (0-1.5 s after a random number of committed
+    micro-batches; 15 in all); a restart from the checkpoint after each kill, then
+    a clean run. ONCELOG_CRASH_SEED replays a seed."""
+    pipeline = Pipeline(crash_broker.bootstrap, tmp_path, per_trigger=N // 15)
     rc = pipeline.run(fault="sleep-in-write:1.5", kill_when=lambda: bool(pipeline.open()))
     assert rc == -signal.SIGKILL, f"the query ended before its transactions were seen open:\n{pipeline.tail()}"
-    pipeline.finish()
-    pipeline.check_exactly_once()
-
-
-def test_kill_at_random_points_five_times(crash_broker: BrokerProcess, tmp_path: Path) -> None:
-    """(c) five SIGKILLs at random points (0-4 s after the query started, or 0-1 s after its first or second
-    micro-batch; 30 micro-batches in all), each followed by a restart from the checkpoint, then a clean run.
-    ONCELOG_CRASH_SEED replays a seed."""
-    pipeline = Pipeline(crash_broker.bootstrap, tmp_path, per_trigger=N // 30)
     seed = int(os.environ.get("ONCELOG_CRASH_SEED") or random.SystemRandom().randrange(2**31))
     rng = random.Random(seed)
-    kills = 0
-    for _ in range(5):
-        # a run's first micro-batch (Python workers starting, a replayed batch) takes seconds, later ones < 1 s
-        after_batches = rng.randint(0, 2)
-        delay = rng.uniform(0.0, 4.0) if after_batches == 0 else rng.uniform(0.0, 1.0)
+    # kill i comes 0-1.5 s after the checkpoint holds targets[i] committed batches (in any phase of the next one:
+    # planning, tasks writing, the sink's commit, Spark's commit log); targets leave the last batches to the end
+    targets = sorted(rng.sample(range(15 - 4), 5))
+    for i, target in enumerate(targets):
+        delay = rng.uniform(0.0, 1.5)
         marks: dict[str, float] = {}
 
-        def due(after_batches: int = after_batches, delay: float = delay, marks: dict[str, float] = marks) -> bool:
+        def due(target: int = target, delay: float = delay, marks: dict[str, float] = marks) -> bool:
             if "t" not in marks:
-                if pipeline.batches_done() < after_batches or not pipeline.started():
+                if pipeline.committed_batches() < target or not pipeline.started():
                     return False
                 marks["t"] = time.monotonic()
             return time.monotonic() - marks["t"] >= delay
 
         rc = pipeline.run(kill_when=due)
-        if rc == 0:
-            break  # everything was processed before the kill was due
-        assert rc == -signal.SIGKILL, f"seed {seed}: driver run {pipeline.runs} failed ({rc}):\n{pipeline.tail()}"
-        kills += 1
-    assert kills == 5, f"seed {seed}: only {kills} runs were killed before the input was processed"
+        assert rc == -signal.SIGKILL, (f"seed {seed}: driver run {pipeline.runs} (kill {i + 1} after {target} "
+                                       f"batches) exited {rc}:\n{pipeline.tail()}")
     pipeline.finish()
     pipeline.check_exactly_once()
