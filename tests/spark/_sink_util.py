@@ -28,30 +28,30 @@ def read_committed(bootstrap: str, topic: str, expect: int | None = None, timeou
         values: list[bytes] = []
         deadline = time.monotonic() + timeout
         quiet_until: float | None = None
-        while time.monotonic() < deadline:
-            batch = c.consume(10_000, 0.2)
-            for m in batch:
-                if m.error() is None:
-                    values.append(bytes(m.value() or b""))
-            if batch:
-                quiet_until = None
-                continue
-            at_end = all(c.position([ck.TopicPartition(topic, p)])[0].offset
-                         >= c.get_watermark_offsets(ck.TopicPartition(topic, p), timeout=5, cached=False)[1]
-                         or _empty(c, topic, p) for p in parts)
-            if at_end and (expect is None or len(values) >= expect):
-                if quiet_until is None:
-                    quiet_until = time.monotonic() + settle
-                elif time.monotonic() >= quiet_until:
-                    break
+        admin = Admin({"bootstrap.servers": bootstrap})
+        try:
+            while time.monotonic() < deadline:
+                batch = c.consume(10_000, 0.2)
+                for m in batch:
+                    if m.error() is None:
+                        values.append(bytes(m.value() or b""))
+                if batch:
+                    quiet_until = None
+                    continue
+                ends = admin.list_offsets({(topic, p): "latest" for p in parts}, isolation_level=1)
+                positions = c.position([ck.TopicPartition(topic, p) for p in parts])
+                at_end = all(ends[(topic, tp.partition)].offset == 0 or tp.offset >= ends[(topic, tp.partition)].offset
+                             for tp in positions)
+                if at_end and (expect is None or len(values) >= expect):
+                    if quiet_until is None:
+                        quiet_until = time.monotonic() + settle
+                    elif time.monotonic() >= quiet_until:
+                        break
+        finally:
+            admin.close()
         return values
     finally:
         c.close()
-
-
-def _empty(c: ck.Consumer, topic: str, p: int) -> bool:
-    lo, hi = c.get_watermark_offsets(ck.TopicPartition(topic, p), timeout=5, cached=False)
-    return bool(lo == hi)
 
 
 def duplicates_and_missing(values: list[bytes], expected: set[bytes]) -> tuple[dict[bytes, int], set[bytes]]:
