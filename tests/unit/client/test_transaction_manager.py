@@ -446,9 +446,8 @@ def test_out_of_order_sequence_bumps_the_idempotent_epoch_and_restarts_sequences
     c.answer("InitProducerId", init_ok(11, 0), init_ok(11, 1))
     run(tm.init_idempotent())
     failed: list[Message] = []
-    # the next batch answered OUT_OF_ORDER: retried 3 times (a broker may race pipelined batches), then it is a
-    # real sequence error
-    c.answer("Produce", *[produce_answer(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)] * 4, produce_answer(0, 9))
+    # the next expected batch answered OUT_OF_ORDER: a real sequence error (not retried)
+    c.answer("Produce", produce_answer(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER), produce_answer(0, 9))
 
     async def go() -> None:
         sender.start()
@@ -474,7 +473,7 @@ def test_out_of_order_sequence_bumps_the_idempotent_epoch_and_restarts_sequences
     run(go())
     bump = c.sent("InitProducerId")[-1]
     assert (bump.producer_id, bump.producer_epoch) == (11, 0)  # KIP-360: bump our own epoch
-    assert batch_headers(c) == [(11, 0, 0, 2, False)] * 4 + [(11, 1, 0, 1, False)]
+    assert batch_headers(c) == [(11, 0, 0, 2, False), (11, 1, 0, 1, False)]
 
 
 def test_rejected_batch_rewinds_the_sequence() -> None:
@@ -536,3 +535,26 @@ def test_rejected_batch_gives_its_sequence_to_the_batches_behind_it() -> None:
     assert [h[2] for h in batch_headers(c)] == [0, 1, 2, 0, 1]  # re-sequenced after the rejected one
     assert [err.name if err else None for _, err, _m in reports] == ["MESSAGE_TOO_LARGE", None, None]
     assert tm.sequences.next_sequence(("t", 0)) == 2 and not tm.bump_requested
+
+
+class SlowFirstConnection(FakeCluster):
+    """The first connection takes a while (connecting); later callers find it open at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    async def connection(self, node: int) -> FakeConn:
+        self.calls += 1
+        if self.calls == 1:
+            await asyncio.sleep(0.05)
+        return self.leader
+
+
+def test_requests_reach_the_wire_in_drain_order_while_connecting() -> None:
+    """A batch drained while the first request still waits for its connection must not overtake it (the broker
+    would see a sequence gap)."""
+    c = SlowFirstConnection()
+    reports, _ = pipelined(c, [produce_answer(0, 0), produce_answer(0, 1), produce_answer(0, 2)], 3)
+    assert [h[2] for h in batch_headers(c)] == [0, 1, 2]
+    assert [err for _, err, _m in reports] == [None] * 3

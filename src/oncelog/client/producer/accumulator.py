@@ -43,7 +43,6 @@ class ProducerBatch:
     size_estimate: int = 0  # the builder's size after the last append (0: empty)
     send_order: int = -1  # when it was first sent (the sender's counter); -1: never sent
     restamp: bool = False  # an earlier batch was rejected: take a new sequence when it is sent again
-    sequence_retries: int = 0  # OUT_OF_ORDER_SEQUENCE_NUMBER answers retried while it was the next batch
     producer_id: int = -1
     producer_epoch: int = -1
     base_sequence: int = -1  # -1: not yet assigned (or not idempotent)

@@ -38,7 +38,6 @@ __all__ = ["Reports", "Sender"]
 
 log = logging.getLogger(__name__)
 Reports = list[tuple[DeliveryCallback, KafkaError | None, Message]]
-_SEQUENCE_RETRIES = 3
 _SEQUENCE_ERRORS = frozenset({ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID,
                               ErrorCode.INVALID_PRODUCER_EPOCH})
 
@@ -58,6 +57,7 @@ class Sender:
         self._inflight: dict[TopicPartition, list[ProducerBatch]] = {}
         self._max_inflight = config.max_in_flight
         self._send_counter = 0
+        self._node_locks: dict[int, asyncio.Lock] = {}
         self._requests: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
         self._refreshing: asyncio.Task[Any] | None = None
@@ -160,7 +160,11 @@ class Sender:
                 self._inflight.setdefault(b.tp, []).append(b)
             task = asyncio.get_running_loop().create_task(self._send_node(node, batches))
             self._requests.add(task)
-            task.add_done_callback(self._requests.discard)
+            task.add_done_callback(self._request_done)
+
+    def _request_done(self, task: asyncio.Task[None]) -> None:
+        self._requests.discard(task)
+        self._wake.set()  # e.g. an epoch bump waits for nothing to be in flight
 
     @staticmethod
     def _stamp(txn: TransactionManager, batches: list[ProducerBatch]) -> None:
@@ -184,8 +188,14 @@ class Sender:
         results: dict[TopicPartition, Any] = {}
         failure: KafkaError | None = None
         try:
-            conn = await self.cluster.connection(node)
-            resp = await conn.send(req, expect_response=acks != 0)
+            # Requests reach the wire in drain order: a request drained later must not overtake one still
+            # waiting for the (re)connection, or the broker sees sequence gaps. The lock is FIFO, and the send
+            # task's first step (which writes the request) runs before this task resumes.
+            async with self._node_locks.setdefault(node, asyncio.Lock()):
+                conn = await self.cluster.connection(node)
+                sending = asyncio.ensure_future(conn.send(req, expect_response=acks != 0))
+                await asyncio.sleep(0)
+            resp = await sending
             if resp is not None:
                 for t in resp.responses:
                     for p in t.partition_responses:
@@ -221,12 +231,9 @@ class Sender:
                 elif p.error_code:
                     err = KafkaError(p.error_code, f"{where}: {p.error_message or ErrorCode(p.error_code).name}")
                     if p.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and (
-                            b.restamp or self.acc.retry_queued_before(b.tp, b.send_order)
-                            or b.sequence_retries < _SEQUENCE_RETRIES):
-                        # an earlier batch is being retried or was rejected: this one follows it. Also retried
-                        # a few times when it is the next one: a broker handling pipelined batches concurrently
-                        # (Tansu) can see it before its predecessor is written.
-                        b.sequence_retries += 1
+                            b.restamp or self.acc.retry_queued_before(b.tp, b.send_order)):
+                        # an earlier batch is being retried or was rejected: this one follows it (as in Kafka,
+                        # OUT_OF_ORDER for the next expected batch is a real error, handled below)
                         reports += self._retry_or_fail(b, KafkaError(p.error_code, err.message, retriable=True))
                         continue
                     if p.error_code in _SEQUENCE_ERRORS and self.txn is not None:
