@@ -165,3 +165,34 @@ def test_decisions_of_finished_batches_are_tombstoned(opts: dict[str, str]) -> N
         configs = a.describe_configs(cfg.commit_topic)
     assert configs["cleanup.policy"].value == "compact"
     assert len(read_committed(bs, topic, expect=30)) == 30
+
+
+def test_sink_options_and_schema_are_checked_before_anything_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
+
+    from oncelog.spark.options import OncelogOptionError
+    from oncelog.spark.sink import validate_sink_schema
+    from oncelog.spark.sink_faults import fault_points
+
+    base = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
+    cfg = parse_sink_options({**base, "kafka.linger.ms": "5", "topic": "t"})
+    assert cfg.producer_conf["linger.ms"] == "5" and cfg.topic == "t" and cfg.sink_id is None
+    with pytest.raises(OncelogOptionError, match="sinkId"):
+        parse_sink_options({**base, "sinkId": "a/b"})
+
+    def schema(**cols: object) -> StructType:
+        return StructType([StructField(n, t, True) for n, t in cols.items()])  # type: ignore[arg-type]
+
+    validate_sink_schema(schema(value=StringType(), key=BinaryType(), partition=IntegerType()), True)
+    validate_sink_schema(schema(value=BinaryType(), topic=StringType()), False)
+    with pytest.raises(OncelogOptionError, match="'value' column"):
+        validate_sink_schema(schema(v=BinaryType()), True)
+    with pytest.raises(OncelogOptionError, match="column 'partition' must be int, got bigint"):
+        validate_sink_schema(schema(value=BinaryType(), partition=LongType()), True)
+    with pytest.raises(OncelogOptionError, match="option 'topic'"):
+        validate_sink_schema(schema(value=BinaryType()), False)
+
+    monkeypatch.setenv("ONCELOG_SPARK_SINK_FAULT", "kill-worker:1, kill-after-decision:2,sleep-in-write:0.5")
+    assert fault_points() == {"kill-worker": "1", "kill-after-decision": "2", "sleep-in-write": "0.5"}
+    monkeypatch.delenv("ONCELOG_SPARK_SINK_FAULT")
+    assert fault_points() == {}
