@@ -101,7 +101,7 @@ class Connection(asyncio.Protocol):
         self._update_reading()
 
     # -- request handling -------------------------------------------------------------------------------------
-    def _handle_frame(self, frame: bytes | memoryview) -> None:
+    def _handle_frame(self, frame: bytes | bytearray | memoryview) -> None:
         started = time.perf_counter()
         try:
             header, offset = kapi.decode_request_header(frame)

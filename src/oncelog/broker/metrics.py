@@ -57,7 +57,7 @@ class BrokerMetrics:
     def observe_request(self, api: str, seconds: float) -> None:
         child = self._children.get(api)
         if child is None:
-            child = self._children[api] = (self.requests.labels(api), self.latency.labels(api))  # type: ignore[assignment]
+            child = self._children[api] = (self.requests.labels(api), self.latency.labels(api))  # type: ignore[assignment,unused-ignore]
         child[0].inc()
         child[1].observe(seconds)
 

@@ -218,7 +218,7 @@ class CoordinatorRuntime(Generic[S]):
         p.busy = True
         p.inflight = (fut, durable)
         durable.add_done_callback(
-            lambda d: self._appended(partition, p, result, records, base, fut, d))  # type: ignore[misc]
+            lambda d: self._appended(partition, p, result, records, base, fut, d))  # type: ignore[misc,unused-ignore]
 
     def _failed(self, partition: int, result: CoordinatorResult[Any], fut: asyncio.Future[Any],
                 e: BaseException) -> None:

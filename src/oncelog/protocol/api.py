@@ -36,6 +36,7 @@ __all__ = [
     "API_VERSIONS_KEY",
     "CONTROLLED_SHUTDOWN_KEY",
     "ApiSpec",
+    "ProtocolDecodeError",
     "RequestHeader",
     "request_header_version",
     "response_header_version",
