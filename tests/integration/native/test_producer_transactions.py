@@ -221,3 +221,28 @@ def test_close_in_a_transaction_does_not_abort_it(bootstrap: str, topic_name: st
         assert admin.describe_transactions(txn_id)[txn_id].state in ("CompleteAbort", "Empty")
     assert read_values(bootstrap, [topic_name], 1, "read_uncommitted") == [b"pending"]
     assert read_values(bootstrap, [topic_name], 0, "read_committed", settle=1.0) == []
+
+
+def test_async_producer_transactions(bootstrap: str, topic_name: str) -> None:
+    import asyncio
+
+    from oncelog.client import AsyncProducer
+
+    async def go() -> None:
+        async with AsyncProducer({"bootstrap.servers": bootstrap, "transactional.id": f"async-{uuid.uuid4().hex}",
+                                  "linger.ms": 1}) as p:
+            await p.init_transactions(T)
+            p.begin_transaction()
+            futs = [await p.produce(topic_name, f"a{i}", partition=i % 3) for i in range(9)]
+            await p.send_offsets_to_transaction([(topic_name, 0, 3)], f"g-{uuid.uuid4().hex[:8]}", T)
+            await p.commit_transaction(T)
+            assert all(f.done() and f.result().offset >= 0 for f in futs)
+            p.begin_transaction()
+            await p.produce(topic_name, "dropped", partition=0)
+            await p.abort_transaction(T)
+            assert p.transaction_state is TxnState.READY
+
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics(topic_name, 3)
+    asyncio.run(go())
+    assert sorted(read_values(bootstrap, [topic_name], 9, "read_committed")) == [f"a{i}".encode() for i in range(9)]
