@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 from _sink_util import open_txns, read_committed
 
 from oncelog.client import Admin
+from oncelog.spark.commit_log import DEFAULT_COMMIT_TOPIC
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -29,6 +31,28 @@ def test_batch_write_round_trip_exactly_the_rows(spark: Any, spark_bootstrap: st
     got = read_committed(spark_bootstrap, spark_topic, expect=n)
     assert sorted(got) == sorted(f"row-{i}".encode() for i in range(n))
     assert open_txns(spark_bootstrap, "oncelog-spark-roundtrip-") == []
+    # the job's decision was recorded, then tombstoned once completed (a batch job is never re-run)
+    latest = _latest_by_key(spark_bootstrap, DEFAULT_COMMIT_TOPIC, b"roundtrip-")
+    assert len(latest) == 1 and list(latest.values()) == [None], latest
+
+
+def _latest_by_key(bs: str, topic: str, prefix: bytes) -> dict[bytes, bytes | None]:
+    c = ck.Consumer({"bootstrap.servers": bs, "group.id": f"g-{uuid.uuid4().hex}", "enable.auto.commit": False})
+    try:
+        lo, hi = c.get_watermark_offsets(ck.TopicPartition(topic, 0), timeout=10)
+        c.assign([ck.TopicPartition(topic, 0, lo)])
+        out: dict[bytes, bytes | None] = {}
+        pos, deadline = lo, time.monotonic() + 30
+        while pos < hi and time.monotonic() < deadline:
+            for m in c.consume(1000, 1.0):
+                key = m.key() or b""
+                if m.error() is None:
+                    pos = (m.offset() or 0) + 1
+                    if key.startswith(prefix):
+                        out[key] = m.value()
+        return out
+    finally:
+        c.close()
 
 
 def test_batch_write_routes_by_topic_partition_columns_and_keeps_headers(

@@ -198,7 +198,10 @@ class SinkCommitter:
         self.cfg = cfg
         self.log = SinkCommitLog({k: v for k, v in cfg.admin_conf.items()}, cfg.commit_topic)
 
-    def commit(self, sink_id: str, batch_id: int, messages: Sequence[SinkCommitMessage | None]) -> Decision:
+    def commit(self, sink_id: str, batch_id: int, messages: Sequence[SinkCommitMessage | None], *,
+               once: bool = False) -> Decision:
+        """Decide and complete ``batch_id``. ``once``: nobody will ever commit this batch again (a batch job: Spark
+        does not re-run a finished job), so its own decision is tombstoned as soon as it is completed too."""
         with Admin(self.cfg.admin_conf) as admin:
             decided = self.log.decisions(sink_id, admin)
             decision = decided.get(batch_id)
@@ -214,7 +217,7 @@ class SinkCommitter:
             self._clean(resolver, sink_id, batch_id, decided, messages)
             # every batch before this one is completed (Spark started this batch only after commit() returned for
             # the previous one, and never re-runs an older one): their decisions are no longer needed
-            self.log.forget(sink_id, sorted(b for b in decided if b < batch_id))
+            self.log.forget(sink_id, sorted(b for b in decided if b < batch_id or (once and b == batch_id)))
         return decision
 
     def abort(self, sink_id: str, batch_id: int, messages: Sequence[SinkCommitMessage | None]) -> None:
@@ -291,7 +294,7 @@ class OncelogBatchWriter(DataSourceArrowWriter):
         return write_task(self.cfg, self.job_id, 0, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        SinkCommitter(self.cfg).commit(self.job_id, 0, _ours(messages))
+        SinkCommitter(self.cfg).commit(self.job_id, 0, _ours(messages), once=True)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         SinkCommitter(self.cfg).abort(self.job_id, 0, _ours(messages))
