@@ -21,11 +21,11 @@ from oncelog.protocol.messages.list_offsets_request import (
     ListOffsetsRequest,
     ListOffsetsTopic,
 )
+from oncelog.protocol.record_decode import decode_batch_into
 from oncelog.protocol.records import (
     LOG_OVERHEAD,
     BatchHeader,
     CorruptRecordError,
-    decode_records,
     parse_batch_header,
 )
 
@@ -85,19 +85,23 @@ def decode_fetched(topic: str, partition: int, records: Any, fetch_offset: int, 
     next_offset = fetch_offset
     if not records:
         return out, next_offset
-    buf = records if isinstance(records, (bytes, bytearray)) else bytes(records)
+    buf = records if isinstance(records, bytes) else bytes(records)
     pos, end = 0, len(buf)
     while end - pos >= LOG_OVERHEAD + 5:
         (length,) = _I.unpack_from(buf, pos + 8)
         if pos + LOG_OVERHEAD + length > end:
             break  # partial trailing batch
         h = parse_batch_header(buf, pos)
-        if h.next_offset > fetch_offset and batch_filter.accept(h):
-            for r in decode_records(buf, pos, check_crc=check_crcs):
-                if r.offset >= fetch_offset:
-                    out.append(Message(topic, partition, r.offset, r.key, r.value, r.headers, r.timestamp))
-        next_offset = max(next_offset, h.next_offset)
-        pos += h.size
+        nxt = h.base_offset + h.last_offset_delta + 1
+        if nxt > fetch_offset and batch_filter.accept(h):
+            if h.base_offset >= fetch_offset:
+                decode_batch_into(buf, h, Message, topic, partition, out, check_crc=check_crcs)
+            else:  # the fetch starts inside this batch (e.g. a compressed one): drop the records before it
+                part: list[Message] = []
+                decode_batch_into(buf, h, Message, topic, partition, part, check_crc=check_crcs)
+                out += [m for m in part if m.offset >= fetch_offset]
+        next_offset = max(next_offset, nxt)
+        pos += LOG_OVERHEAD + length
     return out, next_offset
 
 

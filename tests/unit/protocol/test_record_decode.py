@@ -1,0 +1,156 @@
+"""The consumer's fast records decoder (record_decode) against the general one (records.decode_records).
+
+For any batch the builder can write (any codec, null/empty/large keys and values, headers, negative and
+large timestamp deltas, LOG_APPEND_TIME) both decoders give the same records; for any corrupted section both
+reject it with CorruptRecordError or both give the same records.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import crc32c
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from oncelog.protocol.record_decode import _Z1, _Z2, decode_batch_into, decode_section_into
+from oncelog.protocol.records import (
+    ATTRIBUTES_OFFSET,
+    BATCH_HEADER_SIZE,
+    CorruptRecordError,
+    RecordBatchBuilder,
+    decode_records,
+    parse_batch_header,
+    set_base_offset,
+    set_max_timestamp_log_append,
+)
+from oncelog.protocol.varint import encode_varlong
+
+Row = tuple[str, int, int, bytes | None, bytes | None, list[Any], int]
+
+
+def _row(topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
+         headers: list[Any], timestamp: int) -> Row:
+    return (topic, partition, offset, key, value, headers, timestamp)
+
+
+def _fast(buf: bytes, *, check_crc: bool = True) -> list[Row]:
+    out: list[Row] = []
+    decode_batch_into(buf, parse_batch_header(buf), _row, "t", 7, out, check_crc=check_crc)
+    return out
+
+
+def _general(buf: bytes, *, check_crc: bool = True) -> list[Row]:
+    return [("t", 7, r.offset, r.key, r.value, r.headers, r.timestamp)
+            for r in decode_records(buf, check_crc=check_crc)]
+
+
+blobs = st.one_of(st.none(), st.binary(max_size=40), st.binary(min_size=60, max_size=300))
+headers = st.lists(st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=20))), max_size=3)
+# deltas around the 1/2/3-byte varint boundaries and far beyond, both signs
+ts_deltas = st.one_of(st.integers(-70, 70), st.integers(-9000, 9000), st.integers(-(1 << 40), 1 << 40))
+records = st.lists(st.tuples(ts_deltas, blobs, blobs, headers), min_size=1, max_size=40)
+
+
+def _build(recs: list[tuple[int, bytes | None, bytes | None, list[Any]]], codec: int, base_offset: int,
+           base_ts: int) -> bytes:
+    b = RecordBatchBuilder(compression=codec, producer_id=5, producer_epoch=1, base_sequence=0)
+    for delta, key, value, hdrs in recs:
+        b.append(base_ts + delta, key, value, hdrs)
+    buf = bytearray(b.build())
+    set_base_offset(buf, 0, base_offset)
+    return bytes(buf)
+
+
+@given(records, st.sampled_from(range(5)), st.integers(0, (1 << 62)), st.integers(0, 1 << 45))
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_fast_equals_general(recs: Any, codec: int, base_offset: int, base_ts: int) -> None:
+    buf = _build(recs, codec, base_offset, base_ts)
+    fast = _fast(buf)
+    assert fast == _general(buf)
+    assert [(r[3], r[4], r[5]) for r in fast] == [(k, v, h) for _, k, v, h in recs]
+    assert [r[2] for r in fast] == list(range(base_offset, base_offset + len(recs)))
+
+
+@given(records, st.integers(0, 1 << 45))
+@settings(max_examples=50, deadline=None)
+def test_log_append_time(recs: Any, stamp: int) -> None:
+    buf = bytearray(_build(recs, 0, 0, 1000))
+    set_max_timestamp_log_append(buf, 0, len(buf), stamp)
+    assert _fast(bytes(buf)) == _general(bytes(buf))
+    assert {r[6] for r in _fast(bytes(buf))} == {stamp}
+
+
+def _fix_crc(buf: bytearray) -> None:
+    buf[17:21] = crc32c.crc32c(bytes(buf[ATTRIBUTES_OFFSET:])).to_bytes(4, "big")
+
+
+def _both(buf: bytes) -> tuple[Any, Any]:
+    results: list[Any] = []
+    for fn in (_fast, _general):
+        try:
+            results.append(fn(buf, check_crc=False))
+        except CorruptRecordError:
+            results.append(CorruptRecordError)
+    return results[0], results[1]
+
+
+@given(records, st.data())
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_corrupted_sections_agree(recs: Any, data: st.DataObject) -> None:
+    """Flip, cut or insert bytes in the records section (and the declared count): same records or both reject."""
+    buf = bytearray(_build(recs, 0, 100, 10_000))
+    section_len = len(buf) - BATCH_HEADER_SIZE
+    i = data.draw(st.integers(BATCH_HEADER_SIZE, BATCH_HEADER_SIZE + section_len - 1))
+    how = data.draw(st.sampled_from(["set", "cut", "insert", "count"]))
+    if how == "set":
+        buf[i] = data.draw(st.integers(0, 255))
+    elif how == "cut":
+        del buf[i:i + data.draw(st.integers(1, 5))]
+    elif how == "insert":
+        buf[i:i] = data.draw(st.binary(min_size=1, max_size=5))
+    else:
+        buf[57:61] = data.draw(st.integers(0, len(recs) + 3)).to_bytes(4, "big")
+    buf[8:12] = (len(buf) - 12).to_bytes(4, "big")
+    _fix_crc(buf)
+    fast, general = _both(bytes(buf))
+    assert fast == general
+
+
+def test_crc_checked_unless_disabled() -> None:
+    buf = bytearray(_build([(0, None, b"v", [])], 0, 0, 0))
+    buf[-2] ^= 0xFF
+    with pytest.raises(CorruptRecordError, match="CRC32C"):
+        _fast(bytes(buf))
+    assert _fast(bytes(buf), check_crc=False) == _general(bytes(buf), check_crc=False)
+
+
+def test_section_of_long_varints() -> None:
+    """Every varint field of 1, 2, 3 and 10 bytes goes through the table or the slow path correctly."""
+    sizes = [0, 1, 63, 64, 8191, 8192, 1 << 20]
+    for n in sizes:
+        h = parse_batch_header(_build([(0, b"k" * n, b"v" * n, [])], 0, 0, 0))
+        section = _build([(0, b"k" * n, b"v" * n, [])], 0, 0, 0)[BATCH_HEADER_SIZE:]
+        out: list[Row] = []
+        decode_section_into(section, h, _row, "t", 0, out)
+        assert out == [("t", 0, 0, b"k" * n, b"v" * n, [], 0)]
+
+
+def test_tables_match_varint_encoding() -> None:
+    for v in range(-64, 64):
+        enc = encode_varlong(v)
+        assert len(enc) == 1 and _Z1[enc[0]] == v
+    for v in range(-8192, 8192):
+        enc = encode_varlong(v)
+        if len(enc) == 2:
+            assert _Z2[enc[0] | enc[1] << 8] == v
+
+
+def test_declared_count_too_large_for_section() -> None:
+    buf = bytearray(_build([(0, None, b"v", [])] * 3, 0, 0, 0))
+    buf[57:61] = (1000).to_bytes(4, "big")
+    _fix_crc(buf)
+    with pytest.raises(CorruptRecordError, match="declares 1000 records"):
+        _fast(bytes(buf))
+
