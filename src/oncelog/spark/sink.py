@@ -1,7 +1,18 @@
 """The exactly-once ``oncelog`` sink: streaming (``writeStream``) and batch (``write``) writers.
 
 Rows are spark-sql-kafka's sink rows: ``value`` (binary or string, required), ``key``, ``topic`` (else the option
-``topic``), ``partition`` and ``headers`` (array<struct<key string, value binary>>), each optional.
+``topic``), ``partition`` and ``headers`` (array<struct<key string, value binary>>), each optional::
+
+    (df.writeStream.format("oncelog").option("kafka.bootstrap.servers", "127.0.0.1:9092").option("topic", "out")
+       .option("checkpointLocation", "/chk/job").start())
+    df.write.mode("append").format("oncelog").option("kafka.bootstrap.servers", bs).option("topic", "out").save()
+
+Options: ``kafka.bootstrap.servers`` (required) and any ``kafka.<producer setting>`` (e.g. ``kafka.linger.ms``,
+``kafka.batch.size``, ``kafka.compression.type``); ``topic``; ``sinkCommitTopic`` (default
+``__oncelog_spark_sink_commits``, created compacted on first use); ``transactionalIdPrefix`` (default
+``oncelog-spark``; the sink's transactional ids are ``<prefix>-<query id>-b<batch>-p<partition>-a<attempt>-<rand>``);
+``sinkId`` (batch writes only: prefix of the generated job id). The broker must run with
+``transaction.two.phase.commit.enable=true`` (KIP-939); without it the first write fails saying so.
 
 Protocol: two-phase commit keyed by (sink id, batch id)
 ======================================================
