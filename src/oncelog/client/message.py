@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .errors import KafkaError
@@ -18,7 +19,8 @@ class Message:
     offset: int
     key: bytes | None
     value: bytes | None
-    headers: list[Header] = field(default_factory=list)
+    #: () when a consumed record has no headers (one shared immutable tuple: no list per message)
+    headers: Sequence[Header] = field(default_factory=list)
     timestamp: int = -1
     #: set on a failed delivery report
     error: KafkaError | None = None

@@ -18,8 +18,9 @@ the same records for any input.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable
+from itertools import repeat
+from typing import Any, NamedTuple, TypeVar
 
 from . import compression as _compression
 from .records import (
@@ -49,6 +50,15 @@ _Z1: tuple[int, ...] = tuple(_zigzag(b) for b in range(0x80))
 _Z2: tuple[int, ...] = tuple(
     _zigzag((i & 0x7F) | ((i >> 8) << 7)) if i & 0x80 else 0 for i in range(0x80 << 8)
 )
+# translate tables for bytes.translate: 1 where the byte ends a varint (< 0x80) / continues one (>= 0x80)
+_IS_LAST = bytes(1 if b < 0x80 else 0 for b in range(256))
+_IS_CONT = bytes(0 if b < 0x80 else 1 for b in range(256))
+#: the headers of a record without headers (shared, immutable)
+_NO_HEADERS: tuple[()] = ()
+_MIN_RUN = 8  # shorter runs are decoded record by record
+_FIRST_WINDOW = 64  # records a run attempt looks at first; doubles while runs fill it
+_MAX_WINDOW = 1 << 16
+_RETRY_AFTER = 16  # records decoded one by one after a failed run attempt
 
 
 def decode_section_into(
@@ -60,7 +70,10 @@ def decode_section_into(
     out: list[T],
 ) -> None:
     """Append to ``out`` one ``make(...)`` per record of the uncompressed records section ``data`` of the
-    batch ``h``: absolute offset, timestamp (maxTimestamp for LOG_APPEND_TIME batches), key, value, headers."""
+    batch ``h``: absolute offset, timestamp (maxTimestamp for LOG_APPEND_TIME batches), key, value, headers.
+
+    Records are read one by one; after a record without headers, the records that follow with the very same
+    layout (see :func:`_run_length`) are decoded as one run, column by column."""
     n = len(data)
     count = h.records_count
     base_offset = h.base_offset
@@ -75,8 +88,12 @@ def decode_section_into(
     z1 = _Z1
     z2 = _Z2
     p = 0
+    i = 0
+    next_try = 0  # record index from which a run is tried again
+    window = _FIRST_WINDOW
     try:
-        for _ in range(count):
+        while i < count:
+            start = p
             # length: the record's end
             b = data[p]
             if b < 0x80:
@@ -95,18 +112,20 @@ def decode_section_into(
                     f"record at byte {p} of the records section has invalid length {length} ({n - p} remain)"
                 )
             # attributes (unused in v2), then timestampDelta
-            b = data[p + 1]
+            ts_at = p = p + 1
+            b = data[p]
             if b < 0x80:
                 ts_delta = z1[b]
-                p += 2
+                p += 1
             else:
-                c = data[p + 2]
+                c = data[p + 1]
                 if c < 0x80:
                     ts_delta = z2[b | c << 8]
-                    p += 3
+                    p += 2
                 else:
-                    ts_delta, p = slow(data, p + 1)
+                    ts_delta, p = slow(data, p)
             # offsetDelta
+            od_at = p
             b = data[p]
             if b < 0x80:
                 off_delta = z1[b]
@@ -119,9 +138,11 @@ def decode_section_into(
                 else:
                     off_delta, p = slow(data, p)
             # key
+            kl_at = p
             b = data[p]
             if b == 1:  # -1: null, the common case
                 key = None
+                klen = -1
                 p += 1
             else:
                 if b < 0x80:
@@ -138,6 +159,7 @@ def decode_section_into(
                     key = data[p:q]
                     p = q
             # value
+            vl_at = p
             b = data[p]
             if b < 0x80:
                 vlen = z1[b]
@@ -159,7 +181,7 @@ def decode_section_into(
                 p = q
             # headers
             if data[p] == 0:
-                headers: list[tuple[str, bytes | None]] = []
+                headers: Any = _NO_HEADERS
                 p += 1
             else:
                 headers, p = _decode_headers(data, p, end)
@@ -170,6 +192,24 @@ def decode_section_into(
                 )
             append(make(topic, partition, base_offset + off_delta, key, value, headers,
                         base_ts + ts_delta if log_append_ts is None else log_append_ts))
+            i += 1
+            if i < next_try or headers is not _NO_HEADERS or i == count:
+                continue
+            size = end - start
+            layout = _Layout(size, start, ts_at, od_at, kl_at, vl_at - kl_at - max(klen, 0), klen, vl_at,
+                             end - 1 - vl_at - max(vlen, 0), vlen)
+            k_max = min(count - i, (n - end) // size, window)
+            k = _run_length(data, end, k_max, layout)
+            if k < _MIN_RUN:
+                next_try = i + _RETRY_AFTER
+                window = _FIRST_WINDOW
+                continue
+            _emit_run(data, end, k, layout, make, topic, partition, base_offset,
+                      base_ts if log_append_ts is None else None, log_append_ts, out)
+            p = end + k * size
+            i += k
+            if k == k_max:
+                window = min(window * 2, _MAX_WINDOW)
     except IndexError:
         raise CorruptRecordError(
             f"records section of batch at base offset {base_offset} is truncated at byte {p} of {n}"
@@ -178,6 +218,98 @@ def decode_section_into(
         raise CorruptRecordError(
             f"batch at base offset {base_offset} has {n - p} bytes left after its {count} declared records"
         )
+
+
+class _Layout(NamedTuple):
+    """Where the fields of a record without headers sit: absolute positions in the section of the record
+    the layout was read from (``start``), key/value sizes (-1: null)."""
+
+    size: int
+    start: int
+    ts_at: int
+    od_at: int
+    kl_at: int
+    kw: int  # bytes of the key size varint
+    klen: int
+    vl_at: int
+    vw: int
+    vlen: int
+
+
+def _varint_ok(data: bytes, at: int, width: int, size: int, k: int) -> int:
+    """How many of the ``k`` records (``size`` apart from ``at``) start with a varint of exactly ``width`` bytes
+    (counted from the first one)."""
+    good = k
+    stop = at + k * size
+    for j in range(width):
+        col = data[at + j : stop : size].translate(_IS_LAST if j == width - 1 else _IS_CONT)
+        good = min(good, len(col) - len(col.lstrip(b"\x01")))
+        if good == 0:
+            break
+    return good
+
+
+def _run_length(data: bytes, at: int, k_max: int, lay: _Layout) -> int:
+    """How many records from byte ``at`` on (at most ``k_max``, each ``lay.size`` bytes) have exactly the layout
+    ``lay``: the same bytes for the length prefix, key size, value size and header count (0), and timestamp /
+    offset delta varints of the same widths. Such records decode like the one ``lay`` was read from, field for
+    field; only their delta values, key and value bytes differ."""
+    size = lay.size  # the template record is at lay.start, the run starts right after it (at = start + size)
+    stop = at + k_max * size
+    good = k_max
+    fixed = [*range(lay.start, lay.ts_at - 1), *range(lay.kl_at, lay.kl_at + lay.kw),
+             *range(lay.vl_at, lay.vl_at + lay.vw), lay.start + size - 1]
+    for pos in fixed:
+        col = data[pos + size : stop : size]
+        good = min(good, len(col) - len(col.lstrip(data[pos : pos + 1])))
+        if good < _MIN_RUN:
+            return good
+    good = _varint_ok(data, lay.ts_at + size, lay.od_at - lay.ts_at, size, good)
+    if good >= _MIN_RUN:
+        good = _varint_ok(data, lay.od_at + size, lay.kl_at - lay.od_at, size, good)
+    return good
+
+
+def _deltas(data: bytes, at: int, width: int, size: int, k: int, base: int) -> list[int]:
+    """``base`` + the varint of ``width`` bytes at ``at``, ``at + size``, ... (``k`` of them)."""
+    stop = at + k * size
+    if width == 1:
+        z1 = _Z1
+        return [base + z1[b] for b in data[at:stop:size]]
+    if width == 2:
+        z2 = _Z2
+        return [base + z2[b | c << 8] for b, c in zip(data[at:stop:size], data[at + 1 : stop + 1 : size],
+                                                      strict=True)]
+    slow = _slow_varint
+    return [base + slow(data, q)[0] for q in range(at, stop, size)]
+
+
+def _blobs(data: bytes, at: int, length: int, size: int, k: int) -> Iterable[bytes | None]:
+    if length < 0:
+        return repeat(None, k)
+    if length == 0:
+        return repeat(b"", k)
+    return [data[q : q + length] for q in range(at, at + k * size, size)]
+
+
+def _emit_run(data: bytes, at: int, k: int, lay: _Layout, make: MessageFactory[T], topic: str, partition: int,
+              base_offset: int, base_ts: int | None, log_append_ts: int | None, out: list[T]) -> None:
+    """Decode the ``k`` records of layout ``lay`` from byte ``at`` on, column by column."""
+    shift = at - lay.start
+    ts_w = lay.od_at - lay.ts_at
+    od_w = lay.kl_at - lay.od_at
+    offsets = _deltas(data, lay.od_at + shift, od_w, lay.size, k, base_offset)
+    timestamps: Iterable[int]
+    if base_ts is None:
+        if ts_w > 2:  # still decoded: a 10-byte varint may overflow int64, which the record-by-record path rejects
+            _deltas(data, lay.ts_at + shift, ts_w, lay.size, k, 0)
+        timestamps = repeat(log_append_ts if log_append_ts is not None else -1, k)
+    else:
+        timestamps = _deltas(data, lay.ts_at + shift, ts_w, lay.size, k, base_ts)
+    key_at = lay.kl_at + shift + lay.kw
+    val_at = lay.vl_at + shift + lay.vw
+    out += map(make, repeat(topic, k), repeat(partition, k), offsets, _blobs(data, key_at, lay.klen, lay.size, k),
+               _blobs(data, val_at, lay.vlen, lay.size, k), repeat(_NO_HEADERS, k), timestamps)
 
 
 def decode_batch_into(

@@ -31,8 +31,8 @@ Row = tuple[str, int, int, bytes | None, bytes | None, list[Any], int]
 
 
 def _row(topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
-         headers: list[Any], timestamp: int) -> Row:
-    return (topic, partition, offset, key, value, headers, timestamp)
+         headers: Any, timestamp: int) -> Row:
+    return (topic, partition, offset, key, value, list(headers), timestamp)
 
 
 def _fast(buf: bytes, *, check_crc: bool = True) -> list[Row]:
@@ -51,6 +51,20 @@ headers = st.lists(st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary
 # deltas around the 1/2/3-byte varint boundaries and far beyond, both signs
 ts_deltas = st.one_of(st.integers(-70, 70), st.integers(-9000, 9000), st.integers(-(1 << 40), 1 << 40))
 records = st.lists(st.tuples(ts_deltas, blobs, blobs, headers), min_size=1, max_size=40)
+
+
+@st.composite
+def uniform_records(draw: st.DrawFn) -> list[tuple[int, bytes | None, bytes | None, list[Any]]]:
+    """Many records of one shape (the fast runs' case), deltas crossing varint widths, and a few odd ones."""
+    n = draw(st.integers(10, 300))
+    klen = draw(st.sampled_from([-1, 0, 1, 63, 64, 200]))
+    vlen = draw(st.sampled_from([-1, 0, 5, 100, 8191, 8200]))
+    ts = draw(st.sampled_from([st.just(0), st.integers(0, 63), st.integers(-200, 200), st.integers(0, 1 << 22)]))
+    recs: list[tuple[int, bytes | None, bytes | None, list[Any]]] = [(draw(ts), None if klen < 0 else draw(st.binary(min_size=klen, max_size=klen)),
+             None if vlen < 0 else draw(st.binary(min_size=vlen, max_size=vlen)), []) for _ in range(n)]
+    for _ in range(draw(st.integers(0, 3))):
+        recs.insert(draw(st.integers(0, len(recs))), draw(st.tuples(ts_deltas, blobs, blobs, headers)))
+    return recs
 
 
 def _build(recs: list[tuple[int, bytes | None, bytes | None, list[Any]]], codec: int, base_offset: int,
@@ -73,8 +87,34 @@ def test_fast_equals_general(recs: Any, codec: int, base_offset: int, base_ts: i
     assert [r[2] for r in fast] == list(range(base_offset, base_offset + len(recs)))
 
 
-@given(records, st.integers(0, 1 << 45))
-@settings(max_examples=50, deadline=None)
+@given(uniform_records(), st.sampled_from([0, 0, 1, 4]), st.integers(0, (1 << 62)))
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+def test_uniform_runs_equal_general(recs: Any, codec: int, base_offset: int) -> None:
+    buf = _build(recs, codec, base_offset, 1 << 40)
+    fast = _fast(buf)
+    assert fast == _general(buf)
+    assert [r[2] for r in fast] == list(range(base_offset, base_offset + len(recs)))
+
+
+def test_runs_are_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A uniform batch goes through the column-wise runs (so the property tests above cover them)."""
+    import oncelog.protocol.record_decode as rd
+
+    emitted: list[int] = []
+    real = rd._emit_run
+
+    def spy(*args: Any) -> None:
+        emitted.append(args[2])
+        real(*args)
+
+    monkeypatch.setattr(rd, "_emit_run", spy)
+    buf = _build([(i // 10, None, bytes([i % 256]) * 100, []) for i in range(3000)], 0, 0, 0)
+    assert _fast(buf) == _general(buf)
+    assert sum(emitted) > 2900
+
+
+@given(st.one_of(records, uniform_records()), st.integers(0, 1 << 45))
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 def test_log_append_time(recs: Any, stamp: int) -> None:
     buf = bytearray(_build(recs, 0, 0, 1000))
     set_max_timestamp_log_append(buf, 0, len(buf), stamp)
@@ -96,8 +136,8 @@ def _both(buf: bytes) -> tuple[Any, Any]:
     return results[0], results[1]
 
 
-@given(records, st.data())
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(records, uniform_records()), st.data())
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 def test_corrupted_sections_agree(recs: Any, data: st.DataObject) -> None:
     """Flip, cut or insert bytes in the records section (and the declared count): same records or both reject."""
     buf = bytearray(_build(recs, 0, 100, 10_000))
