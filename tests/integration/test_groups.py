@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -85,9 +86,13 @@ def consumer(bootstrap: str, group: str, strategy: str, **extra: Any) -> Consume
 class Member:
     def __init__(self, c: Consumer, name: str, seen: list[int]) -> None:
         self.c, self.name, self.seen = c, name, seen
+        #: the member's assignment as of its last poll, read by the test's main thread (a consumer is only ever
+        #: called from the one thread that polls it)
+        self.assigned: list[tuple[str, int]] = []
 
     def poll(self) -> None:
         msg = self.c.poll(0.05)
+        self.assigned = [(tp.topic, tp.partition) for tp in self.c.assignment()]
         if msg is None or msg.error():
             return
         self.seen.append(int(msg.value()))
@@ -105,23 +110,48 @@ class Member:
 def owned(members: list[Member]) -> list[tuple[str, int]]:
     out: list[tuple[str, int]] = []
     for m in members:
-        out += [(tp.topic, tp.partition) for tp in m.c.assignment()]
+        out += m.assigned
     return out
 
 
 def poll_until(members: list[Member], cond: Any, timeout: float = 40.0) -> None:
+    """Poll every member in its own thread (as applications run consumers) until ``cond()`` holds.
+
+    One thread per member matters: a synchronous commit waits behind its member's in-flight JoinGroup (a broker
+    answers one connection's requests in order, Kafka included), and that join completes only once the other
+    members have served their rebalance callbacks, which they do inside ``poll()``. Polled from one thread, the
+    commit would block the very polls the join waits for."""
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def run(m: Member) -> None:
+        try:
+            while not stop.is_set():
+                m.poll()
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(m,), name=f"poll-{m.name}", daemon=True) for m in members]
+    for t in threads:
+        t.start()
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for m in members:
-            m.poll()
-        if cond():
-            return
+    try:
+        while time.monotonic() < deadline and not errors:
+            if cond():
+                return
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(70)
+    if errors:
+        raise errors[0]
     raise AssertionError(f"timed out; owned={owned(members)}")
 
 
 def exactly_once_owned(members: list[Member], topic: str) -> bool:
     o = owned(members)
-    return sorted(o) == [(topic, p) for p in range(PARTITIONS)] and all(len(m.c.assignment()) > 0 for m in members)
+    return sorted(o) == [(topic, p) for p in range(PARTITIONS)] and all(len(m.assigned) > 0 for m in members)
 
 
 @pytest.mark.parametrize("strategy", ["range", "roundrobin", "cooperative-sticky"])
@@ -176,11 +206,11 @@ def test_crashed_member_times_out_and_partitions_move(gbroker: BrokerProcess, to
         seen: list[int] = []
         survivor = Member(consumer(bs, group, "range", **{"session.timeout.ms": 2000}), "s", seen)
         survivor.c.subscribe([topic_name])
-        poll_until([survivor], lambda: 0 < len(survivor.c.assignment()) < PARTITIONS)
+        poll_until([survivor], lambda: 0 < len(survivor.assigned) < PARTITIONS)
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
         t0 = time.monotonic()
-        poll_until([survivor], lambda: len(survivor.c.assignment()) == PARTITIONS, timeout=30)
+        poll_until([survivor], lambda: len(survivor.assigned) == PARTITIONS, timeout=30)
         assert time.monotonic() - t0 >= 0.5  # the move waited for the session timeout
         produce(bs, topic_name, 0, 60)
         poll_until([survivor], lambda: len(seen) >= 60)
