@@ -96,7 +96,9 @@ class BrokerProcess:
         return self.start(timeout)
 
     def __enter__(self) -> "BrokerProcess":
-        return self.start()
+        # ``with BrokerProcess(...).start() as b`` must not start a second process: that one fails to bind the
+        # port while the first, no longer referenced, outlives the test
+        return self if self.alive() else self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
