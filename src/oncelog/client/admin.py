@@ -278,9 +278,7 @@ class AsyncAdmin:
         self.config = conf if isinstance(conf, AdminConfig) else parse_admin_config(conf)
         c = self.config
         self.timeout = c.request_timeout_ms / 1000
-        self.cluster = Cluster(c.bootstrap_servers, client_id=c.client_id, request_timeout=self.timeout,
-                               connect_timeout=c.connect_timeout_ms / 1000,
-                               metadata_max_age=c.metadata_max_age_ms / 1000)
+        self.cluster = Cluster.from_config(c)
         self._started = False
 
     async def start(self) -> None:

@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.find_coordinator_request import FindCoordinatorRequest
@@ -16,6 +16,9 @@ from oncelog.protocol.messages.metadata_request import MetadataRequest, Metadata
 
 from .connection import BrokerConnection
 from .errors import ConfigError, KafkaConnectionError, KafkaError, KafkaTimeoutError, raise_for_code
+
+if TYPE_CHECKING:
+    from .config import AdminConfig
 
 __all__ = ["BrokerInfo", "Cluster", "PartitionInfo", "TopicInfo", "parse_bootstrap"]
 
@@ -80,6 +83,13 @@ COORDINATOR_RETRIABLE = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, Error
 
 class Cluster:
     """Owns the connections of one client and its view of the cluster. All methods run on one event loop."""
+
+    @classmethod
+    def from_config(cls, c: AdminConfig, *, allow_auto_topic_creation: bool = False) -> Cluster:
+        """A cluster view with the connection settings of a client's configuration (milliseconds -> seconds)."""
+        return cls(c.bootstrap_servers, client_id=c.client_id, request_timeout=c.request_timeout_ms / 1000,
+                   connect_timeout=c.connect_timeout_ms / 1000, metadata_max_age=c.metadata_max_age_ms / 1000,
+                   allow_auto_topic_creation=allow_auto_topic_creation)
 
     def __init__(
         self,

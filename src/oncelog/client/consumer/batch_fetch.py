@@ -56,9 +56,7 @@ class AsyncBatchFetcher:
     def __init__(self, conf: Mapping[str, Any] | ConsumerConfig) -> None:
         self.config = conf if isinstance(conf, ConsumerConfig) else parse_consumer_config(conf)
         c = self.config
-        self.cluster = Cluster(c.bootstrap_servers, client_id=c.client_id, request_timeout=c.request_timeout_ms / 1000,
-                               connect_timeout=c.connect_timeout_ms / 1000,
-                               metadata_max_age=c.metadata_max_age_ms / 1000)
+        self.cluster = Cluster.from_config(c)
         self._started = False
 
     async def start(self) -> None:

@@ -65,10 +65,7 @@ class AsyncProducer:
                  deliver: Callable[[Reports], None] | None = None) -> None:
         self.config = conf if isinstance(conf, ProducerConfig) else parse_producer_config(conf)
         c = self.config
-        self.cluster = Cluster(c.bootstrap_servers, client_id=c.client_id, request_timeout=c.request_timeout_ms / 1000,
-                               connect_timeout=c.connect_timeout_ms / 1000,
-                               metadata_max_age=c.metadata_max_age_ms / 1000,
-                               allow_auto_topic_creation=c.allow_auto_create_topics)
+        self.cluster = Cluster.from_config(c, allow_auto_topic_creation=c.allow_auto_create_topics)
         self.accumulator = RecordAccumulator(c.batch_size, c.linger_ms, c.compression)
         self.partitioner = Partitioner(self.accumulator.batch_open)
         self._deliver = deliver or self._run_reports
