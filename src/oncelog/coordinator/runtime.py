@@ -59,9 +59,15 @@ class CoordinatorShard(Protocol):
 
 @dataclass
 class CoordinatorResult(Generic[T]):
+    """What an operation decided: records to append, the caller's answer, and two hooks. ``on_failure`` runs if
+    the append fails (drop a pending marker). ``on_applied`` runs once the records are replayed, before the caller
+    is answered and before the partition's next operation: follow-up work that must start even if the caller has
+    gone away meanwhile (a transaction's markers after its Prepare record)."""
+
     records: list[tuple[bytes, bytes | None]]
     response: T
     on_failure: Callable[[], None] | None = None
+    on_applied: Callable[[], None] | None = None
 
 
 class CoordinatorError(Exception):
@@ -202,6 +208,7 @@ class CoordinatorRuntime(Generic[S]):
                 fut.set_exception(e)
             return
         if not result.records:
+            self._run_applied_hook(partition, result)
             if not fut.done():
                 fut.set_result(result.response)
             return
@@ -260,9 +267,19 @@ class CoordinatorRuntime(Generic[S]):
                 if not fut.done():
                     fut.set_exception(e)
             else:
+                self._run_applied_hook(partition, result)
                 if not fut.done():
                     fut.set_result(result.response)
         self._drain(partition, p)
+
+    @staticmethod
+    def _run_applied_hook(partition: int, result: CoordinatorResult[Any]) -> None:
+        if result.on_applied is None:
+            return
+        try:
+            result.on_applied()
+        except Exception:  # the records are applied: the operation succeeded; its follow-up is retried elsewhere
+            log.exception("follow-up of an operation on coordinator partition %d failed", partition)
 
     # ------------------------------------------------------------------ background work
     def spawn(self, coro: Coroutine[Any, Any, T], name: str | None = None) -> asyncio.Task[T]:

@@ -134,3 +134,41 @@ def test_write_failure_and_unload_in_flight() -> None:
         assert shard.pending is False and shard.replayed == []  # the dropped shard is not replayed into
         await rt.close()
     asyncio.run(main())
+
+
+def test_on_applied_runs_after_replay_before_the_answer_and_the_next_operation_even_if_the_caller_left() -> None:
+    async def main() -> None:
+        log = NowaitLog()
+        rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard)
+        shard = await rt.load(0, [])
+        events: list[str] = []
+
+        def first(s: ListShard) -> CoordinatorResult[str]:
+            return CoordinatorResult([(b"k", b"v")], "first",
+                                     on_applied=lambda: events.append(f"applied after {len(s.replayed)} replayed"))
+
+        def second(s: ListShard) -> CoordinatorResult[str]:
+            events.append("second ran")
+            return CoordinatorResult([], "second")
+
+        def failing_hook(s: ListShard) -> CoordinatorResult[str]:
+            def hook() -> None:
+                raise RuntimeError("follow-up failed")
+            return CoordinatorResult([(b"k2", None)], "applied anyway", on_applied=hook)
+
+        t1 = asyncio.ensure_future(rt.run(0, first))
+        t2 = asyncio.ensure_future(rt.run(0, second))
+        await asyncio.sleep(0)
+        t1.cancel()  # the caller goes away while its append is in flight
+        await asyncio.sleep(0)
+        log.make_durable()
+        assert await t2 == "second"
+        assert events == ["applied after 1 replayed", "second ran"]
+        assert t1.cancelled()
+        # a hook that raises is logged; the operation itself succeeded (its records are applied)
+        t3 = asyncio.ensure_future(rt.run(0, failing_hook))
+        await asyncio.sleep(0)
+        log.make_durable()
+        assert await t3 == "applied anyway" and shard.replayed[-1] == (b"k2", None, 1)
+        await rt.close()
+    asyncio.run(main())

@@ -180,6 +180,54 @@ def test_concurrent_transactions_while_completing() -> None:
     run(main)
 
 
+
+def test_completion_starts_even_if_the_end_txn_caller_is_gone() -> None:
+    """The caller of EndTxn is cancelled (its client disconnected) while the PrepareCommit append is in flight:
+    the completion starts when the record is replayed, not when the caller resumes; a late retry finds it."""
+    async def main() -> None:
+        log, markers = FakeLog(), FakeMarkers()
+        coord = await started(log, markers=markers)
+        _, pid, epoch = await coord.init_producer_id("t1", 10_000)
+        await coord.add_partitions("t1", pid, epoch, [TP_A])
+        log.gate = asyncio.Event()
+        end = asyncio.create_task(coord.end_txn("t1", pid, epoch, True))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        end.cancel()
+        log.gate.set()
+        for _ in range(200):  # the append, then the completion (markers, CompleteCommit), all in the background
+            await asyncio.sleep(0)
+        await coord.runtime.wait_idle()
+        assert md(coord, "t1").state is TxnState.COMPLETE_COMMIT
+        assert states_in_log(log, "t1")[-2:] == ["PrepareCommit", "CompleteCommit"]
+        assert [(c.commit, c.partitions) for c in markers.calls] == [(True, [TP_A])]
+        assert await coord.end_txn("t1", pid, epoch, True) is E.NONE
+        await coord.close()
+    run(main)
+
+
+def test_fencing_abort_completes_even_if_the_init_caller_is_gone() -> None:
+    async def main() -> None:
+        log, markers = FakeLog(), FakeMarkers()
+        coord = await started(log, markers=markers)
+        _, pid, e0 = await coord.init_producer_id("t1", 10_000)
+        await coord.add_partitions("t1", pid, e0, [TP_A])
+        log.gate = asyncio.Event()
+        init = asyncio.create_task(coord.init_producer_id("t1", 10_000))  # a new instance fences the old one
+        for _ in range(5):
+            await asyncio.sleep(0)
+        init.cancel()
+        log.gate.set()
+        for _ in range(200):
+            await asyncio.sleep(0)
+        await coord.runtime.wait_idle()
+        assert md(coord, "t1").state is TxnState.COMPLETE_ABORT
+        assert [(c.commit, c.producer_epoch) for c in markers.calls] == [(False, e0 + 1)]
+        assert await coord.init_producer_id("t1", 10_000) == (E.NONE, pid, e0 + 2)
+        await coord.close()
+    run(main)
+
+
 # ---------------------------------------------------------------------------- fencing
 def test_second_init_fences_and_aborts_ongoing_txn() -> None:
     async def main() -> None:

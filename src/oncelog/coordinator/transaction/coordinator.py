@@ -6,7 +6,9 @@ only then replayed into memory. EndTxn: Ongoing -> PrepareCommit/PrepareAbort (d
 injected ``MarkerWriter`` until every partition has its marker durably (retried with backoff; a partition that no
 longer exists is skipped) -> CompleteCommit/CompleteAbort (durable) -> answer the client. Kafka answers right
 after the Prepare record; oncelog answers after completion so the producer's next AddPartitions does not meet
-CONCURRENT_TRANSACTIONS. The completion runs as a background task, so a client that gives up does not stop it.
+CONCURRENT_TRANSACTIONS. The completion is a background task started when the Prepare record is replayed
+(the operation's ``on_applied``), so a client that gives up, or a retry served before the original caller
+resumes, neither stops it nor finds it missing.
 
 Transactions V1 semantics (no epoch bump per EndTxn, KIP-890 part 2 is not implemented).
 
@@ -204,7 +206,8 @@ class TransactionCoordinator:
                 out.append(txn_id)
             elif md.state is TxnState.PREPARE_EPOCH_FENCE:
                 try:
-                    t = await self.runtime.run(partition, self._abort_op(txn_id, md.producer_id, fence=False))
+                    t = await self.runtime.run(partition, self._abort_op(partition, txn_id, md.producer_id,
+                                                                             fence=False))
                 except (CoordinatorError, TxnError) as e:
                     log.warning("could not abort fenced transaction %s after load: %s", txn_id, e)
                     continue
@@ -278,7 +281,7 @@ class TransactionCoordinator:
         partition = self.partition_for(transactional_id)
         try:
             kind, t, before = await self._run(
-                partition, self._init_op(transactional_id, txn_timeout_ms, expected, keep_prepared_txn))
+                partition, self._init_op(partition, transactional_id, txn_timeout_ms, expected, keep_prepared_txn))
         except (CoordinatorError, TxnError) as e:
             return err(e.code)
         if kind == "init":
@@ -294,8 +297,8 @@ class TransactionCoordinator:
                                     t.topic_partitions))
         return err(ErrorCode.CONCURRENT_TRANSACTIONS if code is ErrorCode.NONE else code)
 
-    def _init_op(self, txn_id: str, timeout_ms: int, expected: tuple[int, int] | None, keep_prepared: bool
-                 ) -> Callable[[TransactionShard], CoordinatorResult[_InitAnswer]]:
+    def _init_op(self, partition: int, txn_id: str, timeout_ms: int, expected: tuple[int, int] | None,
+                 keep_prepared: bool) -> Callable[[TransactionShard], CoordinatorResult[_InitAnswer]]:
         def op(shard: TransactionShard) -> CoordinatorResult[_InitAnswer]:
             now = self._now()
             md = shard.txns.get(txn_id)
@@ -321,7 +324,8 @@ class TransactionCoordinator:
                 if created:
                     shard.creating.pop(txn_id, None)
                 raise
-            return CoordinatorResult(self._record(txn_id, t, shard), (kind, t, before), on_failure)
+            return CoordinatorResult(self._record(txn_id, t, shard), (kind, t, before), on_failure,
+                                     self._completion_hook(partition, txn_id, t) if kind == "fence" else None)
         return op
 
     def _prepare_init(self, md: TransactionMetadata, timeout_ms: int, expected: tuple[int, int] | None,
@@ -447,22 +451,20 @@ class TransactionCoordinator:
             return ErrorCode.INVALID_REQUEST
         partition = self.partition_for(transactional_id)
         try:
-            kind, t = await self._run(partition, self._end_op(transactional_id, producer_id, producer_epoch, commit))
+            kind, t = await self._run(
+                partition, self._end_op(partition, transactional_id, producer_id, producer_epoch, commit))
         except (CoordinatorError, TxnError) as e:
             return _fenced(e.code, version, 2)
-        if kind == "prepared":
+        if kind in ("prepared", "completing"):
+            # The completion was started when the Prepare record was replayed (on_applied), even if this caller
+            # (or the original one, for a retry: "completing") went away meanwhile; this finds it by its key.
             assert t is not None
             task = self._ensure_completion(partition, transactional_id, t.producer_id, t.producer_epoch, commit,
                                            t.topic_partitions)
             return await self._await_completion(task)
-        if kind == "completing":  # a retry while markers are being written: wait for the same completion
-            running = self._completions.get((partition, transactional_id))
-            if running is None:
-                return ErrorCode.CONCURRENT_TRANSACTIONS
-            return await self._await_completion(running)
         return _fenced(ErrorCode[kind], version, 2)
 
-    def _end_op(self, txn_id: str, pid: int, epoch: int, commit: bool
+    def _end_op(self, partition: int, txn_id: str, pid: int, epoch: int, commit: bool
                 ) -> Callable[[TransactionShard], CoordinatorResult[tuple[str, TxnTransitMetadata | None]]]:
         def answer(code: ErrorCode) -> CoordinatorResult[tuple[str, TxnTransitMetadata | None]]:
             return CoordinatorResult([], (code.name, None))
@@ -479,16 +481,16 @@ class TransactionCoordinator:
             if s is TxnState.ONGOING:
                 target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
                 t = md.prepare_abort_or_commit(target, self._now())
-                return CoordinatorResult(self._record(txn_id, t, shard), ("prepared", t), md.abort_pending)
+                return CoordinatorResult(self._record(txn_id, t, shard), ("prepared", t), md.abort_pending,
+                                         self._completion_hook(partition, txn_id, t))
             if s is TxnState.COMPLETE_COMMIT:
                 return answer(ErrorCode.NONE if commit else ErrorCode.INVALID_TXN_STATE)
             if s is TxnState.COMPLETE_ABORT:
                 return answer(ErrorCode.NONE if not commit else ErrorCode.INVALID_TXN_STATE)
-            if s is TxnState.PREPARE_COMMIT:
-                return CoordinatorResult([], ("completing", None)) if commit else answer(ErrorCode.INVALID_TXN_STATE)
-            if s is TxnState.PREPARE_ABORT:
-                return CoordinatorResult([], ("completing", None)) if not commit \
-                    else answer(ErrorCode.INVALID_TXN_STATE)
+            if s is TxnState.PREPARE_COMMIT or s is TxnState.PREPARE_ABORT:
+                if commit != (s is TxnState.PREPARE_COMMIT):
+                    return answer(ErrorCode.INVALID_TXN_STATE)
+                return CoordinatorResult([], ("completing", md.snapshot()))
             if s is TxnState.EMPTY:
                 return answer(ErrorCode.INVALID_TXN_STATE)
             if s is TxnState.PREPARE_EPOCH_FENCE:
@@ -496,7 +498,7 @@ class TransactionCoordinator:
             raise IllegalTransitionError(f"{txn_id} is {s.display_name}: should never be seen")
         return op
 
-    def _abort_op(self, txn_id: str, pid: int, fence: bool, timed_out_before: int | None = None
+    def _abort_op(self, partition: int, txn_id: str, pid: int, fence: bool, timed_out_before: int | None = None
                   ) -> Callable[[TransactionShard], CoordinatorResult[TxnTransitMetadata | None]]:
         """Coordinator-initiated abort: fence (bump) the epoch of an Ongoing transaction, or abort a loaded
         PrepareEpochFence. Answers None when the transaction moved on meanwhile."""
@@ -515,10 +517,19 @@ class TransactionCoordinator:
                 if md.state is not TxnState.PREPARE_EPOCH_FENCE:
                     return CoordinatorResult([], None)
                 t = md.prepare_abort_or_commit(TxnState.PREPARE_ABORT, now)
-            return CoordinatorResult(self._record(txn_id, t, shard), t, md.abort_pending)
+            return CoordinatorResult(self._record(txn_id, t, shard), t, md.abort_pending,
+                                     self._completion_hook(partition, txn_id, t))
         return op
 
     # ------------------------------------------------------------------ completion (markers + Complete*)
+    def _completion_hook(self, partition: int, txn_id: str, t: TxnTransitMetadata) -> Callable[[], None]:
+        """``on_applied`` of an operation that wrote a Prepare* record: start the completion as soon as the record
+        is replayed, so it runs even when the caller is gone and a retry of EndTxn finds it running."""
+        def start() -> None:
+            self._ensure_completion(partition, txn_id, t.producer_id, t.producer_epoch,
+                                    t.state is TxnState.PREPARE_COMMIT, t.topic_partitions)
+        return start
+
     def _ensure_completion(self, partition: int, txn_id: str, pid: int, epoch: int, commit: bool,
                            partitions: Iterable[TopicPartition]) -> Task[ErrorCode]:
         key = (partition, txn_id)
@@ -647,7 +658,8 @@ class TransactionCoordinator:
         aborted: list[str] = []
         for partition, txn_id, pid in candidates:
             try:
-                t = await self._run(partition, self._abort_op(txn_id, pid, fence=True, timed_out_before=now))
+                t = await self._run(partition, self._abort_op(partition, txn_id, pid, fence=True,
+                                                                 timed_out_before=now))
             except (CoordinatorError, TxnError) as e:
                 log.warning("rollback of timed-out transaction %s failed: %s", txn_id, e)
                 continue
