@@ -11,6 +11,13 @@ A round that covers several partitions fsyncs them in parallel (a small pool of 
 thread takes one partition itself): the disk and the filesystem journal overlap concurrent fdatasyncs, so a
 round over 3 partitions costs about one fsync instead of three (measured here: 0.35 ms vs 0.65 ms median).
 That is the common case for a multi-partition produce and for the commit markers of a transaction.
+
+Small rounds are fsynced on the event loop itself. When the flusher thread is idle and the bytes waiting are few
+(at most ``INLINE_FLUSH_MAX_BYTES``: a single record, a coordinator record, commit markers), the loop runs the
+round as its next callback instead of waking the thread: two thread hand-offs (~50 µs each here) cost more than
+the ~0.1 ms the loop is blocked. Measured here: single-record p50 0.55 -> 0.44 ms, transactions of 10 records
+~240 -> ~300 txn/s. Large rounds (throughput produce, background flushes) stay on the thread, so the loop keeps
+reading requests while the disk works: fsyncing them inline cost ~10% produce throughput.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ __all__ = ["GroupCommitFlusher"]
 
 #: helper threads for the parallel fsyncs of one round (beyond this, partitions share threads)
 MAX_PARALLEL_FSYNCS = 8
+#: a round of at most this many appended bytes is fsynced on the event loop when the flusher thread is idle
+INLINE_FLUSH_MAX_BYTES = 32 * 1024
 
 log = logging.getLogger("oncelog.broker.durability")
 
@@ -42,19 +51,53 @@ class GroupCommitFlusher:
         self._closing = False
         self._stopped = threading.Event()
         self.rounds = 0  # fsync rounds, for metrics and tests
+        self.inline_rounds = 0  # of which run on the event loop
         self._pool: ThreadPoolExecutor | None = None
+        # Guarded by _cond: bytes appended to the dirty partitions (None: unknown, treat as large); whether the
+        # thread owns the dirty set (it is in a round, or has been handed one); whether a decision is scheduled.
+        self._dirty_bytes: int | None = 0
+        self._thread_owns = False
+        self._decision_scheduled = False
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._thread = threading.Thread(target=self._run, name="oncelog-group-commit", daemon=True)
         self._thread.start()
 
-    def mark_dirty(self, partition: "Partition") -> None:
+    def mark_dirty(self, partition: "Partition", nbytes: int | None = None) -> None:
+        """``partition`` has appends to make durable (``nbytes`` of them; None when unknown). Called on the loop."""
         with self._cond:
-            if partition not in self._dirty:
-                self._dirty.add(partition)
-                if len(self._dirty) == 1:
-                    self._cond.notify()
+            self._dirty.add(partition)
+            if nbytes is None or self._dirty_bytes is None:
+                self._dirty_bytes = None
+            else:
+                self._dirty_bytes += nbytes
+            if self._thread_owns or self._decision_scheduled:
+                return  # the thread's next round, or the decision already scheduled, covers it
+            self._decision_scheduled = True
+        assert self._loop is not None
+        # Decide after the callbacks already queued (more appends of this loop iteration join the round).
+        self._loop.call_soon(self._decide)
+
+    def _decide(self) -> None:
+        """On the loop: fsync a small round here and now, or hand the dirty set to the thread."""
+        with self._cond:
+            self._decision_scheduled = False
+            if self._thread_owns or not self._dirty:
+                return
+            small = self._dirty_bytes is not None and self._dirty_bytes <= INLINE_FLUSH_MAX_BYTES \
+                and not self._closing
+            if not small:
+                self._thread_owns = True
+                self._cond.notify()
+                return
+            batch = list(self._dirty)
+            self._dirty.clear()
+            self._dirty_bytes = 0
+        results = self._flush_all(batch)
+        self.rounds += 1
+        self.inline_rounds += 1
+        self._publish(results)
 
     def _run(self) -> None:
         loop = self._loop
@@ -62,12 +105,15 @@ class GroupCommitFlusher:
         try:
             while True:
                 with self._cond:
-                    while not self._dirty and not self._closing:
+                    while not (self._thread_owns and self._dirty) and not self._closing:
+                        self._thread_owns = False
                         self._cond.wait()
                     if not self._dirty and self._closing:
                         return
+                    self._thread_owns = True  # appends made during this round wait for the next one
                     batch = list(self._dirty)
                     self._dirty.clear()
+                    self._dirty_bytes = 0
                 results = self._flush_all(batch)
                 self.rounds += 1
                 try:

@@ -10,10 +10,11 @@ import logging
 from typing import TYPE_CHECKING, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
+    from .durability import GroupCommitFlusher
     from .topics import TopicRegistry
 
 __all__ = ["BrokerMetrics"]
@@ -40,6 +41,19 @@ class _PartitionCollector(Collector):
         yield from (leo, hw, lso, start)
 
 
+class _FlusherCollector(Collector):
+    def __init__(self, flusher: "GroupCommitFlusher") -> None:
+        self.flusher = flusher
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        rounds = CounterMetricFamily("oncelog_fsync_rounds", "Group-commit fsync rounds, by the thread that ran them",
+                                     labels=["thread"])
+        f = self.flusher
+        rounds.add_metric(["event_loop"], f.inline_rounds)
+        rounds.add_metric(["flusher"], f.rounds - f.inline_rounds)
+        yield rounds
+
+
 class BrokerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -63,6 +77,9 @@ class BrokerMetrics:
 
     def watch_partitions(self, topics: "TopicRegistry") -> None:
         self.registry.register(_PartitionCollector(topics))
+
+    def watch_flusher(self, flusher: "GroupCommitFlusher") -> None:
+        self.registry.register(_FlusherCollector(flusher))
 
     def serve(self, listen: str) -> None:
         host, _, port = listen.rpartition(":")

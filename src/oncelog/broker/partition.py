@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Partition"]
 
+#: bytes of a COMMIT/ABORT control batch (61-byte header + one 17-byte record), for the group-commit heuristics
+CONTROL_BATCH_SIZE = 78
+
 
 class Partition:
     def __init__(
@@ -27,7 +30,7 @@ class Partition:
         log: "PartitionLog",
         *,
         durable_per_append: bool,
-        mark_dirty: Callable[["Partition"], None],
+        mark_dirty: Callable[["Partition", int], None],
     ) -> None:
         self.topic = topic
         self.index = index
@@ -60,18 +63,18 @@ class Partition:
                origin: str = "client") -> "AppendResult":
         """Append validated batches; producer-state errors (storage.ProducerStateError) propagate unchanged."""
         result = self.log.append(payload, headers, log_append_time_ms=log_append_time_ms, origin=origin)
-        self._appended()
+        self._appended(len(payload))
         return result
 
     def append_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                       timestamp_ms: int) -> "AppendResult":
         """Write a COMMIT/ABORT control batch ending ``producer_id``'s transaction on this partition."""
         result = self.log.append_marker(producer_id, producer_epoch, commit, coordinator_epoch, timestamp_ms)
-        self._appended()
+        self._appended(CONTROL_BATCH_SIZE)
         return result
 
-    def _appended(self) -> None:
-        self._mark_dirty(self)
+    def _appended(self, nbytes: int) -> None:
+        self._mark_dirty(self, nbytes)
         if not self.durable_per_append:
             end = self.log.log_end_offset
             self.log.on_high_watermark(end)

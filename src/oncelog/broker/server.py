@@ -76,6 +76,7 @@ class Broker:
         self._topics = TopicRegistry(self.logs, durable_per_append=self.durable_per_append,
                                      mark_dirty=self.flusher.mark_dirty)
         self.metrics.watch_partitions(self._topics)
+        self.metrics.watch_flusher(self.flusher)
         self.flusher.start()
         await start_transaction_coordinator(self)
         await start_group_coordinator(self)
