@@ -54,4 +54,7 @@ def test_metrics_endpoint_counts_traffic(tmp_path: Path) -> None:
             assert m[f"oncelog_partition_last_stable_offset{labels}"] == 50
             assert m[f"oncelog_partition_log_start_offset{labels}"] == 0
         assert m["oncelog_connections"] >= 0
+        # acks=all produce waited for fsync rounds: small ones ran on the event loop
+        assert m['oncelog_fsync_rounds_total{thread="event_loop"}'] >= 1
+        assert m['oncelog_fsync_rounds_total{thread="flusher"}'] >= 0
         assert not re.search(r"Traceback", broker.log_tail(200))
