@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -16,6 +17,8 @@ from typing import Any, TypeVar
 from .errors import KafkaTimeoutError
 
 __all__ = ["LoopThread"]
+
+log = logging.getLogger("oncelog.client")
 
 T = TypeVar("T")
 
@@ -56,8 +59,31 @@ class LoopThread:
         self.loop.call_soon_threadsafe(fn, *args)
 
     def stop(self) -> None:
+        """Cancel whatever is still running on the loop (as ``asyncio.run`` does at its end), then stop it.
+
+        A client's close() normally leaves nothing behind; this covers a close() that failed or timed out and a
+        constructor that failed half way. Stopping a loop with pending tasks would leave them to be garbage
+        collected as "Task was destroyed but it is pending!"."""
         if self.loop.is_closed():
             return
+        if threading.current_thread() is not self._thread and self._thread.is_alive():
+            try:
+                asyncio.run_coroutine_threadsafe(_cancel_pending(self._thread.name), self.loop).result(5)
+            except (concurrent.futures.TimeoutError, RuntimeError):  # a task ignoring cancellation; loop stopped
+                log.warning("%s: tasks still pending after 5 s of cancellation; stopping the loop anyway",
+                            self._thread.name)
         self.loop.call_soon_threadsafe(self.loop.stop)
         if threading.current_thread() is not self._thread:
             self._thread.join(10)
+
+
+async def _cancel_pending(name: str) -> None:
+    me = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+    if not tasks:
+        return
+    log.debug("%s: cancelling %d task(s) left at shutdown: %s", name, len(tasks),
+              ", ".join(sorted(t.get_name() for t in tasks)))
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
