@@ -45,6 +45,8 @@ def new_spark_session(app_name: str = "oncelog-tests", master: str = SPARK_MASTE
              .config("spark.driver.bindAddress", "127.0.0.1")
              .config("spark.driver.host", "127.0.0.1")
              .config("spark.sql.streaming.stopTimeout", "30s")
+             # small Arrow batches: a sink task gets many of them even in small tests (the path that once lost rows)
+             .config("spark.sql.execution.arrow.maxRecordsPerBatch", "500")
              .getOrCreate())
     spark.sparkContext.setLogLevel("WARN")
     register(spark)

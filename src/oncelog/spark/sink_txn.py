@@ -98,7 +98,10 @@ class StagingTxn:
         n = batch.num_rows
         if n == 0:
             return
-        p = self._producer or self._start()
+        # not ``self._producer or ...``: a Producer's len() is its queued records, so one with everything
+        # delivered is falsy, and a second producer with the same transactional.id would fence the first
+        # and abort the rows it staged
+        p = self._producer if self._producer is not None else self._start()
         names = batch.schema.names
         values = batch.column(names.index("value")).to_pylist()
         keys = batch.column(names.index("key")).to_pylist() if "key" in names else None
