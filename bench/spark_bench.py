@@ -113,6 +113,36 @@ def fill_topic(bootstrap: str, topic: str, records: int, partitions: int) -> flo
     return records / (time.perf_counter() - t)
 
 
+def count_committed(bootstrap: str, topic: str, partitions: int, expect: int) -> tuple[int, int]:
+    """(records, distinct 20-byte value prefixes) a read_committed reader sees in ``topic``: the sink scenario's
+    check that every input row came out exactly once (a benchmark of an exactly-once sink that loses rows is
+    worse than none)."""
+    import confluent_kafka as ck
+
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-check-{uuid.uuid4().hex[:8]}",
+                     "isolation.level": "read_committed", "enable.auto.commit": False,
+                     "fetch.queue.backoff.ms": 10})
+    c.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in range(partitions)])
+    seen: set[bytes] = set()
+    n, idle_until = 0, time.monotonic() + 15
+    try:
+        while n < expect and time.monotonic() < idle_until:
+            msgs = c.consume(10_000, 0.5)
+            for m in msgs:
+                if m.error() is None:
+                    n += 1
+                    seen.add(m.value()[:20])
+            if msgs:
+                idle_until = time.monotonic() + 15
+        for m in c.consume(10_000, 1.0):  # anything beyond the expected count is a duplicate
+            if m.error() is None:
+                n += 1
+                seen.add(m.value()[:20])
+    finally:
+        c.close()
+    return n, len(seen)
+
+
 def timed(fn: Callable[[], None]) -> float:
     t = time.perf_counter()
     fn()
@@ -176,6 +206,7 @@ def main() -> int:
             ms = sum(p["durationMs"].get("triggerExecution", 0) for p in q.recentProgress)
             in_batch.append(rows / (ms / 1000) if ms else 0.0)
 
+        sink_fn: Callable[[], None] | None = None
         scenarios: list[tuple[str, int, Callable[[], None]]] = [
             ("rate -> noop (JVM ceiling)", big, rate_noop),
             ("python arrow source -> noop (Python ceiling)", big, const_noop),
@@ -190,6 +221,7 @@ def main() -> int:
             else:
                 def sink_stream() -> None:
                     out = f"bench-out-{uuid.uuid4().hex[:8]}"
+                    sink_topics.append(out)
                     with Admin({"bootstrap.servers": bs}) as admin:
                         admin.create_topics(out, args.partitions)
                     q = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", n)
@@ -203,7 +235,9 @@ def main() -> int:
                          .trigger(availableNow=True).start())
                     q.awaitTermination()
                 scenarios.append(("rate -> oncelog exactly-once sink", n, sink_stream))
+                sink_fn = sink_stream
 
+        sink_topics: list[str] = []
         log("warm-up ...")
         rate_noop()
         source_batch()
@@ -214,6 +248,12 @@ def main() -> int:
                 secs = timed(fn)
                 results[name].append(rows / secs)
                 log(f"round {r + 1}: {name}: {rows / secs:,.0f} rows/s ({rows:,} rows in {secs:.2f} s)")
+                if fn is sink_fn:
+                    got, distinct = count_committed(bs, sink_topics[-1], args.partitions, rows)
+                    if got != rows or distinct != rows:
+                        raise SystemExit(f"the exactly-once sink wrote {got:,} records ({distinct:,} distinct) "
+                                         f"for {rows:,} input rows: a correctness bug, not a benchmark result")
+                    log(f"  checked: a read_committed reader sees each of the {rows:,} rows exactly once")
     finally:
         if spark is not None:
             spark.stop()
