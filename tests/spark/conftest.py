@@ -66,8 +66,10 @@ def spark() -> Iterator[Any]:
 def spark_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """A broker with KIP-939 two-phase commit enabled (the exactly-once sink needs it), 3 partitions default."""
     base = tmp_path_factory.mktemp("spark-broker")
+    # (historical CreateTimes in the tests: see the shared broker in tests/conftest.py)
     proc = BrokerProcess(base / "data", settings={"num.partitions": 3,
-                                                  "transaction.two.phase.commit.enable": "true"})
+                                                  "transaction.two.phase.commit.enable": "true",
+                                                  "log.retention.check.interval.ms": 86_400_000})
     proc.start()
     yield proc
     rc = proc.stop()
