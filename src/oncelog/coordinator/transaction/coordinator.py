@@ -211,9 +211,7 @@ class TransactionCoordinator:
                 except (CoordinatorError, TxnError) as e:
                     log.warning("could not abort fenced transaction %s after load: %s", txn_id, e)
                     continue
-                if t is not None:
-                    self._ensure_completion(partition, txn_id, t.producer_id, t.producer_epoch, False,
-                                            t.topic_partitions)
+                if t is not None:  # its PrepareAbort record started the completion (on_applied)
                     out.append(txn_id)
         return out
 
@@ -665,9 +663,9 @@ class TransactionCoordinator:
                 continue
             if t is None:
                 continue
+            # its PrepareAbort record started the completion (on_applied)
             log.info("aborting transaction %s (producer %d): it timed out after %d ms", txn_id, pid,
                      t.txn_timeout_ms)
-            self._ensure_completion(partition, txn_id, t.producer_id, t.producer_epoch, False, t.topic_partitions)
             aborted.append(txn_id)
         return aborted
 
