@@ -58,3 +58,24 @@ def test_metrics_endpoint_counts_traffic(tmp_path: Path) -> None:
         assert m['oncelog_fsync_rounds_total{thread="event_loop"}'] >= 1
         assert m['oncelog_fsync_rounds_total{thread="flusher"}'] >= 0
         assert not re.search(r"Traceback", broker.log_tail(200))
+
+
+def test_non_durable_mode_leaves_fsync_to_the_periodic_flush(tmp_path: Path) -> None:
+    """log.flush.interval.messages > 1: appends are not fsynced one by one (nobody waits for the disk); the
+    periodic flush, here once a minute, does it. Before the fix every append still ran an fsync round on the event
+    loop, blocking it while nothing needed the disk (txn10 ~244 instead of ~400 txn/s)."""
+    mport = free_port()
+    settings = {"metrics.listen": f"127.0.0.1:{mport}", "log.flush.interval.messages": 1_000_000,
+                "log.flush.interval.ms": 60_000}
+    with BrokerProcess(tmp_path / "data", settings=settings) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for f in admin.create_topics([NewTopic("lazy", 1, 1)]).values():
+            f.result(10)
+        p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 0})
+        for _ in range(30):  # one request each
+            p.produce("lazy", value=b"x" * 50)
+            assert p.flush(10) == 0
+        m = _scrape(mport)
+        assert m['oncelog_partition_high_watermark{partition="0",topic="lazy"}'] == 30
+        rounds = m['oncelog_fsync_rounds_total{thread="event_loop"}'] + m['oncelog_fsync_rounds_total{thread="flusher"}']
+        assert rounds == 0, f"{rounds} fsync rounds for appends nobody waited for"

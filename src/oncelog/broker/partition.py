@@ -74,8 +74,9 @@ class Partition:
         return result
 
     def _appended(self, nbytes: int) -> None:
-        self._mark_dirty(self, nbytes)
-        if not self.durable_per_append:
+        if self.durable_per_append:
+            self._mark_dirty(self, nbytes)
+        else:  # nobody waits for the disk: the broker's periodic flush (log.flush.interval.ms) covers it
             end = self.log.log_end_offset
             self.log.on_high_watermark(end)
             self._advance_hw(end)
