@@ -37,6 +37,9 @@ __all__ = ["GroupCommitFlusher"]
 MAX_PARALLEL_FSYNCS = 8
 #: a round of at most this many appended bytes is fsynced on the event loop when the flusher thread is idle
 INLINE_FLUSH_MAX_BYTES = 32 * 1024
+#: an append nobody waits for (``mark_dirty(..., lazy=True)``) joins the next round; if none comes, one is started
+#: after this many seconds
+LAZY_FLUSH_DELAY_S = 0.05
 
 log = logging.getLogger("oncelog.broker.durability")
 
@@ -58,14 +61,20 @@ class GroupCommitFlusher:
         self._dirty_bytes: int | None = 0
         self._thread_owns = False
         self._decision_scheduled = False
+        self._lazy_timer = False  # a _lazy_due is scheduled
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._thread = threading.Thread(target=self._run, name="oncelog-group-commit", daemon=True)
         self._thread.start()
 
-    def mark_dirty(self, partition: "Partition", nbytes: int | None = None) -> None:
-        """``partition`` has appends to make durable (``nbytes`` of them; None when unknown). Called on the loop."""
+    def mark_dirty(self, partition: "Partition", nbytes: int | None = None, lazy: bool = False) -> None:
+        """``partition`` has appends to make durable (``nbytes`` of them; None when unknown). Called on the loop.
+
+        ``lazy``: nobody waits for them now (a transaction's Complete record), so they start no round of their own;
+        the next round covers them (typically the same partition's next coordinator record, one fsync for both),
+        or one started after ``LAZY_FLUSH_DELAY_S`` if none comes. Keeps that fsync off the loop while the answer
+        that did not need it is on its way."""
         with self._cond:
             self._dirty.add(partition)
             if nbytes is None or self._dirty_bytes is None:
@@ -74,10 +83,25 @@ class GroupCommitFlusher:
                 self._dirty_bytes += nbytes
             if self._thread_owns or self._decision_scheduled:
                 return  # the thread's next round, or the decision already scheduled, covers it
+            if lazy:
+                if not self._lazy_timer:
+                    self._lazy_timer = True
+                    assert self._loop is not None
+                    self._loop.call_later(LAZY_FLUSH_DELAY_S, self._lazy_due)
+                return
             self._decision_scheduled = True
         assert self._loop is not None
         # Decide after the callbacks already queued (more appends of this loop iteration join the round).
         self._loop.call_soon(self._decide)
+
+    def _lazy_due(self) -> None:
+        """No round has come along since a lazy append: start one for whatever is still dirty."""
+        with self._cond:
+            self._lazy_timer = False
+            if not self._dirty or self._thread_owns or self._decision_scheduled:
+                return
+            self._decision_scheduled = True
+        self._decide()
 
     def _decide(self) -> None:
         """On the loop: fsync a small round here and now, or hand the dirty set to the thread."""

@@ -51,10 +51,11 @@ class InternalTopicLog:
         return p
 
     def append_nowait(self, partition: int, records: list[tuple[bytes, bytes | None]],
-                      producer_id: int = -1, producer_epoch: int = -1, transactional: bool = False
-                      ) -> tuple[int, "asyncio.Future[None]"]:
+                      producer_id: int = -1, producer_epoch: int = -1, transactional: bool = False,
+                      lazy: bool = False) -> tuple[int, "asyncio.Future[None]"]:
         """Write records as one batch now; return its base offset and a future done once it is durable
-        (the coordinator runtime watches the future itself: no extra event-loop hop)."""
+        (the coordinator runtime watches the future itself: no extra event-loop hop). ``lazy``: nobody waits for
+        that future now; the batch is fsynced by the partition's next group-commit round."""
         p = self._partition(partition)
         builder = RecordBatchBuilder(producer_id=producer_id, producer_epoch=producer_epoch,
                                      base_sequence=-1, is_transactional=transactional)
@@ -63,7 +64,7 @@ class InternalTopicLog:
             builder.append(now, key, value)
         payload = bytearray(builder.build())
         headers = validate_batches(payload, from_client=False)
-        result = p.append(payload, headers, None, origin="coordinator")
+        result = p.append(payload, headers, None, origin="coordinator", lazy=lazy)
         return result.first_offset, p.wait_durable(result.last_offset)
 
     async def append(self, partition: int, records: list[tuple[bytes, bytes | None]],

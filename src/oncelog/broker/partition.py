@@ -30,7 +30,7 @@ class Partition:
         log: "PartitionLog",
         *,
         durable_per_append: bool,
-        mark_dirty: Callable[["Partition", int], None],
+        mark_dirty: Callable[["Partition", int, bool], None],
     ) -> None:
         self.topic = topic
         self.index = index
@@ -60,10 +60,12 @@ class Partition:
         return self.log.last_stable_offset(self.high_watermark)
 
     def append(self, payload: bytearray, headers: list["BatchHeader"], log_append_time_ms: int | None,
-               origin: str = "client") -> "AppendResult":
-        """Append validated batches; producer-state errors (storage.ProducerStateError) propagate unchanged."""
+               origin: str = "client", lazy: bool = False) -> "AppendResult":
+        """Append validated batches; producer-state errors (storage.ProducerStateError) propagate unchanged.
+        ``lazy``: nobody waits for this append's durability now, so it starts no fsync round of its own (see
+        ``GroupCommitFlusher.mark_dirty``); the high watermark still advances only once it is durable."""
         result = self.log.append(payload, headers, log_append_time_ms=log_append_time_ms, origin=origin)
-        self._appended(len(payload))
+        self._appended(len(payload), lazy)
         return result
 
     def append_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
@@ -73,9 +75,9 @@ class Partition:
         self._appended(CONTROL_BATCH_SIZE)
         return result
 
-    def _appended(self, nbytes: int) -> None:
+    def _appended(self, nbytes: int, lazy: bool = False) -> None:
         if self.durable_per_append:
-            self._mark_dirty(self, nbytes)
+            self._mark_dirty(self, nbytes, lazy)
         else:  # nobody waits for the disk: the broker's periodic flush (log.flush.interval.ms) covers it
             end = self.log.log_end_offset
             self.log.on_high_watermark(end)

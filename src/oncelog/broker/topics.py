@@ -32,7 +32,7 @@ class TopicView:
 
 class TopicRegistry:
     def __init__(self, logs: LogManager, *, durable_per_append: bool,
-                 mark_dirty: Callable[[Partition, int], None]) -> None:
+                 mark_dirty: Callable[[Partition, int, bool], None]) -> None:
         self.logs = logs
         self.durable_per_append = durable_per_append
         self._mark_dirty = mark_dirty

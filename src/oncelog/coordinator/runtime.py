@@ -13,8 +13,14 @@ partition's queue and is started by the callback that finishes its predecessor. 
 replay are driven by callbacks, not by the caller: a caller that is cancelled while its append is in flight cannot
 leave memory behind the log. A log that offers ``append_nowait(partition, records) -> (base_offset, durable
 future)`` is written synchronously and its durability future is watched directly (one event-loop hop fewer per
-operation); any other log's ``append`` coroutine runs as a task. Different partitions run concurrently. The
-runtime also owns the coordinator's background tasks (marker retries) and its sleeping, so the
+operation); any other log's ``append`` coroutine runs as a task. Different partitions run concurrently.
+
+An operation may say its records need no durability before anyone acts on them (``await_durable=False``: a
+transaction's Complete* record, whose loss in a crash only means the completion is redone at load). With a log
+that offers ``append_nowait`` such records are written ``lazy`` (no fsync round of their own), replayed and
+answered at once, and the partition's next operation runs without waiting; since every later record of the
+partition is durable only after them (one log, fsynced in order), nothing durable can depend on them being lost.
+The runtime also owns the coordinator's background tasks (marker retries) and its sleeping, so the
 coordinator modules need no asyncio of their own and tests can make backoff instant.
 """
 
@@ -62,12 +68,14 @@ class CoordinatorResult(Generic[T]):
     """What an operation decided: records to append, the caller's answer, and two hooks. ``on_failure`` runs if
     the append fails (drop a pending marker). ``on_applied`` runs once the records are replayed, before the caller
     is answered and before the partition's next operation: follow-up work that must start even if the caller has
-    gone away meanwhile (a transaction's markers after its Prepare record)."""
+    gone away meanwhile (a transaction's markers after its Prepare record). ``await_durable=False``: the records
+    are replayed and answered as soon as they are written (see the module docstring for when that is safe)."""
 
     records: list[tuple[bytes, bytes | None]]
     response: T
     on_failure: Callable[[], None] | None = None
     on_applied: Callable[[], None] | None = None
+    await_durable: bool = True
 
 
 class CoordinatorError(Exception):
@@ -214,13 +222,22 @@ class CoordinatorRuntime(Generic[S]):
             return
         records = list(result.records)
         base: int | None
+        lazy = not result.await_durable and self._append_nowait is not None
         try:
-            if self._append_nowait is not None:  # written now; the future is done once it is durable
+            if lazy:
+                assert self._append_nowait is not None
+                base, durable = self._append_nowait(partition, records, lazy=True)
+            elif self._append_nowait is not None:  # written now; the future is done once it is durable
                 base, durable = self._append_nowait(partition, records)
             else:
                 base, durable = None, asyncio.ensure_future(self._log.append(partition, records))
         except Exception as e:
             self._failed(partition, result, fut, e)
+            return
+        if lazy:
+            assert base is not None
+            durable.add_done_callback(lambda d: self._lazy_durable(partition, d))
+            self._apply(partition, p, result, records, base, fut)
             return
         p.busy = True
         p.inflight = (fut, durable)
@@ -259,18 +276,29 @@ class CoordinatorRuntime(Generic[S]):
         elif durable.exception() is not None:
             self._failed(partition, result, fut, durable.exception())  # type: ignore[arg-type]
         else:
-            offset = base if base is not None else durable.result()
-            try:
-                for i, (key, value) in enumerate(records):
-                    p.shard.replay(key, value, offset + i)
-            except BaseException as e:
-                if not fut.done():
-                    fut.set_exception(e)
-            else:
-                self._run_applied_hook(partition, result)
-                if not fut.done():
-                    fut.set_result(result.response)
+            self._apply(partition, p, result, records, base if base is not None else durable.result(), fut)
         self._drain(partition, p)
+
+    def _apply(self, partition: int, p: _Partition, result: CoordinatorResult[Any],
+               records: list[tuple[bytes, bytes | None]], offset: int, fut: asyncio.Future[Any]) -> None:
+        """Replay the written records into the shard, run the follow-up hook, answer the caller."""
+        try:
+            for i, (key, value) in enumerate(records):
+                p.shard.replay(key, value, offset + i)
+        except BaseException as e:
+            if not fut.done():
+                fut.set_exception(e)
+        else:
+            self._run_applied_hook(partition, result)
+            if not fut.done():
+                fut.set_result(result.response)
+
+    @staticmethod
+    def _lazy_durable(partition: int, durable: asyncio.Future[Any]) -> None:
+        if not durable.cancelled() and durable.exception() is not None:
+            log.error("a record of coordinator partition %d, already applied, could not be made durable (%s); "
+                      "after a restart its operation is redone from the partition's log", partition,
+                      durable.exception())
 
     @staticmethod
     def _run_applied_hook(partition: int, result: CoordinatorResult[Any]) -> None:

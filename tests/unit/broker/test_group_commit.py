@@ -10,6 +10,7 @@ import threading
 import time
 from typing import Any
 
+from oncelog.broker import durability
 from oncelog.broker.durability import INLINE_FLUSH_MAX_BYTES, GroupCommitFlusher
 
 
@@ -153,5 +154,33 @@ def test_a_failing_fsync_is_reported_not_published() -> None:
         t0 = time.monotonic()
         await _until(lambda: f.rounds == 1)
         assert durable == [] and time.monotonic() - t0 < 5
+        await f.close()
+    _run(main())
+
+
+def test_lazy_append_joins_the_next_round_or_gets_one_after_a_delay(monkeypatch: Any) -> None:
+    """A record nobody waits for (a transaction's Complete record) starts no round of its own: the next round,
+    started by an append that is waited for, covers it in the same fsync; alone, it is flushed after a delay."""
+    monkeypatch.setattr(durability, "LAZY_FLUSH_DELAY_S", 0.05)
+
+    async def main() -> None:
+        f, durable = _flusher()
+        f.start()
+        coord, data = _Partition("coord"), _Partition("data")
+        coord.append()
+        f.mark_dirty(coord, 100, lazy=True)
+        await asyncio.sleep(0.01)
+        assert durable == [] and coord.log.flushes == []  # no round of its own
+        data.append()
+        f.mark_dirty(data, 100)
+        await _until(lambda: len(durable) == 2)
+        assert sorted(p.topic for p, _ in durable) == ["coord", "data"] and f.rounds == 1  # one round for both
+        durable.clear()
+        coord.append()
+        f.mark_dirty(coord, 100, lazy=True)
+        await asyncio.sleep(0.01)
+        assert durable == []
+        await _until(lambda: len(durable) == 1)  # the delayed round
+        assert durable == [(coord, 2)] and f.rounds == 2
         await f.close()
     _run(main())

@@ -28,13 +28,15 @@ class NowaitLog:
         self.records: list[tuple[bytes, bytes | None]] = []
         self.waiting: list[asyncio.Future[None]] = []
         self.fail: Exception | None = None
+        self.lazy: list[bool] = []  # per append: written lazy (no fsync round of its own)?
 
-    def append_nowait(self, partition: int, records: list[tuple[bytes, bytes | None]]
+    def append_nowait(self, partition: int, records: list[tuple[bytes, bytes | None]], lazy: bool = False
                       ) -> tuple[int, asyncio.Future[None]]:
         if self.fail is not None:
             raise self.fail
         base = len(self.records)
         self.records += records
+        self.lazy.append(lazy)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.waiting.append(fut)
         return base, fut
@@ -170,5 +172,56 @@ def test_on_applied_runs_after_replay_before_the_answer_and_the_next_operation_e
         await asyncio.sleep(0)
         log.make_durable()
         assert await t3 == "applied anyway" and shard.replayed[-1] == (b"k2", None, 1)
+        await rt.close()
+    asyncio.run(main())
+
+
+def test_records_that_need_no_durability_are_applied_at_once_and_the_next_operation_follows(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """await_durable=False (a transaction's Complete* record): written lazy, replayed and answered without
+    waiting, and the partition's next operation runs at once (its own durability covers the earlier record)."""
+    async def main() -> None:
+        log = NowaitLog()
+        rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard)
+        shard = await rt.load(0, [])
+        hooked: list[int] = []
+
+        def complete(s: ListShard) -> CoordinatorResult[str]:
+            return CoordinatorResult([(b"complete", b"v")], "done", on_applied=lambda: hooked.append(len(s.replayed)),
+                                     await_durable=False)
+
+        assert await asyncio.wait_for(rt.run(0, complete), 1) == "done"
+        assert shard.replayed == [(b"complete", b"v", 0)] and hooked == [1] and log.lazy == [True]
+        nxt = asyncio.ensure_future(rt.run(0, lambda s: CoordinatorResult([(b"next", b"v")], "next")))
+        await asyncio.sleep(0)
+        assert log.records[-1] == (b"next", b"v") and log.lazy == [True, False]  # not queued behind the first
+        assert not nxt.done()  # an ordinary record still waits for durability
+        log.waiting[0].set_exception(OSError("disk gone"))  # the lazy record's fsync fails: said, not hidden
+        await asyncio.sleep(0)
+        assert "could not be made durable" in caplog.text
+        log.make_durable()
+        assert await nxt == "next"
+        await rt.close()
+    asyncio.run(main())
+
+
+def test_a_log_without_append_nowait_still_waits_for_durability_of_lazy_records() -> None:
+    async def main() -> None:
+        class SlowLog:
+            def __init__(self) -> None:
+                self.gate = asyncio.Event()
+
+            async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> int:
+                await self.gate.wait()
+                return 0
+
+        log = SlowLog()
+        rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard)
+        shard = await rt.load(0, [])
+        t = asyncio.ensure_future(rt.run(0, lambda s: CoordinatorResult([(b"k", b"v")], 1, await_durable=False)))
+        await asyncio.sleep(0.01)
+        assert not t.done() and shard.replayed == []
+        log.gate.set()
+        assert await t == 1 and shard.replayed == [(b"k", b"v", 0)]
         await rt.close()
     asyncio.run(main())

@@ -4,9 +4,13 @@ DescribeTransactions / ListTransactions semantics over a :class:`CoordinatorRunt
 Every state change is a record appended to ``__transaction_state`` (through the injected ``CoordinatorLog``) and
 only then replayed into memory. EndTxn: Ongoing -> PrepareCommit/PrepareAbort (durable) -> markers written by the
 injected ``MarkerWriter`` until every partition has its marker durably (retried with backoff; a partition that no
-longer exists is skipped) -> CompleteCommit/CompleteAbort (durable) -> answer the client. Kafka answers right
+longer exists is skipped) -> CompleteCommit/CompleteAbort -> answer the client. Kafka answers right
 after the Prepare record; oncelog answers after completion so the producer's next AddPartitions does not meet
-CONCURRENT_TRANSACTIONS. The completion is a background task started when the Prepare record is replayed
+CONCURRENT_TRANSACTIONS and a read_committed consumer sees the transaction's outcome as soon as EndTxn returns.
+The Complete* record is the one record applied before it is durable (``await_durable=False``): the answer
+promises only what the durable markers already guarantee, and a Complete* lost in a crash is redone at load
+(PrepareCommit/Abort found, markers written again); every later record of the partition, being fsynced after
+it, cannot outlive it. The completion is a background task started when the Prepare record is replayed
 (the operation's ``on_applied``), so a client that gives up, or a retry served before the original caller
 resumes, neither stops it nor finds it missing.
 
@@ -638,7 +642,10 @@ class TransactionCoordinator:
             if md.state is not expected:
                 return CoordinatorResult([], ErrorCode.INVALID_TXN_STATE)
             t = md.prepare_complete(self._now())
-            return CoordinatorResult(self._record(txn_id, t, shard), ErrorCode.NONE, md.abort_pending)
+            # Not waited for: the markers are durable, which is what the answer promises; if this record is lost
+            # in a crash, loading finds PrepareCommit/Abort and completes it again (markers are idempotent).
+            return CoordinatorResult(self._record(txn_id, t, shard), ErrorCode.NONE, md.abort_pending,
+                                     await_durable=False)
         return op
 
     # ------------------------------------------------------------------ background: timeouts and expiry
