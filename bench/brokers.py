@@ -231,7 +231,11 @@ class OncelogBroker(Broker):
 def make_broker(name: str, args: object) -> Broker:
     if name == "tansu":
         return TansuBroker(getattr(args, "tansu_bin", None))
-    if name == "oncelog":
-        extra = getattr(args, "oncelog_arg", None) or []
-        return OncelogBroker(getattr(args, "oncelog_python", None), extra)
+    if name in ("oncelog", "oncelog-pagecache"):
+        extra = list(getattr(args, "oncelog_arg", None) or [])
+        if name == "oncelog-pagecache":
+            extra += ["--set", "log.flush.interval.messages=1000000"]
+        broker = OncelogBroker(getattr(args, "oncelog_python", None), extra)
+        broker.name = name
+        return broker
     raise ValueError(f"unknown broker {name!r}")
