@@ -57,6 +57,7 @@ def test_metrics_endpoint_counts_traffic(tmp_path: Path) -> None:
         # acks=all produce waited for fsync rounds: small ones ran on the event loop
         assert m['oncelog_fsync_rounds_total{thread="event_loop"}'] >= 1
         assert m['oncelog_fsync_rounds_total{thread="flusher"}'] >= 0
+        assert m["oncelog_fsync_stalls_total"] >= 0
         assert not re.search(r"Traceback", broker.log_tail(200))
 
 

@@ -51,7 +51,11 @@ class _FlusherCollector(Collector):
         f = self.flusher
         rounds.add_metric(["event_loop"], f.inline_rounds)
         rounds.add_metric(["flusher"], f.rounds - f.inline_rounds)
+        stalls = CounterMetricFamily("oncelog_fsync_stalls", "fsyncs on the event loop that took longer than "
+                                     "durability.INLINE_STALL_S (each sends rounds to the flusher thread for a while)")
+        stalls.add_metric([], f.inline_stalls)
         yield rounds
+        yield stalls
 
 
 class BrokerMetrics:

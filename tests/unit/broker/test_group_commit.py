@@ -184,3 +184,38 @@ def test_lazy_append_joins_the_next_round_or_gets_one_after_a_delay(monkeypatch:
         assert durable == [(coord, 2)] and f.rounds == 2
         await f.close()
     _run(main())
+
+
+def test_a_slow_fsync_on_the_loop_sends_rounds_to_the_thread_for_a_while(monkeypatch: Any) -> None:
+    """A disk that stalls must not stall the event loop (fetches, heartbeats): after an inline round slower than
+    INLINE_STALL_S, small rounds go to the thread until INLINE_BACKOFF_S has passed."""
+    monkeypatch.setattr(durability, "INLINE_STALL_S", 0.01)
+    monkeypatch.setattr(durability, "INLINE_BACKOFF_S", 0.3)
+
+    async def main() -> None:
+        f, durable = _flusher()
+        f.start()
+        p = _Partition("p")
+        real_flush = p.log.flush
+
+        def slow_once() -> int:
+            p.log.flush = real_flush  # type: ignore[method-assign]
+            time.sleep(0.03)
+            return real_flush()
+
+        p.log.flush = slow_once  # type: ignore[method-assign]
+        p.append()
+        f.mark_dirty(p, 10)
+        await _until(lambda: len(durable) == 1)
+        assert (f.inline_rounds, f.inline_stalls) == (1, 1)
+        p.append()
+        f.mark_dirty(p, 10)  # small, but inside the back-off: the thread
+        await _until(lambda: len(durable) == 2)
+        assert p.log.flushes[-1][0] == "oncelog-group-commit" and f.inline_rounds == 1
+        await asyncio.sleep(0.35)
+        p.append()
+        f.mark_dirty(p, 10)  # back-off over: the loop again
+        await _until(lambda: len(durable) == 3)
+        assert f.inline_rounds == 2 and f.inline_stalls == 1
+        await f.close()
+    _run(main())
