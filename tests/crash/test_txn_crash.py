@@ -424,6 +424,67 @@ def test_kill_after_end_txn_answered(cbroker: BrokerProcess, topic_name: str) ->
         check_log(c, ledger)
 
 
+def _cut_complete_records(data_dir: Path, tids: set[str]) -> int:
+    """Simulate a power cut that lost what was never fsynced: the Complete* records of ``tids`` at the end of their
+    ``__transaction_state`` partitions (written without waiting for their fsync) are cut off. Returns how many."""
+    from oncelog.coordinator.transaction.partitioner import partition_for
+    from oncelog.coordinator.transaction.records import decode_key, decode_value
+    from oncelog.coordinator.transaction.state import TxnState
+    from oncelog.protocol.records import decode_records, iter_batch_headers
+
+    cut = 0
+    for index in sorted({partition_for(t, 50) for t in tids}):
+        seg = sorted((data_dir / f"__transaction_state-{index}").glob("*.log"))[-1]
+        buf = seg.read_bytes()
+        headers = list(iter_batch_headers(buf))
+        end = len(buf)
+        while headers:
+            h = headers[-1]
+            recs = decode_records(buf, h.position)
+            if not all(r.key is not None and decode_key(r.key) in tids and r.value is not None
+                       and decode_value(r.value).state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+                       for r in recs):
+                break
+            end = h.position
+            headers.pop()
+            cut += 1
+        with open(seg, "r+b") as f:
+            f.truncate(end)
+    return cut
+
+
+def test_complete_record_lost_in_a_power_cut_is_redone(cbroker: BrokerProcess, topic_name: str) -> None:
+    """CompleteCommit/CompleteAbort are applied without waiting for their own fsync (EndTxn answers once the
+    markers are durable). If a power cut loses them, the restart finds PrepareCommit/PrepareAbort and completes the
+    transactions again: same outcome, markers written twice but harmless, nothing read twice, producer carries on."""
+    ledger = Ledger()
+    with TxnClient(cbroker.bootstrap) as c:
+        t1, t2 = make_topics(c, topic_name)
+        tps = [(t1, 0), (t1, 2), (t2, 1)]
+        com = begin(c, f"{topic_name}-commit", tps, LONG_MS)
+        ab = begin(c, f"{topic_name}-abort", tps, LONG_MS)
+        for tp in tps:
+            ledger.produce(c, com, tp)
+            ledger.produce(c, ab, tp)
+        assert c.end_txn(ab.tid, ab.pid, ab.epoch, False) == NONE
+        ab.outcome = "abort"
+        assert c.end_txn(com.tid, com.pid, com.epoch, True) == NONE
+        com.outcome = "commit"
+        cbroker.kill()
+    assert _cut_complete_records(cbroker.data_dir, {com.tid, ab.tid}) == 2
+    cbroker.start()
+    with TxnClient(cbroker.bootstrap) as c:
+        assert c.wait_txn_state(com.tid, {"CompleteCommit"}, timeout=20).producer_epoch == com.epoch
+        assert c.wait_txn_state(ab.tid, {"CompleteAbort"}, timeout=20).producer_epoch == ab.epoch
+        check_log(c, ledger)
+        # the producer's retry of its answered EndTxn, then its next transaction, work as after any restart
+        assert c.end_txn(com.tid, com.pid, com.epoch, True) == NONE
+        assert c.add_partitions(com.tid, com.pid, com.epoch, tps[:1]) == {tps[0]: NONE}
+        ledger.produce(c, com, tps[0])
+        assert c.end_txn(com.tid, com.pid, com.epoch, True) == NONE
+        check_log(c, ledger)
+
+
 def test_clean_restart_with_open_transaction(cbroker: BrokerProcess, topic_name: str) -> None:
     """The clean-shutdown path (producer state from the snapshot taken at close): same guarantees."""
     ledger = Ledger()
