@@ -110,7 +110,7 @@ def test_sigkill_mid_stream_confluent(kbroker: BrokerProcess) -> None:
 
         stop = threading.Event()
 
-        def run() -> None:
+        def run(p: Producer = p) -> None:  # this round's producer (the name is deleted after the round)
             i = 0
             while not stop.is_set():
                 try:

@@ -769,4 +769,4 @@ _U32 = struct.Struct(">I")
 _NULL_LEN = b"\x01"  # zigzag varint of -1
 _enc_varlong = _varint.encode_varlong
 
-import oncelog.protocol.compression as _compression  # cycle: compression imports our errors
+import oncelog.protocol.compression as _compression  # noqa: E402 - cycle: compression imports our errors

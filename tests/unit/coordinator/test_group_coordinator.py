@@ -220,7 +220,8 @@ async def test_protocol_vote_and_inconsistent_protocol() -> None:
     tb = start_join(coord, join_req(member_id=b, protocols=[("range", b"B2"), ("roundrobin", b"B1")]))
     await settle()
     ra, rb, rc = await ta, await tb, await tc
-    assert ra.generation_id == 2 and ra.protocol_name == "range"
+    assert ra.generation_id == rb.generation_id == rc.generation_id == 2
+    assert ra.protocol_name == rb.protocol_name == rc.protocol_name == "range"  # the only one c supports
     assert {m.member_id: m.metadata for m in ra.members} == {a: b"A2", b: b"B2", c: b"C2"}
 
 
