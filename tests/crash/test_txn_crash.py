@@ -392,38 +392,6 @@ def test_kill_racing_end_txn(cbroker: BrokerProcess, topic_name: str) -> None:
     print("cut points hit:", hit)
 
 
-def test_kill_after_end_txn_answered(cbroker: BrokerProcess, topic_name: str) -> None:
-    ledger = Ledger()
-    with TxnClient(cbroker.bootstrap) as c:
-        t1, t2 = make_topics(c, topic_name)
-        tps = [(t1, 0), (t1, 2), (t2, 1)]
-        ipid = PIDS.fresh(c)
-        iseq: dict[tuple[str, int], int] = {}
-        com = begin(c, f"{topic_name}-commit", tps, LONG_MS)
-        ab = begin(c, f"{topic_name}-abort", tps, LONG_MS)
-        for tp in tps:
-            ledger.produce(c, com, tp)
-            ledger.produce(c, ab, tp)
-            ledger.plain(c, ipid, iseq, tp)
-        assert c.end_txn(ab.tid, ab.pid, ab.epoch, False) == NONE
-        ab.outcome = "abort"
-        assert c.end_txn(com.tid, com.pid, com.epoch, True) == NONE
-        com.outcome = "commit"
-        cbroker.kill()  # right after the answer
-    cbroker.start()
-    with TxnClient(cbroker.bootstrap) as c:
-        PIDS.fresh(c)
-        assert c.describe_txn(com.tid).transaction_state == "CompleteCommit"
-        assert c.describe_txn(ab.tid).transaction_state == "CompleteAbort"
-        check_log(c, ledger)
-        # a retry of the answered EndTxn is still answered the same; the producer carries on with a new one
-        assert c.end_txn(com.tid, com.pid, com.epoch, True) == NONE
-        assert c.add_partitions(com.tid, com.pid, com.epoch, tps[:1]) == {tps[0]: NONE}
-        ledger.produce(c, com, tps[0])
-        assert c.end_txn(com.tid, com.pid, com.epoch, True) == NONE
-        check_log(c, ledger)
-
-
 def _cut_complete_records(data_dir: Path, tids: set[str]) -> int:
     """Simulate a power cut that lost what was never fsynced: the Complete* records of ``tids`` at the end of their
     ``__transaction_state`` partitions (written without waiting for their fsync) are cut off. Returns how many."""
@@ -453,31 +421,38 @@ def _cut_complete_records(data_dir: Path, tids: set[str]) -> int:
     return cut
 
 
-def test_complete_record_lost_in_a_power_cut_is_redone(cbroker: BrokerProcess, topic_name: str) -> None:
-    """CompleteCommit/CompleteAbort are applied without waiting for their own fsync (EndTxn answers once the
-    markers are durable). If a power cut loses them, the restart finds PrepareCommit/PrepareAbort and completes the
-    transactions again: same outcome, markers written twice but harmless, nothing read twice, producer carries on."""
+@pytest.mark.parametrize("power_cut", [False, True], ids=["kill", "kill+power-cut"])
+def test_kill_after_end_txn_answered(cbroker: BrokerProcess, topic_name: str, power_cut: bool) -> None:
+    """The outcome of an answered EndTxn stands. ``power_cut``: CompleteCommit/CompleteAbort are applied without
+    waiting for their own fsync (EndTxn answers once the markers are durable), so they are also cut from the log,
+    as a power cut could lose them: the restart finds PrepareCommit/PrepareAbort and completes both transactions
+    again (markers written twice, harmlessly); the producer's retry and next transaction work the same."""
     ledger = Ledger()
     with TxnClient(cbroker.bootstrap) as c:
         t1, t2 = make_topics(c, topic_name)
         tps = [(t1, 0), (t1, 2), (t2, 1)]
+        ipid = PIDS.fresh(c)
+        iseq: dict[tuple[str, int], int] = {}
         com = begin(c, f"{topic_name}-commit", tps, LONG_MS)
         ab = begin(c, f"{topic_name}-abort", tps, LONG_MS)
         for tp in tps:
             ledger.produce(c, com, tp)
             ledger.produce(c, ab, tp)
+            ledger.plain(c, ipid, iseq, tp)
         assert c.end_txn(ab.tid, ab.pid, ab.epoch, False) == NONE
         ab.outcome = "abort"
         assert c.end_txn(com.tid, com.pid, com.epoch, True) == NONE
         com.outcome = "commit"
-        cbroker.kill()
-    assert _cut_complete_records(cbroker.data_dir, {com.tid, ab.tid}) == 2
+        cbroker.kill()  # right after the answer
+    if power_cut:
+        assert _cut_complete_records(cbroker.data_dir, {com.tid, ab.tid}) == 2
     cbroker.start()
     with TxnClient(cbroker.bootstrap) as c:
+        PIDS.fresh(c)
         assert c.wait_txn_state(com.tid, {"CompleteCommit"}, timeout=20).producer_epoch == com.epoch
         assert c.wait_txn_state(ab.tid, {"CompleteAbort"}, timeout=20).producer_epoch == ab.epoch
         check_log(c, ledger)
-        # the producer's retry of its answered EndTxn, then its next transaction, work as after any restart
+        # a retry of the answered EndTxn is still answered the same; the producer carries on with a new one
         assert c.end_txn(com.tid, com.pid, com.epoch, True) == NONE
         assert c.add_partitions(com.tid, com.pid, com.epoch, tps[:1]) == {tps[0]: NONE}
         ledger.produce(c, com, tps[0])
