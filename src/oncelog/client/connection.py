@@ -3,7 +3,9 @@
 A request is written as soon as :meth:`BrokerConnection.send` is called (any number may be in flight); a single
 reader task decodes responses and completes the caller's future by correlation id. Kafka answers in order on a
 connection, so a response with an unexpected correlation id means the stream is out of sync: the connection is
-closed and every pending request fails with :class:`KafkaConnectionError`, as it does on EOF.
+closed and every pending request fails with :class:`KafkaConnectionError`, as it does on EOF. Whatever the event
+loop raises when the socket breaks (OSError, or uvloop's RuntimeError for a write on a closed transport) becomes
+that same retriable :class:`KafkaConnectionError`: callers never see a bare socket exception.
 
 A request that is not answered within its timeout also closes the connection (Kafka's NetworkClient does the
 same): the response may still arrive later and there is no safe way to resynchronise the stream without it.
@@ -200,11 +202,15 @@ class BrokerConnection:
         if expect_response:
             fut = asyncio.get_running_loop().create_future()
             self._pending[correlation_id] = (fut, api_key, version)
-        writer.writelines(parts)
         try:
+            # uvloop raises RuntimeError from writelines itself when the peer reset the socket before this write
+            # (seen with a broker SIGKILLed right after accepting); asyncio raises from drain
+            writer.writelines(parts)
             await writer.drain()
         except (OSError, RuntimeError) as e:
-            self._fail(KafkaConnectionError(f"write to {self.address} failed: {e}"))
+            error = KafkaConnectionError(f"write to {self.address} failed: {e}")
+            self._fail(error)
+            raise error from None
         if fut is None:
             return None
         wait = self.request_timeout if timeout is None else timeout

@@ -476,6 +476,42 @@ def test_out_of_order_sequence_bumps_the_idempotent_epoch_and_restarts_sequences
     assert batch_headers(c) == [(11, 0, 0, 2, False), (11, 1, 0, 1, False)]
 
 
+@pytest.mark.parametrize("failure", [RuntimeError("unexpected"), "no partition in the answer"])
+def test_a_batch_failed_with_an_unknown_outcome_bumps_the_epoch(failure: object) -> None:
+    """The request may have been written: failing its batch for good must not leave a sequence gap for the next
+    batch (which the broker would refuse OUT_OF_ORDER); the idempotent producer bumps its epoch instead."""
+    c = FakeCluster()
+    sender, tm, acc, reports = idempotent_sender(c)
+    c.answer("InitProducerId", init_ok(11, 0), init_ok(11, 1))
+    run(tm.init_idempotent())
+    first = failure if isinstance(failure, BaseException) else ProduceResponse(responses=[])
+    c.answer("Produce", first, produce_answer(0, 9))
+
+    async def go() -> None:
+        sender.start()
+        for v in (b"a", b"b"):
+            acc.append(("t", 0), 1, None, v, [], lambda e, m: None)
+        acc.begin_flush()
+        sender.wakeup()
+        for _ in range(200):
+            if acc.pending_records == 0:
+                break
+            await asyncio.sleep(0.005)
+        assert [err.name for _cb, err, _m in reports] == ["UNKNOWN_SERVER_ERROR"] * 2
+        acc.append(("t", 0), 2, None, b"c", [], lambda e, m: None)
+        sender.wakeup()
+        for _ in range(200):
+            if acc.pending_records == 0 and tm.pid.epoch == 1:
+                break
+            await asyncio.sleep(0.005)
+        acc.end_flush()
+        await sender.close()
+
+    run(go())
+    assert batch_headers(c)[-1] == (11, 1, 0, 1, False)  # new epoch, sequence 0: no gap after the failed batch
+    assert [err for _cb, err, _m in reports[2:]] == [None]
+
+
 def test_rejected_batch_rewinds_the_sequence() -> None:
     c = FakeCluster()
     sender, tm, acc, reports = idempotent_sender(c)

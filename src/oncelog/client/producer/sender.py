@@ -136,6 +136,9 @@ class Sender:
             await self.cluster.refresh()
         except KafkaError as e:
             log.debug("metadata refresh failed: %s", e)
+        except Exception:  # noqa: BLE001 - a background refresh must not die unseen ("exception never retrieved")
+            log.warning("metadata refresh failed unexpectedly; the sender retries with the metadata it has",
+                        exc_info=True)
 
     def _send(self, ready: list[TopicPartition]) -> None:
         by_node: dict[int, list[TopicPartition]] = defaultdict(list)
@@ -214,6 +217,10 @@ class Sender:
                     del self._inflight[b.tp]
             where = f"produce to {b.tp[0]}[{b.tp[1]}]"
             err: KafkaError
+            # the request may or may not have been written: a batch failed for good in that case leaves its
+            # sequence unresolved (the idempotent producer bumps its epoch, as Kafka does), else the next batch
+            # of the partition meets a gap (OUT_OF_ORDER_SEQUENCE_NUMBER) or a duplicate the broker cannot see
+            outcome_unknown = failure is not None
             if failure is not None:
                 err = KafkaError(int(failure.code), f"{where}: {failure.message}",
                                                     retriable=failure.retriable)
@@ -225,6 +232,7 @@ class Sender:
                 if p is None:
                     err = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{where}: the broker did not answer for it",
                                      retriable=False)
+                    outcome_unknown = True
                 elif p.error_code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER and b.base_sequence >= 0:
                     reports += self._finish(b, -1, -1, None)  # an earlier attempt was written: delivered
                     continue
@@ -259,7 +267,7 @@ class Sender:
             else:
                 reports += self._finish(b, -1, -1, err)
                 if self.txn is not None:
-                    self.txn.batch_failed(err)
+                    self.txn.batch_failed(err, unresolved_sequence=outcome_unknown and b.base_sequence >= 0)
         if reports:
             self._deliver(reports)
         self._progress.set()
