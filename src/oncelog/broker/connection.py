@@ -8,7 +8,6 @@ sends that cannot be understood closes this connection only; the broker and othe
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
 from collections import deque
@@ -135,7 +134,7 @@ class Connection(asyncio.Protocol):
             self.broker.metrics.observe_request(route.name, time.perf_counter() - started)
             return
         slot = _Slot(header, route, started)
-        if inspect.isawaitable(result):
+        if hasattr(type(result), "__await__"):  # a coroutine or future (cheaper than inspect.isawaitable)
             self._slots.append(slot)
             task = asyncio.ensure_future(result)
             self._tasks.add(task)

@@ -71,6 +71,15 @@ class BrokerMetrics:
         self.bytes_out = Counter("oncelog_bytes_out", "Record batch bytes served to fetchers", ["topic"], registry=r)
         self.connections = Gauge("oncelog_connections", "Open client connections", registry=r)
         self._children: dict[str, tuple[Counter, Histogram]] = {}
+        self._topic_children: dict[str, tuple[Counter, Counter, Counter]] = {}
+
+    def topic(self, topic: str) -> tuple[Counter, Counter, Counter]:
+        """(bytes in, records in, bytes out) counters of ``topic``: ``labels()`` looked up once, not per request."""
+        child = self._topic_children.get(topic)
+        if child is None:
+            child = self._topic_children[topic] = (self.bytes_in.labels(topic), self.records_in.labels(topic),  # type: ignore[assignment,unused-ignore]
+                                                   self.bytes_out.labels(topic))
+        return child
 
     def observe_request(self, api: str, seconds: float) -> None:
         child = self._children.get(api)

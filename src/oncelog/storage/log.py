@@ -401,14 +401,16 @@ class PartitionLog:
 
     # ================================================================ append
     def append(self, payload: bytearray, headers: list[BatchHeader], *,
-               log_append_time_ms: int | None = None, origin: str = ORIGIN_CLIENT) -> AppendResult:
+               log_append_time_ms: int | None = None, origin: str = ORIGIN_CLIENT,
+               markers: dict[int, tuple[bool, int]] | None = None) -> AppendResult:
         """Assign offsets to the (already validated) batches in ``payload`` and write them in one call.
 
         Batches with a producer id are checked against the producer state first (``origin`` ``client``: full
         idempotence/transaction checks; ``coordinator``: epoch checks only, and control batches are transaction
         markers). Raises a ProducerStateError subclass and writes nothing if any batch fails; raises
         DuplicateSequenceError (with the original offsets, to answer as a success) for a client retry of one
-        of the producer's last 5 batches.
+        of the producer's last 5 batches. ``markers`` (origin coordinator only): (commit, coordinator epoch) of the
+        control batches by index, when the caller built them (not parsed again).
         """
         if not headers:
             raise ValueError("append needs at least one batch")
@@ -437,7 +439,7 @@ class PartitionLog:
                 if origin == ORIGIN_CLIENT and len(headers) == 1:
                     nxt = self._psm.prepare_next_batch(headers[0])
                 if nxt is None:
-                    pending = self._prepare_producer_state(payload, headers, origin)
+                    pending = self._prepare_producer_state(payload, headers, origin, markers)
             seg = self._segments[-1]
             if seg.size and self._should_roll(seg, len(payload), max_ts, off - 1):
                 seg = self._roll_locked()
@@ -459,11 +461,14 @@ class PartitionLog:
                             max_ts, max_ts_off)
 
     def _prepare_producer_state(self, payload: bytearray, headers: list[BatchHeader], origin: str,
+                                markers: dict[int, tuple[bool, int]] | None = None,
                                 ) -> tuple[list[ProducerAppendInfo], list[CompletedTxn]]:
         control: dict[int, tuple[bool, int]] | None = None
         if origin != ORIGIN_CLIENT:
             if origin != ORIGIN_COORDINATOR and origin != ORIGIN_REPLICATION:
                 raise ValueError(f"unknown append origin {origin!r}; use 'client', 'coordinator' or 'replication'")
+            if markers is not None and origin == ORIGIN_COORDINATOR:
+                return self._psm.prepare(headers, origin, markers)
             for i, h in enumerate(headers):
                 if h.attributes & ATTR_CONTROL and h.producer_id >= 0:
                     marker = parse_control_record(payload, h.position)
@@ -495,7 +500,7 @@ class PartitionLog:
         buf = bytearray(build_control_batch(producer_id=producer_id, producer_epoch=producer_epoch, commit=commit,
                                             coordinator_epoch=coordinator_epoch, timestamp_ms=timestamp_ms))
         return self.append(buf, [parse_batch_header(buf, 0)], log_append_time_ms=log_append_time_ms,
-                           origin=ORIGIN_COORDINATOR)
+                           origin=ORIGIN_COORDINATOR, markers={0: (commit, coordinator_epoch)})
 
     # ================================================================ transactions / producer state queries
     @property
@@ -516,6 +521,8 @@ class PartitionLog:
     def on_high_watermark(self, high_watermark: int) -> None:
         """The high watermark moved: transactions whose marker is below it stop holding the LSO back.
         (``flush`` already does this up to the durable offset.)"""
+        if not self._psm.unreplicated:  # nothing to release (the common case, asked on every append)
+            return
         with self._lock:
             self._psm.on_high_watermark(high_watermark)
 

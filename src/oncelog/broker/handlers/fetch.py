@@ -108,7 +108,7 @@ def _read(broker: "Broker", wants: list[_Want], max_bytes: int, isolation: int) 
             out.records = result.records
             total += result.size
             first = False
-            broker.metrics.bytes_out.labels(partition.topic).inc(result.size)
+            broker.metrics.topic(partition.topic)[2].inc(result.size)
         else:
             out.records = b""
         if isolation == READ_COMMITTED:

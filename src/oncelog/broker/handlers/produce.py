@@ -107,9 +107,9 @@ def _append_one(broker: "Broker", partition: "Partition", records: memoryview | 
     out.base_offset = result.first_offset
     out.log_append_time_ms = result.log_append_time_ms
     out.log_start_offset = partition.log_start_offset
-    m = broker.metrics
-    m.bytes_in.labels(partition.topic).inc(len(payload))
-    m.records_in.labels(partition.topic).inc(sum(h.records_count for h in headers))
+    bytes_in, records_in, _ = broker.metrics.topic(partition.topic)
+    bytes_in.inc(len(payload))
+    records_in.inc(sum(h.records_count for h in headers))
     return result.last_offset
 
 

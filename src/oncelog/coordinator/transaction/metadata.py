@@ -15,7 +15,6 @@ transactions V1, as Kafka 3.x brokers and every client that sees no ``transactio
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
 from oncelog.protocol.errors import ErrorCode
@@ -123,8 +122,20 @@ class TransactionMetadata:
             raise IllegalTransitionError(
                 f"{self.transactional_id}: preparing a transition to {target.display_name} while "
                 f"{self.pending_state.display_name} is pending")
-        transit = dataclasses.replace(self.snapshot(), state=target, prev_producer_id=self.producer_id,
-                                      **changes)  # type: ignore[arg-type]
+        # one construction (not snapshot() + dataclasses.replace): this runs for every coordinator record
+        fields: dict[str, object] = {
+            "producer_id": self.producer_id, "next_producer_id": self.next_producer_id,
+            "producer_epoch": self.producer_epoch, "last_producer_epoch": self.last_producer_epoch,
+            "txn_timeout_ms": self.txn_timeout_ms, "txn_start_timestamp": self.txn_start_timestamp,
+            "txn_last_update_timestamp": self.txn_last_update_timestamp,
+            "client_transaction_version": self.client_transaction_version,
+        }
+        fields.update(changes)
+        if "topic_partitions" not in fields:
+            fields["topic_partitions"] = frozenset(self.topic_partitions)
+        fields["state"] = target
+        fields["prev_producer_id"] = self.producer_id
+        transit = TxnTransitMetadata(**fields)  # type: ignore[arg-type]
         if transit.producer_id < 0:
             raise IllegalTransitionError(f"illegal new producer id {transit.producer_id}")
         if target is not TxnState.DEAD and transit.producer_epoch < 0:

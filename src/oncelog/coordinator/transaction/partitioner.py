@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 __all__ = ["java_abs", "java_string_hash", "partition_for"]
 
 _INT_MIN = -(1 << 31)
@@ -22,6 +24,7 @@ def java_abs(n: int) -> int:
     return 0 if n == _INT_MIN else abs(n)
 
 
+@lru_cache(maxsize=1 << 16)  # asked on every request of a transactional id or group; ids are few and reused
 def partition_for(key: str, num_partitions: int) -> int:
     if num_partitions <= 0:
         raise ValueError("num_partitions must be positive")

@@ -11,6 +11,7 @@ in Kafka: a KIP-360 retry that spans a coordinator reload is fenced).
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import lru_cache
 
 from oncelog.protocol._runtime import ProtocolDecodeError
 from oncelog.protocol.coordinator_records import (
@@ -38,15 +39,17 @@ KEY_VERSION = 0
 VALUE_VERSION = 1
 
 
+@lru_cache(maxsize=1 << 14)  # every state change of a transactional id writes its key again
 def encode_key(transactional_id: str) -> bytes:
     return encode_record(TransactionLogKey(transactional_id=transactional_id), KEY_VERSION)
 
 
-def _group(partitions: frozenset[TopicPartition]) -> list[PartitionsSchema]:
+@lru_cache(maxsize=1 << 12)  # a transaction's Ongoing and Prepare* records carry the same partitions
+def _group(partitions: frozenset[TopicPartition]) -> tuple[PartitionsSchema, ...]:
     by_topic: dict[str, list[int]] = defaultdict(list)
     for topic, p in partitions:
         by_topic[topic].append(p)
-    return [PartitionsSchema(topic=t, partition_ids=sorted(ps)) for t, ps in sorted(by_topic.items())]
+    return tuple(PartitionsSchema(topic=t, partition_ids=sorted(ps)) for t, ps in sorted(by_topic.items()))
 
 
 def encode_value(t: TxnTransitMetadata, version: int = VALUE_VERSION) -> bytes:
@@ -59,7 +62,7 @@ def encode_value(t: TxnTransitMetadata, version: int = VALUE_VERSION) -> bytes:
         producer_epoch=t.producer_epoch,
         transaction_timeout_ms=t.txn_timeout_ms,
         transaction_status=int(t.state),
-        transaction_partitions=None if t.state is TxnState.EMPTY else _group(t.topic_partitions),
+        transaction_partitions=None if t.state is TxnState.EMPTY else list(_group(t.topic_partitions)),
         transaction_last_update_timestamp_ms=t.txn_last_update_timestamp,
         transaction_start_timestamp_ms=t.txn_start_timestamp,
         client_transaction_version=t.client_transaction_version if version >= 1 else 0,
