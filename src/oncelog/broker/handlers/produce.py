@@ -142,7 +142,7 @@ def handle(broker: "Broker", ctx: "RequestContext", request: ProduceRequest) -> 
                 out.error_code, out.error_message = ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not 0, 1 or -1"
                 continue
             last = _append_one(broker, partition, pdata.records, out)
-            if last is not None and acks == -1:
+            if last is not None and acks == -1 and partition.durable_per_append:
                 waits.append((out, partition.wait_durable(last)))
         responses.append(TopicProduceResponse(name=topic.name, partition_responses=parts))
     response = ProduceResponse(responses=responses, throttle_time_ms=0)

@@ -1,0 +1,49 @@
+"""Request metrics are plain numbers on the event loop, exported as a Prometheus counter and histogram with the
+same names and bucket semantics (``le``: at most the bound) prometheus_client's own types would give."""
+
+from __future__ import annotations
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from oncelog.broker.metrics import LATENCY_BUCKETS, BrokerMetrics
+
+
+def samples(m: BrokerMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(generate_latest(m.registry).decode()):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_request_counts_and_latency_histogram() -> None:
+    m = BrokerMetrics()
+    for seconds in (0.00005, 0.0001, 0.0003, 0.002, 7.0):  # 0.0001 is on a bound: counted in that bucket
+        m.observe_request("produce", seconds)
+    m.observe_request("fetch", 0.001)
+    s = samples(m)
+    assert s[("oncelog_requests_total", (("api", "produce"),))] == 5
+    assert s[("oncelog_requests_total", (("api", "fetch"),))] == 1
+    produce = {le: s[("oncelog_request_latency_seconds_bucket", (("api", "produce"), ("le", le)))]
+               for le in ("0.0001", "0.0005", "0.001", "0.0025", "5.0", "+Inf")}
+    assert produce == {"0.0001": 2, "0.0005": 3, "0.001": 3, "0.0025": 4, "5.0": 4, "+Inf": 5}
+    assert s[("oncelog_request_latency_seconds_count", (("api", "produce"),))] == 5
+    assert abs(s[("oncelog_request_latency_seconds_sum", (("api", "produce"),))] - 7.00245) < 1e-9
+    assert s[("oncelog_request_latency_seconds_bucket", (("api", "fetch"), ("le", "0.0005")))] == 0
+    assert s[("oncelog_request_latency_seconds_bucket", (("api", "fetch"), ("le", "0.001")))] == 1
+    assert len([k for k in s if k[0] == "oncelog_request_latency_seconds_bucket" and k[1][0] == ("api", "fetch")]) \
+        == len(LATENCY_BUCKETS) + 1
+
+
+def test_topic_counters_are_the_labelled_ones() -> None:
+    m = BrokerMetrics()
+    bytes_in, records_in, bytes_out = m.topic("t")
+    assert m.topic("t") == (bytes_in, records_in, bytes_out)  # looked up once
+    bytes_in.inc(100)
+    records_in.inc(3)
+    bytes_out.inc(7)
+    s = samples(m)
+    assert s[("oncelog_bytes_in_total", (("topic", "t"),))] == 100
+    assert s[("oncelog_records_in_total", (("topic", "t"),))] == 3
+    assert s[("oncelog_bytes_out_total", (("topic", "t"),))] == 7
