@@ -174,6 +174,10 @@ class Connection(asyncio.Protocol):
                           slot.route.name, h.api_version, h.client_id)
             self.close(None)
             return
+        if self.transport.is_closing():
+            # the client reset the socket and connection_lost is on its way: nobody reads this answer any more
+            # (and uvloop's writelines would raise RuntimeError in a callback)
+            return
         self.transport.writelines(buffers)
         self.broker.metrics.observe_request(slot.route.name, time.perf_counter() - slot.started)
 

@@ -1,0 +1,62 @@
+"""A handler that finishes after its client reset the socket (the transport is already closed, connection_lost
+not yet delivered) drops its answer quietly instead of raising from a callback (uvloop's writelines raises
+RuntimeError on a closed transport)."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+from typing import Any
+
+from oncelog.broker.connection import Connection, _Slot
+from oncelog.broker.metrics import BrokerMetrics
+from oncelog.protocol.api import RequestHeader
+from oncelog.protocol.messages.api_versions_response import ApiVersionsResponse
+
+
+class ClosedTransport:
+    def __init__(self) -> None:
+        self.written: list[Any] = []
+
+    def is_closing(self) -> bool:
+        return True
+
+    def writelines(self, data: Any) -> None:
+        raise RuntimeError("unable to perform operation on <TCPTransport closed=True>; the handler is closed")
+
+    def get_extra_info(self, name: str) -> Any:
+        return ("127.0.0.1", 5555)
+
+
+class OpenTransport(ClosedTransport):
+    def is_closing(self) -> bool:
+        return False
+
+    def writelines(self, data: Any) -> None:
+        self.written.append(b"".join(bytes(d) for d in data))
+
+
+def connection(transport: ClosedTransport) -> Connection:
+    broker = SimpleNamespace(config=SimpleNamespace(socket_request_max_bytes=1 << 20), metrics=BrokerMetrics(),
+                             connections=set())
+    conn = Connection(broker)  # type: ignore[arg-type]
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    return conn
+
+
+def slot() -> _Slot:
+    s = _Slot(RequestHeader(18, 3, 7, "c"), SimpleNamespace(name="api_versions"), time.perf_counter())  # type: ignore[arg-type]
+    s.response = ApiVersionsResponse(error_code=0, api_keys=[])
+    return s
+
+
+def test_an_answer_for_a_reset_client_is_dropped_quietly() -> None:
+    conn = connection(ClosedTransport())
+    conn._send(slot())  # does not raise
+
+
+def test_an_answer_for_a_connected_client_is_written() -> None:
+    t = OpenTransport()
+    conn = connection(t)
+    conn._send(slot())
+    assert len(t.written) == 1 and t.written[0][4:8] == (7).to_bytes(4, "big")  # size, then correlation id
