@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from oncelog.testing.broker_process import free_port  # outside the ephemeral range: survives restarts
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -38,11 +40,6 @@ def _reason(log_tail: str) -> str:
 class BrokerUnavailable(RuntimeError):
     """The broker could not be started (missing binary, CLI not ready, crashed on start...)."""
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _tail(path: Path, n: int = 2000) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -13,8 +14,29 @@ from pathlib import Path
 __all__ = ["BrokerProcess", "free_port"]
 
 
+def _ephemeral_ports() -> tuple[int, int]:
+    try:
+        lo, hi = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A free 127.0.0.1 port outside the kernel's ephemeral range. A test broker that is killed and started again on
+    its port must find it free: an ephemeral port can meanwhile be taken by any outgoing connection, including a
+    client's TCP self-connect while it retries that very port with nobody listening."""
+    lo, hi = _ephemeral_ports()
+    span = range(10_000, lo) if lo > 11_000 else range(hi + 1, 65_536)
+    for _ in range(500):
+        port = random.choice(span)  # random, so parallel test runs rarely pick the same one
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # everything there is taken: any port the kernel gives
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
