@@ -63,8 +63,9 @@ LATENCY_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
 
 
 class _RequestStats:
-    """Count, sum and latency buckets of one API: plain numbers updated on the event loop (every request pays
-    for this, so no locks: prometheus_client's locked Counter + Histogram cost ~3% of a transaction's CPU)."""
+    """Latency buckets and sum of one API (the count is the buckets' total): plain numbers updated on the event
+    loop (every request pays for this, so no locks: prometheus_client's locked Counter + Histogram cost ~3% of a
+    transaction's CPU)."""
 
     __slots__ = ("buckets", "total")
 
