@@ -4,7 +4,8 @@ One dedicated broker. Several confluent-kafka producers write to a 3-partition t
 transactional ones (random sizes, random partitions, ~30% of transactions aborted on purpose) and idempotent
 ones (acks=all). A read_committed and a read_uncommitted consumer (assign, from offset 0) record everything
 they are handed while it runs. The broker is SIGKILLed 3 times at random moments and restarted on the same data
-dir and port. Then the writers stop, every transactional id is re-initialised (which settles its last
+dir and port; in the power-cut variant each kill also cuts every segment back to a random length at or above
+what was fsynced (``oncelog.testing.power_cut``). Then the writers stop, every transactional id is re-initialised (which settles its last
 transaction), and fresh read_committed and read_uncommitted readers read every partition to its end.
 
 Every send (with its acked offset, or fail/unknown), every transaction's outcome (commit/abort, or unknown when
@@ -27,6 +28,7 @@ from typing import Any
 import pytest
 
 from oncelog.testing.broker_process import BrokerProcess
+from oncelog.testing.power_cut import FSYNC_DELAY_ENV, FSYNC_TRACE_ENV, cut_to_durable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from checker import (
@@ -55,10 +57,12 @@ IDEMPOTENT_PRODUCERS = 2
 
 
 @pytest.fixture
-def wbroker(tmp_path: Path) -> Iterator[BrokerProcess]:
+def wbroker(tmp_path: Path, power_cut: bool) -> Iterator[BrokerProcess]:
+    # power cut: a slow disk (3 ms per fsync), so each kill finds written-but-not-durable appends to cut
+    env = {FSYNC_TRACE_ENV: str(tmp_path / "fsync.trace"), FSYNC_DELAY_ENV: "3"} if power_cut else {}
     proc = BrokerProcess(tmp_path / "data", settings={
         "num.partitions": PARTITIONS, "log.segment.bytes": 512 * 1024,
-        "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500})
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500}, env=env)
     proc.start()
     yield proc
     proc.kill()
@@ -211,7 +215,11 @@ class IdempotentWriter(threading.Thread):
                 gen += 1
 
 
-def test_random_workload_with_broker_kills(wbroker: BrokerProcess, tmp_path: Path) -> None:
+@pytest.mark.parametrize("power_cut", [False, True], ids=["kill", "kill+power-cut"])
+def test_random_workload_with_broker_kills(wbroker: BrokerProcess, tmp_path: Path, power_cut: bool) -> None:
+    """``power_cut``: after each SIGKILL every segment is cut back to a random length at or above what the broker
+    had fsynced (``oncelog.testing.power_cut``), as a power cut could leave it: acks=all writes, committed
+    transactions and everything a reader was shown must survive that too (the durable default's promise)."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -246,7 +254,8 @@ def test_random_workload_with_broker_kills(wbroker: BrokerProcess, tmp_path: Pat
         sleep_until(t0 + at)
         acked = sum(1 for s in h.of(Send) if s.outcome == OK)
         wbroker.kill()
-        kills.append((round(time.monotonic() - t0, 1), acked))
+        cut = cut_to_durable(wbroker.data_dir, tmp_path / "fsync.trace", rnd) if power_cut else []
+        kills.append((round(time.monotonic() - t0, 1), acked, [str(c) for c in cut]))
         time.sleep(rnd.uniform(0.2, 1.5))
         wbroker.start()
     sleep_until(t0 + RUN_SECONDS)
@@ -280,3 +289,5 @@ def test_random_workload_with_broker_kills(wbroker: BrokerProcess, tmp_path: Pat
     assert rep.stats["txns"][COMMIT] >= 20 and rep.stats["txns"][ABORT] >= 5, rep.stats
     assert rep.stats["acked"] >= 2000, rep.stats
     assert all(r.count > 0 for r in readers), rep.stats["live_polls"]
+    if power_cut:  # the cuts took something the page cache held (the writers never stop, so every kill finds some)
+        assert sum(len(cut) for _, _, cut in kills) >= KILLS, kills

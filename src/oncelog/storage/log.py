@@ -30,6 +30,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -73,6 +74,16 @@ __all__ = ["CHECKPOINT_FILE", "ORIGIN_CLIENT", "ORIGIN_COORDINATOR", "AppendResu
 log = logging.getLogger("oncelog.storage")
 
 CHECKPOINT_FILE = "partition.checkpoint"
+#: fault injection for power-cut tests: when set, every fsynced segment appends "<path> <bytes>" to this file
+#: (after its fdatasync returned, before anyone is told it is durable), so a test can cut each segment back to
+#: any length at or above what was durable, as a power cut that lost the page cache could
+FSYNC_TRACE_ENV = "ONCELOG_FSYNC_TRACE"
+_fsync_trace = os.environ.get(FSYNC_TRACE_ENV)
+_fsync_trace_lock = threading.Lock()
+#: fault injection: a slow disk; every fsync of a segment first waits this many milliseconds, so a test's SIGKILL
+#: almost always finds appends that are written but not yet durable
+FSYNC_DELAY_ENV = "ONCELOG_FSYNC_DELAY_MS"
+_fsync_delay_s = float(os.environ.get(FSYNC_DELAY_ENV) or 0) / 1000
 _READ_SLACK = 16 * 1024  # extra bytes read past index_interval so the first pread usually suffices
 
 RollHook = Callable[[Segment, Segment], None]
@@ -115,6 +126,17 @@ def write_atomic(path: Path, data: bytes) -> None:
         os.close(fd)
     os.replace(tmp, path)
     _fsync_dir(path.parent)
+
+
+def _trace_fsync(sizes: list[tuple[Path, int]]) -> None:
+    assert _fsync_trace is not None
+    line = "".join(f"{path} {size}\n" for path, size in sizes).encode()
+    with _fsync_trace_lock:
+        fd = os.open(_fsync_trace, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
 
 
 class PartitionLog:
@@ -264,6 +286,8 @@ class PartitionLog:
         for s in recovered:  # what recovery kept is now made durable, so durable_offset = log end is true
             os.fdatasync(s.fd)
             s.flush_indexes()
+        if _fsync_trace and recovered:
+            _trace_fsync([(s.log_path, s.size) for s in recovered])
         for s in segments:
             if s.base_offset in rebuild:
                 for c in s.companions.values():
@@ -610,6 +634,7 @@ class PartitionLog:
                 active.offset_index.write_pending()
                 active.time_index.write_pending()
                 jobs: list[tuple[int, list[int]]] = []
+                sizes = [(s.log_path, s.size) for s in segs] if _fsync_trace else []
                 for s in segs:
                     s.dirty = False
                     idx_fds: list[int] = []
@@ -623,12 +648,16 @@ class PartitionLog:
                 dir_dirty, self._dir_dirty = self._dir_dirty, False
                 rp = active.base_offset
             try:
+                if _fsync_delay_s:
+                    time.sleep(_fsync_delay_s)
                 for fd, idx_fds in jobs:
                     os.fdatasync(fd)
                     for i in idx_fds:
                         os.fsync(i)
                 if dir_dirty:
                     _fsync_dir(self.directory)
+                if sizes:
+                    _trace_fsync(sizes)
             except OSError as e:
                 with self._lock:
                     self._dir_dirty = self._dir_dirty or dir_dirty

@@ -45,8 +45,9 @@ class BrokerProcess:
     """``python -m oncelog serve`` on 127.0.0.1 with its own data folder; start, stop (SIGTERM), kill (SIGKILL)."""
 
     def __init__(self, data_dir: Path, port: int | None = None, settings: dict[str, object] | None = None,
-                 log_path: Path | None = None) -> None:
+                 log_path: Path | None = None, env: dict[str, str] | None = None) -> None:
         self.data_dir = Path(data_dir)
+        self.env = dict(env or {})  # extra environment of the broker process (fault injection hooks)
         self.port = port or free_port()
         self.settings = dict(settings or {})
         self.log_path = log_path or self.data_dir.parent / f"broker-{self.port}.log"
@@ -63,7 +64,7 @@ class BrokerProcess:
         for k, v in self.settings.items():
             cmd += ["--set", f"{k}={v}"]
         log = open(self.log_path, "ab")
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         log.close()
         self._wait_ready(timeout)
