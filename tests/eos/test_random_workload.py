@@ -5,8 +5,9 @@ transactional ones (random sizes, random partitions, ~30% of transactions aborte
 ones (acks=all). A read_committed and a read_uncommitted consumer (assign, from offset 0) record everything
 they are handed while it runs. The broker is SIGKILLed 3 times at random moments and restarted on the same data
 dir and port; in the power-cut variant each kill also cuts every segment back to a random length at or above
-what was fsynced (``oncelog.testing.power_cut``). Then the writers stop, every transactional id is re-initialised (which settles its last
-transaction), and fresh read_committed and read_uncommitted readers read every partition to its end.
+what was fsynced (``oncelog.testing.power_cut``). Then the writers stop, every transactional id is re-initialised
+(which settles its last transaction), and fresh read_committed and read_uncommitted readers read every partition
+to its end.
 
 Every send (with its acked offset, or fail/unknown), every transaction's outcome (commit/abort, or unknown when
 the client could not tell) and every poll go into one History; ``checker.check`` must find no anomaly: no lost
@@ -289,5 +290,5 @@ def test_random_workload_with_broker_kills(wbroker: BrokerProcess, tmp_path: Pat
     assert rep.stats["txns"][COMMIT] >= 20 and rep.stats["txns"][ABORT] >= 5, rep.stats
     assert rep.stats["acked"] >= 2000, rep.stats
     assert all(r.count > 0 for r in readers), rep.stats["live_polls"]
-    if power_cut:  # the cuts took something the page cache held (the writers never stop, so every kill finds some)
+    if power_cut:  # the cuts took something only the page cache held (on the slow disk most kills find some)
         assert sum(len(cut) for _, _, cut in kills) >= KILLS, kills

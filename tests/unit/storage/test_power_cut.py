@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import oncelog.storage.log as log_module
-from oncelog.storage import LogConfig
+from oncelog.protocol.records import decode_records
+from oncelog.storage import LogConfig, PartitionLog
 from oncelog.testing.power_cut import cut_to_durable, durable_sizes
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -24,9 +25,9 @@ def trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-def values(plog, upto: int) -> list[bytes]:  # type: ignore[no-untyped-def]
-    from oncelog.protocol.records import decode_records
-    out: list[bytes] = []
+def values(plog: PartitionLog, upto: int) -> list[bytes | None]:
+    """Every record value below offset ``upto``, in log order."""
+    out: list[bytes | None] = []
     for _, data in plog.iter_batches(0):
         out += [r.value for r in decode_records(data) if r.offset < upto]
     return out
