@@ -7,7 +7,8 @@ recovery made a segment durable, it appends the segment's path and the size that
 :func:`cut_to_durable` cuts every segment back to a random length between that size and its current size, often
 in the middle of a batch (a torn write). Whatever the broker acknowledged as durable must survive; the rest may
 go. On a fast disk almost everything is durable a fraction of a millisecond after it is written, so a kill rarely
-finds anything to cut: ``ONCELOG_FSYNC_DELAY_MS`` makes the broker's disk slow, and the windows wide.
+finds anything to cut: ``ONCELOG_FSYNC_DELAY_MS`` makes the broker's disk slow, and the windows wide, and
+:func:`freeze_with_undurable` stops the broker inside such a window before it is killed.
 
 What it does not model: lost directory entries (a segment file created but never fsynced into its directory), and
 index, snapshot and checkpoint files, which are left as they are (recovery must cope with them pointing past a
@@ -18,12 +19,15 @@ from __future__ import annotations
 
 import os
 import random
+import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from oncelog.storage.log import FSYNC_DELAY_ENV, FSYNC_TRACE_ENV
 
-__all__ = ["FSYNC_DELAY_ENV", "FSYNC_TRACE_ENV", "Cut", "cut_to_durable", "durable_sizes"]
+__all__ = ["FSYNC_DELAY_ENV", "FSYNC_TRACE_ENV", "Cut", "cut_to_durable", "durable_sizes", "freeze_with_undurable",
+           "undurable"]
 
 
 @dataclass(frozen=True)
@@ -50,12 +54,13 @@ def durable_sizes(trace: Path) -> dict[Path, int]:
     return out
 
 
-def cut_to_durable(data_dir: Path, trace: Path, rnd: random.Random) -> list[Cut]:
-    """Cut the segments of every partition under ``data_dir`` back to random lengths at or above their durable
-    size. A segment never fsynced is cut only if it is its partition's last (a roll's new active segment); an
-    older one the broker did not write through the group commit (the log cleaner's output) is left alone."""
+def undurable(data_dir: Path, trace: Path) -> dict[Path, tuple[int, int]]:
+    """The segments under ``data_dir`` that hold bytes the broker has not made durable yet, each with (its durable
+    size, its size). A segment never fsynced counts only if it is its partition's last (a roll's new active
+    segment); an older one the broker did not write through the group commit (the log cleaner's output) is left
+    alone."""
     durable = durable_sizes(trace)
-    cuts: list[Cut] = []
+    out: dict[Path, tuple[int, int]] = {}
     for part in sorted(p for p in Path(data_dir).iterdir() if p.is_dir()):
         segments = sorted(part.glob("*.log"))
         for i, seg in enumerate(segments):
@@ -66,8 +71,52 @@ def cut_to_durable(data_dir: Path, trace: Path, rnd: random.Random) -> list[Cut]
                 low = 0
             else:
                 continue
-            kept = rnd.randint(low, size)
-            if kept < size:
-                os.truncate(seg, kept)
-                cuts.append(Cut(seg, size, durable.get(seg, 0), kept))
+            if low < size:
+                out[seg] = (low, size)
+    return out
+
+
+def cut_to_durable(data_dir: Path, trace: Path, rnd: random.Random) -> list[Cut]:
+    """Cut every segment :func:`undurable` names back to a random length at or above its durable size."""
+    cuts: list[Cut] = []
+    for seg, (low, size) in undurable(data_dir, trace).items():
+        kept = rnd.randint(low, size)
+        if kept < size:
+            os.truncate(seg, kept)
+            cuts.append(Cut(seg, size, low, kept))
     return cuts
+
+
+def freeze_with_undurable(pid: int, data_dir: Path, trace: Path, rnd: random.Random,
+                          timeout: float = 5.0) -> dict[Path, tuple[int, int]]:
+    """SIGSTOP the broker ``pid`` at moments when it has bytes written but not yet durable, and return them (see
+    :func:`undurable`), leaving it stopped for the SIGKILL that follows. A kill at a random moment can land where
+    everything is durable and a power cut would take nothing; this one lands inside a write window. The broker is
+    stopped (every thread, so no fsync finishes under the look), looked at, and let go again a few milliseconds
+    at a time until it has something undurable or ``timeout`` passes (then it returns {} and stays stopped)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        os.kill(pid, signal.SIGSTOP)
+        _wait_stopped(pid)
+        pending = undurable(data_dir, trace)
+        if pending or time.monotonic() > deadline:
+            return pending
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(rnd.uniform(0.0005, 0.01))
+
+
+def _wait_stopped(pid: int, timeout: float = 5.0) -> None:
+    """Until every thread of ``pid`` is stopped (a thread inside fdatasync stops when the call returns)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                stat = (task / "stat").read_text()
+            except FileNotFoundError:  # the thread ended
+                continue
+            states.append(stat[stat.rindex(")") + 2])
+        if all(st in "tT" for st in states):
+            return
+        time.sleep(0.0002)
+    raise TimeoutError(f"process {pid} did not stop within {timeout} s of SIGSTOP")

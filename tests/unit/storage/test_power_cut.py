@@ -4,6 +4,7 @@ what is durable, a cut never goes below it, and recovery after the cut keeps eve
 from __future__ import annotations
 
 import random
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 import oncelog.storage.log as log_module
 from oncelog.protocol.records import decode_records
 from oncelog.storage import LogConfig, PartitionLog
-from oncelog.testing.power_cut import cut_to_durable, durable_sizes
+from oncelog.testing.power_cut import cut_to_durable, durable_sizes, freeze_with_undurable, undurable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from storage_helpers import append, batch, open_log  # noqa: E402
@@ -89,3 +90,44 @@ def test_a_segment_never_fsynced_is_cut_only_if_it_is_the_last(tmp_path: Path, t
         cut_to_durable(tmp_path / "data", trace, rnd)
     assert older.stat().st_size == 100
     assert last.stat().st_size < 100
+
+
+def _state(pid: int) -> str:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2]
+
+
+def test_freeze_lets_the_process_run_until_it_has_undurable_bytes_then_holds_it_stopped(
+        tmp_path: Path, trace: Path) -> None:
+    part = tmp_path / "data" / "t-0"
+    part.mkdir(parents=True)
+    seg = part / "00000000000000000000.log"
+    seg.write_bytes(b"a" * 100)
+    trace.write_text(f"{seg} 100\n")  # all durable: nothing to find yet
+    assert undurable(tmp_path / "data", trace) == {}
+    # a writer that appends 20 bytes 0.3 s from now, without fsync: found only if it is let run between looks
+    child = subprocess.Popen([sys.executable, "-c",
+                              f"import time; time.sleep(0.3); open({str(seg)!r}, 'ab').write(b'b' * 20); "
+                              "time.sleep(60)"])
+    try:
+        pending = freeze_with_undurable(child.pid, tmp_path / "data", trace, random.Random(0), timeout=10)
+        assert pending == {seg: (100, 120)}
+        assert _state(child.pid) in "tT", "the process was not left stopped for the kill"
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_freeze_gives_up_with_nothing_undurable_after_its_timeout(tmp_path: Path, trace: Path) -> None:
+    part = tmp_path / "data" / "t-0"
+    part.mkdir(parents=True)
+    seg = part / "00000000000000000000.log"
+    seg.write_bytes(b"a" * 100)
+    trace.write_text(f"{seg} 100\n")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert freeze_with_undurable(child.pid, tmp_path / "data", trace, random.Random(0), timeout=0.2) == {}
+        assert _state(child.pid) in "tT"
+    finally:
+        child.kill()
+        child.wait()
