@@ -116,7 +116,7 @@ def _wait_stopped(pid: int, timeout: float = 5.0) -> None:
             except FileNotFoundError:  # the thread ended
                 continue
             states.append(stat[stat.rindex(")") + 2])
-        if all(st in "tT" for st in states):
+        if all(st in "tTZX" for st in states):  # stopped, or a thread ending (a zombie, dead)
             return
         time.sleep(0.0002)
     raise TimeoutError(f"process {pid} did not stop within {timeout} s of SIGSTOP")
