@@ -147,8 +147,11 @@ class TxnWriter(threading.Thread):
                     self.end(txn, COMMIT)
             except KafkaException as e:
                 err = e.args[0]
-                p.poll(0)
                 self.log.append(f"{txn}: {err}")
+                try:
+                    p.poll(0)
+                except KafkaException:  # a fatally failed producer raises its error again from poll()
+                    pass
                 if err.txn_requires_abort():
                     try:
                         p.abort_transaction(20)
@@ -158,7 +161,11 @@ class TxnWriter(threading.Thread):
                     except KafkaException as e2:
                         self.log.append(f"{txn}: abort failed: {e2}")
                 # retriable (e.g. a timed out commit: its fate is unknown) or fatal: start over with a new
-                # producer; InitProducerId settles the last transaction (completes a prepared commit, else aborts)
+                # producer; InitProducerId settles the last transaction (completes a prepared commit, else aborts).
+                # Fatal happens legitimately: an AddPartitionsToTxn lost with a broker kill leaves librdkafka unsure
+                # it was registered, so its abort sends EndTxn(abort), which a coordinator whose last transaction is
+                # CompleteCommit answers INVALID_TXN_STATE, as Kafka does (it cannot tell that from an abort of a
+                # transaction that was in fact committed).
                 self.end(txn, UNKNOWN)
                 try:
                     p.purge()
