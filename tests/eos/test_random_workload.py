@@ -60,7 +60,7 @@ IDEMPOTENT_PRODUCERS = 2
 
 @pytest.fixture
 def wbroker(tmp_path: Path, power_cut: bool) -> Iterator[BrokerProcess]:
-    # power cut: a slow disk (3 ms per fsync), so each kill finds written-but-not-durable appends to cut
+    # power cut: a slow disk (3 ms per fsync), so written-but-not-durable windows are wide and frequent
     env = {FSYNC_TRACE_ENV: str(tmp_path / "fsync.trace"), FSYNC_DELAY_ENV: "3"} if power_cut else {}
     proc = BrokerProcess(tmp_path / "data", settings={
         "num.partitions": PARTITIONS, "log.segment.bytes": 512 * 1024,

@@ -27,7 +27,7 @@ from pathlib import Path
 from oncelog.storage.log import FSYNC_DELAY_ENV, FSYNC_TRACE_ENV
 
 __all__ = ["FSYNC_DELAY_ENV", "FSYNC_TRACE_ENV", "Cut", "cut_to_durable", "durable_sizes", "freeze_with_undurable",
-           "undurable"]
+           "is_stopped", "undurable"]
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def undurable(data_dir: Path, trace: Path) -> dict[Path, tuple[int, int]]:
         for i, seg in enumerate(segments):
             size = seg.stat().st_size
             if seg in durable:
-                low = min(durable[seg], size)
+                low = durable[seg]
             elif i == len(segments) - 1:
                 low = 0
             else:
@@ -105,18 +105,22 @@ def freeze_with_undurable(pid: int, data_dir: Path, trace: Path, rnd: random.Ran
         time.sleep(rnd.uniform(0.0005, 0.01))
 
 
+def is_stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` is stopped (or ending: a zombie, dead); a thread inside fdatasync shows
+    as running until the call returns."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except FileNotFoundError:  # the thread ended
+            continue
+        if stat[stat.rindex(")") + 2] not in "tTZX":
+            return False
+    return True
+
+
 def _wait_stopped(pid: int, timeout: float = 5.0) -> None:
-    """Until every thread of ``pid`` is stopped (a thread inside fdatasync stops when the call returns)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        states = []
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            try:
-                stat = (task / "stat").read_text()
-            except FileNotFoundError:  # the thread ended
-                continue
-            states.append(stat[stat.rindex(")") + 2])
-        if all(st in "tTZX" for st in states):  # stopped, or a thread ending (a zombie, dead)
-            return
+    while not is_stopped(pid):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"process {pid} did not stop within {timeout} s of SIGSTOP")
         time.sleep(0.0002)
-    raise TimeoutError(f"process {pid} did not stop within {timeout} s of SIGSTOP")

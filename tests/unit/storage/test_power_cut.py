@@ -13,7 +13,7 @@ import pytest
 import oncelog.storage.log as log_module
 from oncelog.protocol.records import decode_records
 from oncelog.storage import LogConfig, PartitionLog
-from oncelog.testing.power_cut import cut_to_durable, durable_sizes, freeze_with_undurable, undurable
+from oncelog.testing.power_cut import cut_to_durable, durable_sizes, freeze_with_undurable, is_stopped, undurable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from storage_helpers import append, batch, open_log  # noqa: E402
@@ -92,19 +92,22 @@ def test_a_segment_never_fsynced_is_cut_only_if_it_is_the_last(tmp_path: Path, t
     assert last.stat().st_size < 100
 
 
-def _state(pid: int) -> str:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat[stat.rindex(")") + 2]
 
-
-def test_freeze_lets_the_process_run_until_it_has_undurable_bytes_then_holds_it_stopped(
-        tmp_path: Path, trace: Path) -> None:
+@pytest.fixture
+def durable_segment(tmp_path: Path, trace: Path) -> Path:
+    """A partition's only segment, 100 bytes, all of them traced as durable."""
     part = tmp_path / "data" / "t-0"
     part.mkdir(parents=True)
     seg = part / "00000000000000000000.log"
     seg.write_bytes(b"a" * 100)
-    trace.write_text(f"{seg} 100\n")  # all durable: nothing to find yet
-    assert undurable(tmp_path / "data", trace) == {}
+    trace.write_text(f"{seg} 100\n")
+    return seg
+
+
+def test_freeze_lets_the_process_run_until_it_has_undurable_bytes_then_holds_it_stopped(
+        tmp_path: Path, trace: Path, durable_segment: Path) -> None:
+    seg = durable_segment
+    assert undurable(tmp_path / "data", trace) == {}  # all durable: nothing to find yet
     # a writer that appends 20 bytes 0.3 s from now, without fsync: found only if it is let run between looks
     child = subprocess.Popen([sys.executable, "-c",
                               f"import time; time.sleep(0.3); open({str(seg)!r}, 'ab').write(b'b' * 20); "
@@ -112,22 +115,18 @@ def test_freeze_lets_the_process_run_until_it_has_undurable_bytes_then_holds_it_
     try:
         pending = freeze_with_undurable(child.pid, tmp_path / "data", trace, random.Random(0), timeout=10)
         assert pending == {seg: (100, 120)}
-        assert _state(child.pid) in "tT", "the process was not left stopped for the kill"
+        assert is_stopped(child.pid), "the process was not left stopped for the kill"
     finally:
         child.kill()
         child.wait()
 
 
-def test_freeze_gives_up_with_nothing_undurable_after_its_timeout(tmp_path: Path, trace: Path) -> None:
-    part = tmp_path / "data" / "t-0"
-    part.mkdir(parents=True)
-    seg = part / "00000000000000000000.log"
-    seg.write_bytes(b"a" * 100)
-    trace.write_text(f"{seg} 100\n")
+def test_freeze_gives_up_with_nothing_undurable_after_its_timeout(tmp_path: Path, trace: Path,
+                                                                   durable_segment: Path) -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         assert freeze_with_undurable(child.pid, tmp_path / "data", trace, random.Random(0), timeout=0.2) == {}
-        assert _state(child.pid) in "tT"
+        assert is_stopped(child.pid)
     finally:
         child.kill()
         child.wait()
