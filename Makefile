@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: venv serve test test-fast bench demo lint clean
+.PHONY: venv serve test test-fast bench demo gen lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -30,8 +30,12 @@ bench: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python examples/clickstream/run_demo.py
 
+# the Kafka wire codecs (src/oncelog/protocol/messages/) from the schemas in schemas/; commit both together
+gen: $(STAMP)
+	$(BIN)/python tools/gen_protocol.py
+
 lint: $(STAMP)
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests tools
 	$(BIN)/mypy
 
 clean:

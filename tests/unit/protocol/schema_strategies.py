@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import sys
 import uuid
 from functools import lru_cache
@@ -16,12 +15,11 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _load_gen() -> Any:
-    spec = importlib.util.spec_from_file_location("gen_protocol", ROOT / "tools" / "gen_protocol.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["gen_protocol"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    """``tools/gen_protocol.py`` (the generator's entry point; its ``protocol_gen`` package sits beside it)."""
+    tools = str(ROOT / "tools")
+    if tools not in sys.path:
+        sys.path.insert(0, tools)
+    return importlib.import_module("gen_protocol")
 
 
 gen = _load_gen()
@@ -44,7 +42,7 @@ def schemas() -> dict[str, Any]:
         data = gen.load_json(path)
         if data["type"] in ("request", "response"):
             result[data["name"]] = gen.MessageSchema(data, path.name)
-    for _, path in gen.collect(gen.DEFAULT_COORD, Path("/nonexistent")).items():
+    for _, path in gen.collect(gen.DEFAULT_COORD).items():
         data = gen.load_json(path)
         result[data["name"]] = gen.MessageSchema(data, path.name)
     return result
