@@ -16,7 +16,7 @@ output partition.
 
 Three clients: confluent-kafka (librdkafka), kafka-python 3 (``send_offsets_to_transaction`` with
 ``KafkaConsumer.group_metadata()``) and oncelog's own client (``oncelog.client`` Consumer + transactional
-Producer, issue 5). The whole module is skipped while the broker does not serve consumer
+Producer). The whole module is skipped while the broker does not serve consumer
 groups (probed: ApiVersions lists JoinGroup/SyncGroup/Heartbeat/OffsetCommit/OffsetFetch/TxnOffsetCommit and
 FindCoordinator for a group answers).
 """

@@ -3,7 +3,7 @@ DataFrame, in one run, alternating; the first round includes the Python workers'
 
     .venv/bin/python tests/spark/_sink_bench.py [ROWS=1000000] [SPARK_PARTITIONS=2] [ROUNDS=3]
 
-A helper for the lead / bench/spark_bench.py (which measures the streaming sink); not collected by pytest.
+Run by hand; bench/spark_bench.py measures the streaming sink. Not collected by pytest.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The read_committed filter (client/consumer/txn_filter.py) on real record batches run through the fetcher's
-decode path: seed 001's abortTxns table, edge cases, and random interleavings checked against a model."""
+decode path: three interleaved producers' aborted transactions, edge cases, and random interleavings checked
+against a model."""
 
 from __future__ import annotations
 
@@ -56,25 +57,25 @@ def consume(blob: bytes, fetch_offset: int, aborted: list[tuple[int, int]], leve
     return [m.value for m in msgs if m.value is not None]
 
 
-# --------------------------------------------------------------------------- seed 001: the abortTxns table
-# Records 100..115 with their producers (None: not transactional), reconstructed from the table's explanations:
+# --------------------------------------------------------------------------- three interleaved transactions
+# Records 100..115 with their producers (absent: not transactional):
 # pid 10 wrote 101, 102, 115; pid 11 wrote 103, 106, 110, 112; pid 12 wrote 104, 107, 108, 111.
-SEED_PIDS = {101: 10, 102: 10, 115: 10, 103: 11, 106: 11, 110: 11, 112: 11, 104: 12, 107: 12, 108: 12, 111: 12}
+PIDS = {101: 10, 102: 10, 115: 10, 103: 11, 106: 11, 110: 11, 112: 11, 104: 12, 107: 12, 108: 12, 111: 12}
 
 
-def seed_log(aborted: list[tuple[int, int, int]]) -> tuple[bytes, list[tuple[int, int]]]:
-    """Each seed record is a one-record batch at offset 2*o (value = str(o)); an aborted (pid, start, end) gets
-    its ABORT marker at 2*end+1 (the seed's figure leaves markers out), other transactions commit at the end."""
+def interleaved_log(aborted: list[tuple[int, int, int]]) -> tuple[bytes, list[tuple[int, int]]]:
+    """Each record is a one-record batch at offset 2*o (value = str(o)); an aborted (pid, start, end) gets its
+    ABORT marker at 2*end+1, other transactions commit at the end."""
     aborted_end = {end: pid for pid, _, end in aborted}
     batches: list[Batch] = []
     offsets: list[int] = []
     for o in range(100, 116):
-        batches.append(Batch(SEED_PIDS.get(o, -1), [str(o).encode()]))
+        batches.append(Batch(PIDS.get(o, -1), [str(o).encode()]))
         offsets.append(2 * o)
         if o in aborted_end:
             batches.append(Batch(aborted_end[o], [], commit=False))
             offsets.append(2 * o + 1)
-    for pid in sorted({p for p in SEED_PIDS.values()} - {p for p, _, _ in aborted}):
+    for pid in sorted({p for p in PIDS.values()} - {p for p, _, _ in aborted}):
         batches.append(Batch(pid, [], commit=True))
         offsets.append(offsets[-1] + 1)
     blob = b"".join(b.encode(off) for b, off in zip(batches, offsets, strict=True))
@@ -95,14 +96,14 @@ def expand(spec: str) -> list[bytes]:
     ([(11, 110, 112)], "100-109, 111, 113-115"),
     ([(10, 101, 115), (11, 103, 106), (12, 104, 111)], "100, 105, 109, 110, 112, 113, 114"),
 ], ids=["none-aborted", "pid10-aborted", "pid11-late-txn-aborted", "three-aborted"])
-def test_seed_001_abort_txns_table(aborted: list[tuple[int, int, int]], valid: str) -> None:
-    blob, aborted_txns = seed_log(aborted)
+def test_interleaved_aborted_transactions(aborted: list[tuple[int, int, int]], valid: str) -> None:
+    blob, aborted_txns = interleaved_log(aborted)
     assert consume(blob, 200, aborted_txns) == expand(valid)
     assert consume(blob, 200, aborted_txns, READ_UNCOMMITTED) == expand("100-115")
 
 
 def test_aborted_list_order_does_not_matter_and_pairs_are_accepted() -> None:
-    blob, aborted_txns = seed_log([(10, 101, 115), (11, 103, 106), (12, 104, 111)])
+    blob, aborted_txns = interleaved_log([(10, 101, 115), (11, 103, 106), (12, 104, 111)])
     assert consume(blob, 200, list(reversed(aborted_txns))) == expand("100, 105, 109, 110, 112, 113, 114")
 
 

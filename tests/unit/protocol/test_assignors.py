@@ -1,5 +1,5 @@
-"""Range and RoundRobin assignors: seed 003's and Kafka's documented examples, and aiokafka's implementations of
-the same Java algorithms as an independent oracle."""
+"""Range and RoundRobin assignors: the examples of Kafka's RangeAssignor and RoundRobinAssignor javadoc, and
+aiokafka's implementations of the same Java algorithms as an independent oracle."""
 
 from __future__ import annotations
 
@@ -45,20 +45,20 @@ def test_unknown_assignor_names_the_choices() -> None:
         get_assignor("rangee")
 
 
-def test_seed_003_range_example() -> None:
-    # seed 003 §2.1: C0, C1 subscribe t0 and t1, 3 partitions each
+def test_range_example() -> None:
+    # RangeAssignor's javadoc: C0, C1 subscribe t0 and t1, 3 partitions each
     got = run("range", {"t0": 3, "t1": 3}, {"C0": ["t0", "t1"], "C1": ["t0", "t1"]})
     assert got == {"C0": tps("t0p0 t0p1 t1p0 t1p1"), "C1": tps("t0p2 t1p2")}
 
 
-def test_seed_003_roundrobin_same_subscriptions_is_even() -> None:
-    # seed 003 §2.2: identical subscriptions -> even; Kafka's javadoc example for this input
+def test_roundrobin_same_subscriptions_is_even() -> None:
+    # identical subscriptions -> even; RoundRobinAssignor's javadoc example for this input
     got = run("roundrobin", {"t0": 3, "t1": 3}, {"C0": ["t0", "t1"], "C1": ["t0", "t1"]})
     assert got == {"C0": tps("t0p0 t0p2 t1p1"), "C1": tps("t0p1 t1p0 t1p2")}
 
 
-def test_seed_003_roundrobin_unequal_subscriptions() -> None:
-    # seed 003 §2.2: a member not subscribed to a topic gets none of it, so the result may be uneven
+def test_roundrobin_unequal_subscriptions() -> None:
+    # a member not subscribed to a topic gets none of it, so the result may be uneven
     # (Kafka's javadoc: t0 1 partition, t1 2, t2 3; C0: t0; C1: t0,t1; C2: t0,t1,t2)
     got = run("roundrobin", {"t0": 1, "t1": 2, "t2": 3}, {"C0": ["t0"], "C1": ["t0", "t1"], "C2": ["t0", "t1", "t2"]})
     assert got == {"C0": tps("t0p0"), "C1": tps("t1p0"), "C2": tps("t1p1 t2p0 t2p1 t2p2")}

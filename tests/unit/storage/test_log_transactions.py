@@ -121,9 +121,9 @@ def read_committed(plog: PartitionLog, start: int, end: int) -> list[int]:
     return out
 
 
-def test_seed_abort_table_example(tmp_path: Path) -> None:
-    """The article's example: aborted (10, 101, 115), (11, 103, 106), (12, 104, 111) over offsets 100-115 leave
-    100, 105, 109, 110, 112, 113, 114 visible to a READ_COMMITTED consumer."""
+def test_three_interleaved_aborted_transactions(tmp_path: Path) -> None:
+    """Three interleaved producers, all aborted: (10, 101, 115), (11, 103, 106), (12, 104, 111) over offsets
+    100-115 leave 100, 105, 109, 110, 112, 113, 114 visible to a READ_COMMITTED consumer."""
     plog = open_log(tmp_path, LogConfig(segment_bytes=700))
     app(plog, plain(100))
     seqs = {10: 0, 11: 0, 12: 0}

@@ -1,5 +1,6 @@
 """TxnOffsetCommit (28): offsets committed inside a transaction, written to ``__consumer_offsets`` as a
-transactional batch and visible only after the COMMIT marker (seed 000 §4.4)."""
+transactional batch and visible only after the COMMIT marker (KIP-98; Kafka's
+OffsetMetadataManager.replayEndTransactionMarker)."""
 
 from __future__ import annotations
 

@@ -60,7 +60,8 @@ async def _cancel(task: asyncio.Task[None] | None) -> None:
 
 class RebalanceHooks:
     """What the consumer does when partitions come and go (it owns the fetch state and the user callbacks);
-    ``before_join`` runs first in every rebalance (the auto commit of seed 003's join preparation)."""
+    ``before_join`` runs first in every rebalance (the auto commit of Kafka's
+    ConsumerCoordinator.onJoinPrepare)."""
 
     def __init__(self, revoke: Hook, lose: Hook, assign: Hook,
                  before_join: Callable[[], Awaitable[None]] | None = None) -> None:

@@ -4,7 +4,7 @@ Kafka's ``AbstractCoordinator`` split in two: this object builds the JoinGroup /
 LeaveGroup requests and digests their responses into a :class:`Step` telling the driver (``group.py``) what to do
 next; the driver only sends requests and sleeps. So every transition and error path is unit-testable.
 
-Life of a member (seed 003)::
+Life of a member (Kafka's AbstractCoordinator.MemberState)::
 
     UNJOINED --join_request--> JOINING --on_join_response(NONE)--> SYNCING (leader assigns first)
     SYNCING --on_sync_response(NONE)--> STABLE --heartbeat REBALANCE_IN_PROGRESS--> (rejoin) JOINING ...

@@ -1,5 +1,5 @@
 """The read_committed filter: which fetched batches belong to aborted transactions (Kafka's Fetcher,
-``nextFetchedRecord`` with ``abortedProducerIds``; seed 000, seed 001's abortTxns table).
+``nextFetchedRecord`` with ``abortedProducerIds``, now in CompletedFetch; KIP-98).
 
 A read_committed fetch response carries, per partition, the aborted transactions that overlap the fetched range
 as (producer id, first offset). Batches are then walked in offset order:

@@ -1,4 +1,4 @@
-"""Idempotence bookkeeping (seed 001): the producer id/epoch and the next sequence number of every partition.
+"""Idempotence bookkeeping (KIP-98): the producer id/epoch and the next sequence number of every partition.
 
 A batch gets its base sequence when it is first drained, and keeps it across retries, so the broker can drop a
 duplicate and detect a gap. Sequences are int32 and wrap from 2**31 - 1 to 0, as Kafka's do. After an epoch bump

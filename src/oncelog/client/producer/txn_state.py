@@ -1,4 +1,4 @@
-"""The transactional producer's client-side state machine, without I/O (seed 000; Kafka's TransactionManager.State).
+"""The transactional producer's client-side state machine, without I/O (Kafka's TransactionManager.State).
 
 Every legal transition is in :data:`LEGAL_PREDECESSORS` (target state -> the states it may be entered from); the
 async driver in :mod:`.transaction_manager` does the requests and calls :meth:`TxnStateMachine.transition`.

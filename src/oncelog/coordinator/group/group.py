@@ -199,9 +199,9 @@ class ClassicGroup:
         return set.intersection(*sets) if sets else set()
 
     def select_protocol(self) -> str:
-        """The protocol vote (seed 003): every member votes for its most preferred protocol that all members
-        support; the most votes wins. Ties go to the protocol the leader prefers (Kafka leaves ties to a hash
-        map's order; any choice every member supports is correct)."""
+        """The protocol vote (Kafka's ClassicGroup.selectProtocol): every member votes for its most preferred
+        protocol that all members support; the most votes wins. Ties go to the protocol the leader prefers
+        (Kafka leaves ties to a hash map's order; any choice every member supports is correct)."""
         if not self.members:
             raise ValueError(f"cannot select a protocol for group {self.group_id}: it has no members")
         candidates = self.candidate_protocols()

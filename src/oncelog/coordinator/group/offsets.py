@@ -2,7 +2,7 @@
 
 Kafka's OffsetMetadataManager. ``OffsetStore`` changes only by replay: a committed offset from a non-transactional
 record, a pending one from a transactional batch (kept per producer id, invisible to OffsetFetch), made visible by
-the COMMIT marker that follows it on the partition or dropped by ABORT (seed 000 §4.4). When a pending offset is
+the COMMIT marker that follows it on the partition or dropped by ABORT (KIP-98). When a pending offset is
 committed, it replaces the committed one only if its record is newer in the log (Kafka compares the record
 offsets, so a plain commit written after the transactional one wins).
 """
