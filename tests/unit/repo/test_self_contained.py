@@ -10,7 +10,7 @@ from repo_files import ROOT, tracked_files
 # (what is wrong, pattern); the patterns are spelt so that this file does not match them itself
 FORBIDDEN = [
     ("a machine path", re.compile("/" + r"(work|root|home)/")),
-    ("a folder beside the checkout", re.compile(r"\.\./" + "shared|(?<![\\w.-])" + "shared/")),
+    ("a folder beside the checkout", re.compile(r"\.\./shar" + r"ed\b|(?<![\w.-])shar" + r"ed/")),
     ("a document outside the repository", re.compile(
         r"\bseeds? \d{3}\b|\bthe " + r"seeds\b|\bthe " + r"article\b|\b(architecture|measurements)\.md\b"
         + r"|\bdevelopers' " + r"guide\b",

@@ -1,0 +1,128 @@
+"""The layers of ``oncelog`` depend one way (README, "Layout"):
+
+    protocol  <-  storage  <-  coordinator  <-  broker  <-  cli
+    protocol  <-  client   <-  spark
+
+``protocol`` (sans-I/O codecs, record batches) imports nothing of oncelog; ``storage`` only ``protocol``;
+``coordinator`` (deterministic state machines) only ``storage`` and ``protocol``; ``client`` only ``protocol``
+(a client is not a broker: nothing of the broker's side may leak into it); ``spark`` only ``client`` (it reaches
+the protocol through the client's public API); ``broker`` anything below it; ``cli`` and ``python -m oncelog``
+are on top; ``testing`` (test harness: broker processes, power cuts) may import anything. ``clock`` is a shared leaf
+(the injected clock): anyone may import it and it imports nothing of oncelog.
+
+Every import counts: module level, inside functions, under ``if TYPE_CHECKING:``, relative ones, and
+``importlib.import_module("oncelog....")`` / ``__import__`` with a literal name.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+from repo_files import ROOT, SRC, hand_written_modules
+
+EVERYTHING = {"broker", "cli", "client", "spark", "coordinator", "storage", "protocol", "testing"}
+SHARED = {"clock", "__init__"}  # leaves anyone may import (the root package only defines __version__)
+ALLOWED: dict[str, set[str]] = {
+    "__init__": set(),
+    "clock": set(),
+    "protocol": set(),
+    "storage": {"protocol"},
+    "coordinator": {"storage", "protocol"},
+    "client": {"protocol"},
+    "spark": {"client"},
+    "broker": {"coordinator", "storage", "protocol"},
+    "cli": EVERYTHING,
+    "testing": EVERYTHING,
+    "__main__": EVERYTHING,  # python -m oncelog: the CLI
+}
+
+def module_name(path: Path) -> tuple[str, bool]:
+    """(dotted module name, whether it is a package's ``__init__``) of a file under ``src/``."""
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        return ".".join(parts[:-1]), True
+    return ".".join(parts), False
+
+
+def imports_of(source: str, module: str, is_package: bool = False) -> Iterator[tuple[int, str]]:
+    """(line, absolute module name) of every import in ``source``, wherever it sits."""
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            yield node.lineno, target
+            for alias in node.names:  # `from oncelog import storage` imports oncelog.storage
+                yield node.lineno, f"{target}.{alias.name}"
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if name in ("import_module", "__import__") and isinstance(node.args[0].value, str):
+                yield node.lineno, node.args[0].value
+
+
+def layer(module: str) -> str | None:
+    """The layer of an ``oncelog`` module: its top-level package or module under ``src/oncelog`` ("__init__" for
+    the root package and the names it defines); None outside oncelog."""
+    parts = module.split(".")
+    if parts[0] != "oncelog":
+        return None
+    if len(parts) > 1 and ((SRC / parts[1]).is_dir() or (SRC / f"{parts[1]}.py").is_file()):
+        return parts[1]
+    return "__init__"
+
+
+def violations() -> list[str]:
+    found: dict[tuple[str, int, str], str] = {}  # (file, line, layer imported) -> the import
+    for path in hand_written_modules():
+        module, is_package = module_name(path)
+        own = layer(module)
+        assert own is not None and own in ALLOWED, f"{module}: a layer the test does not know; add it to ALLOWED"
+        for lineno, target in imports_of(path.read_text(), module, is_package):
+            other = layer(target)
+            if other is None or other == own or other in SHARED or other in ALLOWED[own]:
+                continue
+            found.setdefault((str(path.relative_to(ROOT)), lineno, other), f"{own} imports {target}")
+    return [f"{file}:{lineno}: {what}" for (file, lineno, _), what in sorted(found.items())]
+
+
+def test_layers_depend_one_way() -> None:
+    bad = violations()
+    assert not bad, "imports against the layering (see this test's docstring):\n" + "\n".join(bad)
+
+
+def test_every_module_belongs_to_a_known_layer() -> None:
+    layers = {layer(module_name(p)[0]) for p in hand_written_modules()}
+    assert layers <= set(ALLOWED), layers - set(ALLOWED)
+    assert {"protocol", "storage", "coordinator", "broker", "client", "spark", "cli"} <= layers
+
+
+def test_the_scan_sees_every_kind_of_import() -> None:
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "import oncelog.broker.server\n"
+        "from ..storage import log\n"
+        "from . import framing\n"
+        "if TYPE_CHECKING:\n"
+        "    from oncelog.client import Producer\n"
+        "def f():\n"
+        "    from oncelog import coordinator\n"
+        "    importlib.import_module('oncelog.spark.sink')\n"
+        "    return __import__('oncelog.cli.main')\n"
+    )
+    got = {target for _, target in imports_of(source, "oncelog.protocol.records")}
+    assert {
+        "oncelog.broker.server", "oncelog.storage.log", "oncelog.protocol.framing", "oncelog.client.Producer",
+        "oncelog.coordinator", "oncelog.spark.sink", "oncelog.cli.main",
+    } <= got
+    assert {layer(t) for t in got} >= {"broker", "storage", "protocol", "client", "coordinator", "spark", "cli"}
+    assert layer("oncelog") == layer("oncelog.__version__") == "__init__"
+    assert layer("typing") is None
