@@ -20,7 +20,7 @@ from typing import Final
 
 import cramjam
 
-from oncelog.protocol.records import CorruptRecordError
+from oncelog.protocol.record_batch import CorruptRecordError
 
 __all__ = [
     "DEFAULT_MAX_DECOMPRESSED_BYTES",
