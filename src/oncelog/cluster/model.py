@@ -68,22 +68,33 @@ def _dump(value: Mapping[str, Any]) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class BrokerInfo:
-    """A live broker: registered under its lease. ``epoch`` is the registration's etcd create_revision."""
+    """A live broker: registered under its lease. ``epoch`` is the registration's etcd create_revision.
+
+    ``shutting_down``: the broker asked to leave cleanly (Kafka's controlled shutdown; KRaft's
+    ``BrokerRegistration.inControlledShutdown``). It re-puts its registration with the flag set (same key and lease,
+    so the same epoch); the controller then moves every leadership off it and drops it from every ISR, and the
+    broker stops once it leads nothing. A shutting-down broker is never elected, placed or added to an ISR.
+    """
 
     node_id: int
     host: str
     port: int
     rack: str | None = None
     epoch: int = -1
+    shutting_down: bool = False
 
     def encode(self) -> bytes:
-        return _dump({"node_id": self.node_id, "host": self.host, "port": self.port, "rack": self.rack})
+        d: dict[str, Any] = {"node_id": self.node_id, "host": self.host, "port": self.port, "rack": self.rack}
+        if self.shutting_down:
+            d["shutting_down"] = True
+        return _dump(d)
 
     @classmethod
     def decode(cls, raw: bytes, epoch: int = -1) -> BrokerInfo:
         d = _load(raw, "broker registration")
         try:
-            return cls(int(d["node_id"]), str(d["host"]), int(d["port"]), d.get("rack"), epoch)
+            return cls(int(d["node_id"]), str(d["host"]), int(d["port"]), d.get("rack"), epoch,
+                       bool(d.get("shutting_down", False)))
         except (KeyError, TypeError, ValueError) as e:
             raise MetadataFormatError(f"broker registration lacks or has a bad field: {e}") from None
 

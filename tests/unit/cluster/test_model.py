@@ -43,6 +43,9 @@ def test_topic_and_broker_round_trip() -> None:
         (t.topic_id, 6, {"cleanup.policy": "compact"}, False)
     b = BrokerInfo(2, "127.0.0.1", 9093, "rack-a", epoch=77)
     assert BrokerInfo.decode(b.encode(), epoch=77) == b
+    leaving = BrokerInfo(2, "127.0.0.1", 9093, None, epoch=77, shutting_down=True)
+    assert BrokerInfo.decode(leaving.encode(), epoch=77) == leaving
+    assert b"shutting_down" not in b.encode()  # a registration without the flag reads the same as before it
 
 
 @pytest.mark.parametrize("raw", [b"not json", b"[1]", b'{"replicas": [1]}', b'{"replicas": "x", "isr": [],'
