@@ -8,8 +8,9 @@ the controller about a partition ends in :func:`change_partition`, so the rules 
   leader kept when it still qualifies, otherwise the first qualifying replica in replica order (``PREFERRED``
   tries the first replica first); ``UNCLEAN`` falls back to any acceptable replica and then sets the ISR to that
   leader alone (data may be lost: it is what ``unclean.leader.election.enable`` means);
-- the ISR is never emptied: when its last member goes, that member stays and the partition goes leaderless
-  (``NO_LEADER``) until it returns (KRaft without ELR);
+- the ISR is never emptied: a change that would leave no member keeps the members it has, and the partition goes
+  leaderless (``NO_LEADER``) until one of them returns (KRaft without ELR, where brokers are fenced one at a time,
+  so that is the last one; brokers gone in the same view all stay, as each may hold every acknowledged record);
 - a reassignment completes in the same change as soon as every target replica is in the ISR (replicas := target,
   ISR := ISR without the removed ones);
 - every change bumps the partition epoch by one; the leader epoch is bumped when the leader changes, and when the
