@@ -1,0 +1,219 @@
+"""The controller at work: runs the pure decisions of :mod:`oncelog.cluster.controller` on the one broker that holds
+the controller role, against any :class:`~oncelog.cluster.store.MetadataStore`.
+
+The etcd layer elects the controller and hands this driver the controller epoch. The driver then
+
+- reconciles every new view with the last one it acted on (brokers gone, back, bounced or shutting down; ISR
+  changes completing reassignments; see :func:`~oncelog.cluster.controller.reconcile`), starting with a full check
+  of the first view, since the previous controller may have died before acting;
+- writes the changes with ``update_partitions(..., controller_epoch=epoch)`` in batches (an etcd transaction holds
+  at most ``--max-txn-ops`` operations, 128 by default; a batch of ``max_changes_per_write`` changes makes one
+  compare and one put each, plus the controller-epoch compare);
+- on a lost compare-and-swap waits for a newer view and decides again from it, without moving its "acted on" view
+  forward, so nothing that happened in between is lost;
+- runs the preferred-leader rebalance every ``leader.imbalance.check.interval.seconds`` when
+  ``auto.leader.rebalance.enable`` (Kafka's ``QuorumController.maybeScheduleNextBalancePartitionLeaders``);
+- runs request-driven decisions (ElectLeaders, AlterPartitionReassignments) through :meth:`ControllerDriver.apply`,
+  serialised with the above;
+- returns once a view names another controller (or none): its writes would be refused by the epoch check anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from ..protocol.errors import ErrorCode
+from .api_error import ApiError
+from .controller import ControllerConfig, Decision, rebalance_leaders, reconcile
+from .model import NO_LEADER, ClusterView, TopicPartition
+from .store import MetadataStore, MetadataUnavailableError, PartitionChange
+
+__all__ = ["ControllerDriver", "ControllerStats"]
+
+log = logging.getLogger("oncelog.cluster.controller")
+
+
+class _Role(enum.Enum):
+    ACTIVE = "active"
+    PENDING = "pending"  # the view has not caught up with our election yet
+    DEPOSED = "deposed"
+
+
+@dataclass
+class ControllerStats:
+    """Counters for metrics and tests."""
+
+    writes: int = 0  # update_partitions calls that succeeded
+    lost_races: int = 0  # update_partitions calls that returned False (decided again from a newer view)
+    unavailable: int = 0  # update_partitions calls that raised MetadataUnavailableError
+    changes: int = 0  # partition changes written
+    leader_changes: int = 0
+    unclean_elections: int = 0
+    offline: int = 0  # changes that left a partition leaderless
+    rebalances: int = 0  # preferred-leader rebalance runs
+
+
+class ControllerDriver:
+    def __init__(self, store: MetadataStore, controller_epoch: int, config: ControllerConfig | None = None, *,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 max_changes_per_write: int = 100, retry_backoff_s: float = 0.5) -> None:
+        if max_changes_per_write < 1:
+            raise ValueError("max_changes_per_write must be at least 1")
+        self._store = store
+        self.epoch = controller_epoch
+        self.config = config or ControllerConfig()
+        self._sleep = sleep
+        self._batch = max_changes_per_write
+        self._backoff = retry_backoff_s
+        self._lock = asyncio.Lock()
+        self.stats = ControllerStats()
+
+    # ------------------------------------------------------------------------------------------------ role
+    def _role(self, view: ClusterView) -> _Role:
+        c = view.controller
+        if c is not None and c.epoch == self.epoch:
+            return _Role.ACTIVE
+        # Controller epochs are etcd revisions: a view at or past ours that names no controller or another one
+        # comes after our election, so we have been deposed (lease lost, resigned, or a newer election).
+        return _Role.PENDING if view.revision < self.epoch else _Role.DEPOSED
+
+    def is_active(self) -> bool:
+        return self._role(self._store.view) is _Role.ACTIVE
+
+    # ----------------------------------------------------------------------------------------------- run
+    async def run(self) -> None:
+        """Act as the controller until a view shows another one (or none); then return."""
+        log.info("controller: active with epoch %d", self.epoch)
+        rebalancer = None
+        if self.config.auto_leader_rebalance_enable:
+            rebalancer = asyncio.create_task(self._rebalance_loop(), name="controller-rebalance")
+        try:
+            await self._react_loop()
+        finally:
+            if rebalancer is not None:
+                rebalancer.cancel()
+                await asyncio.gather(rebalancer, return_exceptions=True)
+        log.info("controller: epoch %d is over (the metadata names controller %s)", self.epoch,
+                 self._store.view.controller)
+
+    async def _react_loop(self) -> None:
+        acted_on: ClusterView | None = None  # the last view whose consequences are all written
+        view = self._store.view
+        while True:
+            role = self._role(view)
+            if role is _Role.DEPOSED:
+                return
+            if role is _Role.PENDING:
+                view = await self._store.wait_for_change(view.revision)
+                continue
+            async with self._lock:
+                view = self._store.view  # the newest, now that nothing else of ours is writing
+                if self._role(view) is not _Role.ACTIVE:
+                    continue
+                written = await self._write(view, reconcile(acted_on, view, self.config), "reconcile")
+            if written is None:  # unavailable: retry from whatever view we have after a pause
+                await self._sleep(self._backoff)
+                view = self._store.view
+            elif written:
+                acted_on = view
+                view = await self._store.wait_for_change(view.revision)
+            else:
+                view = await self._store.wait_for_change(view.revision)
+
+    async def _rebalance_loop(self) -> None:
+        interval = self.config.leader_imbalance_check_interval_seconds
+        while True:
+            await self._sleep(interval)
+            await self.rebalance_once()
+
+    async def rebalance_once(self) -> int:
+        """One preferred-leader rebalance (every change it needs, in runs of ``max_elections_per_imbalance``);
+        the number of leaders moved."""
+        moved = 0
+        while True:
+            async with self._lock:
+                view = self._store.view
+                if self._role(view) is not _Role.ACTIVE:
+                    return moved
+                changes, more = rebalance_leaders(view, self.config)
+                written = await self._write(view, changes, "preferred leader rebalance")
+            if written is None:
+                await self._sleep(self._backoff)
+            elif not written:
+                await self._store.wait_for_change(view.revision)
+            else:
+                moved += len(changes)
+                if not more:
+                    self.stats.rebalances += 1
+                    return moved
+
+    async def apply(self, decide: Callable[[ClusterView], Decision]) -> dict[TopicPartition, ApiError]:
+        """Run a request-driven decision (e.g. ``lambda v: elect_leaders(v, ...)``) until its changes are written,
+        deciding again from a newer view after a lost race; the per-partition results. A partition whose change was
+        written keeps the result it was written with. NOT_CONTROLLER for all when this controller is deposed."""
+        final: dict[TopicPartition, ApiError] = {}
+        while True:
+            async with self._lock:
+                view = self._store.view
+                if self._role(view) is not _Role.ACTIVE:
+                    error = ApiError(ErrorCode.NOT_CONTROLLER, "The controller moved; retry.")
+                    return {**{tp: error for tp in decide(view).results}, **final}
+                decision = decide(view)
+                todo = [c for c in decision.changes if c.tp not in final]
+                done: list[PartitionChange] = []
+                written = await self._write(view, todo, "request", done)
+                for c in done:
+                    final[c.tp] = decision.results.get(c.tp, ApiError(ErrorCode.NONE))
+            if written:
+                return {**decision.results, **final}
+            if written is None:
+                await self._sleep(self._backoff)
+            else:
+                await self._store.wait_for_change(view.revision)
+
+    # --------------------------------------------------------------------------------------------- writes
+    async def _write(self, view: ClusterView, changes: Sequence[PartitionChange], why: str,
+                     done: list[PartitionChange] | None = None) -> bool | None:
+        """Write ``changes`` in batches; True if all were written, False on a lost race (the batches before it
+        are written), None if the metadata service is unavailable."""
+        for start in range(0, len(changes), self._batch):
+            batch = changes[start:start + self._batch]
+            try:
+                ok = await self._store.update_partitions(batch, controller_epoch=self.epoch)
+            except MetadataUnavailableError as e:
+                self.stats.unavailable += 1
+                log.warning("controller: cannot write %d partition change(s) (%s): %s; retrying", len(batch), why, e)
+                return None
+            if not ok:
+                self.stats.lost_races += 1
+                log.debug("controller: lost a race writing %d change(s) (%s); deciding again", len(batch), why)
+                return False
+            self.stats.writes += 1
+            self._log_written(view, batch, why)
+            if done is not None:
+                done.extend(batch)
+        return True
+
+    def _log_written(self, view: ClusterView, batch: Sequence[PartitionChange], why: str) -> None:
+        self.stats.changes += len(batch)
+        for c in batch:
+            old, new = view.partitions[c.tp].state, c.state
+            name = f"{c.tp[0]}-{c.tp[1]}"
+            if new.leader != old.leader:
+                self.stats.leader_changes += 1
+                if new.leader == NO_LEADER:
+                    self.stats.offline += 1
+                    log.warning("controller: %s is offline: no live in-sync replica among ISR %s (replicas %s); "
+                                "it stays leaderless until one returns", name, list(new.isr), list(new.replicas))
+                elif new.leader not in old.isr:
+                    self.stats.unclean_elections += 1
+                    log.error("controller: unclean election of %s: broker %d leads from outside the ISR %s; records "
+                              "acknowledged by that ISR may be lost", name, new.leader, list(old.isr))
+            log.debug("controller: %s (%s): leader %d -> %d (epoch %d), ISR %s -> %s, replicas %s -> %s", name, why,
+                      old.leader, new.leader, new.leader_epoch, list(old.isr), list(new.isr),
+                      list(old.replicas), list(new.replicas))
+        log.info("controller: wrote %d partition change(s) (%s)", len(batch), why)
