@@ -10,7 +10,7 @@ The etcd layer elects the controller and hands this driver the controller epoch.
   at most ``--max-txn-ops`` operations, 128 by default; a batch of ``max_changes_per_write`` changes makes one
   compare and one put each, plus the controller-epoch compare);
 - on a lost compare-and-swap waits for a newer view and decides again from it, without moving its "acted on" view
-  forward, so nothing that happened in between is lost;
+  forward, so nothing that happened in between is lost (and halves its batch size until a write succeeds);
 - runs the preferred-leader rebalance every ``leader.imbalance.check.interval.seconds`` when
   ``auto.leader.rebalance.enable`` (Kafka's ``QuorumController.maybeScheduleNextBalancePartitionLeaders``);
 - runs request-driven decisions (ElectLeaders, AlterPartitionReassignments) through :meth:`ControllerDriver.apply`,
@@ -67,7 +67,8 @@ class ControllerDriver:
         self.epoch = controller_epoch
         self.config = config or ControllerConfig()
         self._sleep = sleep
-        self._batch = max_changes_per_write
+        self._max_batch = max_changes_per_write
+        self._batch = max_changes_per_write  # halved after each lost race, doubled back after each win
         self._backoff = retry_backoff_s
         self._lock = asyncio.Lock()
         self.stats = ControllerStats()
@@ -189,9 +190,13 @@ class ControllerDriver:
                 log.warning("controller: cannot write %d partition change(s) (%s): %s; retrying", len(batch), why, e)
                 return None
             if not ok:
+                # Leaders write ISR changes concurrently (many at once after a broker loss): a smaller batch is
+                # less likely to hold a partition that moved under it.
+                self._batch = max(1, self._batch // 2)
                 self.stats.lost_races += 1
                 log.debug("controller: lost a race writing %d change(s) (%s); deciding again", len(batch), why)
                 return False
+            self._batch = min(self._max_batch, self._batch * 2)
             self.stats.writes += 1
             self._log_written(view, batch, why)
             if done is not None:

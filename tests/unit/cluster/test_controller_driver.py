@@ -315,11 +315,15 @@ def test_large_failover_is_written_in_batches() -> None:
         driver, task = start(store, max_changes_per_write=40)
         await asyncio.sleep(0.01)
         calls = store.update_calls
+        last = max(store.view.partitions)
+        for _ in range(3):  # leaders keep writing one of the partitions: smaller batches get through
+            store.interleave(lambda: store.put_partition(last, store.latest.partitions[last].state))
         store.expire_broker(2)
         view = await until(store, lambda v: all(2 not in vp.state.isr for vp in v.partitions.values()),
                            "broker 2 out of every ISR")
         assert victim_led == 100 and all_valid(view)
         assert store.update_calls - calls >= 300 // 40  # 300 partitions changed, at most 40 per write
+        assert driver.stats.lost_races >= 1
         await stop(task)
 
     run(main)
