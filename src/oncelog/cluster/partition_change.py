@@ -21,8 +21,9 @@ Left out of Kafka's builder: Eligible Leader Replicas and the last-known leader 
 counts only fsynced data towards ``acks=all``, the loss ELR guards against cannot happen there), the leader
 recovery state after an unclean election (KIP-704), and log directories (KIP-858).
 
-The ISR changes the *leader* makes (Kafka's ``AlterPartition``, KIP-497) are :func:`shrink_isr` and
-:func:`expand_isr`: the leader writes their result as a compare-and-swap on the partition's mod_revision.
+The ISR changes the *leader* makes (Kafka's ``AlterPartition``, KIP-497) are :func:`shrink_isr`,
+:func:`expand_isr` and, for a proposal of :class:`oncelog.cluster.replica.LeaderReplicas`, :func:`apply_isr_change`:
+the leader writes their result as a compare-and-swap on the partition's mod_revision.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from .model import NO_LEADER, PartitionState
 
 __all__ = [
     "Election",
+    "apply_isr_change",
     "ReassignmentReplicas",
     "change_partition",
     "complete_reassignment",
@@ -199,3 +201,20 @@ def expand_isr(state: PartitionState, leader: int, leader_epoch: int, caught_up:
     joining = set(caught_up) - set(state.isr)
     added = tuple(r for r in state.replicas if r in joining and (eligible is None or r in eligible))
     return state if not added else state.with_isr(state.isr + added)
+
+
+def apply_isr_change(state: PartitionState, leader: int, leader_epoch: int, partition_epoch: int,
+                     isr: Iterable[int]) -> PartitionState | None:
+    """The state with the ISR the leader decided at ``partition_epoch`` (``replica.IsrChange``), or None when the
+    partition moved on since (another leader or leader epoch, or another change at a newer partition epoch: the
+    proposal is stale and must be decided again). ``state`` itself when the ISR is already that one.
+
+    Kafka's controller checks the same in ``validateAlterPartitionData``: the ISR holds the leader and only replicas
+    (an ISR that does not is a bug of the caller: ValueError).
+    """
+    if state.leader != leader or state.leader_epoch != leader_epoch or state.partition_epoch != partition_epoch:
+        return None
+    new_isr = tuple(isr)
+    if leader not in new_isr or not set(new_isr) <= set(state.replicas) or len(set(new_isr)) != len(new_isr):
+        raise ValueError(f"invalid ISR {list(new_isr)} for leader {leader} of replicas {list(state.replicas)}")
+    return state if new_isr == state.isr else state.with_isr(new_isr)

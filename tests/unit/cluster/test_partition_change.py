@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from oncelog.cluster.model import NO_LEADER
+from oncelog.cluster.replica import LeaderReplicas
 from oncelog.cluster.partition_change import (
     Election,
+    apply_isr_change,
     change_partition,
     complete_reassignment,
     expand_isr,
@@ -126,3 +128,22 @@ def test_shrink_and_expand_isr_fenced_by_leader_and_epoch() -> None:
     assert expand_isr(shrunk, 1, 5, [3], eligible={1, 2}) is shrunk  # 3 is gone or shutting down
     assert expand_isr(shrunk, 1, 4, [3]) is None
     assert expand_isr(s, 1, 5, [2]) is s
+
+
+def test_apply_a_leader_replicas_proposal() -> None:
+    s = ps([1, 2, 3], le=5, pe=8)
+    lr = LeaderReplicas(1, s.replicas, s.isr, leader_epoch=5, partition_epoch=8, epoch_start_offset=0, now_ms=0,
+                        max_lag_ms=30_000, min_isr=1)
+    for r in (2, 3):
+        lr.on_fetch(r, 10, 0, 10, 1_000)
+    lr.on_fetch(2, 20, 0, 20, 40_000)  # 2 is caught up; 3 has not fetched for 39 s
+    change = lr.propose_shrink(40_000, 20)
+    assert change is not None
+    new = apply_isr_change(s, 1, 5, change.partition_epoch, change.isr)
+    assert new is not None and (new.isr, new.leader_epoch, new.partition_epoch) == ((1, 2), 5, 9)
+    assert apply_isr_change(new, 1, 5, change.partition_epoch, change.isr) is None  # decided from epoch 8: stale
+    assert apply_isr_change(s, 2, 5, 8, (1, 2)) is None and apply_isr_change(s, 1, 6, 8, (1, 2)) is None
+    assert apply_isr_change(s, 1, 5, 8, (1, 2, 3)) is s
+    for bad in [(2, 3), (1, 4), (1, 1)]:
+        with pytest.raises(ValueError, match="invalid ISR"):
+            apply_isr_change(s, 1, 5, 8, bad)
