@@ -257,3 +257,14 @@ def test_reconcile_reacts_to_config_changes_and_to_isr_writes_with_ineligible_br
     after = apply(view2, [PartitionChange(("t", 0), view2.partitions["t", 0].mod_revision, readded)])
     (fix,) = reconcile(view2, after, CFG)
     assert (fix.state.isr, fix.state.leader) == ((2,), 2)
+
+
+def test_bounced_last_isr_member_of_an_offline_partition_is_elected() -> None:
+    # offline with ISR [1]; broker 1 comes back with a registration newer than the partition's last write: the
+    # "gone" half of the bounce changes nothing (the ISR cannot be emptied), so the "back" half elects it
+    view = make_view([2], {("t", 0): ps([1, 2], isr=[1], leader=NO_LEADER, le=3)})
+    back = replace(view, revision=view.revision + 2,
+                   brokers={**view.brokers, 1: replace(view.brokers[2], node_id=1, epoch=view.revision + 1)})
+    for prev in (view, None):
+        (c,) = reconcile(prev, back, CFG)
+        assert (c.state.leader, c.state.isr, c.state.leader_epoch) == (1, (1,), 4)
