@@ -42,12 +42,21 @@ def free_port() -> int:
 
 
 class BrokerProcess:
-    """``python -m oncelog serve`` on 127.0.0.1 with its own data folder; start, stop (SIGTERM), kill (SIGKILL)."""
+    """``python -m oncelog serve`` on 127.0.0.1 with its own data folder; start, stop (SIGTERM), kill (SIGKILL).
+
+    Fault injection: ``host`` and ``wrap`` run it elsewhere, e.g. on a host of an ``oncelog.testing.netns``
+    network (``host=net.ip(1), wrap=net.host(1).command([])``: ``ip netns exec`` execs the broker, so ``proc.pid``
+    is the broker's and SIGKILL/SIGSTOP reach it); ``clock_control`` runs it with skewable clocks
+    (``oncelog.testing.clock_skew``)."""
 
     def __init__(self, data_dir: Path, port: int | None = None, settings: dict[str, object] | None = None,
-                 log_path: Path | None = None, env: dict[str, str] | None = None) -> None:
+                 log_path: Path | None = None, env: dict[str, str] | None = None, host: str = "127.0.0.1",
+                 wrap: list[str] | None = None, clock_control: Path | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.env = dict(env or {})  # extra environment of the broker process (fault injection hooks)
+        self.host = host
+        self.wrap = list(wrap or [])
+        self.clock_control = clock_control
         self.port = port or free_port()
         self.settings = dict(settings or {})
         self.log_path = log_path or self.data_dir.parent / f"broker-{self.port}.log"
@@ -55,12 +64,13 @@ class BrokerProcess:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 30.0) -> "BrokerProcess":
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "oncelog", "serve", "--data-dir", str(self.data_dir),
-               "--listen", f"127.0.0.1:{self.port}"]
+        main = ["oncelog"] if self.clock_control is None else ["oncelog.testing.clock_skew", str(self.clock_control)]
+        cmd = [*self.wrap, sys.executable, "-m", *main, "serve", "--data-dir", str(self.data_dir),
+               "--listen", f"{self.host}:{self.port}"]
         for k, v in self.settings.items():
             cmd += ["--set", f"{k}={v}"]
         log = open(self.log_path, "ab")
@@ -77,7 +87,7 @@ class BrokerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}; log:\n{self.log_tail()}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                with socket.create_connection((self.host, self.port), timeout=0.5):
                     return
             except OSError:
                 time.sleep(0.05)
