@@ -84,9 +84,11 @@ def on_delivery_into(send: Send) -> Any:
 
 
 class TxnWriter(threading.Thread):
-    def __init__(self, history: History, bootstrap: str, tid: str, seed: int, stop: threading.Event) -> None:
+    def __init__(self, history: History, bootstrap: str, tid: str, seed: int, stop: threading.Event,
+                 conf: dict[str, Any] | None = None) -> None:
         super().__init__(daemon=True, name=tid)
         self.history, self.bootstrap, self.tid, self.stop = history, bootstrap, tid, stop
+        self.conf = dict(conf or {})  # more producer settings (the network fault variant's timeouts)
         self.rnd = random.Random(seed)
         self.log: list[str] = []
         self.error: BaseException | None = None
@@ -99,7 +101,7 @@ class TxnWriter(threading.Thread):
             p = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": self.tid,
                           "transaction.timeout.ms": 15_000, "linger.ms": self.rnd.choice([0, 2, 10]),
                           "message.timeout.ms": 12_000, "reconnect.backoff.ms": 50,
-                          "reconnect.backoff.max.ms": 500})
+                          "reconnect.backoff.max.ms": 500, **self.conf})
             try:
                 p.init_transactions(30)
                 return p
@@ -183,9 +185,11 @@ class TxnWriter(threading.Thread):
 
 
 class IdempotentWriter(threading.Thread):
-    def __init__(self, history: History, bootstrap: str, name: str, seed: int, stop: threading.Event) -> None:
+    def __init__(self, history: History, bootstrap: str, name: str, seed: int, stop: threading.Event,
+                 conf: dict[str, Any] | None = None) -> None:
         super().__init__(daemon=True, name=name)
         self.history, self.bootstrap, self.stop = history, bootstrap, stop
+        self.conf = dict(conf or {})  # more producer settings (the network fault variant's timeouts)
         self.rnd = random.Random(seed)
         self.error: BaseException | None = None
         self.fatal: list[str] = []
@@ -205,7 +209,7 @@ class IdempotentWriter(threading.Thread):
             errors: list[str] = []
             p = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
                           "linger.ms": self.rnd.choice([0, 5]), "message.timeout.ms": 30_000,
-                          "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500,
+                          "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500, **self.conf,
                           "error_cb": lambda e, errors=errors: errors.append(str(e)) if e.fatal() else None})
             while not self.stop.is_set() and not errors:
                 s = self.history.add(Send(self.name, TOPIC, self.rnd.randrange(PARTITIONS), f"{self.name}.{gen}.{i}",

@@ -220,13 +220,20 @@ def test_close_leaves_no_namespace_link_route_or_process() -> None:
     run = net.run
     netns, links, routes = state()
     assert sum(line.startswith(f"{PREFIX}{run}-") for line in netns.splitlines()) == 3, netns  # switch + 2 hosts
-    assert f" {PREFIX}{run}c@" in links and f"blackhole 10.77.{run}.0/24" in routes
+    assert f" {PREFIX}{run}c@" in links and f"10.77.{run}.0/24 dev {PREFIX}{run}c" in routes
     proc = start_peer(net, 1, "tcp-echo")
     wait_listening(net, 1)
     net.partition([[1], [2]])
     net.close()
     assert proc.wait(10) == -signal.SIGKILL  # what ran in a host is killed with it
     assert leftovers_of(run) == []
+    # what stays: the guard, so that a client the test still holds cannot reach out with the test's addresses
+    assert "blackhole 10.77.0.0/16" in state()[2]
+    probe = socket.socket()
+    probe.settimeout(2)
+    with pytest.raises(OSError) as err, probe:
+        probe.connect((f"10.77.{run}.1", 7000))
+    assert not isinstance(err.value, TimeoutError), "the packet left the machine instead of being blackholed"
 
 
 OWNER = textwrap.dedent("""

@@ -28,9 +28,11 @@ namespaces and the root namespace's routes, and checks that nothing is left. A r
 leaves its namespaces behind; the next :class:`Network` sweeps them first (:func:`sweep_stale`): each run records
 its owner (pid and start time) in the alias of its root-namespace link, and a run whose owner is gone is removed,
 processes included. Setup and sweep serialize on a lock file, so parallel test processes never sweep each other.
-A safety ``blackhole 10.77.S.0/24`` route (metric 4000, below the live link's route) stays in the root namespace
-for as long as the run exists, so nothing addressed to the run's subnet ever leaves the machine, even after a
-crash tore the links down before the sweep.
+
+One thing stays on purpose: a guard route ``blackhole 10.77.0.0/16 metric 4000`` in the root namespace, added by
+the first network and never removed. A run's own routes are more specific and win while it lives; once it is
+gone, a client object the test still holds (a producer kept alive by a failed test's traceback keeps reconnecting)
+must not reach out to the default gateway with test addresses: with the guard its packets go nowhere.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ __all__ = ["CLIENT", "Drop", "Host", "Network", "NetnsUnavailable", "bridge", "c
 
 CLIENT = 0  # the node number of the root namespace (the test process)
 SUBNET = "10.77"  # runs use 10.77.S.0/24, S = the run number
+GUARD = f"{SUBNET}.0.0/16"  # blackholed in the root namespace, see above
 PREFIX = "olt"  # oncelog test: every name a run creates starts with it
 ROUTE_PROTO = 177  # tags the routes a run adds to the root namespace
 RULE_PREF = 1000  # first priority of the partition rules in a switch namespace
@@ -175,7 +178,7 @@ def _owner_alive(alias: str) -> bool:
 
 
 def _runs_present() -> dict[int, list[str]]:
-    """Run number -> the names of what it left: namespaces, the client link, the safety route."""
+    """Run number -> the names of what it left: namespaces, the client link, routes (the guard is no run's)."""
     found: dict[int, list[str]] = {}
     for line in _ip("netns", "list").splitlines():
         m = re.match(rf"({PREFIX}(\d+)-\S+)", line)
@@ -187,7 +190,7 @@ def _runs_present() -> dict[int, list[str]]:
             found.setdefault(int(m.group(2)), []).append(f"link {m.group(1)}")
     for line in _ip("route", "show", "proto", str(ROUTE_PROTO)).splitlines():
         m = re.search(rf"{re.escape(SUBNET)}\.(\d+)\.", line)
-        if m:
+        if m and m.group(1) != "0":
             found.setdefault(int(m.group(1)), []).append(f"route {line.strip()}")
     return found
 
@@ -350,10 +353,10 @@ class Network:
         run, sw = self.run, self.switch
         tag = _owner_tag(os.getpid())
         assert tag is not None
-        # the safety route first: nothing for this subnet leaves the machine while any part of the run exists.
-        # (Setup holds the lock, so a sweep never sees a run half built; a run killed half built has no owner on
-        # its client link and is swept.)
-        _ip("route", "add", "blackhole", self.subnet, "metric", "4000", "proto", str(ROUTE_PROTO))
+        # the guard first (see the module's docstring). Setup holds the lock, so a sweep never sees a run half
+        # built; a run killed half built has no owner on its client link and is swept.
+        if GUARD not in _ip("route", "show", "proto", str(ROUTE_PROTO)):
+            _ip("route", "add", "blackhole", GUARD, "metric", "4000", "proto", str(ROUTE_PROTO))
         _ip("netns", "add", sw)
         _sysctl(sw, "net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0")
         _ip("link", "set", "lo", "up", ns=sw)
