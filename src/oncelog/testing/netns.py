@@ -82,9 +82,12 @@ def _ip(*args: str, ns: str | None = None, check: bool = True, stdin: str | None
 
 
 def _sysctl(ns: str, *settings: str) -> None:
-    r = subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw", *settings], capture_output=True, text=True)
+    """Set ``key=value`` kernel settings of namespace ``ns`` (written to /proc/sys, which shows the writer's
+    namespace: no need for procps' sysctl)."""
+    script = "; ".join(f"echo {v} > /proc/sys/{k.replace('.', '/')}" for k, _, v in (x.partition("=") for x in settings))
+    r = subprocess.run(["ip", "netns", "exec", ns, "sh", "-ec", script], capture_output=True, text=True)
     if r.returncode != 0:
-        raise RuntimeError(f"sysctl {' '.join(settings)} in namespace {ns} failed: {r.stderr.strip()}")
+        raise RuntimeError(f"setting {' '.join(settings)} in namespace {ns} failed: {r.stderr.strip()}")
 
 
 def netns_unavailable_reason() -> str | None:
