@@ -263,7 +263,6 @@ def test_a_killed_test_process_leftovers_are_swept_by_the_next_network() -> None
         owner.send_signal(signal.SIGKILL)  # no teardown runs
         owner.wait()
     assert leftovers_of(run), "a killed owner leaves its network behind"
-    with Network(hosts=1) as net:
-        assert any(f"{PREFIX}{run}-h1" in w for w in net.swept), net.swept
+    with Network(hosts=1):  # its start sweeps (unless a network started by a parallel test process did it first)
         assert leftovers_of(run) == []
         assert not Path(f"/proc/{sleeper[0]}").exists() or "Z" in Path(f"/proc/{sleeper[0]}/stat").read_text()
