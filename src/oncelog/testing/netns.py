@@ -4,14 +4,14 @@ Layout of one :class:`Network` (one run; ``S`` is the run's number, 1-254, also 
 
     root namespace (the test process, "client", node 0)      10.77.S.254 on veth oltSc
         |
-    switch namespace oltS-sw: a router, one port per node (proxy ARP, IP forwarding)
+    switch namespace oltS-sw: a router, one port per node (IP forwarding, static ARP)
         |            |            |
     oltS-h1       oltS-h2       oltS-h3   host namespaces, eth0 = 10.77.S.1, .2, .3 ...
 
 Every node sits on 10.77.S.0/24 as if on one LAN, but its packets to any other node go through the switch
-namespace, which routes them (static ARP entries point every node at its switch port). A fault is a set of *drops*, ordered
-pairs (src, dst) meaning "packets from src to dst are lost"; each drop is one policy-routing rule in the switch,
-``ip rule add from SRC to DST blackhole``. The kernel discards a forwarded packet that meets a blackhole rule
+namespace, which routes them (static ARP entries point every node at its switch port). A fault is a set of
+*drops*, ordered pairs (src, dst) meaning "packets from src to dst are lost"; each drop is one policy-routing rule
+in the switch, ``ip rule add from SRC to DST blackhole``. The kernel discards a forwarded packet that meets a blackhole rule
 silently (no ICMP), so a node sees exactly what it would see on a real network cut: a new connection's SYN goes
 unanswered until the connect times out, an established connection's segments are retransmitted into the void and
 resume where they were once the rule is gone. That is Jepsen's ``iptables -A INPUT -s <peer> -j DROP`` nemesis,
