@@ -3,7 +3,6 @@ do what they say; nothing is left behind, not even by a killed test process."""
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import socket
@@ -151,8 +150,8 @@ def test_an_established_connection_stalls_during_a_partition_and_resumes_after_h
     assert talk(net, CLIENT, 2) == "echo"
 
 
-def test_a_one_way_drop_loses_one_direction_only(net: Network) -> None:
-    logs = {n: start_udp_logger(net, n) for n in (1, 2)}
+def test_a_one_way_drop_loses_one_direction_only(net: Network, tmp_path: Path) -> None:
+    logs = {n: start_udp_logger(net, n, tmp_path / f"udp-{n}.log") for n in (1, 2)}
     net.drop(1, 2)  # packets from 1 to 2 are lost; 2 -> 1 still flows
     assert net.drops == {(1, 2)}
     send_udp(net, 1, 2, "from-1")
@@ -168,9 +167,7 @@ def test_a_one_way_drop_loses_one_direction_only(net: Network) -> None:
     assert f"{net.ip(1)} after-heal" in read_lines(logs[2])
 
 
-def start_udp_logger(net: Network, node: int) -> Path:
-    path = Path(f"/tmp/{PREFIX}-udp-{os.getpid()}-{net.run}-{node}.log")
-    path.unlink(missing_ok=True)
+def start_udp_logger(net: Network, node: int, path: Path) -> Path:
     with open(path, "wb") as log:
         net.popen(node, [sys.executable, PEER, "udp-log", net.ip(node), str(PORT)], log=log)
     deadline = time.monotonic() + 10
