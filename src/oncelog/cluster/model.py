@@ -37,6 +37,8 @@ __all__ = [
     "TopicMeta",
     "TopicPartition",
     "VersionedPartition",
+    "decode_configs",
+    "encode_configs",
 ]
 
 NO_LEADER = -1
@@ -105,6 +107,29 @@ class ControllerInfo:
 
     node_id: int
     epoch: int
+
+    def encode(self) -> bytes:
+        return _dump({"node_id": self.node_id})
+
+    @classmethod
+    def decode(cls, raw: bytes, epoch: int) -> ControllerInfo:
+        d = _load(raw, "controller registration")
+        try:
+            return cls(int(d["node_id"]), epoch)
+        except (KeyError, TypeError, ValueError) as e:
+            raise MetadataFormatError(f"controller registration lacks or has a bad field: {e}") from None
+
+
+def encode_configs(configs: Mapping[str, str]) -> bytes:
+    """Dynamic configs (of a broker or the cluster default) as stored."""
+    return _dump({str(k): str(v) for k, v in configs.items()})
+
+
+def decode_configs(raw: bytes, what: str) -> Mapping[str, str]:
+    d = _load(raw, what)
+    if not all(isinstance(v, str) for v in d.values()):
+        raise MetadataFormatError(f"{what} has a value that is not a string")
+    return MappingProxyType({str(k): v for k, v in d.items()})
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +243,14 @@ class Keys:
 
     def partition(self, topic: str, index: int) -> bytes:
         return f"{self.root}partitions/{topic}/{index}".encode()
+
+    def partitions_of(self, topic: str) -> bytes:
+        """The prefix of every partition key of ``topic`` (and of no other topic)."""
+        return f"{self.root}partitions/{topic}/".encode()
+
+    def topic_claim(self, name: str) -> bytes:
+        """Held (under a lease) by the one writer creating or growing a topic in more than one transaction."""
+        return f"{self.root}claims/{name}".encode()
 
     def broker_config(self, node_id: int | None) -> bytes:
         """Dynamic broker configs of one broker, or the cluster-wide default (``None``)."""

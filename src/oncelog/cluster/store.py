@@ -14,6 +14,12 @@ Rules every implementation keeps:
   decided under. A write that lost a race returns ``False``; the caller decides again from a newer view.
 - A write that cannot reach the service raises :class:`MetadataUnavailableError` (retriable): nothing is known
   to have changed.
+- Atomicity has a size: etcd applies at most ``--max-txn-ops`` (128 by default) operations in one transaction.
+  ``update_partitions`` is all-or-nothing and refuses more changes than one transaction takes;
+  ``apply_partition_changes`` takes any number of changes that are *independent of each other* (an election, an
+  ISR change or a reassignment step of one partition is valid whatever happens to the others) and applies each
+  one or not, each still a compare-and-swap fenced by the controller epoch. Topic creation and growth are split
+  internally so that a reader never sees a topic without all of its partitions.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from .changes import ViewSubscription
 from .model import ClusterView, PartitionState, TopicMeta, TopicPartition
 
 __all__ = [
@@ -29,6 +36,7 @@ __all__ = [
     "MetadataStore",
     "MetadataUnavailableError",
     "PartitionChange",
+    "PartitionWriteResult",
     "TopicExistsInClusterError",
 ]
 
@@ -54,6 +62,17 @@ class PartitionChange:
     state: PartitionState
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionWriteResult:
+    """What ``apply_partition_changes`` did: ``applied`` were written; ``conflicts`` lost a race (their key was
+    not at the expected mod_revision: decide again from a newer view); ``fenced``: the controller epoch is no
+    longer the active one, so nothing more was written (changes neither applied nor in conflicts were not tried)."""
+
+    applied: frozenset[TopicPartition]
+    conflicts: frozenset[TopicPartition]
+    fenced: bool = False
+
+
 class MetadataStore(Protocol):
     @property
     def view(self) -> ClusterView:
@@ -65,9 +84,19 @@ class MetadataStore(Protocol):
         the current view when ``timeout`` seconds pass first."""
         ...
 
+    def subscribe(self) -> ViewSubscription:
+        """Every change of the view from now on (coalesced between reads): what changed, not just that it did."""
+        ...
+
     async def update_partitions(self, changes: Sequence[PartitionChange], *,
                                 controller_epoch: int | None = None) -> bool:
-        """All of ``changes`` or none; ``controller_epoch``: only while that controller is still the active one."""
+        """All of ``changes`` or none; ``controller_epoch``: only while that controller is still the active one.
+        Raises ValueError for more changes than one etcd transaction takes (see ``apply_partition_changes``)."""
+        ...
+
+    async def apply_partition_changes(self, changes: Sequence[PartitionChange], *,
+                                      controller_epoch: int | None = None) -> PartitionWriteResult:
+        """Each of ``changes`` (independent of each other) applied or not, any number of them."""
         ...
 
     async def create_topic(self, meta: TopicMeta, states: Sequence[PartitionState]) -> None:

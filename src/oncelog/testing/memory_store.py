@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 
+from ..cluster.changes import ViewSubscription, diff
 from ..cluster.model import (
     BrokerInfo,
     ClusterView,
@@ -36,6 +37,7 @@ from ..cluster.store import (
     MetadataStore,
     MetadataUnavailableError,
     PartitionChange,
+    PartitionWriteResult,
     TopicExistsInClusterError,
 )
 
@@ -52,6 +54,7 @@ class MemoryMetadataStore:
         self._next_producer_id = 0
         self.unavailable = False  # True: every write raises MetadataUnavailableError (etcd unreachable)
         self.update_calls = 0  # update_partitions calls, won or lost
+        self._subs: list[ViewSubscription] = []
 
     # ------------------------------------------------------------------------------------------------ views
     @property
@@ -77,10 +80,19 @@ class MemoryMetadataStore:
                 break
         return self._published
 
+    def subscribe(self) -> ViewSubscription:
+        sub = ViewSubscription(self._published, self._subs.remove)
+        self._subs.append(sub)
+        return sub
+
     def publish(self) -> ClusterView:
         """Let the view catch up with everything written so far."""
         if self._published is not self._server:
-            self._published = self._server
+            old, self._published = self._published, self._server
+            if self._subs:
+                change = diff(old, self._published)
+                for sub in list(self._subs):
+                    sub.publish(change)
             self._changed.set()
             self._changed = asyncio.Event()
         return self._published
@@ -165,6 +177,28 @@ class MemoryMetadataStore:
             partitions[c.tp] = VersionedPartition(c.state, rev)
         self._commit(own=True, partitions=MappingProxyType(partitions))
         return True
+
+    async def apply_partition_changes(self, changes: Sequence[PartitionChange], *,
+                                      controller_epoch: int | None = None) -> PartitionWriteResult:
+        """Each change compared and applied on its own (the etcd store splits them into transactions)."""
+        await self._begin_write()
+        tps = [c.tp for c in changes]
+        if len(set(tps)) != len(tps):
+            raise ValueError(f"one write changes a partition twice: {sorted(tps)}")
+        server = self._server
+        if controller_epoch is not None and (server.controller is None or server.controller.epoch != controller_epoch):
+            return PartitionWriteResult(frozenset(), frozenset(), fenced=True)
+
+        def mod_revision(tp: TopicPartition) -> int:
+            vp = server.partitions.get(tp)
+            return 0 if vp is None else vp.mod_revision
+
+        won = [c for c in changes if mod_revision(c.tp) == c.expected_mod_revision]
+        if won:
+            rev = server.revision + 1
+            self._commit(own=True, partitions=MappingProxyType(
+                {**server.partitions, **{c.tp: VersionedPartition(c.state, rev) for c in won}}))
+        return PartitionWriteResult(frozenset(c.tp for c in won), frozenset(tps) - {c.tp for c in won})
 
     async def create_topic(self, meta: TopicMeta, states: Sequence[PartitionState]) -> None:
         await self._begin_write()

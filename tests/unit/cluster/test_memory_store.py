@@ -127,3 +127,27 @@ def test_brokers_topics_configs_producer_ids() -> None:
             await store.allocate_producer_ids(1000)
 
     asyncio.run(main())
+
+
+def test_independent_changes_and_subscriptions() -> None:
+    async def main() -> None:
+        store = MemoryMetadataStore()
+        sub = store.subscribe()
+        await store.create_topic(topic("t", 3), [PartitionState((1,), (1,), 1)] * 3)
+        change = await sub.next(timeout=1)
+        assert change is not None and change.topics == {"t"} and change.partitions == {("t", i) for i in range(3)}
+        ctl = store.elect_controller(1)
+        revs = [store.view.partitions["t", i].mod_revision for i in range(3)]
+        new = PartitionState((1,), (1,), 1, 1, 1)
+        res = await store.apply_partition_changes(
+            [PartitionChange(("t", 0), revs[0], new), PartitionChange(("t", 1), revs[1] - 1, new),
+             PartitionChange(("t", 2), revs[2], new)], controller_epoch=ctl.epoch)
+        assert res.applied == {("t", 0), ("t", 2)} and res.conflicts == {("t", 1)} and not res.fenced
+        change = await sub.next(timeout=1)
+        assert change is not None and change.partitions == {("t", 0), ("t", 2)} and change.controller
+        res = await store.apply_partition_changes([PartitionChange(("t", 1), revs[1], new)],
+                                                  controller_epoch=ctl.epoch - 1)
+        assert res.fenced and not res.applied and store.view.partition("t", 1) == PartitionState((1,), (1,), 1)
+        sub.close()
+
+    asyncio.run(main())
