@@ -1,0 +1,224 @@
+"""Faults of etcd and of the way to it: killed and restarted, paused, history compacted while a store was cut off,
+a broker cut off past its lease. The view keeps being served (marked stale), writes fail with a retriable error,
+and everything resumes when etcd is back. Each test has an etcd of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from oncelog.cluster._etcd import Etcd
+from oncelog.cluster.metadata import EtcdMetadata
+from oncelog.cluster.model import BrokerInfo, PartitionState, TopicMeta
+from oncelog.cluster.store import MetadataUnavailableError, PartitionChange
+from oncelog.testing.broker_process import free_port
+from oncelog.testing.etcd_process import EtcdProcess
+
+SESSION_MS = 3000
+
+
+def run(fn: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(fn(), 120))
+
+
+async def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> float:
+    t0 = time.monotonic()
+    while not cond():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"{what}: not within {timeout} s")
+        await asyncio.sleep(0.02)
+    return time.monotonic() - t0
+
+
+async def connect(endpoint: str, cluster: str, timeout: float = 2.0) -> EtcdMetadata:
+    return await EtcdMetadata.connect(endpoint, cluster, timeout, session_timeout_ms=SESSION_MS,
+                                      heartbeat_interval_ms=750)
+
+
+def states(n: int) -> list[PartitionState]:
+    return [PartitionState((1, 2), (1, 2), 1) for _ in range(n)]
+
+
+class Proxy:
+    """A TCP proxy to etcd that can cut every connection and refuse new ones (a network partition)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target = target_port
+        self.port = free_port()
+        self.refusing = False
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> Proxy:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+        return self
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def _serve(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        if self.refusing:
+            w.close()
+            return
+        try:
+            tr, tw = await asyncio.open_connection("127.0.0.1", self.target)
+        except OSError:
+            w.close()
+            return
+        self._writers |= {w, tw}
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (OSError, asyncio.CancelledError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pump(r, tw), pump(tr, w))
+        self._writers -= {w, tw}
+
+    def cut(self) -> None:
+        self.refusing = True
+        for w in list(self._writers):
+            w.transport.abort()
+        self._writers.clear()
+
+    def restore(self) -> None:
+        self.refusing = False
+
+    async def close(self) -> None:
+        self.cut()
+        if self._server is not None:
+            self._server.close()
+
+
+def test_view_survives_etcd_kill_and_restart(own_etcd: EtcdProcess) -> None:
+    async def main() -> None:
+        a = await connect(own_etcd.endpoint, "c")
+        b = await connect(own_etcd.endpoint, "c")
+        ea = (await a.register(BrokerInfo(1, "127.0.0.1", 9001))).epoch
+        eb = (await b.register(BrokerInfo(2, "127.0.0.1", 9002))).epoch
+        await a.create_topic(TopicMeta("t", uuid.uuid4(), 2), states(2))
+        await wait_for(lambda: not b.stale and "t" in b.view.topics, 5, "b caught up")
+        before = b.view
+
+        own_etcd.kill()
+        await wait_for(lambda: b.stale, 5, "b marked stale")
+        assert b.view is before  # still served
+        vp = a.view.partitions[("t", 0)]
+        with pytest.raises(MetadataUnavailableError):
+            await a.update_partitions([PartitionChange(("t", 0), vp.mod_revision, vp.state.with_isr((1,)))])
+        await wait_for(lambda: not a.session.alive and not b.session.alive, SESSION_MS / 1000 + 2, "sessions lost")
+        assert not a.session_valid()
+
+        own_etcd.start()  # same data, same ports: etcd renews every lease when it comes back
+        await wait_for(lambda: not b.stale and not a.stale, 10, "watch resumed")
+        await wait_for(lambda: a.session.alive and b.session.alive, 10, "sessions confirmed")
+        assert (a.session.broker.epoch, b.session.broker.epoch) == (ea, eb)  # type: ignore[union-attr]
+        vp = a.view.partitions[("t", 0)]
+        assert await a.update_partitions([PartitionChange(("t", 0), vp.mod_revision, vp.state.with_isr((1,)))])
+        await wait_for(lambda: b.view.partition("t", 0) == a.view.partition("t", 0), 5, "b sees the write")
+        assert set(b.view.brokers) == {1, 2}
+        await a.close()
+        await b.close()
+
+    run(main)
+
+
+def test_view_recovers_after_compaction_while_cut_off(own_etcd: EtcdProcess, caplog: pytest.LogCaptureFixture
+                                                      ) -> None:
+    caplog.set_level(logging.INFO, "oncelog.cluster.metadata")
+
+    async def main() -> None:
+        proxy = await Proxy(own_etcd.client_port).start()
+        a = await connect(own_etcd.endpoint, "c")
+        b = await connect(proxy.endpoint, "c")
+        await a.create_topic(TopicMeta("t", uuid.uuid4(), 10), states(10))
+        await a.create_topic(TopicMeta("gone", uuid.uuid4(), 1), states(1))
+        await wait_for(lambda: b.view.revision == a.view.revision and not b.stale, 5, "b caught up")
+        sub = b.subscribe()
+
+        proxy.cut()
+        await wait_for(lambda: b.stale, 5, "b marked stale")
+        for i in range(3):
+            vp = a.view.partitions[("t", i)]
+            assert await a.update_partitions([PartitionChange(("t", i), vp.mod_revision, vp.state.with_isr((2,)))])
+        assert await a.mark_topic_deleting("gone")
+        await a.remove_topic("gone")
+        await a.create_topic(TopicMeta("new", uuid.uuid4(), 2), states(2))
+        raw = Etcd([own_etcd.endpoint], 5.0)
+        rev, _, _ = await raw.range(b"/")
+        await raw.compact(rev)  # b's next revision is history now
+        await raw.close()
+
+        proxy.restore()
+        await wait_for(lambda: not b.stale and b.view.revision >= a.view.revision, 10, "b reloaded")
+        assert "reading everything again" in caplog.text  # the watch could not resume: history was compacted
+        assert dict(b.view.partitions.items()) == dict(a.view.partitions.items())
+        assert b.view.topics == a.view.topics
+        change = await sub.next(timeout=1)
+        assert change is not None
+        assert change.topics == {"gone", "new"}
+        assert change.partitions == {("t", 0), ("t", 1), ("t", 2), ("gone", 0), ("new", 0), ("new", 1)}
+        await a.close()
+        await b.close()
+        await proxy.close()
+
+    run(main)
+
+
+def test_paused_etcd_marks_the_view_stale_and_writes_fail_in_time(own_etcd: EtcdProcess) -> None:
+    async def main() -> None:
+        a = await connect(own_etcd.endpoint, "c")
+        await wait_for(lambda: not a.stale, 5, "caught up")
+        own_etcd.pause()
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(MetadataUnavailableError):
+                await a.allocate_producer_ids(10)
+            assert time.monotonic() - t0 < 2.0 + 1.5  # the call's deadline, not forever
+            took = await wait_for(lambda: a.stale, 6, "marked stale")
+            print(f"stale {took:.2f} s after etcd stopped answering")
+        finally:
+            own_etcd.resume()
+        await wait_for(lambda: not a.stale, 10, "fresh again")
+        assert await a.allocate_producer_ids(10) == 0
+        await a.close()
+
+    run(main)
+
+
+def test_a_broker_cut_off_past_its_lease_registers_again(own_etcd: EtcdProcess) -> None:
+    async def main() -> None:
+        proxy = await Proxy(own_etcd.client_port).start()
+        watcher = await connect(own_etcd.endpoint, "c")
+        b = await connect(proxy.endpoint, "c")
+        first = await b.register(BrokerInfo(2, "127.0.0.1", 9002))
+        await b.campaign()
+        await wait_for(lambda: 2 in watcher.view.brokers and watcher.view.controller is not None, 5, "seen")
+        proxy.cut()
+        lost = await wait_for(lambda: not b.session.alive, SESSION_MS / 1000 + 1, "b knows it lost the lease")
+        assert not b.is_controller()
+        gone = await wait_for(lambda: 2 not in watcher.view.brokers, SESSION_MS / 1000 + 3, "others see b gone")
+        print(f"cut-off broker: lease lost locally after {lost:.2f} s, gone from others' view {gone:.2f} s later")
+        assert watcher.view.controller is None
+        proxy.restore()
+        await wait_for(lambda: b.session.alive, 10, "b registered again")
+        again = b.session.broker
+        assert again is not None and again.epoch > first.epoch
+        await wait_for(lambda: 2 in watcher.view.brokers, 5, "others see b back")
+        assert watcher.view.brokers[2].epoch == again.epoch and b.controller_epoch == 0
+        await b.close()
+        await watcher.close()
+        await proxy.close()
+
+    run(main)
