@@ -3,8 +3,8 @@
 Why the stubs and not aetcd's high-level calls: its ``transaction()`` drops the response header (the revision a
 write was applied at, which is the broker epoch, the controller epoch and what read-your-writes waits for), and its
 watch hands events over one at a time without the response they came in, so a transaction's events could not be
-applied as one step, and it drops progress notifications. Here every call has its own deadline, and every gRPC or
-protobuf object stays inside this module: callers see the frozen values below.
+applied as one step. Here every call has its own deadline, and every gRPC or protobuf object stays inside this
+module: callers see the frozen values below.
 
 Edge cases of etcd's API this module encodes (etcd v3 API reference):
 
@@ -12,9 +12,10 @@ Edge cases of etcd's API this module encodes (etcd v3 API reference):
   "absent"; a compare with ``range_end`` holds for every key of the range (and for an empty range).
 - A txn may not put a key twice, nor put a key inside a range it deletes ("duplicate key given in txn request");
   compares, success ops and failure ops are each limited by ``--max-txn-ops`` (default 128).
-- A watch created at a compacted revision is answered "created" and then "canceled" with ``compact_revision``;
-  a progress request is answered (``watch_id`` -1, header revision = the store's revision) only when every watcher
-  of the stream has caught up, so its revision means "no event of the watched range up to here is still to come".
+- A watch created at a compacted revision is answered "created" and then "canceled" with ``compact_revision``.
+  Requested progress notifications are not used: before etcd 3.4.25 / 3.5.8 one can overtake the events it claims
+  were delivered (etcd-io/etcd#15220; Debian's 3.4.23 has it), and later versions may not answer a quiet new watch
+  at all (etcd-io/etcd#17507). Progress is what the events show; liveness is a read.
 - Lease TTLs below etcd's minimum (1.5 x the election timeout, 2 s by default) are raised to it: use the granted TTL.
 """
 
@@ -191,12 +192,9 @@ class WatchEvent:
 
 @dataclass(frozen=True, slots=True)
 class WatchBatch:
-    """One watch response: whole revisions of events (never a part of one), or a progress notification
-    (``events`` empty, ``progress`` True: no event up to ``revision`` is still to come)."""
+    """One watch response: the events of whole revisions (never a part of one; possibly none)."""
 
     events: tuple[WatchEvent, ...]
-    revision: int
-    progress: bool
 
 
 def _map_error(e: BaseException, what: str, endpoint: str) -> Exception:
@@ -320,7 +318,6 @@ class WatchStream:
         self._prefix = prefix
         self._start = start_revision
         self._call: Any = None
-        self._writing = asyncio.Lock()  # one write at a time on a gRPC stream
 
     async def start(self) -> None:
         """Create the watch; raises EtcdCompacted if ``start_revision`` is compacted, EtcdUnavailable."""
@@ -340,15 +337,6 @@ class WatchStream:
             self.cancel()
             raise EtcdCompacted(int(resp.compact_revision))
 
-    async def request_progress(self) -> None:
-        try:
-            async with self._writing:
-                await asyncio.wait_for(
-                    self._call.write(rpc.WatchRequest(progress_request=rpc.WatchProgressRequest())),
-                    self._etcd.timeout)
-        except (rpc.AioRpcError, asyncio.TimeoutError) as e:
-            raise _map_error(e, "watch progress request", self._etcd.endpoint) from None
-
     async def next(self) -> WatchBatch:
         """The next response; raises EtcdCompacted when etcd cancels the watch for compaction, EtcdUnavailable
         when the stream breaks."""
@@ -363,8 +351,7 @@ class WatchStream:
         if resp.canceled:
             raise EtcdUnavailable(f"etcd at {self._etcd.endpoint}: watch canceled: "
                                   f"{resp.cancel_reason or 'no reason given'}")
-        events = tuple(WatchEvent(e.type == rpc.Event.PUT, _kv(e.kv)) for e in resp.events)
-        return WatchBatch(events, int(resp.header.revision), not events and int(resp.watch_id) == -1)
+        return WatchBatch(tuple(WatchEvent(e.type == rpc.Event.PUT, _kv(e.kv)) for e in resp.events))
 
     def cancel(self) -> None:
         if self._call is not None:

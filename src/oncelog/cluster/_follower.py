@@ -1,11 +1,12 @@
 """Following the cluster's keys in etcd: one consistent read, then a watch (private to ``cluster.metadata``).
 
 The whole prefix is read at one revision R (in pages, every page at R) and watched from R + 1; each watch response
-becomes one new view (``cluster._viewstate``). The watch proves itself alive: when it is quiet it is asked for
-progress every second, and etcd's answer (sent only once every event up to its revision was delivered) moves
-``progress`` forward; no answer within the timeout counts as a broken watch. A broken watch (etcd restarted,
-unreachable, paused) is resumed from ``progress`` + 1 while the last view keeps being served, marked ``stale``; a
-watch whose revision was compacted away reads everything again and publishes the difference.
+becomes one new view (``cluster._viewstate``). ``progress`` is the newest revision whose events were applied (only
+events count: see ``cluster._etcd`` on progress notifications), so waiting for a write means waiting for its own
+event. A quiet watch is checked every second with a linearizable read; a read that fails within the timeout counts
+as a broken watch. A broken watch (etcd restarted, unreachable, paused) is resumed from ``progress`` + 1 while the
+last view keeps being served, marked ``stale``; a watch whose revision was compacted away reads everything again
+and publishes the difference.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ __all__ = ["ViewFollower"]
 log = logging.getLogger("oncelog.cluster.metadata")
 
 _RANGE_PAGE = 2000  # keys per page of a full read (one response stays far below gRPC's message limit)
-_QUIET_CHECK_S = 1.0  # a watch quiet for this long is asked for progress
+_QUIET_CHECK_S = 1.0  # a watch quiet for this long is checked with a read
 
 
 class ViewFollower:
@@ -32,12 +33,10 @@ class ViewFollower:
         self._etcd = etcd
         self._keys = keys
         self._state = ViewState(keys)
-        self.progress = 0  # every event of the prefix up to this revision is in the view
+        self.progress = 0  # every event of the prefix up to this revision is in the view (nothing later is)
         self.stale = True
         self._tick = asyncio.Event()  # set and replaced whenever anything here (or the owner) moves
         self._subs: list[ViewSubscription] = []
-        self._stream: WatchStream | None = None
-        self._asked: float | None = None  # loop time of an unanswered progress request
         self._task: asyncio.Task[None] | None = None
         self.closed = False
 
@@ -90,19 +89,9 @@ class ViewFollower:
         return True
 
     async def seen(self, revision: int, timeout: float) -> bool:
-        """Wait until the view holds every change up to ``revision`` (read-your-writes)."""
-        if self.progress >= revision:
-            return True
-        # a write of ours comes on the watch by itself; a revision without an event of ours needs a progress answer
-        if await self.wait_until(lambda: self.progress >= revision, 0.05):
-            return True
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while loop.time() < deadline:
-            await self._ask_progress()
-            if await self.wait_until(lambda: self.progress >= revision, min(0.5, deadline - loop.time())):
-                return True
-        return self.progress >= revision
+        """Wait until the view holds every change up to ``revision``, which must be the revision of an event of
+        the cluster's keys (a write's own revision, or a key's mod_revision): read-your-writes."""
+        return await self.wait_until(lambda: self.progress >= revision, timeout)
 
     # ------------------------------------------------------------------ reading and watching
     def _publish(self, change: ViewChange | None) -> None:
@@ -142,12 +131,9 @@ class ViewFollower:
                     reload = False
                 stream = self._etcd.watch(self._keys.prefix, self.progress + 1)
                 await stream.start()
-                self._stream = stream
                 try:
                     await self._follow(stream)
                 finally:
-                    self._stream = None
-                    self._asked = None
                     stream.cancel()
             except EtcdCompacted as e:
                 log.info("etcd compacted the metadata history past revision %d (%s): reading everything again",
@@ -167,8 +153,7 @@ class ViewFollower:
             delay, failures = 0.1, 0
 
     async def _follow(self, stream: WatchStream) -> None:
-        loop = asyncio.get_running_loop()
-        await self._ask_progress()
+        await self._probe()
         read: asyncio.Future[WatchBatch] | None = None
         try:
             while True:
@@ -176,45 +161,27 @@ class ViewFollower:
                     read = asyncio.ensure_future(stream.next())
                 done, _ = await asyncio.wait({read}, timeout=_QUIET_CHECK_S)
                 if not done:
-                    if self._asked is None:
-                        await self._ask_progress()
-                    elif loop.time() - self._asked > self._etcd.timeout:
-                        raise EtcdUnavailable(f"etcd at {self._etcd.endpoint}: no answer on the watch for "
-                                              f"{self._etcd.timeout:g} s")
+                    await self._probe()
                     continue
-                batch = read.result()
-                read = None
-                self._asked = None  # any answer shows the stream alive
-                self._apply(batch)
+                batch, read = read.result(), None
+                if batch.events:
+                    revision = batch.events[-1].kv.mod_revision
+                    change = self._state.apply(batch.events, revision)
+                    self.progress = max(self.progress, revision)
+                    self._publish(change)
         finally:
             if read is not None:
                 read.cancel()
 
-    def _apply(self, batch: WatchBatch) -> None:
-        change = None
-        if batch.events:
-            revision = batch.events[-1].kv.mod_revision
-            change = self._state.apply(batch.events, revision)
-            self.progress = max(self.progress, revision)
-        if batch.progress:
-            self.progress = max(self.progress, batch.revision)
-            self._set_stale(False)
-        self._publish(change)
-
-    async def _ask_progress(self) -> None:
-        stream = self._stream
-        if stream is None or self._asked is not None:
-            return
-        self._asked = asyncio.get_running_loop().time()
-        try:
-            await stream.request_progress()
-        except EtcdUnavailable:
-            pass  # the watch task finds out by itself
+    async def _probe(self) -> None:
+        """A linearizable read (etcd has a leader and answers in time), or EtcdUnavailable."""
+        await self._etcd.range(self._keys.cluster_id)
+        self._set_stale(False)
 
     def _set_stale(self, stale: bool) -> None:
         if stale != self.stale:
             self.stale = stale
             if not stale:
-                log.info("the metadata watch is caught up with etcd at %s (revision %d)", self._etcd.endpoint,
+                log.info("following the cluster metadata in etcd at %s (revision %d)", self._etcd.endpoint,
                          self.progress)
             self.poke()

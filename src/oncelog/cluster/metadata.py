@@ -442,7 +442,7 @@ class EtcdMetadata:
                 log.info("node %d is the controller (epoch %d)", self._info.node_id, epoch)
                 return ControllerInfo(self._info.node_id, epoch)
             holder = held.create_revision if held is not None else 0
-            seen_at = res.revision
+            seen_at = held.mod_revision if held is not None else 0
 
             def vacant() -> bool:
                 c = self.view.controller
@@ -473,13 +473,15 @@ class EtcdMetadata:
         if not changes:
             return True
         key = self._keys.partition
+        fence = self._fence(controller_epoch)
         res = await self._etcd.txn(
-            [Cmp.mod_is(key(*c.tp), c.expected_mod_revision) for c in changes] + self._fence(controller_epoch),
-            [Put(key(*c.tp), c.state.encode()) for c in changes])
+            [Cmp.mod_is(key(*c.tp), c.expected_mod_revision) for c in changes] + fence,
+            [Put(key(*c.tp), c.state.encode()) for c in changes],
+            [Get(key(*c.tp), keys_only=True) for c in changes] + [Get(self._keys.controller, keys_only=True)] * len(fence))
         if res.succeeded:
             await self._written(res)
         else:  # the caller decides again from a view that has what beat it
-            await self._follower.seen(res.revision, self._etcd.timeout)
+            await self._follower.seen(_newest(res), self._etcd.timeout)
         return res.succeeded
 
     async def apply_partition_changes(self, changes: Sequence[PartitionChange], *,
@@ -503,10 +505,11 @@ class EtcdMetadata:
                     [Put(key(*c.tp), c.state.encode()) for c in todo],
                     [Get(key(*c.tp), keys_only=True) for c in todo]
                     + [Get(self._keys.controller, keys_only=True)] * len(fence))
-                last = max(last, res.revision)
                 if res.succeeded:
+                    last = max(last, res.revision)
                     applied.update(c.tp for c in todo)
                     break
+                last = max(last, _newest(res))
                 if fence and (not res.gets[-1] or res.gets[-1][0].create_revision != controller_epoch):
                     await self._follower.seen(last, self._etcd.timeout)
                     return PartitionWriteResult(frozenset(applied), frozenset(conflicts), fenced=True)
@@ -537,8 +540,12 @@ class EtcdMetadata:
     # ================================================================== configs, producer ids
     async def set_broker_configs(self, node_id: int | None, configs: Mapping[str, str]) -> None:
         key = self._keys.broker_config(node_id)
-        op: Put | Delete = Put(key, encode_configs(configs)) if configs else Delete(key)
-        await self._written(await self._etcd.txn([], [op]))
+        if configs:
+            await self._written(await self._etcd.txn([], [Put(key, encode_configs(configs))]))
+            return
+        res = await self._etcd.txn([Cmp(key, "version", ">", 0)], [Delete(key)])  # no event when already absent
+        if res.succeeded:
+            await self._written(res)
 
     async def allocate_producer_ids(self, block_size: int) -> int:
         if block_size <= 0:
@@ -558,6 +565,11 @@ class EtcdMetadata:
             res = await self._etcd.txn([cmp], [Put(key, str(start + block_size).encode("ascii"))])
             if res.succeeded:
                 return start
+
+
+def _newest(res: TxnResult) -> int:
+    """The newest mod_revision among the keys a failed transaction read: what beat it (an event to wait for)."""
+    return max((kv.mod_revision for kvs in res.gets for kv in kvs), default=0)
 
 
 def _unique(changes: Sequence[PartitionChange]) -> None:

@@ -225,6 +225,25 @@ def test_isr_change_and_election_race_exactly_one_wins(etcd: EtcdProcess, cluste
     run(main)
 
 
+def test_a_write_is_in_the_writers_view_when_it_returns(etcd: EtcdProcess, cluster_name: str) -> None:
+    async def main() -> None:
+        a = await connect(etcd, cluster_name)
+        await a.create_topic(TopicMeta("ryw", uuid.uuid4(), 1), states(1))
+        for leader in range(2, 52):
+            vp = a.view.partitions[("ryw", 0)]
+            new = vp.state.with_leader(leader, (leader,))
+            assert await a.update_partitions([PartitionChange(("ryw", 0), vp.mod_revision, new)])
+            assert a.view.partition("ryw", 0) == new  # no await in between
+            stale = PartitionChange(("ryw", 0), vp.mod_revision, vp.state.with_isr(()))
+            assert not await a.update_partitions([stale])
+        assert await a.set_topic_configs("ryw", {"x": "1"}) and a.view.topics["ryw"].configs == {"x": "1"}
+        await a.set_broker_configs(3, {"y": "2"})
+        assert a.view.broker_config(3, "y") == "2"
+        await a.close()
+
+    run(main)
+
+
 def test_producer_id_blocks_are_unique_under_concurrent_allocation(etcd: EtcdProcess, cluster_name: str) -> None:
     async def main() -> None:
         stores = await asyncio.gather(*(connect(etcd, cluster_name) for _ in range(4)))
