@@ -150,6 +150,12 @@ class ViewFollower:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
                 continue
+            except Exception:  # a bug must not freeze the view for good: say so, read everything, go on
+                log.exception("the metadata watch failed; reading everything from etcd again")
+                self._set_stale(True)
+                reload = True
+                await asyncio.sleep(1.0)
+                continue
             delay, failures = 0.1, 0
 
     async def _follow(self, stream: WatchStream) -> None:

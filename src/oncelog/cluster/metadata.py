@@ -330,15 +330,25 @@ class EtcdMetadata:
             self._set_session(Session(False, self._session.broker, "lease not refreshed in time"))
 
     async def _keepalive_loop(self) -> None:
+        while not self._closed:
+            try:
+                await self._keep_alive()
+            except Exception:  # a bug must not silently end the session: the lease would expire unnoticed
+                log.exception("the lease keep-alive of this broker failed; restarting it")
+                await asyncio.sleep(1.0)
+
+    async def _keep_alive(self) -> None:
         loop = asyncio.get_running_loop()
-        assert self._info is not None
+        info = self._info
+        if info is None:
+            return
         retry = 0.25
         next_refresh = loop.time() + self._heartbeat_s
         while not self._closed:
             lease = self._lease
             if lease is None:  # expired in etcd: register again (a new broker epoch)
                 try:
-                    broker = await self._register_once(self._info, take_over=False)
+                    broker = await self._register_once(info, take_over=False)
                     log.warning("registered again as node %d with broker epoch %d", broker.node_id, broker.epoch)
                     next_refresh = loop.time() + self._heartbeat_s
                     retry = 0.25
@@ -364,7 +374,7 @@ class EtcdMetadata:
                 continue
             if ttl <= 0:
                 log.error("the etcd lease of node %d expired (no refresh reached etcd in time): registering "
-                          "again", self._info.node_id)
+                          "again", info.node_id)
                 self._arm(None)
                 self._controller_epoch = 0
                 self._set_session(Session(False, self._session.broker, "lease expired"))
@@ -373,7 +383,7 @@ class EtcdMetadata:
             self._arm(lease)
             if not self._session.alive:
                 log.warning("etcd confirmed the lease of node %d: registered again with the same broker epoch",
-                            self._info.node_id)
+                            info.node_id)
                 self._set_session(Session(True, self._session.broker, "lease confirmed"))
 
     async def deregister(self) -> None:
@@ -385,6 +395,7 @@ class EtcdMetadata:
         lease = self._lease
         self._arm(None)
         self._controller_epoch = 0
+        self._info = None
         if lease is not None:
             try:
                 await self._etcd.revoke(lease.id, timeout=min(self._etcd.timeout, 2.0))
