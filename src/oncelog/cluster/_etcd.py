@@ -45,6 +45,7 @@ __all__ = [
     "WatchEvent",
     "WatchStream",
     "prefix_end",
+    "stop_task",
 ]
 
 # gRPC channel settings: reconnect quickly after etcd restarts (gRPC's own backoff grows to 2 minutes), notice a
@@ -211,6 +212,16 @@ def _map_error(e: BaseException, what: str, endpoint: str) -> Exception:
     else:
         reason = repr(e)
     return EtcdUnavailable(f"etcd at {endpoint}: {what}: {reason}")
+
+
+async def stop_task(task: asyncio.Task[None] | None) -> None:
+    """Cancel ``task`` and wait for it to end, cancelling again if a cancellation was lost (``asyncio.wait_for``
+    before Python 3.12 can swallow one, CPython gh-86296; so can a gRPC call that completes at the same moment)."""
+    while task is not None and not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.5)
+    if task is not None:
+        await asyncio.gather(task, return_exceptions=True)
 
 
 class Etcd:

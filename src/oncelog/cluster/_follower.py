@@ -15,7 +15,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from ._etcd import KV, Etcd, EtcdCompacted, EtcdUnavailable, WatchBatch, WatchStream, prefix_end
+from ._etcd import KV, Etcd, EtcdCompacted, EtcdUnavailable, WatchBatch, WatchStream, prefix_end, stop_task
 from ._viewstate import ViewState
 from .changes import ViewChange, ViewSubscription
 from .model import ClusterView, Keys
@@ -53,9 +53,7 @@ class ViewFollower:
 
     async def close(self) -> None:
         self.closed = True
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await stop_task(self._task)
         for sub in list(self._subs):
             sub.close()
         self.poke()
@@ -82,9 +80,12 @@ class ViewFollower:
             left = None if deadline is None else deadline - loop.time()
             if left is not None and left <= 0:
                 return False
-            try:
-                await asyncio.wait_for(tick.wait(), left)
-            except asyncio.TimeoutError:
+            waiter = asyncio.ensure_future(tick.wait())
+            try:  # asyncio.wait, not wait_for: a cancellation of the caller is never swallowed (gh-86296)
+                done, _ = await asyncio.wait({waiter}, timeout=left)
+            finally:
+                waiter.cancel()
+            if not done:
                 return cond()
         return True
 
@@ -162,7 +163,7 @@ class ViewFollower:
         await self._probe()
         read: asyncio.Future[WatchBatch] | None = None
         try:
-            while True:
+            while not self.closed:
                 if read is None:
                     read = asyncio.ensure_future(stream.next())
                 done, _ = await asyncio.wait({read}, timeout=_QUIET_CHECK_S)

@@ -89,9 +89,12 @@ class ViewSubscription:
     async def next(self, timeout: float | None = None) -> ViewChange | None:
         """Everything that changed since the previous call; ``None`` after ``timeout`` seconds or once closed."""
         if self._pending is None and not self._closed:
-            try:
-                await asyncio.wait_for(self._ready.wait(), timeout)
-            except asyncio.TimeoutError:
+            waiter = asyncio.ensure_future(self._ready.wait())
+            try:  # asyncio.wait, not wait_for: a cancellation of the reader is never swallowed (gh-86296)
+                done, _ = await asyncio.wait({waiter}, timeout=timeout)
+            finally:
+                waiter.cancel()
+            if not done:
                 return None
         change, self._pending = self._pending, None
         self._ready.clear()

@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ._etcd import KV, Cmp, Delete, Etcd, EtcdUnavailable, Get, Put, TxnResult
+from ._etcd import KV, Cmp, Delete, Etcd, EtcdUnavailable, Get, Put, TxnResult, stop_task
 from ._follower import ViewFollower
 from ._topics import TopicWrites
 from .changes import ViewSubscription
@@ -329,8 +329,12 @@ class EtcdMetadata:
                       lease.ttl)
             self._set_session(Session(False, self._session.broker, "lease not refreshed in time"))
 
+    def _keeping_alive(self) -> bool:
+        """The keep-alive goes on (a lost cancellation must not keep it alive after deregister())."""
+        return not self._closed and self._session_task is asyncio.current_task()
+
     async def _keepalive_loop(self) -> None:
-        while not self._closed:
+        while self._keeping_alive():
             try:
                 await self._keep_alive()
             except Exception:  # a bug must not silently end the session: the lease would expire unnoticed
@@ -344,7 +348,7 @@ class EtcdMetadata:
             return
         retry = 0.25
         next_refresh = loop.time() + self._heartbeat_s
-        while not self._closed:
+        while self._keeping_alive():
             lease = self._lease
             if lease is None:  # expired in etcd: register again (a new broker epoch)
                 try:
@@ -389,9 +393,7 @@ class EtcdMetadata:
     async def deregister(self) -> None:
         """Clean shutdown: revoke the lease (the registration and a controller key go at once)."""
         task, self._session_task = self._session_task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await stop_task(task)
         lease = self._lease
         self._arm(None)
         self._controller_epoch = 0
