@@ -6,7 +6,8 @@ events count: see ``cluster._etcd`` on progress notifications), so waiting for a
 event. A quiet watch is checked every second with a linearizable read; a read that fails within the timeout counts
 as a broken watch. A broken watch (etcd restarted, unreachable, paused) is resumed from ``progress`` + 1 while the
 last view keeps being served, marked ``stale``; a watch whose revision was compacted away reads everything again
-and publishes the difference.
+and publishes the difference. An etcd whose revision went back (wiped, or restored from a backup) has another
+history: it is reported and not followed.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class ViewFollower:
         self._tick = asyncio.Event()  # set and replaced whenever anything here (or the owner) moves
         self._subs: list[ViewSubscription] = []
         self._task: asyncio.Task[None] | None = None
+        self._went_back = False
         self.closed = False
 
     @property
@@ -123,6 +125,10 @@ class ViewFollower:
         reload = False
         failures = 0
         while not self.closed:
+            if self._went_back:  # another history: nothing of it is followed (the error is logged)
+                self._set_stale(True)
+                await asyncio.sleep(1.0)
+                continue
             try:
                 if reload:
                     revision, kvs = await self._read_all()
@@ -182,7 +188,15 @@ class ViewFollower:
 
     async def _probe(self) -> None:
         """A linearizable read (etcd has a leader and answers in time), or EtcdUnavailable."""
-        await self._etcd.range(self._keys.cluster_id)
+        revision, _, _ = await self._etcd.range(self._keys.cluster_id)
+        if revision < self.progress:  # revisions never go back, unless etcd was wiped or restored from a backup
+            if not self._went_back:
+                self._went_back = True
+                log.error("etcd at %s is at revision %d, before revision %d this broker has seen: etcd was "
+                          "replaced or restored from a backup; the metadata is not followed until the broker "
+                          "restarts",
+                          self._etcd.endpoint, revision, self.progress)
+            raise EtcdUnavailable(f"etcd at {self._etcd.endpoint} went back to revision {revision}")
         self._set_stale(False)
 
     def _set_stale(self, stale: bool) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -220,5 +221,29 @@ def test_a_broker_cut_off_past_its_lease_registers_again(own_etcd: EtcdProcess) 
         await b.close()
         await watcher.close()
         await proxy.close()
+
+    run(main)
+
+
+def test_an_etcd_wiped_under_a_running_store_is_reported_not_followed(own_etcd: EtcdProcess,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """etcd's revisions never go back; if they do, etcd was replaced: the view is not silently mixed with it."""
+    caplog.set_level(logging.INFO, "oncelog.cluster.metadata")
+
+    async def main() -> None:
+        a = await connect(own_etcd.endpoint, "c")
+        for i in range(5):
+            await a.create_topic(TopicMeta(f"t{i}", uuid.uuid4(), 1), states(1))
+        own_etcd.kill()
+        shutil.rmtree(own_etcd.data_dir)
+        own_etcd.start()  # a new, empty etcd at revision 1
+        await wait_for(lambda: "replaced or restored from a backup" in caplog.text, 10, "reported")
+        other = await connect(own_etcd.endpoint, "c")  # the new etcd's history passes the old revision
+        for i in range(10):
+            await other.create_topic(TopicMeta(f"new{i}", uuid.uuid4(), 1), states(1))
+        await asyncio.sleep(2)
+        assert a.stale and set(a.view.topics) == {f"t{i}" for i in range(5)}
+        await other.close()
+        await a.close()
 
     run(main)
