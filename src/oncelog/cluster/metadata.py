@@ -35,7 +35,8 @@ from ._topics import TopicWrites
 from .changes import ViewSubscription
 from .model import BrokerInfo, ClusterView, ControllerInfo, Keys, MetadataFormatError, PartitionState, \
     TopicMeta, encode_configs
-from .store import DuplicateBrokerError, MetadataUnavailableError, PartitionChange, PartitionWriteResult
+from .store import DuplicateBrokerError, MetadataStore, MetadataUnavailableError, PartitionChange, \
+    PartitionWriteResult
 
 __all__ = [
     "DEFAULT_HEARTBEAT_INTERVAL_MS",
@@ -588,3 +589,7 @@ def _newest(res: TxnResult) -> int:
 def _unique(changes: Sequence[PartitionChange]) -> None:
     if len({c.tp for c in changes}) != len(changes):
         raise ValueError("two changes of the same partition in one write")
+
+
+def _implements_the_contract(store: EtcdMetadata) -> MetadataStore:
+    return store  # mypy checks here that EtcdMetadata is a MetadataStore
