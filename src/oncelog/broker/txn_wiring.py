@@ -13,7 +13,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from oncelog.coordinator.transaction import FileProducerIdStore, ProducerIdManager, TransactionCoordinator
-from oncelog.storage.log import write_atomic
+from oncelog.storage.files import write_atomic
 
 from .internal_log import BrokerMarkerWriter, InternalTopicLog
 

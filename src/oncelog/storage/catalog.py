@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import KafkaStorageError, TopicExistsError, UnknownTopicError
-from .log import write_atomic
+from .files import write_atomic
 
 __all__ = ["CATALOG_FILE", "TopicCatalog", "TopicInfo", "new_cluster_id"]
 

@@ -82,6 +82,7 @@ from oncelog.protocol.records import (
 from oncelog.protocol.varint import encode_varlong as _enc
 
 from .config import LONG_MAX
+from .files import fsync_dir, write_all, write_atomic
 from .index import OffsetIndex, TimeIndex
 from .segment import (
     INDEX_SUFFIX,
@@ -152,8 +153,6 @@ class CleanerState:
             return cls(0, -1, p)
 
     def save(self) -> None:
-        from .log import write_atomic  # log imports this module
-
         assert self.path is not None
         body = json.dumps({"version": 1, "first_dirty_offset": self.first_dirty_offset,
                            "next_delete_horizon_ms": self.next_delete_horizon_ms})
@@ -536,10 +535,10 @@ class LogCleaner:
                     pos += len(data)
                     pending += data
                     if len(pending) >= _WRITE_CHUNK:
-                        _write_all(fd, pending)
+                        write_all(fd, pending)
                         pending.clear()
             if pending:
-                _write_all(fd, pending)
+                write_all(fd, pending)
             os.fsync(fd)
         except BaseException:
             os.close(fd)
@@ -555,7 +554,7 @@ class LogCleaner:
                 tx.append(e)
             tx.flush()
             tx.close()
-            _fsync_dir(d)
+            fsync_dir(d)
             self._fault("cleaned")
         except BaseException:
             _unlink_all(paths.values())
@@ -584,7 +583,7 @@ class LogCleaner:
         """The file dance, run under the log lock by PartitionLog.replace_segments (see the module doc)."""
         swap = d / segment_file_name(base, LOG_SUFFIX + SWAP_SUFFIX)
         os.replace(d / segment_file_name(base, LOG_SUFFIX + CLEANED_SUFFIX), swap)
-        _fsync_dir(d)  # commit point: from here a crash recovers to the cleaned segment
+        fsync_dir(d)  # commit point: from here a crash recovers to the cleaned segment
         self._fault("swap")
         for seg in group:
             os.replace(seg.log_path, seg.log_path.with_name(seg.log_path.name + DELETED_SUFFIX))
@@ -595,7 +594,7 @@ class LogCleaner:
             os.replace(d / segment_file_name(base, suf + CLEANED_SUFFIX), d / segment_file_name(base, suf))
         self._fault("indexes")
         os.replace(swap, d / segment_file_name(base, LOG_SUFFIX))
-        _fsync_dir(d)
+        fsync_dir(d)
         self._fault("renamed")
         for seg in group:
             seg.log_path.with_name(seg.log_path.name + DELETED_SUFFIX).unlink(missing_ok=True)
@@ -682,26 +681,12 @@ class _Ctx:
         return _build_batch(h, keep, hz), len(keep)
 
 
-def _write_all(fd: int, data: bytes | bytearray) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
 def _unlink_all(paths: Iterable[Path]) -> None:
     for p in paths:
         try:
             p.unlink(missing_ok=True)
         except OSError:  # pragma: no cover
             pass
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # ==================================================================== crash recovery (called by PartitionLog._load)
@@ -767,5 +752,5 @@ def recover_cleaner_files(directory: Path) -> bool:
             p.unlink(missing_ok=True)
             changed = True
     if changed:
-        _fsync_dir(directory)
+        fsync_dir(directory)
     return changed

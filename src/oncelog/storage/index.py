@@ -19,6 +19,8 @@ from array import array
 from bisect import bisect_right
 from pathlib import Path
 
+from .files import write_all, write_atomic
+
 __all__ = ["IndexCorruptError", "OffsetIndex", "TimeIndex"]
 
 _OFF = struct.Struct(">ii")
@@ -50,11 +52,7 @@ class _IndexFile:
         if self._pending:
             data = bytes(self._pending)
             self._pending.clear()
-            fd = self._open_fd()
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
+            write_all(self._open_fd(), data)
 
     def fsync(self) -> None:
         self.write_pending()
@@ -69,9 +67,7 @@ class _IndexFile:
         """Truncate the file to the entries currently in memory (after a rebuild or truncation)."""
         self.close()
         self._pending.clear()
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_bytes(self._encode_all())
-        os.replace(tmp, self.path)
+        write_atomic(self.path, self._encode_all(), durable=False)  # rebuilt on load whenever unusable
 
     def _encode_all(self) -> bytes:  # pragma: no cover - overridden
         raise NotImplementedError

@@ -55,6 +55,7 @@ from .cleaner import CleanerState, recover_cleaner_files
 from .cleaner import needs_cleaning as _needs_cleaning
 from .config import LogConfig
 from .errors import KafkaStorageError, OffsetOutOfRangeError, ProducerStateError
+from .files import TMP_SUFFIX, fsync_dir, write_atomic
 from .producer_state import (
     ORIGIN_CLIENT,
     ORIGIN_COORDINATOR,
@@ -103,29 +104,6 @@ class ReadResult:
     records: list[bytes | memoryview] = field(default_factory=list)
     first_batch_offset: int = -1
     size: int = 0
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` durably: tmp file, fsync, rename, fsync directory."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
 
 
 def _trace_fsync(sizes: list[tuple[Path, int]]) -> None:
@@ -212,13 +190,13 @@ class PartitionLog:
         created = not d.exists()
         d.mkdir(parents=True, exist_ok=True)
         if created:
-            _fsync_dir(d.parent)
+            fsync_dir(d.parent)
         else:
             recover_cleaner_files(d)  # finish or roll back a cleaner swap interrupted by a crash
         lso, rp = self._read_checkpoint(clean_shutdown)
         bases: list[int] = []
         for p in d.iterdir():
-            if p.name.endswith(".tmp"):
+            if p.name.endswith(TMP_SUFFIX):
                 p.unlink(missing_ok=True)
                 continue
             base = parse_segment_base(p.name)
@@ -293,7 +271,7 @@ class PartitionLog:
                 for c in s.companions.values():
                     c.flush()
         if recovered or rebuild or self._dir_dirty:
-            _fsync_dir(d)
+            fsync_dir(d)
             self._dir_dirty = False
         self._durable = leo
         # never past the active segment's base: it is scanned after every unclean shutdown anyway
@@ -655,7 +633,7 @@ class PartitionLog:
                     for i in idx_fds:
                         os.fsync(i)
                 if dir_dirty:
-                    _fsync_dir(self.directory)
+                    fsync_dir(self.directory)
                 if sizes:
                     _trace_fsync(sizes)
             except OSError as e:

@@ -30,7 +30,8 @@ from .errors import (
     TopicExistsError,
     UnknownTopicError,
 )
-from .log import PartitionLog, _fsync_dir
+from .files import fsync_dir, write_atomic
+from .log import PartitionLog
 
 __all__ = ["CLEAN_SHUTDOWN_FILE", "MAX_TOPIC_NAME_LENGTH", "LogManager", "validate_topic_name"]
 
@@ -96,7 +97,7 @@ class LogManager:
             clean = marker.exists() or fresh
             if marker.exists():
                 marker.unlink()
-                _fsync_dir(data_dir)
+                fsync_dir(data_dir)
             catalog = TopicCatalog.open(data_dir)
             self = cls(data_dir, defaults, clock, catalog, lock_fd)
             self.recovered = not clean
@@ -242,13 +243,7 @@ class LogManager:
             try:
                 for plog in self._logs.values():
                     plog.close()
-                marker = self.data_dir / CLEAN_SHUTDOWN_FILE
-                fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                _fsync_dir(self.data_dir)
+                write_atomic(self.data_dir / CLEAN_SHUTDOWN_FILE, b"")
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
                 os.close(self._lock_fd)

@@ -41,7 +41,6 @@ producer, unlike Kafka which keeps only the last one, so duplicate detection sur
 from __future__ import annotations
 
 import logging
-import os
 import struct
 from collections import deque
 from collections.abc import Iterable
@@ -60,6 +59,7 @@ from .errors import (
     OutOfOrderSequenceError,
     TransactionCoordinatorFencedError,
 )
+from .files import write_atomic
 
 __all__ = [
     "NUM_BATCHES_TO_RETAIN",
@@ -586,16 +586,7 @@ class ProducerStateManager:
         path = None
         if offset != self.last_snap_offset or not self._snapshot_path(offset).exists():
             path = self._snapshot_path(offset)
-            data = self.serialize(offset)
-            tmp = path.with_name(path.name + ".tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.write(fd, data)
-                if sync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
+            write_atomic(path, self.serialize(offset), durable=sync)
             self.last_snap_offset = offset
         self.prune_snapshots(keep)
         return path

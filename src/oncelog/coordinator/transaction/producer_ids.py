@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from oncelog.storage.files import write_atomic
+
 __all__ = ["BLOCK_SIZE", "FileProducerIdStore", "ProducerIdManager", "ProducerIdsExhaustedError"]
 
 BLOCK_SIZE = 1000
@@ -54,7 +56,7 @@ class ProducerIdManager:
 
 
 class FileProducerIdStore:
-    """A tiny durable store for the high-water mark: write temp file, fsync, rename, fsync the directory."""
+    """A tiny durable store for the high-water mark, replaced atomically and durably (``write_atomic``)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -68,16 +70,4 @@ class FileProducerIdStore:
         return int(text) if text else 0
 
     def persist(self, next_block_start: int) -> None:
-        import os
-
-        tmp = self.path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(f"{next_block_start}\n".encode("ascii"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        dir_fd = os.open(os.path.dirname(os.path.abspath(self.path)), os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomic(self.path, f"{next_block_start}\n".encode("ascii"))
