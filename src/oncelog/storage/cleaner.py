@@ -36,7 +36,7 @@ What a run does (:meth:`LogCleaner.clean`):
    swapped in under the log lock (:meth:`PartitionLog.replace_segments`):
    ``.log.cleaned -> .log.swap`` (+ directory fsync: the commit point), old segments' ``.log -> .log.deleted`` and
    their indexes unlinked, the new indexes ``.cleaned -> final``, ``.log.swap -> .log``, directory fsync, unlink
-   the ``.deleted`` files. :func:`recover_cleaner_files` (run when a log is opened) finishes or rolls back a swap
+   the ``.deleted`` files. ``loader.recover_cleaner_files`` (run when a log is opened) finishes or rolls back a swap
    interrupted at any point: a ``.log.swap`` means committed (old segments in its offset range are removed, its
    ``.cleaned`` indexes are used if still there), lone ``.cleaned`` files mean not committed (deleted).
    Old segments stay open (readers that took the old segment list keep working) until
@@ -84,13 +84,16 @@ from oncelog.protocol.varint import encode_varlong as _enc
 from .config import LONG_MAX
 from .files import fsync_dir, write_all, write_atomic
 from .index import OffsetIndex, TimeIndex
+from .loader import INDEX_SUFFIXES
 from .segment import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
     INDEX_SUFFIX,
     INT32_MAX,
     LOG_SUFFIX,
+    SWAP_SUFFIX,
     TIMEINDEX_SUFFIX,
     Segment,
-    parse_segment_base,
     segment_file_name,
 )
 from .txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionIndex
@@ -99,15 +102,11 @@ if TYPE_CHECKING:
     from .log import PartitionLog
 
 __all__ = ["CLEANED_SUFFIX", "CLEANER_CHECKPOINT", "DELETED_SUFFIX", "SWAP_SUFFIX", "CleanStats", "CleanerState",
-           "LogCleaner", "needs_cleaning", "recover_cleaner_files"]
+           "LogCleaner", "needs_cleaning"]
 
 log = logging.getLogger("oncelog.storage.cleaner")
 
-CLEANED_SUFFIX = ".cleaned"
-SWAP_SUFFIX = ".swap"
-DELETED_SUFFIX = ".deleted"
 CLEANER_CHECKPOINT = "cleaner.checkpoint"
-INDEX_SUFFIXES = (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXN_INDEX_SUFFIX)
 _READ_CHUNK = 4 << 20
 _WRITE_CHUNK = 1 << 20
 _HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -687,70 +686,3 @@ def _unlink_all(paths: Iterable[Path]) -> None:
             p.unlink(missing_ok=True)
         except OSError:  # pragma: no cover
             pass
-
-
-# ==================================================================== crash recovery (called by PartitionLog._load)
-def _swap_next_offset(path: Path) -> int | None:
-    """Next offset after the last whole batch of a .swap log (headers only); None if it holds no batch."""
-    nxt = None
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        pos = 0
-        while pos + BATCH_HEADER_SIZE <= size:
-            hdr = os.pread(fd, BATCH_HEADER_SIZE, pos)
-            length = int.from_bytes(hdr[8:12], "big", signed=True)
-            if len(hdr) < BATCH_HEADER_SIZE or length < BATCH_HEADER_SIZE - LOG_OVERHEAD or \
-                    pos + length + LOG_OVERHEAD > size:
-                break
-            nxt = int.from_bytes(hdr[0:8], "big", signed=True) + int.from_bytes(hdr[23:27], "big", signed=True) + 1
-            pos += length + LOG_OVERHEAD
-    finally:
-        os.close(fd)
-    return nxt
-
-
-def recover_cleaner_files(directory: Path) -> bool:
-    """Finish or roll back cleaner swaps interrupted by a crash; True if anything was changed.
-
-    ``<base>.log.swap``: the cleaned segment was committed. Every old ``.log`` whose base lies in its offset range is
-    removed with its indexes; its ``.cleaned`` indexes (complete: fsynced before the commit) replace the final ones,
-    otherwise final index files of ``base`` are the new ones already (renamed before the crash). Then ``.deleted``
-    and left-over ``.cleaned`` files are removed and the swap gets its final name.
-    """
-    try:
-        names = [p.name for p in directory.iterdir()]
-    except FileNotFoundError:
-        return False
-    changed = False
-    for name in sorted(names):
-        if not name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
-            continue
-        base = parse_segment_base(name)
-        if base is None:
-            continue
-        swap = directory / name
-        nxt = _swap_next_offset(swap)
-        end = max(nxt if nxt is not None else base, base + 1)
-        for other in names:
-            ob = parse_segment_base(other)
-            if ob is not None and other.endswith(LOG_SUFFIX) and base <= ob < end:
-                (directory / other).unlink(missing_ok=True)
-                for suf in INDEX_SUFFIXES:
-                    if ob != base or (directory / segment_file_name(base, suf + CLEANED_SUFFIX)).exists():
-                        (directory / segment_file_name(ob, suf)).unlink(missing_ok=True)
-        for suf in INDEX_SUFFIXES:
-            cleaned = directory / segment_file_name(base, suf + CLEANED_SUFFIX)
-            if cleaned.exists():
-                os.replace(cleaned, directory / segment_file_name(base, suf))
-        os.replace(swap, directory / segment_file_name(base, LOG_SUFFIX))
-        log.warning("%s: completed an interrupted cleaner swap of the segment at offset %d (up to offset %s)",
-                    directory.name, base, nxt)
-        changed = True
-    for p in directory.iterdir():
-        if p.name.endswith(DELETED_SUFFIX) or p.name.endswith(CLEANED_SUFFIX) or p.name.endswith(SWAP_SUFFIX):
-            p.unlink(missing_ok=True)
-            changed = True
-    if changed:
-        fsync_dir(directory)
-    return changed

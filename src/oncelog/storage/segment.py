@@ -26,13 +26,18 @@ from oncelog.protocol.records import (
 
 from .index import IndexCorruptError, OffsetIndex, TimeIndex
 
-__all__ = ["INDEX_SUFFIX", "LOG_SUFFIX", "TIMEINDEX_SUFFIX", "Segment", "parse_segment_base", "segment_file_name"]
+__all__ = ["CLEANED_SUFFIX", "DELETED_SUFFIX", "INDEX_SUFFIX", "LOG_SUFFIX", "SWAP_SUFFIX", "TIMEINDEX_SUFFIX", "Segment",
+           "parse_segment_base", "segment_file_name"]
 
 log = logging.getLogger("oncelog.storage")
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
+# the cleaner's swap of a cleaned segment (cleaner.py; finished or rolled back on load, loader.py)
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+DELETED_SUFFIX = ".deleted"
 SCAN_CHUNK = 4 << 20
 INT32_MAX = 2**31 - 1
 _LEN = struct.Struct(">i")

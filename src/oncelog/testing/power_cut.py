@@ -2,7 +2,7 @@
 
 A SIGKILL keeps everything the broker wrote (the page cache survives the process); a power cut keeps only what
 was fsynced, plus any part of the rest the kernel happened to write back. To model it, the broker runs with
-``ONCELOG_FSYNC_TRACE=<file>`` (see ``oncelog.storage.log``): after every fdatasync of a segment, and after
+``ONCELOG_FSYNC_TRACE=<file>`` (see ``oncelog.storage.local_log``): after every fdatasync of a segment, and after
 recovery made a segment durable, it appends the segment's path and the size that is now durable. After the kill,
 :func:`cut_to_durable` cuts every segment back to a random length between that size and its current size, often
 in the middle of a batch (a torn write). Whatever the broker acknowledged as durable must survive; the rest may
@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from oncelog.storage.log import FSYNC_DELAY_ENV, FSYNC_TRACE_ENV
+from oncelog.storage.local_log import FSYNC_DELAY_ENV, FSYNC_TRACE_ENV
 
 __all__ = ["FSYNC_DELAY_ENV", "FSYNC_TRACE_ENV", "Cut", "cut_to_durable", "durable_sizes", "freeze_with_undurable",
            "is_stopped", "undurable"]

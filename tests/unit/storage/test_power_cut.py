@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import oncelog.storage.log as log_module
+import oncelog.storage.local_log as log_module
 from oncelog.protocol.records import decode_records
 from oncelog.storage import LogConfig, PartitionLog
 from oncelog.testing.power_cut import cut_to_durable, durable_sizes, freeze_with_undurable, is_stopped, undurable
