@@ -7,7 +7,8 @@ Each record (Kafka's DefaultRecord), optionally compressed as a whole section af
     headerCount varint | [headerKeyLength varint | utf-8 key | headerValueLength varint (-1 = null) | value]*
 
 ``Record`` and ``decode_records`` read them, ``RecordBatchBuilder`` writes a batch (Kafka's MemoryRecordsBuilder),
-``build_control_batch`` and ``parse_control_record`` write and read transaction markers (EndTransactionMarker).
+``build_empty_batch`` a batch without records (Kafka's DefaultRecordBatch.writeEmptyHeader), ``build_control_batch``
+and ``parse_control_record`` write and read transaction markers (EndTransactionMarker).
 The batch header (layout, parsing, validation, in-place offset assignment) is :mod:`.record_batch`; this module
 re-exports its names, so ``oncelog.protocol.records`` is the one import for record batches.
 """
@@ -79,6 +80,7 @@ __all__ = [
     "TimestampType",
     "UnsupportedMagicError",
     "build_control_batch",
+    "build_empty_batch",
     "compute_crc",
     "decode_records",
     "iter_batch_headers",
@@ -331,10 +333,15 @@ def _control_key(record_type: int) -> bytes:
 
 
 class RecordBatchBuilder:
-    """Builds one v2 record batch. ``append`` records, then ``build()`` the bytes (CRC32C included).
+    """Builds one v2 record batch (Kafka's MemoryRecordsBuilder). ``append`` records, then ``build()`` the bytes
+    (CRC32C included).
 
-    baseTimestamp is the first record's timestamp and maxTimestamp the largest one (for LOG_APPEND_TIME
-    batches the broker later stamps maxTimestamp with ``set_max_timestamp_log_append``).
+    baseTimestamp is the first record's timestamp, or the KIP-534 delete horizon when ``delete_horizon_ms`` is
+    given (the batch then carries the delete-horizon attribute), and maxTimestamp the largest record timestamp
+    (for LOG_APPEND_TIME batches the broker later stamps maxTimestamp with ``set_max_timestamp_log_append``).
+    ``append`` gives records consecutive offsets, or keeps given ones (``offset=``: a rewrite of a batch that lost
+    records, as the log cleaner does; Kafka's appendWithOffset), and ``override_last_offset`` keeps the original
+    batch's last offset (so its sequence range) when its last records are gone.
     """
 
     __slots__ = (
@@ -345,7 +352,10 @@ class RecordBatchBuilder:
         "_buf",
         "_compression",
         "_count",
+        "_delete_horizon",
+        "_last_offset_delta",
         "_max_ts",
+        "_next_delta",
         "_partition_leader_epoch",
         "_producer_epoch",
         "_producer_id",
@@ -362,6 +372,7 @@ class RecordBatchBuilder:
         base_offset: int = 0,
         partition_leader_epoch: int = -1,
         timestamp_type: int = TimestampType.CREATE_TIME,
+        delete_horizon_ms: int | None = None,
     ) -> None:
         if not 0 <= compression <= _ATTR_CODEC_LIMIT:
             raise ValueError(f"unknown compression codec id {compression}; use a Compression constant (0-4)")
@@ -371,7 +382,10 @@ class RecordBatchBuilder:
             )
         self._buf = bytearray(BATCH_HEADER_SIZE)  # header placeholder, records follow uncompressed
         self._count = 0
-        self._base_ts = 0
+        self._next_delta = 0
+        self._last_offset_delta = -1  # override_last_offset; -1: the last record's
+        self._delete_horizon = delete_horizon_ms
+        self._base_ts = 0 if delete_horizon_ms is None else delete_horizon_ms
         self._max_ts = -1
         self._compression = compression
         self._attributes = (
@@ -379,6 +393,7 @@ class RecordBatchBuilder:
             | (ATTR_TIMESTAMP_TYPE if timestamp_type else 0)
             | (ATTR_TRANSACTIONAL if is_transactional else 0)
             | (ATTR_CONTROL if is_control else 0)
+            | (ATTR_DELETE_HORIZON if delete_horizon_ms is not None else 0)
         )
         self._producer_id = producer_id
         self._producer_epoch = producer_epoch
@@ -401,13 +416,24 @@ class RecordBatchBuilder:
         key: bytes | bytearray | memoryview | None,
         value: bytes | bytearray | memoryview | None,
         headers: Sequence[tuple[str, bytes | bytearray | memoryview | None]] = (),
+        *,
+        offset: int | None = None,
     ) -> int:
-        """Append one record; returns its offset delta within the batch."""
-        delta = self._count
-        if delta == 0:
+        """Append one record, at the next offset or at absolute ``offset`` (above every offset appended so far;
+        gaps allowed). Returns its offset delta within the batch."""
+        if offset is None:
+            delta = self._next_delta
+            if delta >= _INT32_MAX:
+                raise OverflowError("a record batch holds at most 2**31 - 1 records")
+        else:
+            delta = offset - self._base_offset
+            if delta < self._next_delta or delta > _INT32_MAX:
+                raise ValueError(
+                    f"offset {offset} does not follow offset {self._base_offset + self._next_delta - 1} in a "
+                    f"batch with base offset {self._base_offset}"
+                )
+        if not self._count and self._delete_horizon is None:  # the first record's timestamp is the base
             self._base_ts = timestamp_ms
-        elif delta >= _INT32_MAX:
-            raise OverflowError("a record batch holds at most 2**31 - 1 records")
         if timestamp_ms > self._max_ts:  # noqa: PLR1730  (faster than max())
             self._max_ts = timestamp_ms
         enc = _enc_varlong
@@ -444,20 +470,29 @@ class RecordBatchBuilder:
         buf += value_len
         buf += value
         buf += hdr
-        self._count = delta + 1
+        self._count += 1
+        self._next_delta = delta + 1
         return delta
+
+    def override_last_offset(self, last_offset: int) -> None:
+        """Make ``last_offset`` the batch's last offset (lastOffsetDelta) even if no record carries it."""
+        delta = last_offset - self._base_offset
+        if delta < self._next_delta - 1 or delta > _INT32_MAX:
+            raise ValueError(f"last offset {last_offset} is below an appended record's offset or out of range")
+        self._last_offset_delta = delta
 
     def build(self) -> bytes:
         """Return the finished batch. May be called again after more appends."""
         count = self._count
         if count == 0:
-            raise ValueError("cannot build a record batch without records")
+            raise ValueError("cannot build a record batch without records; see build_empty_batch")
         buf = self._buf
         if self._compression:
             out = bytearray(BATCH_HEADER_SIZE)
             out += _compression.compress(self._compression, memoryview(buf)[BATCH_HEADER_SIZE:])
         else:
             out = buf
+        last_delta = self._last_offset_delta
         HEADER_STRUCT.pack_into(
             out,
             0,
@@ -467,7 +502,7 @@ class RecordBatchBuilder:
             MAGIC_V2,
             0,
             self._attributes,
-            count - 1,
+            last_delta if last_delta >= self._next_delta - 1 else self._next_delta - 1,
             self._base_ts,
             self._max_ts,
             self._producer_id,
@@ -477,6 +512,35 @@ class RecordBatchBuilder:
         )
         _U32.pack_into(out, CRC_OFFSET, int(_crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:])))
         return bytes(out)
+
+
+def build_empty_batch(
+    *,
+    base_offset: int,
+    last_offset: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    partition_leader_epoch: int = -1,
+    timestamp_type: int = TimestampType.CREATE_TIME,
+    is_transactional: bool = False,
+    is_control: bool = False,
+) -> bytes:
+    """A batch header without records (Kafka's DefaultRecordBatch.writeEmptyHeader): it keeps a producer's
+    offsets, sequence range and epoch in the log when every record of its last batch was compacted away.
+    baseTimestamp is -1, no compression."""
+    out = bytearray(BATCH_HEADER_SIZE)
+    attributes = (
+        (ATTR_TIMESTAMP_TYPE if timestamp_type else 0)
+        | (ATTR_TRANSACTIONAL if is_transactional else 0)
+        | (ATTR_CONTROL if is_control else 0)
+    )
+    HEADER_STRUCT.pack_into(out, 0, base_offset, BATCH_HEADER_SIZE - LOG_OVERHEAD, partition_leader_epoch, MAGIC_V2, 0,
+                      attributes, last_offset - base_offset, -1, max_timestamp, producer_id, producer_epoch,
+                      base_sequence, 0)
+    _U32.pack_into(out, CRC_OFFSET, int(_crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:])))
+    return bytes(out)
 
 
 def _encode_headers(headers: Sequence[tuple[str, bytes | bytearray | memoryview | None]]) -> bytes:

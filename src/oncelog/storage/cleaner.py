@@ -52,34 +52,27 @@ from __future__ import annotations
 import json
 import logging
 import os
-import struct
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import crc32c as _crc32c
-
-from oncelog.protocol import compression as _compression
 from oncelog.protocol.records import (
-    ATTR_COMPRESSION_MASK,
     ATTR_CONTROL,
     ATTR_DELETE_HORIZON,
-    ATTR_TIMESTAMP_TYPE,
     ATTR_TRANSACTIONAL,
-    BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
-    MAGIC_V2,
     BatchHeader,
     CorruptRecordError,
     Record,
+    RecordBatchBuilder,
+    build_empty_batch,
     compute_crc,
     decode_records,
     parse_batch_header,
     parse_control_record,
 )
-from oncelog.protocol.varint import encode_varlong as _enc
 
 from .config import LONG_MAX
 from .files import fsync_dir, write_all, write_atomic
@@ -109,10 +102,6 @@ log = logging.getLogger("oncelog.storage.cleaner")
 CLEANER_CHECKPOINT = "cleaner.checkpoint"
 _READ_CHUNK = 4 << 20
 _WRITE_CHUNK = 1 << 20
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_U32 = struct.Struct(">I")
-_NULL = b"\x01"  # zigzag varint -1
-_KEEP_ATTRS = ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL
 
 
 # ==================================================================== results / persistent state
@@ -314,64 +303,28 @@ def _iter_batches(fd: int, size: int, start: int = 0) -> Iterator[tuple[BatchHea
         want = _READ_CHUNK
 
 
-def _encode_record(out: bytearray, r: Record, base_offset: int, base_ts: int) -> None:
-    key, value = r.key, r.value
-    body = bytearray(b"\x00")
-    body += _enc(r.timestamp - base_ts)
-    body += _enc(r.offset - base_offset)
-    if key is None:
-        body += _NULL
-    else:
-        body += _enc(len(key))
-        body += key
-    if value is None:
-        body += _NULL
-    else:
-        body += _enc(len(value))
-        body += value
-    hdrs = r.headers
-    body += _enc(len(hdrs))
-    for hk, hv in hdrs:
-        kb = hk.encode("utf-8")
-        body += _enc(len(kb))
-        body += kb
-        if hv is None:
-            body += _NULL
-        else:
-            body += _enc(len(hv))
-            body += hv
-    out += _enc(len(body))
-    out += body
-
-
 def _build_batch(h: BatchHeader, records: list[Record], delete_horizon: int | None) -> bytes:
-    """``h`` rebuilt with ``records`` (same base offset, last offset delta, producer fields, codec)."""
-    log_append = h.attributes & ATTR_TIMESTAMP_TYPE
-    base_ts = delete_horizon if delete_horizon is not None else records[0].timestamp
-    max_ts = h.max_timestamp if log_append else max(r.timestamp for r in records)
-    section = bytearray()
+    """``h`` rebuilt with ``records`` (Kafka's MemoryRecords.buildRetainedRecordsInto): same base offset, last
+    offset (so sequence range), producer fields, codec and timestamp type; record offsets and timestamps kept;
+    the base timestamp is the KIP-534 delete horizon when one is set."""
+    b = RecordBatchBuilder(compression=h.compression, producer_id=h.producer_id, producer_epoch=h.producer_epoch,
+                           base_sequence=h.base_sequence, is_transactional=h.is_transactional,
+                           is_control=h.is_control, base_offset=h.base_offset,
+                           partition_leader_epoch=h.partition_leader_epoch, timestamp_type=h.timestamp_type,
+                           delete_horizon_ms=delete_horizon)
     for r in records:
-        _encode_record(section, r, h.base_offset, base_ts)
-    codec = h.attributes & ATTR_COMPRESSION_MASK
-    body = _compression.compress(codec, section) if codec else section
-    attrs = (h.attributes & ~ATTR_DELETE_HORIZON) | (ATTR_DELETE_HORIZON if delete_horizon is not None else 0)
-    out = bytearray(BATCH_HEADER_SIZE)
-    out += body
-    _HEADER.pack_into(out, 0, h.base_offset, len(out) - LOG_OVERHEAD, h.partition_leader_epoch, MAGIC_V2, 0, attrs,
-                      h.last_offset_delta, base_ts, max_ts, h.producer_id, h.producer_epoch, h.base_sequence,
-                      len(records))
-    _U32.pack_into(out, 17, _crc32c.crc32c(memoryview(out)[21:]))
-    return bytes(out)
+        b.append(r.timestamp, r.key, r.value, r.headers, offset=r.offset)
+    b.override_last_offset(h.last_offset)
+    return b.build()
 
 
 def _empty_batch(h: BatchHeader) -> bytes:
-    """Kafka's DefaultRecordBatch.writeEmptyHeader: header only, no records, same offsets/sequence/epoch."""
-    out = bytearray(BATCH_HEADER_SIZE)
-    _HEADER.pack_into(out, 0, h.base_offset, BATCH_HEADER_SIZE - LOG_OVERHEAD, h.partition_leader_epoch, MAGIC_V2, 0,
-                      h.attributes & _KEEP_ATTRS, h.last_offset_delta, -1, h.max_timestamp, h.producer_id,
-                      h.producer_epoch, h.base_sequence, 0)
-    _U32.pack_into(out, 17, _crc32c.crc32c(memoryview(out)[21:]))
-    return bytes(out)
+    """``h`` without records: same offsets, sequence and epoch (Kafka's DefaultRecordBatch.writeEmptyHeader)."""
+    return build_empty_batch(base_offset=h.base_offset, last_offset=h.last_offset, max_timestamp=h.max_timestamp,
+                             producer_id=h.producer_id, producer_epoch=h.producer_epoch,
+                             base_sequence=h.base_sequence, partition_leader_epoch=h.partition_leader_epoch,
+                             timestamp_type=h.timestamp_type, is_transactional=h.is_transactional,
+                             is_control=h.is_control)
 
 
 def _horizon(h: BatchHeader) -> int | None:

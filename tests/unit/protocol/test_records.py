@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from oncelog.protocol.records import (
     ATTR_CONTROL,
+    ATTR_DELETE_HORIZON,
     ATTR_TRANSACTIONAL,
     BATCH_HEADER_SIZE,
     Compression,
@@ -24,6 +25,7 @@ from oncelog.protocol.records import (
     TimestampType,
     UnsupportedMagicError,
     build_control_batch,
+    build_empty_batch,
     decode_records,
     iter_batch_headers,
     parse_batch_header,
@@ -94,6 +96,38 @@ def test_builder_rejects_bad_arguments() -> None:
         RecordBatchBuilder(timestamp_type=2)
     with pytest.raises(ValueError, match="without records"):
         RecordBatchBuilder().build()
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_append_with_offsets_horizon_and_last_offset_override(codec: int) -> None:
+    """What a rewrite needs (Kafka's appendWithOffset / overrideLastOffset / deleteHorizonMs): offsets with gaps,
+    the original last offset, a delete horizon as base timestamp with record timestamps unchanged."""
+    b = RecordBatchBuilder(compression=codec, base_offset=100, delete_horizon_ms=5_000, producer_id=7,
+                           producer_epoch=2, base_sequence=40)
+    assert b.append(1_000, b"a", b"1", offset=101) == 1
+    assert b.append(900, b"b", None, offset=104) == 4
+    assert b.append(1_100, b"c", b"3") == 5  # the next offset follows the last one appended
+    b.override_last_offset(109)
+    batch = b.build()
+    h = parse_batch_header(batch)
+    assert (h.base_offset, h.last_offset, h.records_count) == (100, 109, 3)
+    assert h.attributes & ATTR_DELETE_HORIZON and h.base_timestamp == 5_000 and h.max_timestamp == 1_100
+    assert [(r.offset, r.timestamp, r.key, r.sequence) for r in decode_records(batch)] == [
+        (101, 1_000, b"a", 41), (104, 900, b"b", 44), (105, 1_100, b"c", 45)]
+    with pytest.raises(ValueError, match="does not follow"):
+        b.append(1, b"k", b"v", offset=105)
+    with pytest.raises(ValueError, match="last offset"):
+        b.override_last_offset(104)
+
+
+def test_empty_batch_keeps_offsets_sequence_and_epoch() -> None:
+    batch = build_empty_batch(base_offset=10, last_offset=14, max_timestamp=77, producer_id=3, producer_epoch=1,
+                              base_sequence=20, is_transactional=True, timestamp_type=TimestampType.LOG_APPEND_TIME)
+    (h,) = validate_batches(batch, from_client=False)
+    assert (h.base_offset, h.last_offset, h.records_count, h.base_sequence, h.last_sequence) == (10, 14, 0, 20, 24)
+    assert (h.producer_id, h.producer_epoch, h.base_timestamp, h.max_timestamp) == (3, 1, -1, 77)
+    assert h.is_transactional and not h.is_control and h.timestamp_type == TimestampType.LOG_APPEND_TIME
+    assert decode_records(batch) == []
 
 
 def test_build_is_repeatable() -> None:
