@@ -128,10 +128,11 @@ class Broker:
             await asyncio.sleep(interval)
             for p in self.topics.all_partitions():
                 now = self.clock.wall_ms()
-                if p.deleted or not p.log.needs_cleaning(now):
+                plog = None if p.deleted or self.logs is None else self.logs.get_log(p.topic, p.index)
+                if plog is None or not plog.needs_cleaning(now):  # compaction is the log manager's, as in Kafka
                     continue
                 try:
-                    stats = await asyncio.to_thread(cleaner.clean, p.log, now)
+                    stats = await asyncio.to_thread(cleaner.clean, plog, now)
                 except Exception:
                     log.exception("log cleaner failed on %s-%d; will retry in %.0f s", p.topic, p.index, interval)
                     continue

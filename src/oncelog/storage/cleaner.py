@@ -6,7 +6,7 @@ horizons), for one partition per call, with these simplifications (each keeps th
 * The offset map is an exact ``dict`` key bytes -> last offset (Kafka: a fixed-size MD5 hash map). It is capped at
   ``max_map_entries``; when full, mapping stops at a segment boundary and the rest stays dirty for the next run.
 * Only whole segments are cleaned: the cleanable range ends at the base offset of the first segment that is the
-  active one, or not wholly below the first unstable offset (LSO) and the durable offset (our high watermark), or
+  active one, or not wholly below the first unstable offset (LSO), the durable offset and the high watermark, or
   that holds a record younger than ``min.compaction.lag.ms`` (Kafka's ``firstUncleanableOffset``, rounded down to
   a segment boundary).
 * The dirty offset (Kafka's ``cleaner-offset-checkpoint``) is a per-partition file, ``cleaner.checkpoint``.
@@ -95,7 +95,7 @@ if TYPE_CHECKING:
     from .log import PartitionLog
 
 __all__ = ["CLEANED_SUFFIX", "CLEANER_CHECKPOINT", "DELETED_SUFFIX", "SWAP_SUFFIX", "CleanStats", "CleanerState",
-           "LogCleaner", "needs_cleaning"]
+           "LogCleaner", "needs_cleaning", "truncate_cleaner_checkpoint"]
 
 log = logging.getLogger("oncelog.storage.cleaner")
 
@@ -154,6 +154,17 @@ def _state(plog: PartitionLog) -> CleanerState:
     return st
 
 
+def truncate_cleaner_checkpoint(plog: PartitionLog, end_offset: int) -> None:
+    """The log was truncated to ``end_offset``: the dirty section starts there at the latest, so what is
+    written again at those offsets is compacted (Kafka's LogCleaner.maybeTruncateCheckpoint)."""
+    if plog.cleaner_state is None and not (plog.directory / CLEANER_CHECKPOINT).exists():
+        return
+    st = _state(plog)
+    if st.first_dirty_offset > end_offset:
+        st.first_dirty_offset = end_offset
+        st.save()
+
+
 # ==================================================================== the cleanable range
 def _largest_ts(seg: Segment) -> int:
     if seg.max_timestamp >= 0:
@@ -178,7 +189,7 @@ def _cleanable_end(plog: PartitionLog, segs: list[Segment], upper: int, first_di
 
 def _upper_bound(plog: PartitionLog, active_base: int) -> int:
     first_unstable = plog.first_unstable_offset()
-    upper = min(active_base, plog.durable_offset)
+    upper = min(active_base, plog.durable_offset, plog.high_watermark)
     return upper if first_unstable is None else min(upper, first_unstable)
 
 

@@ -9,6 +9,8 @@ The broker maps them to Kafka error codes:
     InvalidPartitionsError  -> INVALID_PARTITIONS (37)
     InvalidConfigError      -> INVALID_CONFIG (40)
     KafkaStorageError       -> KAFKA_STORAGE_ERROR (56)
+    UnexpectedAppendOffsetError -> not an API error: a replica fetcher's bug or a race (Kafka's
+                                   UnexpectedAppendOffsetException); nothing was written
 
 Producer state (idempotence / transactions); each carries ``error_code``:
 
@@ -42,6 +44,7 @@ __all__ = [
     "StorageError",
     "TopicExistsError",
     "TransactionCoordinatorFencedError",
+    "UnexpectedAppendOffsetError",
     "UnknownProducerIdError",
     "UnknownTopicError",
 ]
@@ -100,6 +103,16 @@ class InvalidConfigError(StorageError, ValueError):
 
 class KafkaStorageError(StorageError, OSError):
     """An I/O error on the data directory (disk full, permissions, failing device)."""
+
+
+class UnexpectedAppendOffsetError(StorageError, ValueError):
+    """A follower append whose batches do not continue the log: an offset below the log end, or batches out of
+    order. Nothing was written; the replica fetcher refetches from the log end."""
+
+    def __init__(self, message: str, first_offset: int, log_end_offset: int) -> None:
+        self.first_offset = first_offset
+        self.log_end_offset = log_end_offset
+        super().__init__(message)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from oncelog.protocol.records import (
 from .config import LogConfig
 from .errors import ProducerStateError
 from .files import TMP_SUFFIX, fsync_dir
+from .leader_epoch import LEADER_EPOCH_CHECKPOINT, EpochEntry, LeaderEpochCache, LeaderEpochCheckpointError
 from .local_log import create_segment, open_segment, trace_fsync
 from .producer_state import ORIGIN_REPLICATION, ProducerStateManager
 from .segment import (
@@ -86,6 +87,7 @@ class LoadedLog:
     recovery_point: int
     checkpoint: tuple[int, int] | None  # what partition.checkpoint held
     replayed: bool  # producer state was replayed from the log: a new snapshot saves the next open that work
+    epochs: LeaderEpochCache
 
 
 class LogLoader:
@@ -145,6 +147,7 @@ class LogLoader:
             if TXN_INDEX_SUFFIX not in s.companions:
                 self._attach_txn_index(s, rebuild)
         replayed = rebuild_producer_state(self.name, self.psm, segments, lso, rebuild)
+        epochs = self._load_epochs(segments, recovered, lso)
         for s in recovered:  # what recovery kept is now made durable, so durable_offset = log end is true
             os.fdatasync(s.fd)
             s.flush_indexes()
@@ -156,7 +159,7 @@ class LogLoader:
         if recovered or rebuild or dir_dirty:
             fsync_dir(d)
         # never past the active segment's base: it is scanned after every unclean shutdown anyway
-        return LoadedLog(segments, lso, segments[-1].base_offset, checkpoint, replayed)
+        return LoadedLog(segments, lso, segments[-1].base_offset, checkpoint, replayed, epochs)
 
     def _segment_bases(self) -> list[int]:
         """Base offsets of the ``.log`` files; deletes ``.tmp`` leftovers and index files without a segment."""
@@ -211,6 +214,36 @@ class LogLoader:
                         (d / segment_file_name(b, TXN_INDEX_SUFFIX)).unlink(missing_ok=True)
                 break
         return segments, recovered
+
+    def _load_epochs(self, segments: list[Segment], recovered: list[Segment], log_start: int) -> LeaderEpochCache:
+        """The leader-epoch cache: the checkpoint file, plus the epochs of recovered segments' batches (Kafka's
+        LogSegment.recover; only batches at or after the log start); rebuilt from every batch header when the
+        file is missing or unusable (a log written before leader epochs were kept: a one-time scan). Then
+        truncated to the log's end and start: the file may be stale after a crash, as in Kafka's LogLoader."""
+        path = self.directory / LEADER_EPOCH_CHECKPOINT
+        try:
+            epochs, scan, rebuilt = LeaderEpochCache.load(path, self.name), recovered, False
+        except FileNotFoundError:
+            epochs, scan, rebuilt = LeaderEpochCache(path, self.name), segments, True
+            if segments[-1].next_offset > segments[0].base_offset:
+                log.info("%s: %s is missing; rebuilding it from the batch headers", self.name, path.name)
+        except (LeaderEpochCheckpointError, OSError) as e:
+            log.warning("%s: rebuilding unusable leader epoch checkpoint from the batch headers: %s", self.name, e)
+            epochs, scan, rebuilt = LeaderEpochCache(path, self.name), segments, True
+        found: list[EpochEntry] = []
+        latest = epochs.latest_epoch
+        for seg in scan:
+            if seg.next_offset <= log_start:
+                continue
+            for h in seg.scan(0, check_crc=False):
+                epoch = h.partition_leader_epoch
+                if epoch >= 0 and h.last_offset >= log_start and (latest is None or epoch > latest):
+                    found.append(EpochEntry(epoch, max(h.base_offset, log_start)))
+                    latest = epoch
+        epochs.assign_all(found, persist=rebuilt)
+        epochs.truncate_from_end(segments[-1].next_offset)
+        epochs.truncate_from_start(log_start)
+        return epochs
 
     def _attach_txn_index(self, seg: Segment, rebuild: set[int]) -> None:
         """Load the segment's .txnindex, or create an empty one and mark the segment for rebuilding."""

@@ -111,8 +111,9 @@ class LocalLog:
         self._flush_lock = threading.Lock()
         self._segments = segments  # replaced, never mutated in place (readers take snapshots)
         self._bases = [s.base_offset for s in segments]
-        self._leo = segments[-1].next_offset
-        self._durable = self._leo  # a loaded log is durable to its end (the loader made it so)
+        #: the next offset to write; read-only outside this class (a plain attribute: read on every append)
+        self.log_end_offset = segments[-1].next_offset
+        self._durable = self.log_end_offset  # a loaded log is durable to its end (the loader made it so)
         self._recovery_point = recovery_point
         self._dirty: list[Segment] = []
         self._dir_dirty = False
@@ -121,10 +122,6 @@ class LocalLog:
         self.closed = False
 
     # ================================================================ properties
-    @property
-    def log_end_offset(self) -> int:
-        return self._leo
-
     @property
     def durable_offset(self) -> int:
         return self._durable
@@ -155,12 +152,22 @@ class LocalLog:
 
     # ================================================================ append / roll
     def append(self, payload: bytes | bytearray | memoryview, headers: list[BatchHeader], next_offset: int,
-               max_timestamp: int) -> Segment:
+               max_timestamp: int, *, first_offset: int | None = None) -> Segment:
         """Write batches whose offsets are final (caller holds the lock), rolling first when the active segment
-        is full or old; the log end becomes ``next_offset``. Returns the segment written to."""
+        is full or old; the log end becomes ``next_offset``. ``first_offset``: the first batch's offset when it
+        may lie above the log end (a follower's append after a compacted gap); a segment rolled for it starts
+        there if its offsets would not fit one starting at the log end (Kafka rolls at it always; the segments
+        of this log stay contiguous otherwise). Returns the segment written to."""
         seg = self._segments[-1]
-        if seg.size and self._should_roll(seg, len(payload), max_timestamp, next_offset - 1):
-            seg = self.roll_locked()
+        # a follower's batches far past the log end (a compacted gap of 2^31 offsets) need a segment of their own
+        far = None
+        if first_offset is not None and next_offset - 1 - self.log_end_offset > INT32_MAX:
+            far = first_offset
+        if seg.size:
+            if self._should_roll(seg, len(payload), max_timestamp, next_offset - 1):
+                seg = self.roll_locked(far)
+        elif far is not None and next_offset - 1 - seg.base_offset > INT32_MAX:
+            seg = self._restart_empty_active(far)
         try:
             seg.append(payload, headers, next_offset)
         except OSError as e:
@@ -168,8 +175,18 @@ class LocalLog:
         if not seg.dirty:
             seg.dirty = True
             self._dirty.append(seg)
-        self._leo = next_offset
+        self.log_end_offset = next_offset
         return seg
+
+    def _restart_empty_active(self, base: int) -> Segment:
+        old = self._segments[-1]
+        old.delete()
+        self._dirty = [s for s in self._dirty if s is not old]
+        new = self.new_segment(base)
+        self._segments = self._segments[:-1] + [new]
+        self._bases = self._bases[:-1] + [base]
+        self._dir_dirty = True
+        return new
 
     def _should_roll(self, seg: Segment, size: int, max_ts: int, last_offset: int) -> bool:
         c = self.config
@@ -191,13 +208,14 @@ class LocalLog:
                 return self._segments[-1]
             return self.roll_locked()
 
-    def roll_locked(self) -> Segment:
+    def roll_locked(self, base: int | None = None) -> Segment:
+        """Start a new active segment at the log end, or at ``base`` if that is above it."""
         old = self._segments[-1]
         old.on_become_inactive()
         if not old.dirty:  # its indexes still need an fsync before the recovery point may pass it
             old.dirty = True
             self._dirty.append(old)
-        new = self.new_segment(self._leo)
+        new = self.new_segment(self.log_end_offset if base is None else max(base, self.log_end_offset))
         self._segments = self._segments + [new]
         self._bases = self._bases + [new.base_offset]
         self._dir_dirty = True
@@ -213,7 +231,7 @@ class LocalLog:
             with self._lock:
                 if self.closed:
                     return self._durable, False
-                end = self._leo
+                end = self.log_end_offset
                 segs, self._dirty = self._dirty, []
                 active = self._segments[-1]
                 active.offset_index.write_pending()
@@ -266,7 +284,7 @@ class LocalLog:
         """Whole batches from the one containing ``offset``, each with last offset < ``max_offset``, up to
         ``max_bytes`` (the first batch is returned whole anyway when ``min_one_batch``, KIP-74). The caller
         checks ``offset`` against the log start."""
-        if offset >= self._leo or offset >= max_offset:
+        if offset >= self.log_end_offset or offset >= max_offset:
             return ReadResult()
         segs = self._segments
         i = max(bisect_right(self._bases, offset) - 1, 0)
@@ -393,6 +411,50 @@ class LocalLog:
         seg.delete()
         return seg
 
+    def delete_segments_below(self, offset: int) -> int:
+        """DeleteRecords: delete the segments wholly below ``offset`` (rolling first if the active one is); the
+        number deleted. Caller holds the lock."""
+        if self._segments[-1].next_offset <= offset and self._segments[-1].size:
+            self.roll_locked()
+        n = 0
+        while len(self._segments) > 1 and self._segments[1].base_offset <= offset:
+            self.delete_oldest_locked()
+            n += 1
+        return n
+
+    def delete_segments_past_retention(self, now_ms: int, retention_ms: int, retention_bytes: int) -> int:
+        """Delete the oldest inactive segments whose newest record is older than ``retention_ms``, then while the
+        log is larger than ``retention_bytes`` (-1: no limit); the number deleted. Caller holds the lock."""
+        deleted = 0
+        if retention_ms >= 0:
+            while len(self._segments) > 1:
+                seg = self._segments[0]
+                newest = seg.max_timestamp if seg.max_timestamp >= 0 else _mtime_ms(seg)
+                if now_ms - newest <= retention_ms:
+                    break
+                self.delete_oldest_locked()
+                deleted += 1
+        if retention_bytes >= 0:
+            excess = self.size_in_bytes - retention_bytes
+            while len(self._segments) > 1 and excess - self._segments[0].size >= 0:
+                excess -= self.delete_oldest_locked().size
+                deleted += 1
+        return deleted
+
+    def inactive_fds(self) -> tuple[list[Segment], dict[int, int]]:
+        """(segments, id(segment) -> a duplicated fd of every inactive one) for the cleaner, which reads them
+        without the lock and closes the fds. Caller holds the lock."""
+        segs = self._segments
+        fds: dict[int, int] = {}
+        try:
+            for s in segs[:-1]:
+                fds[id(s)] = os.dup(s.fd)
+        except OSError:
+            for fd in fds.values():
+                os.close(fd)
+            raise
+        return list(segs), fds
+
     def replace_segments(self, old: list[Segment], install: Callable[[], None]) -> Segment | None:
         """Cleaner swap: if ``old`` are still consecutive inactive segments of this log, run ``install`` (which
         gives the cleaned segment's files their final names, base offset ``old[0].base_offset``) under the log
@@ -446,6 +508,63 @@ class LocalLog:
                 keep.append((t, s))
         self._retired = keep
 
+    # ================================================================ truncation (the caller holds truncation_lock)
+    @property
+    def truncation_lock(self) -> threading.Lock:
+        """Held across a truncation: no flush runs meanwhile, so none reports a removed offset as durable."""
+        return self._flush_lock
+
+    def lower_recovery_point(self, offset: int) -> None:
+        """Make every segment from ``offset`` on count as needing recovery (the owner writes the checkpoint)."""
+        with self._lock:
+            self._recovery_point = min(self._recovery_point, offset)
+
+    def truncate_to(self, offset: int, fault: Callable[[str], None]) -> list[Segment]:
+        """Remove everything at or after ``offset`` (Kafka's LocalLog.truncateTo; the caller checked that the
+        first segment starts at or below it and that the log ends above it). Segments starting above ``offset``
+        are deleted from the last one back, so a crash leaves a prefix; the segment holding ``offset`` is cut
+        (a straddling batch goes whole, see Segment.truncate_to), its ``.txnindex`` too, and the cut is made
+        durable. The caller has lowered the recovery point below that segment first, so after a crash in the
+        middle loading scans it. Returns the deleted segments; the log end may end up below ``offset``."""
+        with self._lock:
+            segs = self._segments
+            keep = [s for s in segs if s.base_offset <= offset]
+            gone = segs[len(keep):]
+            for s in reversed(gone):
+                s.delete()
+            fault("segments_deleted")
+            self._segments = keep
+            self._bases = [s.base_offset for s in keep]
+            if gone:
+                self._dirty = [s for s in self._dirty if all(s is not g for g in gone)]
+            last = keep[-1]
+            last.truncate_to(offset)
+            txn_idx = last.companions.get(TXN_INDEX_SUFFIX)
+            if isinstance(txn_idx, TransactionIndex):
+                txn_idx.truncate_to(last.next_offset)
+            fault("segment_truncated")
+            os.fdatasync(last.fd)
+            last.flush_indexes()
+            fsync_dir(self.directory)
+            self.log_end_offset = last.next_offset
+            self._durable = min(self._durable, self.log_end_offset)
+            self._recovery_point = min(self._recovery_point, last.base_offset)
+            return gone
+
+    def truncate_fully_and_start_at(self, offset: int, fault: Callable[[str], None]) -> None:
+        """Delete every segment (the last one first) and start an empty log at ``offset`` (Kafka's
+        LocalLog.truncateFullyAndStartAt). A crash in the middle leaves a prefix of the old log, or none."""
+        with self._lock:
+            for s in reversed(self._segments):
+                s.delete()
+            self._dirty = []
+            fault("segments_deleted")
+            new = self.new_segment(offset)
+            fsync_dir(self.directory)
+            self._segments = [new]
+            self._bases = [offset]
+            self.log_end_offset = self._durable = self._recovery_point = offset
+
     # ================================================================ lifecycle
     def update_config(self, config: LogConfig) -> None:
         self.config = config
@@ -466,3 +585,9 @@ class LocalLog:
             s.close()
         self.close_retired(2**63 - 1)
 
+
+def _mtime_ms(seg: Segment) -> int:
+    try:
+        return int(os.fstat(seg.fd).st_mtime * 1000)
+    except OSError:
+        return 0

@@ -2,8 +2,11 @@
 
 A :class:`PartitionLog` owns a :class:`~oncelog.storage.local_log.LocalLog` (segments, append, roll, flush, read)
 and adds what is more than bytes in segments: offsets assigned on append, the log start offset and
-``partition.checkpoint``, producer state (idempotence and transactions), the aborted-transaction indexes,
-retention and DeleteRecords. Opening one runs :class:`~oncelog.storage.loader.LogLoader` (recovery).
+``partition.checkpoint``, producer state (idempotence and transactions), the aborted-transaction indexes, the
+leader-epoch cache (leader_epoch.py), the high watermark, retention and DeleteRecords. Opening one runs
+:class:`~oncelog.storage.loader.LogLoader` (recovery). What a replica uses of it, leader or follower (appends
+as leader and as follower, truncation, leader epochs, the high watermark), is the ``ReplicaLog`` protocol
+(interface.py).
 
 Threading: ``append``, ``read``, ``roll``, retention and DeleteRecords run on one thread (the broker's event
 loop); ``flush`` may run on any thread concurrently with them. Shared state is guarded by ``_lock`` (shared
@@ -23,7 +26,6 @@ the marker lands in. Producer state is snapshotted (``<offset>.snapshot``) at ev
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import threading
 from collections.abc import Callable, Iterator
@@ -32,22 +34,23 @@ from pathlib import Path
 
 from oncelog.clock import Clock
 from oncelog.protocol.records import (
-    ATTR_CONTROL,
     BatchHeader,
     TimestampType,
     build_control_batch,
     parse_batch_header,
-    parse_control_record,
     set_base_offset,
     set_max_timestamp_log_append,
+    set_partition_leader_epoch,
 )
 
-from .cleaner import CleanerState
+from .cleaner import CleanerState, truncate_cleaner_checkpoint
 from .cleaner import needs_cleaning as _needs_cleaning
 from .config import LogConfig
-from .errors import KafkaStorageError, OffsetOutOfRangeError
+from .errors import KafkaStorageError, OffsetOutOfRangeError, UnexpectedAppendOffsetError
 from .files import write_atomic
-from .loader import CHECKPOINT_FILE, LogLoader, encode_checkpoint
+from .interface import HighWatermarkRule
+from .leader_epoch import LeaderEpochCache
+from .loader import CHECKPOINT_FILE, LogLoader, encode_checkpoint, rebuild_producer_state
 from .local_log import LocalLog, ReadResult, RollHook
 from .producer_state import (
     ORIGIN_CLIENT,
@@ -90,7 +93,12 @@ class PartitionLog:
         self._ckpt_written: tuple[int, int] | None = None
         self._psm = ProducerStateManager(self.name, self.directory)
         self._local: LocalLog  # set by open()
+        self._epochs: LeaderEpochCache  # set by open()
+        self._hw = 0
+        self.high_watermark_rule = HighWatermarkRule.DURABLE
         self.cleaner_state: CleanerState | None = None  # loaded by the cleaner (cleaner.py) on first use
+        #: test hook called with a step name during a truncation; raising there simulates a crash at that point
+        self.fault: Callable[[str], None] | None = None
 
     @property
     def name(self) -> str:
@@ -99,7 +107,10 @@ class PartitionLog:
     # ================================================================ open
     @classmethod
     def open(cls, directory: Path, topic: str, partition: int, config: LogConfig, clock: Clock, *,
-             clean_shutdown: bool) -> PartitionLog:
+             clean_shutdown: bool, high_watermark: int | None = None) -> PartitionLog:
+        """Open (create, or load and recover) the log. The high watermark starts at the log end (everything
+        loaded is durable), or at ``high_watermark`` if given (a replica's checkpointed value; clamped to the
+        log): transactions whose marker is above it keep holding the last stable offset back."""
         self = cls(Path(directory), topic, partition, config, clock)
         try:
             loaded = LogLoader(self.directory, self.name, config, clock, self._psm).load(clean_shutdown)
@@ -112,7 +123,10 @@ class PartitionLog:
         self._local.on_roll.append(self._snapshot_on_roll)
         self._lso = loaded.log_start_offset
         self._ckpt_written = loaded.checkpoint
-        self._psm.on_high_watermark(self._local.log_end_offset)  # everything loaded is durable
+        self._epochs = loaded.epochs
+        leo = self._local.log_end_offset
+        self._hw = leo if high_watermark is None else min(max(high_watermark, self._lso), leo)
+        self._psm.on_high_watermark(self._hw)
         try:
             self._write_checkpoint()
             if loaded.replayed:
@@ -192,8 +206,10 @@ class PartitionLog:
     # ================================================================ append
     def append(self, payload: bytearray, headers: list[BatchHeader], *,
                log_append_time_ms: int | None = None, origin: str = ORIGIN_CLIENT,
-               markers: dict[int, tuple[bool, int]] | None = None) -> AppendResult:
-        """Assign offsets to the (already validated) batches in ``payload`` and write them in one call.
+               markers: dict[int, tuple[bool, int]] | None = None, leader_epoch: int | None = None) -> AppendResult:
+        """As leader: assign offsets to the (already validated) batches in ``payload`` and write them in one call
+        (Kafka's appendAsLeader). ``leader_epoch``: stamped on every batch as its partitionLeaderEpoch and recorded
+        in the leader-epoch cache when it is new (None: batches keep theirs).
 
         Batches with a producer id are checked against the producer state first (``origin`` ``client``: full
         idempotence/transaction checks; ``coordinator``: epoch checks only, and control batches are transaction
@@ -225,39 +241,80 @@ class PartitionLog:
                     max_ts, max_ts_off = h.max_timestamp, off - 1
                 if h.producer_id >= 0:
                     has_pid = True
+            if leader_epoch is not None:
+                for h in headers:
+                    set_partition_leader_epoch(payload, h.position, leader_epoch)
+                    h.partition_leader_epoch = leader_epoch
             pending = nxt = None
             if has_pid:
                 if origin == ORIGIN_CLIENT and len(headers) == 1:
                     nxt = self._psm.prepare_next_batch(headers[0])
                 if nxt is None:
-                    pending = self._prepare_producer_state(payload, headers, origin, markers)
+                    pending = self._psm.prepare_payload(payload, headers, origin, markers)
+            if leader_epoch is None:
+                self._assign_epochs(headers)
+            elif leader_epoch != self._epochs.latest_epoch:  # (every batch carries it: the first one starts it)
+                self._epochs.assign(leader_epoch, first)
             seg = local.append(payload, headers, off, max_ts)
             if nxt is not None:
                 self._psm.commit_next_batch(nxt)
             elif pending is not None:
                 self._commit_producer_state(seg, pending[0], pending[1])
+            if self.high_watermark_rule is HighWatermarkRule.LOG_END:
+                self._set_hw(off)
         if log_append_time_ms is not None:
             max_ts_off = first  # every record carries the same timestamp: the first one has it
         return AppendResult(first, off - 1, -1 if log_append_time_ms is None else log_append_time_ms,
                             max_ts, max_ts_off)
 
-    def _prepare_producer_state(self, payload: bytearray, headers: list[BatchHeader], origin: str,
-                                markers: dict[int, tuple[bool, int]] | None = None,
-                                ) -> tuple[list[ProducerAppendInfo], list[CompletedTxn]]:
-        control: dict[int, tuple[bool, int]] | None = None
-        if origin != ORIGIN_CLIENT:
-            if origin != ORIGIN_COORDINATOR and origin != ORIGIN_REPLICATION:
-                raise ValueError(f"unknown append origin {origin!r}; use 'client', 'coordinator' or 'replication'")
-            if markers is not None and origin == ORIGIN_COORDINATOR:
-                return self._psm.prepare(headers, origin, markers)
-            for i, h in enumerate(headers):
-                if h.attributes & ATTR_CONTROL and h.producer_id >= 0:
-                    marker = parse_control_record(payload, h.position)
-                    if marker.is_known:
-                        if control is None:
-                            control = {}
-                        control[i] = (marker.commit, marker.coordinator_epoch)
-        return self._psm.prepare(headers, origin, control)
+    def append_as_follower(self, payload: bytearray, headers: list[BatchHeader]) -> AppendResult:
+        """As follower (Kafka's appendAsFollower): write batches whose offsets, timestamps and leader epochs the
+        leader assigned, as they are. The first batch must not start below the log end and each batch must start
+        after the previous one (gaps are fine: the leader's log may be compacted); otherwise
+        UnexpectedAppendOffsetError and nothing is written. Producer state is updated with replication semantics
+        (no sequence or epoch validation, markers complete transactions, aborted ones go to the ``.txnindex``)
+        and a newer leader epoch is recorded in the cache. The high watermark is not moved (the leader's comes
+        with the fetch: ``update_high_watermark``)."""
+        if not headers:
+            raise ValueError("append_as_follower needs at least one batch")
+        with self._lock:
+            local = self._local
+            if local.closed:
+                raise KafkaStorageError(f"the log of {self.name} is closed; the partition was deleted or shut down")
+            leo = local.log_end_offset
+            expect = leo
+            max_ts, max_ts_off = -1, headers[0].base_offset
+            has_pid = False
+            for h in headers:
+                if h.base_offset < expect:
+                    raise UnexpectedAppendOffsetError(
+                        f"follower append to {self.name}: batch at offset {h.base_offset} does not follow "
+                        f"{'the log end' if expect == leo else 'the previous batch, which ends at'} "
+                        f"{expect}; nothing was written, fetch again from the log end {leo}",
+                        h.base_offset, leo)
+                expect = h.next_offset
+                if h.max_timestamp > max_ts:
+                    max_ts, max_ts_off = h.max_timestamp, h.last_offset
+                if h.producer_id >= 0:
+                    has_pid = True
+            pending = self._psm.prepare_payload(payload, headers, ORIGIN_REPLICATION) if has_pid else None
+            self._assign_epochs(headers)
+            seg = local.append(payload, headers, expect, max_ts, first_offset=headers[0].base_offset)
+            if pending is not None:
+                self._commit_producer_state(seg, pending[0], pending[1])
+        return AppendResult(headers[0].base_offset, expect - 1, -1, max_ts, max_ts_off)
+
+    def _assign_epochs(self, headers: list[BatchHeader]) -> None:
+        """Record the leader epoch of every batch that carries a new one (Kafka's maybeAssignEpochStartOffset);
+        batches without one (-1) are ignored. Called before the data is written, as in Kafka: after a crash an
+        entry beyond the log end is dropped on load."""
+        epochs = self._epochs
+        latest = epochs.latest_epoch
+        for h in headers:
+            epoch = h.partition_leader_epoch
+            if epoch >= 0 and epoch != latest:
+                epochs.assign(epoch, h.base_offset)
+                latest = epochs.latest_epoch
 
     def _commit_producer_state(self, seg: Segment, infos: list[ProducerAppendInfo],
                                completed: list[CompletedTxn]) -> None:
@@ -276,12 +333,14 @@ class PartitionLog:
             psm.complete_txn(txn)
 
     def append_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                      timestamp_ms: int, *, log_append_time_ms: int | None = None) -> AppendResult:
+                      timestamp_ms: int, *, log_append_time_ms: int | None = None,
+                      leader_epoch: int | None = None) -> AppendResult:
         """Write a COMMIT/ABORT transaction marker for ``producer_id`` (origin coordinator: WriteTxnMarkers)."""
         buf = bytearray(build_control_batch(producer_id=producer_id, producer_epoch=producer_epoch, commit=commit,
                                             coordinator_epoch=coordinator_epoch, timestamp_ms=timestamp_ms))
         return self.append(buf, [parse_batch_header(buf, 0)], log_append_time_ms=log_append_time_ms,
-                           origin=ORIGIN_COORDINATOR, markers={0: (commit, coordinator_epoch)})
+                           origin=ORIGIN_COORDINATOR, markers={0: (commit, coordinator_epoch)},
+                           leader_epoch=leader_epoch)
 
     # ================================================================ transactions / producer state queries
     @property
@@ -298,14 +357,6 @@ class PartitionLog:
     def last_stable_offset(self, high_watermark: int) -> int:
         first = self.first_unstable_offset()
         return high_watermark if first is None else min(first, high_watermark)
-
-    def on_high_watermark(self, high_watermark: int) -> None:
-        """The high watermark moved: transactions whose marker is below it stop holding the LSO back.
-        (``flush`` already does this up to the durable offset.)"""
-        if not self._psm.unreplicated:  # nothing to release (the common case, asked on every append)
-            return
-        with self._lock:
-            self._psm.on_high_watermark(high_watermark)
 
     def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [fetch_offset, upper_bound_offset) for a READ_COMMITTED fetch:
@@ -341,20 +392,161 @@ class PartitionLog:
         with self._lock:
             self._take_snapshot(sync=True)
 
+    # ================================================================ high watermark
+    @property
+    def high_watermark(self) -> int:
+        return self._hw
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark, clamped to [log start, log end] (Kafka's updateHighWatermark: a follower
+        taking the leader's value, or a leader initialising it; it may go down). Transactions whose marker is
+        below it stop holding the last stable offset back. Returns the new value."""
+        with self._lock:
+            hw = min(max(offset, self._lso), self._local.log_end_offset)
+            self._hw = hw
+            self._psm.on_high_watermark(hw)
+            return hw
+
+    def maybe_increment_high_watermark(self, offset: int) -> bool:
+        """Move the high watermark up to ``offset`` if it is higher (Kafka's maybeIncrementHighWatermark: a
+        leader after its followers' fetches). Raises ValueError above the log end. True if it moved."""
+        if offset <= self._hw:
+            return False
+        with self._lock:
+            if offset > self._local.log_end_offset:
+                raise ValueError(f"high watermark {offset} of {self.name} would pass the log end "
+                                 f"{self._local.log_end_offset}")
+            return self._set_hw(offset)
+
+    def _set_hw(self, offset: int) -> bool:
+        """Under the lock: raise the high watermark to ``offset`` (<= log end) if higher."""
+        if offset <= self._hw:
+            return False
+        self._hw = offset
+        if self._psm.unreplicated:  # nothing to release in the common case
+            self._psm.on_high_watermark(offset)
+        return True
+
+    # ================================================================ leader epochs
+    @property
+    def latest_epoch(self) -> int | None:
+        """The newest leader epoch with an entry in the leader-epoch cache (None: none yet)."""
+        return self._epochs.latest_epoch
+
+    @property
+    def leader_epoch_cache(self) -> LeaderEpochCache:
+        return self._epochs
+
+    def assign_leader_epoch(self, epoch: int, start_offset: int) -> None:
+        """Record that the leader of ``epoch`` writes from ``start_offset`` on (a new leader does it at its log
+        end as it takes over, Kafka's maybeAssignEpochStartOffset); a no-op if already known."""
+        with self._lock:
+            self._epochs.assign(epoch, start_offset)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) as OffsetForLeaderEpoch answers it (LeaderEpochCache.end_offset_for at the log
+        end); (-1, -1) when unknown."""
+        with self._lock:
+            return self._epochs.end_offset_for(epoch, self._local.log_end_offset)
+
     # ================================================================ roll / flush
     def roll(self) -> Segment:
         """Start a new active segment at the log end (no-op if the active segment is empty). Returns it."""
         return self._local.roll()
 
     def flush(self) -> int:
-        """fdatasync everything appended so far; return the new durable offset. Safe from any thread."""
+        """fdatasync everything appended so far; return the new durable offset. Safe from any thread. Under
+        HighWatermarkRule.DURABLE the high watermark follows."""
         durable, advanced = self._local.flush()
-        with self._lock:
-            if not self._local.closed:
-                self._psm.on_high_watermark(durable)
+        if self.high_watermark_rule is HighWatermarkRule.DURABLE:
+            with self._lock:
+                if not self._local.closed:
+                    self._set_hw(min(durable, self._local.log_end_offset))
         if advanced:
             self._write_checkpoint()
         return durable
+
+    # ================================================================ truncation (KIP-101 / KIP-279)
+    def _fault(self, step: str) -> None:
+        if self.fault is not None:
+            self.fault(step)
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove everything at or after ``offset`` (Kafka's UnifiedLog.truncateTo: a follower dropping a tail
+        that diverges from its leader). A batch straddling ``offset`` goes whole (the log may end below it);
+        segments, offset/time indexes, ``.txnindex`` entries and producer snapshots above the new end go; the
+        producer state is rebuilt from the newest snapshot below it, the leader-epoch cache truncated from the
+        end, the high watermark lowered to the new end if above it. If the log starts above ``offset``
+        it is emptied and restarted there (truncate_fully_and_start_at). Crash-safe: the recovery point is
+        lowered first, so a crash in the middle leaves a log that loads (a prefix of the old one, rescanned).
+        Returns whether anything was removed."""
+        if offset < 0:
+            raise ValueError(f"cannot truncate {self.name} to a negative offset {offset}")
+        local = self._local
+        with local.truncation_lock, self._lock:
+            if local.closed:
+                raise KafkaStorageError(f"the log of {self.name} is closed; the partition was deleted or shut down")
+            leo = local.log_end_offset
+            if offset >= leo:
+                # a leader may have recorded its epoch at the log end and written nothing before losing it
+                self._epochs.truncate_from_end(leo)
+                return False
+            if local.segments[0].base_offset > offset:
+                self._truncate_fully_locked(offset)
+                return True
+            try:
+                local.lower_recovery_point(local.segments_from(offset)[0].base_offset)
+                self._write_checkpoint()
+                self._fault("checkpoint")
+                gone = local.truncate_to(offset, self._fault)
+                new_end = local.log_end_offset
+                self._epochs.truncate_from_end(new_end)
+                self._fault("epochs")
+                self._lso = min(self._lso, new_end)
+                self._psm.clear()
+                rebuild_producer_state(self.name, self._psm, local.segments, self._lso, set())
+                self._write_checkpoint()
+                self._hw = min(self._hw, new_end)
+                self._psm.on_high_watermark(self._hw)
+                truncate_cleaner_checkpoint(self, new_end)
+            except OSError as e:
+                raise KafkaStorageError(f"truncation of {self.name} to offset {offset} failed: {e}; restart the "
+                                        "broker to recover the log") from e
+        log.info("%s: truncated to offset %d (log end was %d, now %d; %d segment(s) deleted)", self.name, offset, leo,
+                 new_end, len(gone))
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete everything and restart the log empty at ``offset``, which becomes its log start (Kafka's
+        truncateFullyAndStartAt: a follower whose leader's log start moved past its end). Producer state,
+        snapshots and the leader-epoch cache are cleared. A crash in the middle leaves a prefix of the old log
+        (or an empty one), which loads."""
+        if offset < 0:
+            raise ValueError(f"cannot restart {self.name} at a negative offset {offset}")
+        local = self._local
+        with local.truncation_lock, self._lock:
+            if local.closed:
+                raise KafkaStorageError(f"the log of {self.name} is closed; the partition was deleted or shut down")
+            self._truncate_fully_locked(offset)
+
+    def _truncate_fully_locked(self, offset: int) -> None:
+        old_end = self._local.log_end_offset
+        try:
+            self._psm.clear()
+            self._psm.delete_snapshots(above=-1)
+            self._psm.last_snap_offset = -1
+            self._fault("snapshots_deleted")
+            self._local.truncate_fully_and_start_at(offset, self._fault)
+            self._epochs.clear()
+            self._fault("epochs")
+            self._lso = offset
+            self._write_checkpoint()
+            self._hw = offset
+            truncate_cleaner_checkpoint(self, offset)
+        except OSError as e:
+            raise KafkaStorageError(f"emptying {self.name} to restart it at offset {offset} failed: {e}; restart "
+                                    "the broker to recover the log") from e
+        log.info("%s: emptied (log end was %d) and restarted at offset %d", self.name, old_end, offset)
 
     # ================================================================ read
     def _check_range(self, offset: int) -> None:
@@ -410,12 +602,7 @@ class PartitionLog:
             self._lso = offset
             self._write_checkpoint()
             self._on_log_start_moved()
-            if local.active_segment.next_offset <= offset and local.active_segment.size:
-                local.roll_locked()
-            n = 0
-            while len(local.segments) > 1 and local.segments[1].base_offset <= offset:
-                local.delete_oldest_locked()
-                n += 1
+            n = local.delete_segments_below(offset)
             if n:
                 log.info("%s: log start offset now %d, deleted %d segment(s)", self.name, offset, n)
             return self._lso
@@ -425,24 +612,11 @@ class PartitionLog:
         c = self.config
         if not c.delete_enabled:
             return 0
-        deleted = 0
         with self._lock:
             local = self._local
             if local.closed:
                 return 0
-            if c.retention_ms >= 0:
-                while len(segs := local.segments) > 1:
-                    seg = segs[0]
-                    newest = seg.max_timestamp if seg.max_timestamp >= 0 else _mtime_ms(seg)
-                    if now_ms - newest <= c.retention_ms:
-                        break
-                    local.delete_oldest_locked()
-                    deleted += 1
-            if c.retention_bytes >= 0:
-                excess = local.size_in_bytes - c.retention_bytes
-                while len(segs := local.segments) > 1 and excess - segs[0].size >= 0:
-                    excess -= local.delete_oldest_locked().size
-                    deleted += 1
+            deleted = local.delete_segments_past_retention(now_ms, c.retention_ms, c.retention_bytes)
             if deleted:
                 self._lso = max(self._lso, local.segments[0].base_offset)
                 self._write_checkpoint()
@@ -450,6 +624,9 @@ class PartitionLog:
         return deleted
 
     def _on_log_start_moved(self) -> None:
+        if self._hw < self._lso:
+            self._hw = self._lso
+        self._epochs.truncate_from_start(self._lso)
         gone = self._psm.on_log_start_offset(self._lso)
         if gone:
             log.info("%s: log start offset %d: dropped %d producer id(s) whose batches were all deleted",
@@ -474,16 +651,8 @@ class PartitionLog:
         with self._lock:
             if self._local.closed:
                 raise KafkaStorageError(f"the log of {self.name} is closed")
-            segs = self._local.segments
             producers = {pid: (e.last_data_offset, e.producer_epoch) for pid, e in self._psm.producers.items()}
-            fds: dict[int, int] = {}
-            try:
-                for s in segs[:-1]:
-                    fds[id(s)] = os.dup(s.fd)
-            except OSError:
-                for fd in fds.values():
-                    os.close(fd)
-                raise
+            segs, fds = self._local.inactive_fds()
             return segs, self._lso, producers, fds
 
     def replace_segments(self, old: list[Segment], install: Callable[[], None]) -> Segment | None:
@@ -522,9 +691,3 @@ class PartitionLog:
         return (f"PartitionLog({self.name}, start={self._lso}, end={self._local.log_end_offset}, "
                 f"durable={self._local.durable_offset})")
 
-
-def _mtime_ms(seg: Segment) -> int:
-    try:
-        return int(os.fstat(seg.fd).st_mtime * 1000)
-    except OSError:
-        return 0

@@ -50,7 +50,7 @@ from typing import NamedTuple
 
 import crc32c as _crc32c
 
-from oncelog.protocol.records import ATTR_CONTROL, ATTR_TRANSACTIONAL, BatchHeader
+from oncelog.protocol.records import ATTR_CONTROL, ATTR_TRANSACTIONAL, BatchHeader, parse_control_record
 
 from .errors import (
     DuplicateSequenceError,
@@ -389,6 +389,26 @@ class ProducerStateManager:
                 info.append_data_batch(h.producer_epoch, h.base_sequence, h.last_sequence, h.max_timestamp,
                                        base, base + h.last_offset_delta, bool(h.attributes & ATTR_TRANSACTIONAL))
         return list(infos.values()), completed
+
+    def prepare_payload(self, payload: bytes | bytearray | memoryview, headers: list[BatchHeader], origin: str,
+                        markers: dict[int, tuple[bool, int]] | None = None,
+                        ) -> tuple[list[ProducerAppendInfo], list[CompletedTxn]]:
+        """:meth:`prepare` for a payload of ``origin`` whose control batches are parsed here (origin
+        ``coordinator`` may pass its ``markers`` already built; client payloads never hold control batches)."""
+        control: dict[int, tuple[bool, int]] | None = None
+        if origin != ORIGIN_CLIENT:
+            if origin != ORIGIN_COORDINATOR and origin != ORIGIN_REPLICATION:
+                raise ValueError(f"unknown append origin {origin!r}; use 'client', 'coordinator' or 'replication'")
+            if markers is not None and origin == ORIGIN_COORDINATOR:
+                return self.prepare(headers, origin, markers)
+            for i, h in enumerate(headers):
+                if h.attributes & ATTR_CONTROL and h.producer_id >= 0:
+                    marker = parse_control_record(payload, h.position)
+                    if marker.is_known:
+                        if control is None:
+                            control = {}
+                        control[i] = (marker.commit, marker.coordinator_epoch)
+        return self.prepare(headers, origin, control)
 
     # ================================================================ commit (phase 2)
     def prepare_next_batch(self, h: BatchHeader) -> NextBatch | None:

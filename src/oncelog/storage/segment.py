@@ -170,6 +170,42 @@ class Segment:
         self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
         return truncated, self.next_offset
 
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch holding an offset at or after ``offset`` (Kafka's LogSegment.truncateTo); a batch
+        straddling ``offset`` goes whole. ``next_offset`` becomes the next offset after the last batch kept (the
+        segment's base if none is), as loading the segment would find it. Both indexes lose their entries for the
+        removed batches (files rewritten, not fsynced: the caller makes the truncation durable). Returns the
+        number of bytes removed."""
+        cut: BatchHeader | None = None
+        for h in self.scan(self.find_position(offset), check_crc=False):
+            if h.last_offset >= offset:
+                cut = h
+                break
+        if cut is None:
+            return 0
+        removed = self.size - cut.position
+        os.ftruncate(self.fd, cut.position)
+        self.size = cut.position
+        self.offset_index.truncate_to_position(cut.position)
+        _, pos = self.offset_index.last()
+        nxt, max_ts, max_ts_off, since = self.base_offset, -1, self.base_offset, 0
+        for h in self.scan(pos, check_crc=False):  # the tail after the last index entry
+            nxt = h.next_offset
+            since += h.size
+            if h.max_timestamp > max_ts:
+                max_ts, max_ts_off = h.max_timestamp, h.last_offset
+        self.time_index.truncate_to_offset(nxt)
+        last_t = self.time_index.last()
+        if last_t is not None and last_t[0] >= max_ts:
+            self.max_timestamp, self.offset_of_max_timestamp = last_t
+        else:
+            self.max_timestamp, self.offset_of_max_timestamp = max_ts, max_ts_off
+        self.bytes_since_last_index = since
+        self.next_offset = nxt
+        if not self.size:
+            self._rolling_ts = None
+        return removed
+
     # ---------------------------------------------------------------- append
     def _index_batch(self, h: BatchHeader, position: int) -> None:
         if h.max_timestamp > self.max_timestamp:

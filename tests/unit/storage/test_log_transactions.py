@@ -75,7 +75,7 @@ def test_transactions_markers_lso_and_index(tmp_path: Path) -> None:
     m = plog.append_marker(10, 0, False, 5, T0)  # 4: abort
     assert m.first_offset == m.last_offset == 4
     assert plog.first_unstable_offset() == 1  # aborted, but the marker is not below the high watermark yet
-    plog.on_high_watermark(5)
+    assert plog.maybe_increment_high_watermark(5)
     assert plog.first_unstable_offset() == 3
     with pytest.raises(TransactionCoordinatorFencedError):
         plog.append_marker(10, 0, True, 4, T0)

@@ -1,5 +1,7 @@
-"""OffsetForLeaderEpoch (23): this broker has led every partition at epoch 0 since its creation, so the end
-offset of epoch 0 is the log end offset (clients use it to validate positions after metadata changes)."""
+"""OffsetForLeaderEpoch (23): the end offset of a leader epoch, from the partition log's leader-epoch cache
+(Kafka's LeaderEpochFileCache.endOffsetFor, KIP-101/KIP-279): the log end for the current epoch, the start of the
+next epoch for an older one. Consumers use it to validate their position after metadata changes (KIP-320),
+followers to find where their log diverges from the leader's."""
 
 from __future__ import annotations
 
@@ -21,8 +23,6 @@ API_KEY = 23
 MIN_VERSION = 2
 MAX_VERSION = 4
 
-LEADER_EPOCH = 0
-
 
 def handle(broker: "Broker", ctx: "RequestContext",
            request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
@@ -36,11 +36,11 @@ def handle(broker: "Broker", ctx: "RequestContext",
             partition = view.partitions[p.partition] if view and 0 <= p.partition < len(view.partitions) else None
             if partition is None:
                 out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif p.current_leader_epoch > LEADER_EPOCH:
+            elif p.current_leader_epoch > partition.leader_epoch:
                 out.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
-            elif p.leader_epoch > LEADER_EPOCH:
-                out.leader_epoch, out.end_offset = -1, -1
+            elif 0 <= p.current_leader_epoch < partition.leader_epoch:
+                out.error_code = ErrorCode.FENCED_LEADER_EPOCH
             else:
-                out.leader_epoch, out.end_offset = LEADER_EPOCH, partition.high_watermark
+                out.leader_epoch, out.end_offset = partition.log.end_offset_for_epoch(p.leader_epoch)
         topics.append(OffsetForLeaderTopicResult(topic=t.topic, partitions=parts))
     return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)

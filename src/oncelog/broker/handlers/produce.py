@@ -21,7 +21,6 @@ from oncelog.protocol.records import (
     InvalidRecordError,
     UnsupportedMagicError,
     set_max_timestamp_log_append,
-    set_partition_leader_epoch,
     validate_batches,
 )
 
@@ -38,8 +37,6 @@ if TYPE_CHECKING:
 API_KEY = 0
 MIN_VERSION = 3
 MAX_VERSION = 11
-
-LEADER_EPOCH = 0
 
 
 def _append_one(broker: "Broker", partition: "Partition", records: memoryview | bytes | None,
@@ -88,9 +85,7 @@ def _append_one(broker: "Broker", partition: "Partition", records: memoryview | 
         log_append_time = broker.clock.wall_ms()
         for h in headers:
             set_max_timestamp_log_append(payload, h.position, h.size, log_append_time)
-    for h in headers:
-        set_partition_leader_epoch(payload, h.position, LEADER_EPOCH)
-    try:
+    try:  # the log stamps the partition's leader epoch on every batch
         result = partition.append(payload, headers, log_append_time)
     except DuplicateSequenceError as dup:
         # a retry of a batch already in the log: success with the offsets of the original append
