@@ -14,6 +14,10 @@ It checks exactly what the general decoder checks (record lengths, key/value/hea
 to its declared end, the section read to its end, truncation) and raises the same
 :class:`~.records.CorruptRecordError`; ``tests/unit/protocol/test_record_decode.py`` proves both decoders give
 the same records for any input.
+
+:func:`keyless_records` walks a section the same way without building anything, for the broker's check that
+every record written to a compacted topic has a key (Kafka's LogValidator.validateKey): it reads each record's
+length and key size only, and skips whole runs of records of the same layout at once.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from .records import (
     compute_crc,
 )
 
-__all__ = ["MessageFactory", "decode_batch_into", "decode_section_into"]
+__all__ = ["MessageFactory", "decode_batch_into", "decode_section_into", "keyless_records", "keyless_records_in"]
 
 T = TypeVar("T")
 #: ``make(topic, partition, offset, key, value, headers, timestamp)``
@@ -341,3 +345,111 @@ def decode_batch_into(
         data = _compression.decompress(codec, memoryview(buf)[pos + BATCH_HEADER_SIZE : pos + size], max_bytes)
     decode_section_into(data, h, make, topic, partition, out)
 
+
+def keyless_records(data: bytes, h: BatchHeader) -> list[int]:
+    """Indexes within the batch ``h`` of the records whose key is null, from its uncompressed records section
+    ``data``. Reads each record's length prefix, timestamp/offset delta widths and key and value sizes, no
+    bytes of keys, values or headers; after a record without headers the records of the very same layout that
+    follow (see :func:`_run_length`) are taken as one run, null-keyed or not as a whole. Raises
+    CorruptRecordError when the section does not hold ``h.records_count`` records of consistent lengths."""
+    n = len(data)
+    count = h.records_count
+    if count > n // 6:  # every record takes at least 6 bytes after its length prefix
+        raise CorruptRecordError(
+            f"record batch at base offset {h.base_offset} declares {count} records in {n} bytes of records"
+        )
+    out: list[int] = []
+    slow = _slow_varint
+    z1 = _Z1
+    p = 0
+    i = 0
+    next_try = 0
+    window = _FIRST_WINDOW
+    try:
+        while i < count:
+            start = p
+            b = data[p]
+            if b < 0x80:
+                length = z1[b]
+                p += 1
+            else:
+                length, p = slow(data, p)
+            end = p + length
+            if length < 6 or end > n:
+                raise CorruptRecordError(
+                    f"record at byte {p} of the records section has invalid length {length} ({n - p} remain)"
+                )
+            ts_at = p = p + 1  # attributes (unused in v2)
+            while data[p] >= 0x80:  # timestampDelta, offsetDelta: widths only
+                p += 1
+            od_at = p = p + 1
+            while data[p] >= 0x80:
+                p += 1
+            kl_at = p = p + 1
+            b = data[p]
+            if b < 0x80:
+                klen = z1[b]
+                p += 1
+            else:
+                klen, p = slow(data, p)
+            if klen < 0:
+                out.append(i)
+            elif p + klen > end:
+                raise CorruptRecordError(f"record key of {klen} bytes overruns its record at byte {p}")
+            else:
+                p += klen
+            vl_at = p
+            b = data[p]
+            if b < 0x80:
+                vlen = z1[b]
+                p += 1
+            else:
+                vlen, p = slow(data, p)
+            if vlen > 0:
+                p += vlen
+            i += 1
+            if p >= end:
+                raise CorruptRecordError(f"record ending at byte {end} of the records section has no header count")
+            no_headers = p + 1 == end and data[p] == 0
+            p = end
+            if not no_headers or i < next_try or i == count:
+                continue
+            size = end - start
+            layout = _Layout(size, start, ts_at, od_at, kl_at, vl_at - kl_at - max(klen, 0), klen, vl_at,
+                             end - 1 - vl_at - max(vlen, 0), vlen)
+            k_max = min(count - i, (n - end) // size, window)
+            k = _run_length(data, end, k_max, layout)
+            if k < _MIN_RUN:
+                next_try = i + _RETRY_AFTER
+                window = _FIRST_WINDOW
+                continue
+            if klen < 0:
+                out.extend(range(i, i + k))
+            p = end + k * size
+            i += k
+            if k == k_max:
+                window = min(window * 2, _MAX_WINDOW)
+    except IndexError:
+        raise CorruptRecordError(
+            f"records section of batch at base offset {h.base_offset} is truncated at byte {p} of {n}"
+        ) from None
+    if p != n:
+        raise CorruptRecordError(
+            f"batch at base offset {h.base_offset} has {n - p} bytes left after its {count} declared records"
+        )
+    return out
+
+
+def keyless_records_in(buf: bytes | bytearray | memoryview, h: BatchHeader, *, max_bytes: int | None = None) -> list[int]:
+    """:func:`keyless_records` of the batch ``h`` parsed from ``buf`` at ``h.position``, decompressed first if
+    needed (capped at ``max_bytes``, default ``compression.DEFAULT_MAX_DECOMPRESSED_BYTES``). The CRC is the
+    caller's (validate_batches checked it)."""
+    pos = h.position
+    size = h.batch_length + 12
+    section = memoryview(buf)[pos + BATCH_HEADER_SIZE : pos + size]
+    codec = h.attributes & ATTR_COMPRESSION_MASK
+    if codec == 0:
+        data = bytes(section)
+    else:
+        data = _compression.decompress(codec, section, max_bytes or _compression.DEFAULT_MAX_DECOMPRESSED_BYTES)
+    return keyless_records(data, h)

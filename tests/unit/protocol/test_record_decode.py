@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oncelog.protocol.record_decode import _Z1, _Z2, decode_batch_into, decode_section_into
+from oncelog.protocol.record_decode import _Z1, _Z2, decode_batch_into, decode_section_into, keyless_records_in
 from oncelog.protocol.records import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER_SIZE,
@@ -194,3 +194,64 @@ def test_declared_count_too_large_for_section() -> None:
     with pytest.raises(CorruptRecordError, match="declares 1000 records"):
         _fast(bytes(buf))
 
+
+
+# ---------------------------------------------------------------- keyless_records (compacted topics' key check)
+def _keyless_general(buf: bytes) -> list[int]:
+    return [i for i, r in enumerate(decode_records(buf, check_crc=False)) if r.key is None]
+
+
+@given(st.one_of(records, uniform_records()), st.sampled_from([0, 0, 1, 2, 3, 4]))
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+def test_keyless_records_equal_general(recs: Any, codec: int) -> None:
+    buf = _build(recs, codec, 7, 1 << 40)
+    got = keyless_records_in(buf, parse_batch_header(buf))
+    assert got == _keyless_general(buf) == [i for i, (_, k, _, _) in enumerate(recs) if k is None]
+
+
+@given(st.one_of(records, uniform_records()), st.data())
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+def test_keyless_records_on_corrupted_sections(recs: Any, data: st.DataObject) -> None:
+    """A corrupted section either still walks to the same answer as decoding it, or is rejected; never an
+    exception other than CorruptRecordError. (The walk reads less than the decoder: it may accept a section
+    the decoder rejects, never answer differently for one both accept.)"""
+    buf = bytearray(_build(recs, 0, 100, 10_000))
+    i = data.draw(st.integers(BATCH_HEADER_SIZE, len(buf) - 1))
+    how = data.draw(st.sampled_from(["set", "cut", "insert", "count"]))
+    if how == "set":
+        buf[i] = data.draw(st.integers(0, 255))
+    elif how == "cut":
+        del buf[i:i + data.draw(st.integers(1, 5))]
+    elif how == "insert":
+        buf[i:i] = data.draw(st.binary(min_size=1, max_size=5))
+    else:
+        buf[57:61] = data.draw(st.integers(0, len(recs) + 3)).to_bytes(4, "big")
+    buf[8:12] = (len(buf) - 12).to_bytes(4, "big")
+    try:
+        walked: Any = keyless_records_in(bytes(buf), parse_batch_header(bytes(buf)))
+    except CorruptRecordError:
+        walked = CorruptRecordError
+    try:
+        decoded: Any = _keyless_general(bytes(buf))
+    except CorruptRecordError:
+        decoded = CorruptRecordError
+    if decoded is not CorruptRecordError and walked is not CorruptRecordError:
+        assert walked == decoded
+
+
+def test_keyless_records_takes_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    import oncelog.protocol.record_decode as rd
+
+    runs: list[int] = []
+    real = rd._run_length
+
+    def spy(*args: Any) -> int:
+        k = real(*args)
+        runs.append(k)
+        return k
+
+    monkeypatch.setattr(rd, "_run_length", spy)
+    recs = [(0, None if (i // 500) % 2 else b"k%04d" % i, b"v" * 50, []) for i in range(3000)]
+    buf = _build(recs, 0, 0, 0)
+    assert keyless_records_in(buf, parse_batch_header(buf)) == [i for i in range(3000) if (i // 500) % 2]
+    assert sum(k for k in runs if k >= 8) > 2900

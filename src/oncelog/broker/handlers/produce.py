@@ -1,7 +1,10 @@
 """Produce (0): validate whole batches (sizes, magic, CRC), assign offsets in place, append, then answer.
 
 acks=0 gets no answer, acks=1 is answered once the batch is in the log, acks=-1 (all) once it is on disk (group
-commit, see ``oncelog.broker.durability``). Records are never decoded here.
+commit, see ``oncelog.broker.durability``). Records are never decoded here; on a compacted topic their key sizes
+are walked (``keyless_records_in``): a batch with records without a key is refused with INVALID_RECORD, the
+records listed in the response's per-record errors (Kafka's LogValidator.validateKey, KIP-467), so a client
+fails exactly those records.
 """
 
 from __future__ import annotations
@@ -12,11 +15,14 @@ from typing import TYPE_CHECKING
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.produce_request import ProduceRequest
 from oncelog.protocol.messages.produce_response import (
+    BatchIndexAndErrorMessage,
     PartitionProduceResponse,
     ProduceResponse,
     TopicProduceResponse,
 )
+from oncelog.protocol.record_decode import keyless_records_in
 from oncelog.protocol.records import (
+    BatchHeader,
     CorruptRecordError,
     InvalidRecordError,
     UnsupportedMagicError,
@@ -63,6 +69,8 @@ def _append_one(broker: "Broker", partition: "Partition", records: memoryview | 
             out.error_message = (f"record batch of {h.size} bytes exceeds max.message.bytes={max_bytes} of "
                                  f"{partition.topic}")
             return None
+    if partition.log.config.compact and not _every_record_has_a_key(partition, records, headers, out):
+        return None
     first = headers[0]
     if first.is_transactional:
         code = _verify_transaction(broker, partition, first.producer_id, first.producer_epoch)
@@ -106,6 +114,33 @@ def _append_one(broker: "Broker", partition: "Partition", records: memoryview | 
     bytes_in.inc(len(payload))
     records_in.inc(sum(h.records_count for h in headers))
     return result.last_offset
+
+
+def _every_record_has_a_key(partition: "Partition", records: memoryview | bytes, headers: list[BatchHeader],
+                            out: PartitionProduceResponse) -> bool:
+    """A compacted topic keeps the latest record of each key: a record without one cannot be written (Kafka's
+    LogValidator.validateKey). The first batch holding such records is refused with INVALID_RECORD and their
+    indexes in ``record_errors`` (KIP-467); nothing of the partition's payload is written."""
+    where = f"{partition.topic}-{partition.index}"
+    for h in headers:
+        try:
+            keyless = keyless_records_in(records, h)
+        except CorruptRecordError as e:
+            out.error_code, out.error_message = ErrorCode.CORRUPT_MESSAGE, f"{where}: {e}"
+            return False
+        if not keyless:
+            continue
+        message = (f"a compacted topic keeps the latest record of each key: a record without a key cannot be "
+                   f"written to {where}; give every record a key")
+        out.error_code = ErrorCode.INVALID_RECORD
+        out.record_errors = [BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=message)
+                             for i in keyless]
+        shown = ", ".join(str(i) for i in keyless[:3])
+        out.error_message = (f"{len(keyless)} record(s) of the batch at position {h.position} have no key (record "
+                             f"index {shown}{', ...' if len(keyless) > 3 else ''}), and {where} is compacted "
+                             "(cleanup.policy=compact); nothing of the batch was written")
+        return False
+    return True
 
 
 def _verify_transaction(broker: "Broker", partition: "Partition", producer_id: int, producer_epoch: int) -> int:
