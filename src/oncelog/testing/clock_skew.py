@@ -24,12 +24,13 @@ for a Debian package more. See ``docs/testing.md``.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from oncelog.storage.files import write_atomic
 
 __all__ = ["SkewControl", "Skew", "install"]
 
@@ -63,9 +64,7 @@ class SkewControl:
         self._write(self.skew)
 
     def _write(self, skew: Skew) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_bytes(skew.encode())
-        os.replace(tmp, self.path)  # atomic: the broker never reads half a file
+        write_atomic(self.path, skew.encode(), durable=False)  # the broker never reads half a file
         self.skew = skew
         self.changes.append((time.monotonic(), skew))
 
