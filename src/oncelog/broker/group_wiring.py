@@ -1,9 +1,10 @@
 """Start and stop the classic group coordinator inside a broker.
 
 ``start_group_coordinator`` creates ``__consumer_offsets`` (``offsets.topic.num.partitions``, compacted), loads
-every partition through the coordinator's replay path (offset commits, group snapshots, transactional offset
-batches and the COMMIT/ABORT markers that resolve them), sets ``broker.group_coordinator`` and starts the timer
-task that calls ``GroupCoordinator.tick()`` every 100 ms (sessions, join/sync phases, offset retention).
+every partition through the coordinator runtime's replay path (offset commits, group snapshots, transactional
+offset batches and the COMMIT/ABORT markers that resolve them) at the broker's coordinator epoch, sets
+``broker.group_coordinator`` and starts the timer task that calls ``GroupCoordinator.tick()`` every 100 ms
+(sessions, join/sync phases, offset retention).
 """
 
 from __future__ import annotations
@@ -11,12 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from oncelog.coordinator.group.coordinator import GroupCoordinator, LogEntry
+from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.group.shard import GroupConfig
-from oncelog.protocol.records import decode_records, parse_control_record
 
 from .internal_log import InternalTopicLog
 
@@ -26,7 +25,6 @@ if TYPE_CHECKING:
 __all__ = [
     "OFFSETS_TOPIC",
     "TICK_INTERVAL_S",
-    "read_offsets_partition",
     "start_group_coordinator",
     "stop_group_coordinator",
 ]
@@ -51,24 +49,7 @@ def group_config(broker: Broker) -> GroupConfig:
     )
 
 
-def read_offsets_partition(offsets_log: InternalTopicLog, partition: int) -> Iterator[LogEntry]:
-    """Every entry of one ``__consumer_offsets`` partition in log order: (key, value, offset, producer id or -1)
-    for records (the producer id only for transactional batches), (producer id, commit?, offset) for markers."""
-    p = offsets_log.broker.topics.partition(offsets_log.topic, partition)
-    if p is None:
-        return
-    for header, data in p.log.iter_batches(p.log_start_offset):
-        if header.is_control:
-            marker = parse_control_record(data)
-            if marker.is_known:
-                yield header.producer_id, marker.commit, header.base_offset
-            continue
-        pid = header.producer_id if header.is_transactional else -1
-        for rec in decode_records(data):
-            yield rec.key, rec.value, rec.offset, pid
-
-
-async def start_group_coordinator(broker: Broker) -> GroupCoordinator:
+async def start_group_coordinator(broker: Broker, epoch: int) -> GroupCoordinator:
     cfg = broker.config
     offsets_log = InternalTopicLog(broker, OFFSETS_TOPIC, cfg.offsets_topic_num_partitions,
                                    {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})
@@ -82,8 +63,9 @@ async def start_group_coordinator(broker: Broker) -> GroupCoordinator:
                                    partition_exists=partition_exists)
     groups = 0
     for partition in range(offsets_log.num_partitions):
-        shard = await coordinator.load(partition, read_offsets_partition(offsets_log, partition))
-        groups += len(shard.groups)
+        offsets_log.become_leader(partition, epoch)
+        shard = await coordinator.load(partition, epoch, offsets_log.read(partition))
+        groups += len(shard.groups) if shard is not None else 0
     broker.group_coordinator = coordinator
     setattr(broker, _TICK_ATTR, asyncio.get_running_loop().create_task(_tick_loop(coordinator), name="group-timers"))
     log.info("group coordinator loaded %d partition(s) of %s, %d group(s)", offsets_log.num_partitions,

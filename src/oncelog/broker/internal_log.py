@@ -1,19 +1,26 @@
 """The broker side of the coordinators: internal topics as durable logs, and transaction markers.
 
 ``InternalTopicLog`` gives a coordinator runtime what it needs from ``__transaction_state`` or
-``__consumer_offsets``: append a batch of (key, value) records and return once it is on disk; read a partition
-back at start-up. ``BrokerMarkerWriter`` appends COMMIT/ABORT control batches to data partitions and waits until
-they are durable, which is when a transaction may be completed.
+``__consumer_offsets`` (``oncelog.coordinator.runtime.CoordinatorLog``): write a batch of (key, value) records —
+transactional for a TxnOffsetCommit — and hand back a future done once it is on disk; read a partition back, records
+and COMMIT/ABORT markers in log order, for loading. Every write carries the coordinator epoch it was decided under;
+the log refuses one whose epoch is not the epoch this broker currently leads the partition with
+(NOT_LEADER_OR_FOLLOWER, which a coordinator answers as NOT_COORDINATOR). On a single node the broker leads every
+internal partition with the epoch of its start; a cluster sets it from the partition's leader epoch.
+``BrokerMarkerWriter`` appends COMMIT/ABORT control batches to data partitions and waits until they are durable,
+which is when a transaction may be completed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Iterator
 
+from oncelog.coordinator.runtime import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, LoadedMarker, LoadedRecord, LogEntry
 from oncelog.protocol.errors import ErrorCode
-from oncelog.protocol.records import RecordBatchBuilder, decode_records, parse_batch_header
+from oncelog.protocol.records import RecordBatchBuilder, decode_records, parse_batch_header, parse_control_record
 
 if TYPE_CHECKING:
     from .partition import Partition
@@ -27,7 +34,11 @@ OFFSETS_TOPIC = "__consumer_offsets"
 
 
 class CoordinatorLogError(RuntimeError):
-    """An internal topic partition could not be written (missing, deleted, or a disk error)."""
+    """An internal topic partition could not be written (missing, deleted, or led with another epoch)."""
+
+    def __init__(self, message: str, error_code: ErrorCode = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) -> None:
+        super().__init__(message)
+        self.error_code = error_code
 
 
 class InternalTopicLog:
@@ -36,6 +47,7 @@ class InternalTopicLog:
         self.topic = topic
         self.num_partitions = num_partitions
         self.configs = configs
+        self._leader_epochs: dict[int, int] = {}  # partition -> epoch this broker leads it with
 
     def ensure(self) -> None:
         """Create the internal topic on first use; an existing one keeps its partition count."""
@@ -44,21 +56,34 @@ class InternalTopicLog:
             view = self.broker.topics.create(self.topic, self.num_partitions, self.configs)
         self.num_partitions = len(view.partitions)
 
+    def become_leader(self, partition: int, epoch: int) -> None:
+        """This broker leads ``partition`` from now on with ``epoch``: writes carrying it are accepted."""
+        self._leader_epochs[partition] = epoch
+
+    def resign(self, partition: int) -> None:
+        """This broker no longer leads ``partition``: every write to it is refused."""
+        self._leader_epochs.pop(partition, None)
+
     def _partition(self, index: int) -> "Partition":
         p = self.broker.topics.partition(self.topic, index)
         if p is None:
             raise CoordinatorLogError(f"internal topic partition {self.topic}-{index} does not exist")
         return p
 
-    def append_nowait(self, partition: int, records: list[tuple[bytes, bytes | None]],
-                      producer_id: int = -1, producer_epoch: int = -1, transactional: bool = False,
-                      lazy: bool = False) -> tuple[int, "asyncio.Future[None]"]:
-        """Write records as one batch now; return its base offset and a future done once it is durable
-        (the coordinator runtime watches the future itself: no extra event-loop hop). ``lazy``: nobody waits for
-        that future now; the batch is fsynced by the partition's next group-commit round."""
+    def append(self, partition: int, epoch: int, records: Sequence[tuple[bytes, bytes | None]],
+               producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
+               lazy: bool = False) -> tuple[int, "asyncio.Future[None]"]:
+        """Write records as one batch now (transactional when ``producer_id`` is set); return its base offset and a
+        future done once it is durable (the coordinator runtime watches the future itself: no extra event-loop
+        hop). ``lazy``: nobody waits for that future now; the batch is fsynced by the partition's next group-commit
+        round. Producer-state errors (a fenced producer) propagate with their error code."""
+        if self._leader_epochs.get(partition) != epoch:
+            raise CoordinatorLogError(
+                f"{self.topic}-{partition} is not led by this broker with coordinator epoch {epoch} (current: "
+                f"{self._leader_epochs.get(partition)}); the write is refused", ErrorCode.NOT_LEADER_OR_FOLLOWER)
         p = self._partition(partition)
         builder = RecordBatchBuilder(producer_id=producer_id, producer_epoch=producer_epoch,
-                                     base_sequence=-1, is_transactional=transactional)
+                                     base_sequence=-1, is_transactional=producer_id >= 0)
         now = self.broker.clock.wall_ms()
         for key, value in records:
             builder.append(now, key, value)
@@ -67,21 +92,25 @@ class InternalTopicLog:
         result = p.append(payload, headers, None, origin="coordinator", lazy=lazy)
         return result.first_offset, p.wait_durable(result.last_offset)
 
-    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]],
-                     producer_id: int = -1, producer_epoch: int = -1, transactional: bool = False) -> int:
-        """Append records as one batch; return its base offset once it is durable."""
-        first, durable = self.append_nowait(partition, records, producer_id, producer_epoch, transactional)
-        await durable
-        return first
-
-    def read(self, partition: int) -> Iterator[tuple[bytes | None, bytes | None, int]]:
-        """Every record of one partition, oldest first, as (key, value, offset), control batches skipped."""
-        p = self._partition(partition)
+    def read(self, partition: int) -> Iterator[LogEntry]:
+        """Every entry of one partition in log order, for loading: records (with the producer id/epoch of a
+        transactional batch) and the COMMIT/ABORT markers that end those transactions."""
+        p = self.broker.topics.partition(self.topic, partition)
+        if p is None:
+            return
         for header, data in p.log.iter_batches(p.log_start_offset):
             if header.is_control:
+                marker = parse_control_record(data)
+                if marker.is_known:
+                    yield LoadedMarker(header.producer_id, header.producer_epoch, marker.commit, header.base_offset)
                 continue
-            for rec in decode_records(data):
-                yield rec.key, rec.value, rec.offset
+            if header.is_transactional:
+                pid, epoch = header.producer_id, header.producer_epoch
+                for rec in decode_records(data):
+                    yield LoadedRecord(rec.key, rec.value, rec.offset, pid, epoch)
+            else:
+                for rec in decode_records(data):
+                    yield LoadedRecord(rec.key, rec.value, rec.offset)
 
 
 class BrokerMarkerWriter:
@@ -96,6 +125,7 @@ class BrokerMarkerWriter:
         hopping into its completion task."""
         errors: dict[tuple[str, int], int] = {}
         waits: list[asyncio.Future[None]] = []
+        offsets_markers: list[tuple[int, int]] = []
         now = self.broker.clock.wall_ms()
         for tp in partitions:
             p = self.broker.topics.partition(*tp)
@@ -112,25 +142,26 @@ class BrokerMarkerWriter:
                 continue
             waits.append(p.wait_durable(result.last_offset))
             errors[tp] = ErrorCode.NONE
-        offsets_partitions = [tp[1] for tp, code in errors.items() if tp[0] == OFFSETS_TOPIC and code == 0]
-        if offsets_partitions and self.broker.group_coordinator is not None:
+            if tp[0] == OFFSETS_TOPIC:
+                offsets_markers.append((tp[1], result.first_offset))
+        if offsets_markers and self.broker.group_coordinator is not None:
             return errors, asyncio.ensure_future(
-                self._then_resolve_offsets(waits, offsets_partitions, producer_id, commit))
+                self._then_resolve_offsets(waits, offsets_markers, producer_id, producer_epoch, commit))
         if not waits:
             return errors, None
         # one partition (the common case): its own future, no gather and so one event-loop hop fewer
         return errors, waits[0] if len(waits) == 1 else asyncio.gather(*waits)
 
-    async def _then_resolve_offsets(self, waits: list["asyncio.Future[None]"], offsets_partitions: list[int],
-                                    producer_id: int, commit: bool) -> None:
+    async def _then_resolve_offsets(self, waits: list["asyncio.Future[None]"], offsets_markers: list[tuple[int, int]],
+                                    producer_id: int, producer_epoch: int, commit: bool) -> None:
         """Once the markers are durable, the producer's pending transactional offset commits on those
         ``__consumer_offsets`` partitions become visible (COMMIT) or are dropped (ABORT) — before the
         transaction is completed and EndTxn answered, so the committer's next OffsetFetch sees them."""
         await asyncio.gather(*waits)
         groups = self.broker.group_coordinator
         if groups is not None:
-            for index in offsets_partitions:
-                await groups.on_transaction_completed(index, producer_id, commit)
+            for index, offset in offsets_markers:
+                await groups.replay_end_transaction_marker(index, producer_id, producer_epoch, commit, offset)
 
     async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                             partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:

@@ -15,7 +15,7 @@ from .config import BrokerConfig
 from .connection import Connection
 from .durability import GroupCommitFlusher
 from .group_wiring import start_group_coordinator, stop_group_coordinator
-from .txn_wiring import start_transaction_coordinator, stop_transaction_coordinator
+from .txn_wiring import next_coordinator_epoch, start_transaction_coordinator, stop_transaction_coordinator
 from .metrics import BrokerMetrics
 from .partition import Partition
 from .router import Router
@@ -78,8 +78,9 @@ class Broker:
         self.metrics.watch_partitions(self._topics)
         self.metrics.watch_flusher(self.flusher)
         self.flusher.start()
-        await start_transaction_coordinator(self)
-        await start_group_coordinator(self)
+        epoch = next_coordinator_epoch(self)
+        await start_transaction_coordinator(self, epoch)
+        await start_group_coordinator(self, epoch)
         self._server = await loop.create_server(lambda: Connection(self), cfg.host, cfg.port, reuse_address=True,
                                                backlog=1024)
         if cfg.port == 0:

@@ -2,8 +2,9 @@
 
 The coordinator's log is ``__transaction_state`` (compacted, ``transaction.state.log.num.partitions`` partitions);
 its markers go through ``BrokerMarkerWriter``. Every partition is loaded at start-up through the same replay path
-as live operation, then transactions found in PrepareCommit/PrepareAbort are finished in the background. The
-coordinator epoch grows by one at every start, so markers from an older incarnation are fenced.
+as live operation, at the broker's coordinator epoch, then transactions found in PrepareCommit/PrepareAbort are
+finished in the background. The coordinator epoch grows by one at every start (:func:`next_coordinator_epoch`), so
+markers from an older incarnation are fenced.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from .internal_log import BrokerMarkerWriter, InternalTopicLog
 if TYPE_CHECKING:
     from .server import Broker
 
-__all__ = ["start_transaction_coordinator", "stop_transaction_coordinator", "TRANSACTION_STATE_TOPIC"]
+__all__ = ["next_coordinator_epoch", "start_transaction_coordinator", "stop_transaction_coordinator",
+           "TRANSACTION_STATE_TOPIC"]
 
 log = logging.getLogger("oncelog.broker.transactions")
 
@@ -28,7 +30,9 @@ TRANSACTION_STATE_TOPIC = "__transaction_state"
 EPOCH_FILE = "transaction-coordinator.epoch"
 
 
-def _next_coordinator_epoch(broker: "Broker") -> int:
+def next_coordinator_epoch(broker: "Broker") -> int:
+    """The epoch of this start of the broker's coordinators: one more than the last start's (kept in the data
+    folder). On a single node it plays the part of the internal partitions' leader epoch."""
     path = broker.config.data_dir / EPOCH_FILE
     try:
         epoch = int(path.read_text().strip()) + 1
@@ -38,7 +42,7 @@ def _next_coordinator_epoch(broker: "Broker") -> int:
     return epoch
 
 
-async def start_transaction_coordinator(broker: "Broker") -> None:
+async def start_transaction_coordinator(broker: "Broker", epoch: int) -> None:
     cfg = broker.config
     txn_log = InternalTopicLog(broker, TRANSACTION_STATE_TOPIC, cfg.transaction_state_log_num_partitions,
                                {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})
@@ -47,9 +51,10 @@ async def start_transaction_coordinator(broker: "Broker") -> None:
     broker.marker_writer = BrokerMarkerWriter(broker)
     coordinator = TransactionCoordinator(
         cfg, broker.clock, txn_log, broker.marker_writer, ProducerIdManager(store.load, store.persist),
-        num_partitions=txn_log.num_partitions, coordinator_epoch=_next_coordinator_epoch(broker))
+        num_partitions=txn_log.num_partitions)
     for partition in range(txn_log.num_partitions):
-        await coordinator.load_partition(partition, txn_log.read(partition), complete_pending=False)
+        txn_log.become_leader(partition, epoch)
+        await coordinator.load_partition(partition, epoch, txn_log.read(partition), complete_pending=False)
     broker.txn_coordinator = coordinator
     broker.spawn(_finish_pending(coordinator), "txn-complete-pending")
     broker.spawn(_every(cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,

@@ -1,27 +1,47 @@
 """The coordinator runtime: one serial queue per internal-topic partition (Kafka ``CoordinatorRuntime``).
 
-An operation is a plain function of the partition's shard. It validates, may mark pending state, and returns a
-:class:`CoordinatorResult` (records to write + the response). The runtime appends the records through the
-injected :class:`CoordinatorLog`, which returns once they are durable, then replays each record into the shard
-(``shard.replay(key, value, offset)`` — the same function start-up loading uses) and only then completes the
-caller's future with the response. If the append fails, ``on_failure`` runs (to drop a pending marker) and the
-caller gets :class:`CoordinatorError` with a coordinator error code.
+Contract, for every coordinator built on it (transactions over ``__transaction_state``, groups over
+``__consumer_offsets``):
 
-Operations of one partition run strictly one after another. An operation submitted to an idle partition runs at
-once in the caller's call (no hop through a worker task); one submitted while another is in flight waits in the
-partition's queue and is started by the callback that finishes its predecessor. The append's durability and the
-replay are driven by callbacks, not by the caller: a caller that is cancelled while its append is in flight cannot
-leave memory behind the log. A log that offers ``append_nowait(partition, records) -> (base_offset, durable
-future)`` is written synchronously and its durability future is watched directly (one event-loop hop fewer per
-operation); any other log's ``append`` coroutine runs as a task. Different partitions run concurrently.
+* **Operations.** An operation is a plain function of the partition's shard. It validates, may mark pending state,
+  and returns a :class:`CoordinatorResult` (records to write + the response). The runtime writes the records through
+  the injected :class:`CoordinatorLog` as one batch, waits until the batch is durable, replays each record into the
+  shard (``shard.replay(key, value, offset, producer_id, producer_epoch)`` — the same function loading uses), and
+  only then answers the caller. If the write fails, ``on_failure`` runs (to drop a pending marker) and the caller
+  gets :class:`CoordinatorError` with a coordinator error code (:func:`append_error_code`).
+* **Transactional writes** (Kafka ``scheduleTransactionalWriteOperation``): :meth:`CoordinatorRuntime.run_transactional`
+  writes the operation's records as a transactional batch of a producer id/epoch; the log refuses it if the producer
+  is fenced. The records replay with that producer id, so the shard keeps them pending until the transaction's
+  COMMIT/ABORT marker, which the broker reports with :meth:`CoordinatorRuntime.replay_end_transaction_marker`
+  once the marker is durable on the partition: ``shard.replay_end_transaction_marker`` runs on the queue, like any
+  operation (Kafka ``replayEndTransactionMarker``).
+* **Loading** is the same replay path: :meth:`CoordinatorRuntime.load` replays every entry of the partition in log
+  order — records (with their producer id when transactional) and markers — through the queue. Nothing reaches a
+  shard by any other way.
+* **Ownership and epochs.** A partition is loaded when this broker becomes leader of the internal partition and
+  unloaded when it loses it; its epoch (the coordinator epoch) is that partition's leader epoch. Every write carries
+  the epoch, so the log refuses writes of a coordinator that has lost its partition (NOT_LEADER_OR_FOLLOWER, which
+  the caller sees as NOT_COORDINATOR). Unloading fails every queued operation and the one in flight with
+  NOT_COORDINATOR and drops the shard: a write that completes later is not replayed into anything, and a reload reads
+  it back from the log. Loading with a newer epoch replaces the shard by a fresh load (Kafka keeps an active shard;
+  we reload, so a shard never survives a leadership change it may have missed).
+
+Scheduling. Operations of one partition run strictly one after another. An operation submitted to an idle partition
+runs at once in the caller's call (no hop through a worker task); one submitted while another is in flight waits in
+the partition's queue and is started by the callback that finishes its predecessor. The log writes synchronously and
+hands back a future done once the batch is durable; the runtime watches that future itself (no task per write), and
+when it is already done (the log does not wait for the disk) the operation completes inline. The durability and the
+replay are driven by callbacks, not by the caller: a caller that is cancelled while its write is in flight cannot
+leave memory behind the log. Different partitions run concurrently.
 
 An operation may say its records need no durability before anyone acts on them (``await_durable=False``: a
-transaction's Complete* record, whose loss in a crash only means the completion is redone at load). With a log
-that offers ``append_nowait`` such records are written ``lazy`` (no fsync round of their own), replayed and
-answered at once, and the partition's next operation runs without waiting; since every later record of the
-partition is durable only after them (one log, fsynced in order), nothing durable can depend on them being lost.
-The runtime also owns the coordinator's background tasks (marker retries) and its sleeping, so the
-coordinator modules need no asyncio of their own and tests can make backoff instant.
+transaction's Complete* record, whose loss in a crash only means the completion is redone at load). Such records are
+written ``lazy`` (no fsync round of their own), replayed and answered at once, and the partition's next operation
+runs without waiting; since every later record of the partition is durable only after them (one log, fsynced in
+order), nothing durable can depend on them being lost.
+
+The runtime also owns the coordinator's background tasks (marker retries) and its sleeping, so the coordinator
+modules need no asyncio of their own and tests can make backoff instant.
 """
 
 from __future__ import annotations
@@ -29,37 +49,82 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from oncelog.protocol.errors import ErrorCode
 
 __all__ = [
+    "NO_PRODUCER_EPOCH",
+    "NO_PRODUCER_ID",
     "CoordinatorError",
     "CoordinatorLog",
     "CoordinatorResult",
     "CoordinatorRuntime",
     "CoordinatorShard",
+    "LoadedMarker",
+    "LoadedRecord",
+    "LogEntry",
     "Record",
     "append_error_code",
 ]
 
 log = logging.getLogger("oncelog.coordinator.runtime")
 
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+
 Record = tuple[bytes, "bytes | None"]
 T = TypeVar("T")
 S = TypeVar("S", bound="CoordinatorShard")
 
 
+class LoadedRecord(NamedTuple):
+    """A record read back from a coordinator partition. ``producer_id`` is set only for a transactional batch."""
+
+    key: bytes | None
+    value: bytes | None
+    offset: int
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+class LoadedMarker(NamedTuple):
+    """A COMMIT/ABORT control batch read back from a coordinator partition."""
+
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    offset: int
+
+
+LogEntry = LoadedRecord | LoadedMarker
+
+
 class CoordinatorLog(Protocol):
-    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> int:
-        """Append the records as one batch; return its base offset once durable; raise on failure."""
+    """Where a runtime writes: the internal topic's partitions, led by this broker."""
+
+    def append(self, partition: int, epoch: int, records: Sequence[Record], producer_id: int = NO_PRODUCER_ID,
+               producer_epoch: int = NO_PRODUCER_EPOCH, lazy: bool = False) -> tuple[int, asyncio.Future[None]]:
+        """Write ``records`` now as one batch — transactional if ``producer_id`` is set — and return its base offset
+        and a future done once the batch is durable (failed if it cannot be made durable). Raise (an exception with
+        an ``error_code``) if it cannot be written: NOT_LEADER_OR_FOLLOWER when ``epoch`` is not the partition's
+        current leader epoch here, a producer-state error when the producer is fenced. ``lazy``: nobody waits for
+        the future now, so the write starts no fsync round of its own."""
         ...
 
 
 class CoordinatorShard(Protocol):
-    def replay(self, key: bytes | None, value: bytes | None, offset: int) -> None:
+    """The state of one coordinator partition, changed only by replaying its log."""
+
+    def replay(self, key: bytes | None, value: bytes | None, offset: int, producer_id: int,
+               producer_epoch: int) -> None:
+        """Apply one record (``producer_id`` is NO_PRODUCER_ID unless it was written transactionally)."""
+        ...
+
+    def replay_end_transaction_marker(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        """The transaction of ``producer_id`` ended on this partition: what it wrote becomes visible or goes."""
         ...
 
 
@@ -106,24 +171,41 @@ def append_error_code(exc: BaseException) -> ErrorCode:
     return code
 
 
-_Item = tuple[Callable[[Any], Any], "asyncio.Future[Any]"]
+class _Op:
+    """One submitted operation: the function, its caller's future, the producer of a transactional write."""
+
+    __slots__ = ("fn", "fut", "producer_id", "producer_epoch")
+
+    def __init__(self, fn: Callable[[Any], Any], fut: asyncio.Future[Any], producer_id: int,
+                 producer_epoch: int) -> None:
+        self.fn = fn
+        self.fut = fut
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+
+    def answer(self, value: Any) -> None:
+        if not self.fut.done():
+            self.fut.set_result(value)
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.fut.done():
+            self.fut.set_exception(exc)
 
 
 class _Partition:
-    def __init__(self, shard: Any) -> None:
+    def __init__(self, shard: Any, epoch: int) -> None:
         self.shard = shard
-        self.pending: deque[_Item] = deque()  # operations waiting for the one in flight
-        self.busy = False  # an operation is between running and its replay
-        self.inflight: tuple[asyncio.Future[Any], asyncio.Future[Any]] | None = None  # (caller, durable)
+        self.epoch = epoch
+        self.pending: deque[_Op] = deque()  # operations waiting for the one in flight
+        self.inflight: _Op | None = None  # the operation between its write and its replay
         self.loading = True
+        self.loaded_through = -1  # offset of the last entry the load replayed
 
 
 class CoordinatorRuntime(Generic[S]):
     def __init__(self, log: CoordinatorLog, shard_factory: Callable[[int], S],
                  sleep: Callable[[float], Awaitable[None]] | None = None) -> None:
         self._log = log
-        self._append_nowait: Callable[..., tuple[int, asyncio.Future[Any]]] | None = \
-            getattr(log, "append_nowait", None)
         self._factory = shard_factory
         self._partitions: dict[int, _Partition] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -142,159 +224,205 @@ class CoordinatorRuntime(Generic[S]):
         p = self._partitions.get(partition)
         return p is not None and p.loading
 
-    async def load(self, partition: int, records: Iterable[tuple[bytes | None, bytes | None, int]]) -> S:
-        """Create the partition's shard and replay every record of the partition into it, through the queue."""
-        if partition in self._partitions:
-            raise RuntimeError(f"coordinator partition {partition} is already loaded")
-        p = _Partition(self._factory(partition))
+    def epoch(self, partition: int) -> int | None:
+        """The coordinator epoch this runtime holds the partition with (None: not loaded here)."""
+        p = self._partitions.get(partition)
+        return None if p is None else p.epoch
+
+    def owns(self, partition: int, epoch: int | None = None) -> bool:
+        """Whether the partition is loaded (and, if ``epoch`` is given, still with that epoch)."""
+        p = self._partitions.get(partition)
+        return p is not None and not p.loading and (epoch is None or p.epoch == epoch)
+
+    async def load(self, partition: int, epoch: int, entries: Iterable[LogEntry]) -> S | None:
+        """Become the coordinator of ``partition`` at ``epoch`` (Kafka ``scheduleLoadOperation``): create its shard
+        and replay every entry of the partition, in log order, through the queue. Returns the shard, or None when
+        ignored because the partition is already held with this or a newer epoch. A newer epoch than the one held
+        unloads the old shard first (its queued operations get NOT_COORDINATOR) and loads afresh."""
+        current = self._partitions.get(partition)
+        if current is not None:
+            if current.epoch >= epoch:
+                log.info("coordinator partition %d: load at epoch %d ignored, already held at epoch %d", partition,
+                         epoch, current.epoch)
+                return None
+            self._drop(partition, current, f"reloaded at epoch {epoch}")
+        p = _Partition(self._factory(partition), epoch)
         self._partitions[partition] = p
 
         def replay_all(shard: S) -> CoordinatorResult[None]:
-            for key, value, offset in records:
-                shard.replay(key, value, offset)
+            last = -1
+            for entry in entries:
+                if type(entry) is LoadedRecord:
+                    shard.replay(entry.key, entry.value, entry.offset, entry.producer_id, entry.producer_epoch)
+                else:
+                    assert isinstance(entry, LoadedMarker)
+                    shard.replay_end_transaction_marker(entry.producer_id, entry.producer_epoch, entry.commit)
+                last = entry.offset
+            p.loaded_through = last
             return CoordinatorResult([], None)
 
         try:
             await self._submit(partition, p, replay_all)
         except BaseException:
-            self.unload(partition)
+            if self._partitions.get(partition) is p:
+                self._drop(partition, p, "loading failed")
             raise
+        if self._partitions.get(partition) is not p:  # unloaded (or reloaded) while loading
+            return None
         p.loading = False
         return p.shard  # type: ignore[no-any-return]
 
-    def unload(self, partition: int) -> None:
-        """Stop serving a partition: queued operations and the one in flight fail with NOT_COORDINATOR."""
-        p = self._partitions.pop(partition, None)
+    def unload(self, partition: int, epoch: int | None = None) -> bool:
+        """Stop serving a partition (Kafka ``scheduleUnloadOperation``): ``epoch`` is the epoch of the new leader
+        (None: the partition is gone). Ignored when the partition is held with that epoch or a newer one (a stale
+        notice). Queued operations and the one in flight fail with NOT_COORDINATOR; the shard is dropped."""
+        p = self._partitions.get(partition)
         if p is None:
-            return
+            return False
+        if epoch is not None and p.epoch >= epoch:
+            log.info("coordinator partition %d: unload for epoch %d ignored, held at epoch %d", partition, epoch,
+                     p.epoch)
+            return False
+        self._drop(partition, p, "unloaded")
+        return True
+
+    def _drop(self, partition: int, p: _Partition, why: str) -> None:
+        del self._partitions[partition]
+        err = CoordinatorError(ErrorCode.NOT_COORDINATOR, f"coordinator partition {partition} was {why}")
         if p.inflight is not None:
-            fut, durable = p.inflight
-            if not fut.done():
-                fut.set_exception(CoordinatorError(ErrorCode.NOT_COORDINATOR))
-            if isinstance(durable, asyncio.Task):
-                durable.cancel()
+            p.inflight.fail(err)  # its write completes or fails later; nothing is replayed into the dropped shard
         while p.pending:
-            _, fut = p.pending.popleft()
-            if not fut.done():
-                fut.set_exception(CoordinatorError(ErrorCode.NOT_COORDINATOR))
+            p.pending.popleft().fail(err)
 
     # ------------------------------------------------------------------ operations
     async def run(self, partition: int, op: Callable[[S], CoordinatorResult[T]]) -> T:
+        """Run ``op`` on the partition's queue; its records are written as plain records."""
+        return await self._schedule(partition, op, NO_PRODUCER_ID, NO_PRODUCER_EPOCH)  # type: ignore[no-any-return]
+
+    async def run_transactional(self, partition: int, producer_id: int, producer_epoch: int,
+                                op: Callable[[S], CoordinatorResult[T]]) -> T:
+        """Run ``op`` on the partition's queue; its records are written as a transactional batch of the producer
+        (Kafka ``scheduleTransactionalWriteOperation``) and replayed with its id, pending until its marker."""
+        return await self._schedule(partition, op, producer_id, producer_epoch)  # type: ignore[no-any-return]
+
+    async def replay_end_transaction_marker(self, partition: int, producer_id: int, producer_epoch: int,
+                                            commit: bool, offset: int) -> None:
+        """The broker made a COMMIT/ABORT marker of ``producer_id`` durable at ``offset`` of the partition: replay it
+        into the shard, in queue order. A marker the partition's load already read is not replayed twice. Fails with
+        NOT_COORDINATOR when the partition is not held here (whoever loads it later reads the marker from the log)."""
         p = self._partitions.get(partition)
         if p is None or self._closed:
-            raise CoordinatorError(ErrorCode.NOT_COORDINATOR, f"partition {partition} is not loaded here")
+            raise CoordinatorError(ErrorCode.NOT_COORDINATOR, f"coordinator partition {partition} is not held here")
+
+        def replay(shard: S) -> CoordinatorResult[None]:
+            if offset > p.loaded_through:
+                shard.replay_end_transaction_marker(producer_id, producer_epoch, commit)
+            return CoordinatorResult([], None)
+
+        await self._submit(partition, p, replay)  # queued behind a load in progress, not refused
+
+    def _schedule(self, partition: int, op: Callable[[S], CoordinatorResult[T]], producer_id: int,
+                  producer_epoch: int) -> asyncio.Future[Any]:
+        p = self._partitions.get(partition)
+        if p is None or self._closed:
+            raise CoordinatorError(ErrorCode.NOT_COORDINATOR, f"coordinator partition {partition} is not held here")
         if p.loading:
             raise CoordinatorError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
-        return await self._submit(partition, p, op)  # type: ignore[no-any-return]
+        return self._submit(partition, p, op, producer_id, producer_epoch)
 
-    def _submit(self, partition: int, p: _Partition, op: Callable[[Any], Any]) -> asyncio.Future[Any]:
-        """Run ``op`` now if the partition is idle (no hop through a worker task), else queue it behind the
-        operation in flight. Its append and replay are driven by callbacks, not by the caller, so a caller that
-        is cancelled while its append is in flight cannot leave memory behind the log."""
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        if p.busy or p.pending:
-            p.pending.append((op, fut))
+    def _submit(self, partition: int, p: _Partition, fn: Callable[[Any], Any], producer_id: int = NO_PRODUCER_ID,
+                producer_epoch: int = NO_PRODUCER_EPOCH) -> asyncio.Future[Any]:
+        """Run the operation now if the partition is idle (no hop through a worker task), else queue it behind the
+        operation in flight. Its write and replay are driven by callbacks, not by the caller, so a caller that is
+        cancelled while its write is in flight cannot leave memory behind the log."""
+        op = _Op(fn, asyncio.get_running_loop().create_future(), producer_id, producer_epoch)
+        if p.inflight is not None or p.pending:
+            p.pending.append(op)
         else:
-            self._start(partition, p, op, fut)
-        return fut
+            self._start(partition, p, op)
+        return op.fut
 
     def _drain(self, partition: int, p: _Partition) -> None:
-        while not p.busy and p.pending and self._partitions.get(partition) is p:
-            op, fut = p.pending.popleft()
-            if fut.done():  # the caller gave up before its operation started: nothing was written
+        while p.inflight is None and p.pending and self._partitions.get(partition) is p:
+            op = p.pending.popleft()
+            if op.fut.done():  # the caller gave up before its operation started: nothing was written
                 continue
-            self._start(partition, p, op, fut)
+            self._start(partition, p, op)
 
-    def _start(self, partition: int, p: _Partition, op: Callable[[Any], Any], fut: asyncio.Future[Any]) -> None:
-        """Run the operation and start its append. Returns with ``p.busy`` set iff the append is in flight."""
+    def _start(self, partition: int, p: _Partition, op: _Op) -> None:
+        """Run the operation and start its write. Returns with ``p.inflight`` set iff the write is in flight."""
         try:
-            result = op(p.shard)
+            result = op.fn(p.shard)
             if not isinstance(result, CoordinatorResult):
                 raise TypeError(f"a coordinator operation must return a CoordinatorResult, not {type(result)!r}")
         except BaseException as e:
-            if not fut.done():
-                fut.set_exception(e)
+            op.fail(e)
             return
         if not result.records:
             self._run_applied_hook(partition, result)
-            if not fut.done():
-                fut.set_result(result.response)
+            op.answer(result.response)
             return
-        records = list(result.records)
-        base: int | None
-        lazy = not result.await_durable and self._append_nowait is not None
+        records = result.records
+        lazy = not result.await_durable
         try:
-            if lazy:
-                assert self._append_nowait is not None
-                base, durable = self._append_nowait(partition, records, lazy=True)
-            elif self._append_nowait is not None:  # written now; the future is done once it is durable
-                base, durable = self._append_nowait(partition, records)
-            else:
-                base, durable = None, asyncio.ensure_future(self._log.append(partition, records))
+            base, durable = self._log.append(partition, p.epoch, records, op.producer_id, op.producer_epoch, lazy)
         except Exception as e:
-            self._failed(partition, result, fut, e)
+            self._failed(partition, result, op, e)
             return
-        if lazy:
-            assert base is not None
-            durable.add_done_callback(lambda d: self._lazy_durable(partition, d))
-            self._apply(partition, p, result, records, base, fut)
+        if lazy or (durable.done() and not durable.cancelled() and durable.exception() is None):
+            if lazy:
+                durable.add_done_callback(lambda d: self._lazy_durable(partition, d))
+            self._apply(partition, p, result, op, base)
             return
-        p.busy = True
-        p.inflight = (fut, durable)
-        durable.add_done_callback(
-            lambda d: self._appended(partition, p, result, records, base, fut, d))  # type: ignore[misc,unused-ignore]
+        p.inflight = op
+        durable.add_done_callback(lambda d: self._written(partition, p, result, op, base, d))
 
-    def _failed(self, partition: int, result: CoordinatorResult[Any], fut: asyncio.Future[Any],
-                e: BaseException) -> None:
+    def _failed(self, partition: int, result: CoordinatorResult[Any], op: _Op, e: BaseException) -> None:
         if result.on_failure is not None:
             result.on_failure()
-        if fut.done():
-            return
         if isinstance(e, Exception):
             code = append_error_code(e)
-            log.warning("append to coordinator partition %d failed (%s): answering %s", partition, e, code.name)
+            if not op.fut.done():
+                log.warning("append to coordinator partition %d failed (%s): answering %s", partition, e, code.name)
             err = CoordinatorError(code, str(e))
             err.__cause__ = e
-            fut.set_exception(err)
+            op.fail(err)
         else:
-            fut.set_exception(CoordinatorError(ErrorCode.NOT_COORDINATOR))
+            op.fail(CoordinatorError(ErrorCode.NOT_COORDINATOR))
 
-    def _appended(self, partition: int, p: _Partition, result: CoordinatorResult[Any],
-                  records: list[tuple[bytes, bytes | None]], base: int | None, fut: asyncio.Future[Any],
-                  durable: asyncio.Future[Any]) -> None:
-        """The append is durable (or failed): replay the records, then answer; then the next operation."""
+    def _written(self, partition: int, p: _Partition, result: CoordinatorResult[Any], op: _Op, base: int,
+                 durable: asyncio.Future[None]) -> None:
+        """The write is durable (or failed): replay the records, then answer; then the next operation."""
         p.inflight = None
-        p.busy = False
         if self._partitions.get(partition) is not p:  # unloaded meanwhile: the shard is gone
             if result.on_failure is not None:
                 result.on_failure()
-            if not fut.done():
-                fut.set_exception(CoordinatorError(ErrorCode.NOT_COORDINATOR))
+            op.fail(CoordinatorError(ErrorCode.NOT_COORDINATOR))
             return
         if durable.cancelled():
-            self._failed(partition, result, fut, asyncio.CancelledError())
+            self._failed(partition, result, op, asyncio.CancelledError())
         elif durable.exception() is not None:
-            self._failed(partition, result, fut, durable.exception())  # type: ignore[arg-type]
+            self._failed(partition, result, op, durable.exception())  # type: ignore[arg-type]
         else:
-            self._apply(partition, p, result, records, base if base is not None else durable.result(), fut)
+            self._apply(partition, p, result, op, base)
         self._drain(partition, p)
 
-    def _apply(self, partition: int, p: _Partition, result: CoordinatorResult[Any],
-               records: list[tuple[bytes, bytes | None]], offset: int, fut: asyncio.Future[Any]) -> None:
+    def _apply(self, partition: int, p: _Partition, result: CoordinatorResult[Any], op: _Op, offset: int) -> None:
         """Replay the written records into the shard, run the follow-up hook, answer the caller."""
+        shard = p.shard
+        pid, epoch = op.producer_id, op.producer_epoch
         try:
-            for i, (key, value) in enumerate(records):
-                p.shard.replay(key, value, offset + i)
+            for key, value in result.records:
+                shard.replay(key, value, offset, pid, epoch)
+                offset += 1
         except BaseException as e:
-            if not fut.done():
-                fut.set_exception(e)
+            op.fail(e)
         else:
             self._run_applied_hook(partition, result)
-            if not fut.done():
-                fut.set_result(result.response)
+            op.answer(result.response)
 
     @staticmethod
-    def _lazy_durable(partition: int, durable: asyncio.Future[Any]) -> None:
+    def _lazy_durable(partition: int, durable: asyncio.Future[None]) -> None:
         if not durable.cancelled() and durable.exception() is not None:
             log.error("a record of coordinator partition %d, already applied, could not be made durable (%s); "
                       "after a restart its operation is redone from the partition's log", partition,

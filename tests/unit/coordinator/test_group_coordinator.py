@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from oncelog.coordinator.group.coordinator import GroupCoordinator
+from oncelog.coordinator.runtime import LoadedMarker, LoadedRecord, LogEntry
 from oncelog.coordinator.group.records import decode_key
 from oncelog.coordinator.group.shard import GroupConfig
 from oncelog.coordinator.group.state import GroupState
@@ -40,29 +41,37 @@ JV = 9  # JoinGroup version used unless a test says otherwise
 
 
 class MemLog:
-    """``__consumer_offsets`` in memory: per partition, data entries (key, value, offset, pid) and markers."""
+    """``__consumer_offsets`` in memory: per partition, the entries loading reads back (records and markers)."""
 
     def __init__(self) -> None:
-        self.entries: dict[int, list[Any]] = defaultdict(list)
+        self.entries: dict[int, list[LogEntry]] = defaultdict(list)
         self.next: dict[int, int] = defaultdict(int)
         self.fail = False
 
-    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]], producer_id: int = -1,
-                     producer_epoch: int = -1, transactional: bool = False) -> int:
+    def append(self, partition: int, epoch: int, records: Sequence[tuple[bytes, bytes | None]],
+               producer_id: int = -1, producer_epoch: int = -1, lazy: bool = False
+               ) -> tuple[int, asyncio.Future[None]]:
         if self.fail:
             raise RuntimeError("disk on fire")
         base = self.next[partition]
         for i, (k, v) in enumerate(records):
-            self.entries[partition].append((k, v, base + i, producer_id if transactional else -1))
+            self.entries[partition].append(LoadedRecord(k, v, base + i, producer_id, producer_epoch))
         self.next[partition] += len(records)
-        return base
+        durable: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        durable.get_loop().call_soon(durable.set_result, None)
+        return base, durable
 
-    def marker(self, partition: int, pid: int, commit: bool) -> None:
-        self.entries[partition].append((pid, commit, self.next[partition]))
+    def marker(self, partition: int, pid: int, commit: bool) -> int:
+        offset = self.next[partition]
+        self.entries[partition].append(LoadedMarker(pid, 0, commit, offset))
         self.next[partition] += 1
+        return offset
+
+    def records(self, partition: int) -> list[LoadedRecord]:
+        return [e for e in self.entries[partition] if isinstance(e, LoadedRecord)]
 
     def keys(self, partition: int) -> list[Any]:
-        return [decode_key(e[0]) for e in self.entries[partition] if len(e) == 4]
+        return [decode_key(e.key) for e in self.records(partition) if e.key is not None]
 
 
 def cfg(**kw: Any) -> GroupConfig:
@@ -77,7 +86,7 @@ async def make(log: MemLog | None = None, clock: MockClock | None = None,
     clock = clock or MockClock()
     coord = GroupCoordinator(log, N, clock, config or cfg())
     for p in range(N):
-        await coord.load(p, list(log.entries[p]))
+        await coord.load(p, 0, list(log.entries[p]))
     return coord, log, clock
 
 
@@ -548,12 +557,11 @@ async def test_txn_offsets_pending_until_commit_marker() -> None:
     r = await coord.txn_offset_commit(txn_req(42, {("t", 0): 10, ("t", 1): 11}), 3)
     assert codes(r) == [0, 0]
     p = coord.partition_for("g")
-    assert [e[3] for e in log.entries[p]][-2:] == [42, 42]  # written as a transactional batch of producer 42
+    assert [e.producer_id for e in log.records(p)][-2:] == [42, 42]  # a transactional batch of producer 42
     assert await fetched(coord) == {("t", 0): 1}
     assert await fetched(coord, stable=True, topics=[("t", [0, 1, 2])]) == {
         ("t", 0): ErrorCode.UNSTABLE_OFFSET_COMMIT, ("t", 1): ErrorCode.UNSTABLE_OFFSET_COMMIT, ("t", 2): -1}
-    log.marker(p, 42, True)
-    await coord.on_transaction_completed(p, 42, True)
+    await coord.replay_end_transaction_marker(p, 42, 0, True, log.marker(p, 42, True))
     assert await fetched(coord, stable=True) == {("t", 0): 10, ("t", 1): 11}
 
 
@@ -562,13 +570,11 @@ async def test_txn_offsets_dropped_on_abort_and_newer_plain_commit_wins() -> Non
     coord, log, clock = await make()
     p = coord.partition_for("g")
     await coord.txn_offset_commit(txn_req(7, {("t", 0): 10}), 3)
-    log.marker(p, 7, False)
-    await coord.on_transaction_completed(p, 7, False)
+    await coord.replay_end_transaction_marker(p, 7, 0, False, log.marker(p, 7, False))
     assert await fetched(coord, stable=True, topics=[("t", [0])]) == {("t", 0): -1}
     await coord.txn_offset_commit(txn_req(8, {("t", 0): 20}), 3)
     await coord.commit_offsets(commit_req(offsets={("t", 0): 25}), 8)  # written after the pending one
-    log.marker(p, 8, True)
-    await coord.on_transaction_completed(p, 8, True)
+    await coord.replay_end_transaction_marker(p, 8, 0, True, log.marker(p, 8, True))
     assert await fetched(coord) == {("t", 0): 25}
 
 
@@ -613,7 +619,7 @@ async def test_reload_restores_offsets_groups_and_resolves_pending_txn() -> None
     assert g.state is GroupState.STABLE and g.generation == gen and set(g.members) == {a, b}
     assert g.members[b].assignment == b.encode()
     assert await hb(coord2, a, gen) == 0
-    await coord2.on_transaction_completed(p, 3, True)
+    await coord2.replay_end_transaction_marker(p, 3, 0, True, log.marker(p, 3, True))
     assert (await fetched(coord2))[("t", 3)] == 13
     # loaded members that never heartbeat again time out
     await tick(coord2, clock, 11_000)
@@ -646,7 +652,7 @@ async def test_offsets_of_simple_group_expire_and_group_goes() -> None:
     await tick(coord, clock, 30_000)
     assert coord.group("g") is None
     p = coord.partition_for("g")
-    tomb = [decode_key(e[0]) for e in log.entries[p] if len(e) == 4 and e[1] is None]
+    tomb = [decode_key(e.key) for e in log.records(p) if e.key is not None and e.value is None]
     assert [type(k) for k in tomb] == [OffsetCommitKey, OffsetCommitKey, GroupMetadataKey]
 
 

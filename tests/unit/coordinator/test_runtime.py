@@ -1,25 +1,24 @@
-"""CoordinatorRuntime: append durably, then replay, then answer; serial per partition, concurrent across."""
+"""CoordinatorRuntime: append durably, then replay, then answer; serial per partition, concurrent across;
+transactional writes and end-of-transaction markers through the queue; loading and unloading with an epoch."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import pytest
 
-from oncelog.coordinator.runtime import CoordinatorError, CoordinatorResult, CoordinatorRuntime
+from oncelog.coordinator.runtime import (
+    CoordinatorError,
+    CoordinatorResult,
+    CoordinatorRuntime,
+    LoadedMarker,
+    LoadedRecord,
+)
 from oncelog.protocol.errors import ErrorCode
 
+from .runtime_fakes import ListShard, ManualLog
 from .txn_fakes import FakeLog
-
-
-class ListShard:
-    def __init__(self, partition: int) -> None:
-        self.partition = partition
-        self.replayed: list[tuple[bytes | None, bytes | None, int]] = []
-        self.pending = False
-
-    def replay(self, key: bytes | None, value: bytes | None, offset: int) -> None:
-        self.replayed.append((key, value, offset))
 
 
 def run(coro):  # type: ignore[no-untyped-def]
@@ -30,7 +29,7 @@ def test_append_then_replay_then_respond() -> None:
     async def main() -> None:
         log = FakeLog()
         rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard)
-        await rt.load(0, [(b"k0", b"v0", 0)])
+        await rt.load(0, 0, [LoadedRecord(b"k0", b"v0", 0)])
         shard = rt.shard(0)
         assert shard is not None and shard.replayed == [(b"k0", b"v0", 0)]
 
@@ -52,7 +51,7 @@ def test_failed_append_calls_on_failure_and_maps_error() -> None:
     async def main() -> None:
         log = FakeLog()
         rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard)
-        await rt.load(0, [])
+        await rt.load(0, 0, [])
         shard = rt.shard(0)
         assert shard is not None
 
@@ -62,23 +61,37 @@ def test_failed_append_calls_on_failure_and_maps_error() -> None:
 
         for code, expected in [(ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.COORDINATOR_NOT_AVAILABLE),
                                (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_COORDINATOR),
-                               (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.UNKNOWN_SERVER_ERROR)]:
+                               (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.UNKNOWN_SERVER_ERROR),
+                               (ErrorCode.PRODUCER_FENCED, ErrorCode.PRODUCER_FENCED)]:
             log.fail_next, log.fail_code = 1, code
             with pytest.raises(CoordinatorError) as e:
                 await rt.run(0, op)
             assert e.value.code is expected
             assert shard.pending is False and shard.replayed == []
-        # a plain exception without a code is "not available"
+
+        # a plain exception without a code is "not available", whether the write or its durability fails
         class Boom:
-            async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> int:
-                raise OSError("disk")
-        rt2: CoordinatorRuntime[ListShard] = CoordinatorRuntime(Boom(), ListShard)
-        await rt2.load(1, [])
-        with pytest.raises(CoordinatorError) as e:
-            await rt2.run(1, op)
-        assert e.value.code is ErrorCode.COORDINATOR_NOT_AVAILABLE
+            def __init__(self, at_write: bool) -> None:
+                self.at_write = at_write
+
+            def append(self, partition: int, epoch: int, records: Sequence[tuple[bytes, bytes | None]],
+                       producer_id: int = -1, producer_epoch: int = -1, lazy: bool = False
+                       ) -> tuple[int, asyncio.Future[None]]:
+                if self.at_write:
+                    raise OSError("disk")
+                fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                fut.get_loop().call_soon(fut.set_exception, OSError("fsync"))
+                return 0, fut
+
+        for at_write in (True, False):
+            rt2: CoordinatorRuntime[ListShard] = CoordinatorRuntime(Boom(at_write), ListShard)
+            await rt2.load(1, 0, [])
+            with pytest.raises(CoordinatorError) as e:
+                await rt2.run(1, op)
+            assert e.value.code is ErrorCode.COORDINATOR_NOT_AVAILABLE
+            assert await rt2.run(1, lambda s: CoordinatorResult([], "next")) == "next"  # the queue goes on
+            await rt2.close()
         await rt.close()
-        await rt2.close()
     run(main())
 
 
@@ -87,8 +100,8 @@ def test_serial_within_partition_concurrent_across() -> None:
         log = FakeLog()
         log.gate = asyncio.Event()
         rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard)
-        await rt.load(0, [])
-        await rt.load(1, [])
+        await rt.load(0, 0, [])
+        await rt.load(1, 0, [])
         started: list[tuple[int, int]] = []
 
         def op(p: int, i: int):  # type: ignore[no-untyped-def]
@@ -115,7 +128,7 @@ def test_cancelled_caller_does_not_desync_memory_from_log() -> None:
         log = FakeLog()
         log.gate = asyncio.Event()
         rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard)
-        await rt.load(0, [])
+        await rt.load(0, 0, [])
         task = asyncio.create_task(rt.run(0, lambda s: CoordinatorResult([(b"k", b"v")], 1)))
         await asyncio.sleep(0)
         await asyncio.sleep(0)
@@ -135,11 +148,10 @@ def test_unloaded_and_loading_partitions() -> None:
         with pytest.raises(CoordinatorError) as e:
             await rt.run(3, lambda s: CoordinatorResult([], 0))
         assert e.value.code is ErrorCode.NOT_COORDINATOR
-        await rt.load(3, [])
-        with pytest.raises(RuntimeError):
-            await rt.load(3, [])
-        rt.unload(3)
-        assert rt.shard(3) is None
+        assert await rt.load(3, 0, []) is not None
+        assert await rt.load(3, 0, []) is None  # already held at that epoch: ignored
+        assert rt.unload(3)
+        assert rt.shard(3) is None and rt.epoch(3) is None
         with pytest.raises(CoordinatorError):
             await rt.run(3, lambda s: CoordinatorResult([], 0))
         await rt.close()
@@ -164,5 +176,149 @@ def test_background_tasks_and_wait_idle() -> None:
         t = rt.spawn(work())
         await rt.wait_idle()
         assert done == [1] and slept == [1.5] and t.result() == 7
+        await rt.close()
+    run(main())
+
+
+# ---------------------------------------------------------------------- transactional writes and markers
+def test_transactional_write_carries_the_producer_to_the_log_and_to_replay() -> None:
+    async def main() -> None:
+        log = ManualLog()
+        rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard)
+        shard = await rt.load(0, 4, [])
+        assert shard is not None
+        t = asyncio.ensure_future(rt.run_transactional(0, 42, 7, lambda s: CoordinatorResult([(b"o", b"1")], "ok")))
+        await asyncio.sleep(0)
+        assert log.writes == [(0, 4, 42, 7, False)]  # the partition's epoch and the producer go with the write
+        assert shard.entries == []  # not replayed before it is durable
+        log.make_durable()
+        assert await t == "ok"
+        assert shard.entries == [("r", b"o", b"1", 0, 42, 7)]
+        # a plain write carries no producer
+        t2 = asyncio.ensure_future(rt.run(0, lambda s: CoordinatorResult([(b"p", b"2")], "plain")))
+        await asyncio.sleep(0)
+        log.make_durable()
+        assert await t2 == "plain" and shard.entries[-1] == ("r", b"p", b"2", 1, -1, -1)
+        await rt.close()
+    run(main())
+
+
+def test_end_transaction_marker_is_replayed_in_queue_order() -> None:
+    async def main() -> None:
+        log = ManualLog()
+        rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard)
+        shard = await rt.load(0, 0, [])
+        assert shard is not None
+        txn = asyncio.ensure_future(rt.run_transactional(0, 5, 0, lambda s: CoordinatorResult([(b"o", b"1")], 1)))
+        await asyncio.sleep(0)
+        marker = asyncio.ensure_future(rt.replay_end_transaction_marker(0, 5, 0, True, offset=1))
+        await asyncio.sleep(0)
+        assert not marker.done() and shard.entries == []  # behind the write in flight
+        log.make_durable()
+        await txn
+        await marker
+        assert shard.entries == [("r", b"o", b"1", 0, 5, 0), ("m", 5, 0, True)]
+        # a partition not held here refuses it (whoever loads the partition reads the marker from the log)
+        with pytest.raises(CoordinatorError) as e:
+            await rt.replay_end_transaction_marker(9, 5, 0, True, offset=3)
+        assert e.value.code is ErrorCode.NOT_COORDINATOR
+        await rt.close()
+    run(main())
+
+
+def test_loading_replays_records_and_markers_through_the_same_path() -> None:
+    async def main() -> None:
+        rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(ManualLog(), ListShard)
+        shard = await rt.load(2, 1, [LoadedRecord(b"a", b"1", 0), LoadedRecord(b"o", b"2", 1, 9, 3),
+                                     LoadedMarker(9, 3, False, 2), LoadedRecord(b"b", None, 3)])
+        assert shard is not None
+        assert shard.entries == [("r", b"a", b"1", 0, -1, -1), ("r", b"o", b"2", 1, 9, 3), ("m", 9, 3, False),
+                                 ("r", b"b", None, 3, -1, -1)]
+        # the broker reports a marker the load already read: not replayed twice; a later one is
+        await rt.replay_end_transaction_marker(2, 9, 3, False, offset=2)
+        assert len(shard.entries) == 4
+        await rt.replay_end_transaction_marker(2, 9, 3, True, offset=4)
+        assert shard.entries[-1] == ("m", 9, 3, True)
+        await rt.close()
+    run(main())
+
+
+# ---------------------------------------------------------------------- ownership: load and unload with an epoch
+def test_writes_carry_the_epoch_and_a_refused_write_answers_not_coordinator() -> None:
+    async def main() -> None:
+        log = ManualLog()
+        log.epochs = {0: 5}
+        rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard)
+        shard = await rt.load(0, 5, [])
+        assert shard is not None
+        t = asyncio.ensure_future(rt.run(0, lambda s: CoordinatorResult([(b"k", b"v")], "ok")))
+        await asyncio.sleep(0)
+        log.make_durable()
+        assert await t == "ok" and log.writes[0][1] == 5
+        # leadership moved: the log refuses writes of epoch 5 (NOT_LEADER_OR_FOLLOWER -> NOT_COORDINATOR)
+        log.epochs = {0: 6}
+        failed: list[bool] = []
+
+        def op(s: ListShard) -> CoordinatorResult[str]:
+            return CoordinatorResult([(b"k2", b"v")], "never", on_failure=lambda: failed.append(True))
+
+        with pytest.raises(CoordinatorError) as e:
+            await rt.run(0, op)
+        assert e.value.code is ErrorCode.NOT_COORDINATOR and failed == [True]
+        assert shard.replayed == [(b"k", b"v", 0)]
+        await rt.close()
+    run(main())
+
+
+def test_unload_fails_queued_and_in_flight_operations_and_never_replays_into_the_dropped_shard() -> None:
+    async def main() -> None:
+        log = ManualLog()
+        rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard)
+        old = await rt.load(0, 1, [])
+        assert old is not None
+        reverted: list[str] = []
+        inflight = asyncio.ensure_future(rt.run(0, lambda s: CoordinatorResult(
+            [(b"k1", b"v")], 1, on_failure=lambda: reverted.append("k1"))))
+        queued = asyncio.ensure_future(rt.run(0, lambda s: CoordinatorResult([(b"k2", b"v")], 2)))
+        marker = asyncio.ensure_future(rt.replay_end_transaction_marker(0, 3, 0, True, offset=7))
+        await asyncio.sleep(0)
+        assert not rt.unload(0, epoch=1)  # a stale notice (the epoch held is not older): ignored
+        assert rt.unload(0, epoch=2)
+        for t in (inflight, queued, marker):
+            with pytest.raises(CoordinatorError) as e:
+                await t
+            assert e.value.code is ErrorCode.NOT_COORDINATOR
+        log.make_durable()  # the write in flight completes after the unload
+        await asyncio.sleep(0)
+        assert old.entries == [] and reverted == ["k1"]  # its pending state is dropped, nothing replayed
+        assert log.records == [(b"k1", b"v")]  # the queued operation never ran
+        # becoming coordinator again (a newer epoch) loads the partition from the log, the late write included
+        new = await rt.load(0, 3, [LoadedRecord(k, v, i) for i, (k, v) in enumerate(log.records)])
+        assert new is not None and new is not old and new.replayed == [(b"k1", b"v", 0)]
+        assert rt.epoch(0) == 3
+        await rt.close()
+    run(main())
+
+
+def test_load_with_a_newer_epoch_replaces_the_shard_and_an_older_one_is_ignored() -> None:
+    async def main() -> None:
+        log = ManualLog()
+        rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard)
+        first = await rt.load(0, 2, [LoadedRecord(b"a", b"1", 0)])
+        assert first is not None
+        assert await rt.load(0, 1, []) is None and rt.shard(0) is first  # older epoch: ignored
+        t = asyncio.ensure_future(rt.run(0, lambda s: CoordinatorResult([(b"b", b"2")], "b")))
+        await asyncio.sleep(0)
+        second = await rt.load(0, 4, [LoadedRecord(b"a", b"1", 0), LoadedRecord(b"b", b"2", 1)])
+        with pytest.raises(CoordinatorError) as e:
+            await t  # held by the old shard: answered NOT_COORDINATOR, the client retries on the new one
+        assert e.value.code is ErrorCode.NOT_COORDINATOR
+        assert second is not None and second is not first and rt.shard(0) is second and rt.epoch(0) == 4
+        assert second.replayed == [(b"a", b"1", 0), (b"b", b"2", 1)]
+        log.make_durable()
+        await asyncio.sleep(0)
+        assert first.replayed == [(b"a", b"1", 0)]  # the old shard gets nothing more
+        assert await rt.run(0, lambda s: CoordinatorResult([], "served")) == "served"
+        assert rt.owns(0, 4) and not rt.owns(0, 2)
         await rt.close()
     run(main())

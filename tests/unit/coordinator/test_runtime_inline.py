@@ -1,5 +1,5 @@
-"""CoordinatorRuntime fast path: an idle partition runs the operation inline; a log with ``append_nowait`` is
-written synchronously and its durability future drives the replay (not the caller)."""
+"""CoordinatorRuntime fast path: an idle partition runs the operation inline; the log is written synchronously and
+its durability future drives the replay (not the caller)."""
 
 from __future__ import annotations
 
@@ -11,51 +11,14 @@ import pytest
 from oncelog.coordinator.runtime import CoordinatorError, CoordinatorResult, CoordinatorRuntime
 from oncelog.protocol.errors import ErrorCode
 
-
-class ListShard:
-    def __init__(self, partition: int) -> None:
-        self.replayed: list[tuple[bytes | None, bytes | None, int]] = []
-        self.pending = False
-
-    def replay(self, key: bytes | None, value: bytes | None, offset: int) -> None:
-        self.replayed.append((key, value, offset))
-
-
-class NowaitLog:
-    """Written at once; durable when the test says so."""
-
-    def __init__(self) -> None:
-        self.records: list[tuple[bytes, bytes | None]] = []
-        self.waiting: list[asyncio.Future[None]] = []
-        self.fail: Exception | None = None
-        self.lazy: list[bool] = []  # per append: written lazy (no fsync round of its own)?
-
-    def append_nowait(self, partition: int, records: list[tuple[bytes, bytes | None]], lazy: bool = False
-                      ) -> tuple[int, asyncio.Future[None]]:
-        if self.fail is not None:
-            raise self.fail
-        base = len(self.records)
-        self.records += records
-        self.lazy.append(lazy)
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.waiting.append(fut)
-        return base, fut
-
-    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> int:
-        raise AssertionError("append_nowait must be used")
-
-    def make_durable(self) -> None:
-        for f in self.waiting:
-            if not f.done():
-                f.set_result(None)
-        self.waiting.clear()
+from .runtime_fakes import ListShard, ManualLog
 
 
 def test_idle_partition_runs_inline_and_waits_for_durability() -> None:
     async def main() -> None:
-        log = NowaitLog()
+        log = ManualLog()
         rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard)
-        shard = await rt.load(0, [])
+        shard = await rt.load(0, 0, [])
         ran: list[int] = []
 
         def op(i: int) -> Any:
@@ -84,9 +47,9 @@ def test_idle_partition_runs_inline_and_waits_for_durability() -> None:
 
 def test_cancelled_caller_still_replays_and_next_op_follows() -> None:
     async def main() -> None:
-        log = NowaitLog()
+        log = ManualLog()
         rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard)
-        shard = await rt.load(0, [])
+        shard = await rt.load(0, 0, [])
         task = asyncio.ensure_future(rt.run(0, lambda s: CoordinatorResult([(b"k", b"v")], 1)))
         await asyncio.sleep(0)
         queued_ran: list[bool] = []
@@ -109,9 +72,9 @@ def test_cancelled_caller_still_replays_and_next_op_follows() -> None:
 
 def test_write_failure_and_unload_in_flight() -> None:
     async def main() -> None:
-        log = NowaitLog()
+        log = ManualLog()
         rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard)
-        shard = await rt.load(0, [])
+        shard = await rt.load(0, 0, [])
 
         def op(s: ListShard) -> CoordinatorResult[int]:
             s.pending = True
@@ -140,9 +103,9 @@ def test_write_failure_and_unload_in_flight() -> None:
 
 def test_on_applied_runs_after_replay_before_the_answer_and_the_next_operation_even_if_the_caller_left() -> None:
     async def main() -> None:
-        log = NowaitLog()
+        log = ManualLog()
         rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard)
-        shard = await rt.load(0, [])
+        shard = await rt.load(0, 0, [])
         events: list[str] = []
 
         def first(s: ListShard) -> CoordinatorResult[str]:
@@ -181,9 +144,9 @@ def test_records_that_need_no_durability_are_applied_at_once_and_the_next_operat
     """await_durable=False (a transaction's Complete* record): written lazy, replayed and answered without
     waiting, and the partition's next operation runs at once (its own durability covers the earlier record)."""
     async def main() -> None:
-        log = NowaitLog()
+        log = ManualLog()
         rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard)
-        shard = await rt.load(0, [])
+        shard = await rt.load(0, 0, [])
         hooked: list[int] = []
 
         def complete(s: ListShard) -> CoordinatorResult[str]:
@@ -201,27 +164,5 @@ def test_records_that_need_no_durability_are_applied_at_once_and_the_next_operat
         assert "could not be made durable" in caplog.text
         log.make_durable()
         assert await nxt == "next"
-        await rt.close()
-    asyncio.run(main())
-
-
-def test_a_log_without_append_nowait_still_waits_for_durability_of_lazy_records() -> None:
-    async def main() -> None:
-        class SlowLog:
-            def __init__(self) -> None:
-                self.gate = asyncio.Event()
-
-            async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> int:
-                await self.gate.wait()
-                return 0
-
-        log = SlowLog()
-        rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard)
-        shard = await rt.load(0, [])
-        t = asyncio.ensure_future(rt.run(0, lambda s: CoordinatorResult([(b"k", b"v")], 1, await_durable=False)))
-        await asyncio.sleep(0.01)
-        assert not t.done() and shard.replayed == []
-        log.gate.set()
-        assert await t == 1 and shard.replayed == [(b"k", b"v", 0)]
         await rt.close()
     asyncio.run(main())

@@ -16,7 +16,7 @@ from oncelog.coordinator.transaction.state import TxnState
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.testing import MockClock
 
-from .txn_fakes import FakeLog, FakeMarkers, PidStore, load_all, make_coordinator
+from .txn_fakes import EPOCH, FakeLog, FakeMarkers, PidStore, load_all, make_coordinator
 
 TP_A = ("orders", 0)
 TP_B = ("payments", 3)
@@ -551,6 +551,28 @@ def test_not_coordinator_for_unloaded_partition() -> None:
         coord = make_coordinator()
         assert (await coord.init_producer_id("t1", 1000))[0] is E.NOT_COORDINATOR
         assert coord.describe(["t1"])[0].error_code is E.NOT_COORDINATOR
+        await coord.close()
+    run(main)
+
+
+def test_unload_forgets_the_partition_and_a_reload_at_a_newer_epoch_serves_it_with_that_epoch() -> None:
+    async def main() -> None:
+        log, markers = FakeLog(), FakeMarkers()
+        coord = await started(log, markers=markers)
+        _, pid, epoch = await coord.init_producer_id("t1", 10_000)
+        assert await coord.add_partitions("t1", pid, epoch, [TP_A]) == {TP_A: E.NONE}
+        p = coord.partition_for("t1")
+        coord.unload_partition(p, epoch=EPOCH + 1)  # another broker leads it now
+        assert pid not in coord.pid_index  # nothing of the partition stays in memory
+        assert coord.verify_partition(pid, epoch, *TP_A) is E.INVALID_TXN_STATE
+        assert await coord.end_txn("t1", pid, epoch, True) is E.NOT_COORDINATOR
+        assert log.written_epochs == [EPOCH, EPOCH]
+        # leadership comes back with a newer epoch: the state is read back from the log and writes carry the epoch
+        await coord.load_partition(p, EPOCH + 2, log.read(p))
+        assert coord.verify_partition(pid, epoch, *TP_A) is E.NONE
+        assert await coord.end_txn("t1", pid, epoch, True) is E.NONE
+        assert log.written_epochs[2:] == [EPOCH + 2, EPOCH + 2]
+        assert [c.coordinator_epoch for c in markers.calls] == [EPOCH + 2]
         await coord.close()
     run(main)
 

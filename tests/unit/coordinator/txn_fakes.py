@@ -4,10 +4,11 @@ MarkerWriter recording (and optionally failing) marker writes."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from oncelog.coordinator.runtime import LoadedRecord
 from oncelog.coordinator.transaction.coordinator import TransactionCoordinator, TxnCoordinatorConfig
 from oncelog.coordinator.transaction.producer_ids import ProducerIdManager
 from oncelog.protocol.errors import ErrorCode
@@ -21,31 +22,48 @@ class AppendFailed(RuntimeError):
 
 
 class FakeLog:
+    """A CoordinatorLog in memory: written at once; durable on the next loop iteration, or once ``gate`` is set."""
+
     def __init__(self) -> None:
         self.partitions: dict[int, list[tuple[bytes, bytes | None, int]]] = {}
         self.fail_next = 0  # fail this many appends
         self.fail_code = ErrorCode.NOT_ENOUGH_REPLICAS
         self.appends = 0
-        self.gate: asyncio.Event | None = None  # when set, appends wait for it
+        self.gate: asyncio.Event | None = None  # when set, writes become durable only once it is set
+        self.epochs: dict[int, int] | None = None  # partition -> accepted epoch (None: any)
+        self.written_epochs: list[int] = []
 
-    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> int:
+    def append(self, partition: int, epoch: int, records: Sequence[tuple[bytes, bytes | None]],
+               producer_id: int = -1, producer_epoch: int = -1, lazy: bool = False
+               ) -> tuple[int, asyncio.Future[None]]:
         self.appends += 1
-        if self.gate is not None:
-            await self.gate.wait()
-        await asyncio.sleep(0)
+        if self.epochs is not None and self.epochs.get(partition) != epoch:
+            raise AppendFailed(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if self.fail_next > 0:
             self.fail_next -= 1
             raise AppendFailed(self.fail_code)
+        self.written_epochs.append(epoch)
         log = self.partitions.setdefault(partition, [])
         base = len(log)
         for i, (k, v) in enumerate(records):
             assert isinstance(k, bytes) and (v is None or isinstance(v, bytes))
             log.append((k, v, base + i))
-        return base
+        loop = asyncio.get_running_loop()
+        durable: asyncio.Future[None] = loop.create_future()
+        if self.gate is None:
+            loop.call_soon(durable.set_result, None)
+        else:
+            gate = self.gate
 
-    def read(self, partition: int, upto: int | None = None) -> Iterator[tuple[bytes, bytes | None, int]]:
+            async def later() -> None:
+                await gate.wait()
+                durable.set_result(None)
+            loop.create_task(later())
+        return base, durable
+
+    def read(self, partition: int, upto: int | None = None) -> Iterator[LoadedRecord]:
         recs = self.partitions.get(partition, [])
-        return iter(recs if upto is None else recs[:upto])
+        return iter([LoadedRecord(k, v, o) for k, v, o in (recs if upto is None else recs[:upto])])
 
     def cut(self, upto: dict[int, int]) -> FakeLog:
         """A copy holding only the first `upto[p]` records of each partition (a crash at that point)."""
@@ -123,10 +141,14 @@ def make_coordinator(log: FakeLog | None = None, markers: FakeMarkers | None = N
     store = store or PidStore()
     return TransactionCoordinator(
         TxnCoordinatorConfig(**cfg), clock or MockClock(), log or FakeLog(), markers or FakeMarkers(),
-        ProducerIdManager(store.load, store.persist), num_partitions=num_partitions, coordinator_epoch=3,
-        sleep=no_sleep)
+        ProducerIdManager(store.load, store.persist), num_partitions=num_partitions, sleep=no_sleep)
 
 
-async def load_all(coord: TransactionCoordinator, log: FakeLog, complete_pending: bool = True) -> None:
+#: the coordinator epoch tests load with (markers carry it)
+EPOCH = 3
+
+
+async def load_all(coord: TransactionCoordinator, log: FakeLog, complete_pending: bool = True,
+                   epoch: int = EPOCH) -> None:
     for p in range(coord.num_partitions):
-        await coord.load_partition(p, log.read(p), complete_pending=complete_pending)
+        await coord.load_partition(p, epoch, log.read(p), complete_pending=complete_pending)

@@ -10,25 +10,26 @@ broker handlers only adapt versions.
 Time: nothing here sleeps. The broker calls :meth:`GroupCoordinator.tick` every ~100 ms (``group_wiring``);
 tests advance a ``MockClock`` and call ``tick()``.
 
-Transactional offsets (TxnOffsetCommit): validated on the queue, then written as a transactional batch with the
-producer's id and epoch, then replayed as *pending* offsets of that producer on the queue. The broker calls
-:meth:`on_transaction_completed` after a COMMIT/ABORT marker is durable on the partition. ``verify_transaction``
-(optional hook) lets the broker check with the transaction coordinator that the offsets partition was added to
-the transaction (AddOffsetsToTxn) before anything is written.
+Transactional offsets (TxnOffsetCommit): one transactional operation of the runtime — validated, written as a
+transactional batch with the producer's id and epoch, replayed as *pending* offsets of that producer. The broker
+calls :meth:`replay_end_transaction_marker` once a COMMIT/ABORT marker is durable on the partition; loading replays
+the same markers from the log. ``verify_transaction`` (optional hook) lets the broker check with the transaction
+coordinator that the offsets partition was added to the transaction (AddOffsetsToTxn) before anything is written.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 from oncelog.clock import Clock
 from oncelog.coordinator.runtime import (
     CoordinatorError,
+    CoordinatorLog,
     CoordinatorResult,
     CoordinatorRuntime,
-    append_error_code,
+    LogEntry,
 )
 from oncelog.coordinator.transaction.partitioner import partition_for
 from oncelog.protocol.errors import ErrorCode
@@ -52,77 +53,57 @@ from oncelog.protocol.messages.offset_delete_response import OffsetDeleteRespons
 from oncelog.protocol.messages.sync_group_request import SyncGroupRequest
 from oncelog.protocol.messages.sync_group_response import SyncGroupResponse
 from oncelog.protocol.messages.txn_offset_commit_request import TxnOffsetCommitRequest
-from oncelog.protocol.messages.txn_offset_commit_response import (
-    TxnOffsetCommitResponse,
-    TxnOffsetCommitResponsePartition,
-    TxnOffsetCommitResponseTopic,
-)
+from oncelog.protocol.messages.txn_offset_commit_response import TxnOffsetCommitResponse
 
 from . import membership
-from .offsets import FetchedOffset, commit_offsets, delete_offsets, fetch_offsets, validate_txn_commit
+from .offsets import (
+    FetchedOffset,
+    commit_offsets,
+    delete_offsets,
+    fetch_offsets,
+    txn_commit_error,
+    txn_commit_offsets,
+)
 from .shard import GroupConfig, GroupShard
 from .state import GroupState
 
-__all__ = ["DataEntry", "GroupCoordinator", "GroupLog", "LogEntry", "MarkerEntry"]
+__all__ = ["GroupCoordinator", "TxnVerifier"]
 
 log = logging.getLogger("oncelog.coordinator.group")
-
-# What loading reads from a partition, in log order:
-DataEntry = tuple[bytes | None, bytes | None, int, int]  # (key, value, offset, producer id or -1 if not transactional)
-MarkerEntry = tuple[int, bool, int]  # (producer id, commit?, offset) of a COMMIT/ABORT control batch
-LogEntry = DataEntry | MarkerEntry
-
-
-class GroupLog(Protocol):
-    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]], producer_id: int = -1,
-                     producer_epoch: int = -1, transactional: bool = False) -> int:
-        ...
-
 
 TxnVerifier = Callable[[str, int, int, int], Awaitable[int]]  # (transactional id, pid, epoch, partition) -> code
 
 
 class GroupCoordinator:
-    def __init__(self, group_log: GroupLog, num_partitions: int, clock: Clock, config: GroupConfig | None = None,
-                 partition_exists: Callable[[str, int], bool] | None = None,
+    def __init__(self, group_log: CoordinatorLog, num_partitions: int, clock: Clock,
+                 config: GroupConfig | None = None, partition_exists: Callable[[str, int], bool] | None = None,
                  verify_transaction: TxnVerifier | None = None) -> None:
-        self.log = group_log
         self.num_partitions = num_partitions
         self.clock = clock
         self.config = config or GroupConfig()
         self.partition_exists = partition_exists
         self.verify_transaction = verify_transaction
-        self._new_shards: dict[int, GroupShard] = {}
-        self.runtime: CoordinatorRuntime[GroupShard] = CoordinatorRuntime(group_log, self._make_shard)
+        self.runtime: CoordinatorRuntime[GroupShard] = CoordinatorRuntime(
+            group_log, self._make_shard)
 
     def _make_shard(self, partition: int) -> GroupShard:
-        shard = GroupShard(partition, self.clock, self.config, self.partition_exists)
-        self._new_shards[partition] = shard
-        return shard
+        return GroupShard(partition, self.clock, self.config, self.partition_exists)
 
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)
 
     # ------------------------------------------------------------------ loading
-    async def load(self, partition: int, entries: Iterable[LogEntry]) -> GroupShard:
-        """Replay a partition's log (records, transactional records and markers, in order) into a new shard."""
-        def plain() -> Iterator[tuple[bytes | None, bytes | None, int]]:
-            shard = self._new_shards[partition]
-            for entry in entries:
-                if len(entry) == 3:
-                    pid, commit, _offset = entry
-                    shard.complete_transaction(pid, commit)
-                    continue
-                key, value, offset, pid = entry
-                if pid >= 0:
-                    shard.replay_transactional(pid, key, value, offset)
-                else:
-                    yield key, value, offset
-
-        shard = await self.runtime.load(partition, plain())
-        self._new_shards.pop(partition, None)
-        await self.runtime.run(partition, lambda s: s.on_loaded())
+    async def load(self, partition: int, epoch: int, entries: Iterable[LogEntry]) -> GroupShard | None:
+        """Become the coordinator of a partition: replay its log (records, transactional records and markers, in
+        order) into a new shard, then start its members' sessions. None if a newer epoch already holds it."""
+        shard = await self.runtime.load(partition, epoch, entries)
+        if shard is not None:
+            await self.runtime.run(partition, lambda s: s.on_loaded())
         return shard
+
+    def unload(self, partition: int, epoch: int | None = None) -> None:
+        """Stop coordinating a partition (another broker leads it now, at ``epoch``)."""
+        self.runtime.unload(partition, epoch)
 
     async def close(self) -> None:
         await self.runtime.close()
@@ -202,59 +183,25 @@ class GroupCoordinator:
 
     async def txn_offset_commit(self, req: TxnOffsetCommitRequest, version: int) -> TxnOffsetCommitResponse:
         partition = self.partition_for(req.group_id)
-
-        def answer(errors: dict[tuple[str, int], int] | None, code: int = 0) -> TxnOffsetCommitResponse:
-            return TxnOffsetCommitResponse(topics=[TxnOffsetCommitResponseTopic(name=t.name, partitions=[
-                TxnOffsetCommitResponsePartition(partition_index=p.partition_index,
-                                                 error_code=code or (errors or {}).get((t.name, p.partition_index), 0))
-                for p in t.partitions]) for t in req.topics])
-
         if self.verify_transaction is not None:
             code = await self.verify_transaction(req.transactional_id, req.producer_id, req.producer_epoch, partition)
             if code:
-                return answer(None, code)
+                return txn_commit_error(req, code)
         try:
-            plan = await self.runtime.run(partition, lambda s: CoordinatorResult(
-                [], validate_txn_commit(s, req, version)))
+            return await self.runtime.run_transactional(partition, req.producer_id, req.producer_epoch,
+                                                        lambda s: txn_commit_offsets(s, req, version))
+        except CoordinatorError as e:  # a fenced producer keeps its code (INVALID_PRODUCER_EPOCH, ...)
+            return txn_commit_error(req, e.code)
+
+    async def replay_end_transaction_marker(self, partition: int, producer_id: int, producer_epoch: int,
+                                            commit: bool, offset: int) -> None:
+        """A COMMIT/ABORT marker of ``producer_id`` is durable at ``offset`` of ``__consumer_offsets`` partition
+        ``partition``: its pending offsets there become visible (commit) or are dropped (abort)."""
+        try:
+            await self.runtime.replay_end_transaction_marker(partition, producer_id, producer_epoch, commit, offset)
         except CoordinatorError as e:
-            return answer(None, e.code)
-        if not plan.records:
-            return answer(plan.errors)
-        try:
-            base = await self.log.append(partition, plan.records, producer_id=req.producer_id,
-                                         producer_epoch=req.producer_epoch, transactional=True)
-        except Exception as e:  # noqa: BLE001 - the client gets a code
-            raw = getattr(e, "error_code", None)
-            err = int(raw) if raw in (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED,
-                                        ErrorCode.INVALID_TXN_STATE, ErrorCode.INVALID_PRODUCER_ID_MAPPING) \
-                else append_error_code(e)
-            log.warning("TxnOffsetCommit of group %s (producer %d) not written: %s", req.group_id, req.producer_id, e)
-            return answer(None, err)
-        records = plan.records
-
-        def replay(shard: GroupShard) -> CoordinatorResult[None]:
-            for i, (key, value) in enumerate(records):
-                shard.replay_transactional(req.producer_id, key, value, base + i)
-            return CoordinatorResult([], None)
-
-        try:
-            await self.runtime.run(partition, replay)
-        except CoordinatorError as e:
-            return answer(None, e.code)
-        return answer(plan.errors)
-
-    async def on_transaction_completed(self, partition: int, producer_id: int, commit: bool) -> None:
-        """A COMMIT/ABORT marker of ``producer_id`` is durable on ``__consumer_offsets`` partition ``partition``:
-        its pending offsets there become visible (commit) or are dropped (abort)."""
-        def complete(shard: GroupShard) -> CoordinatorResult[None]:
-            shard.complete_transaction(producer_id, commit)
-            return CoordinatorResult([], None)
-
-        try:
-            await self.runtime.run(partition, complete)
-        except CoordinatorError as e:
-            log.warning("transaction completion of producer %d on partition %d not applied: %s", producer_id,
-                        partition, e)
+            log.info("marker of producer %d on partition %d not replayed here (%s); whoever loads the partition "
+                     "reads it from the log", producer_id, partition, e.code.name)
 
     # ------------------------------------------------------------------ admin
     async def delete_groups(self, group_ids: list[str]) -> list[DeletableGroupResult]:

@@ -27,6 +27,11 @@ from oncelog.protocol.messages.offset_delete_response import (
     OffsetDeleteResponseTopic,
 )
 from oncelog.protocol.messages.txn_offset_commit_request import TxnOffsetCommitRequest
+from oncelog.protocol.messages.txn_offset_commit_response import (
+    TxnOffsetCommitResponse,
+    TxnOffsetCommitResponsePartition,
+    TxnOffsetCommitResponseTopic,
+)
 
 from .group import ClassicGroup
 from .records import offset_record, offset_tombstone
@@ -39,12 +44,12 @@ __all__ = [
     "FetchedOffset",
     "OffsetEntry",
     "OffsetStore",
-    "TxnCommitPlan",
     "commit_offsets",
     "delete_offsets",
     "expired_offset_records",
     "fetch_offsets",
-    "validate_txn_commit",
+    "txn_commit_error",
+    "txn_commit_offsets",
 ]
 
 TP = tuple[str, int]
@@ -178,15 +183,10 @@ def commit_offsets(shard: GroupShard, req: OffsetCommitRequest, version: int) ->
     return CoordinatorResult(records, OffsetCommitResponse(topics=topics))
 
 
-@dataclass
-class TxnCommitPlan:
-    """A validated TxnOffsetCommit: the records to append as a transactional batch, and the answer."""
-    records: list[Record]
-    errors: dict[TP, int]
-    order: list[tuple[str, list[int]]]
-
-
-def validate_txn_commit(shard: GroupShard, req: TxnOffsetCommitRequest, version: int) -> TxnCommitPlan:
+def txn_commit_offsets(shard: GroupShard, req: TxnOffsetCommitRequest,
+                       version: int) -> CoordinatorResult[TxnOffsetCommitResponse]:
+    """TxnOffsetCommit: validate (Kafka's validateOffsetCommit with isTransactional, KIP-447) and return the
+    records the runtime writes as a transactional batch of the request's producer, with the answer."""
     gid = req.group_id
     group = shard.groups.get(gid)
     code: int = ErrorCode.NONE
@@ -196,7 +196,6 @@ def validate_txn_commit(shard: GroupShard, req: TxnOffsetCommitRequest, version:
     if not gid:
         code = ErrorCode.INVALID_GROUP_ID
     elif group is not None:
-        # Kafka's validateOffsetCommit with isTransactional (KIP-447)
         if group.state is GroupState.DEAD:
             code = ErrorCode.COORDINATOR_NOT_AVAILABLE
         elif instance_id is not None and group.is_static_member_fenced(instance_id, member_id):
@@ -209,18 +208,25 @@ def validate_txn_commit(shard: GroupShard, req: TxnOffsetCommitRequest, version:
         code = ErrorCode.ILLEGAL_GENERATION if generation >= 0 else ErrorCode.UNKNOWN_MEMBER_ID
     wall = shard.clock.wall_ms()
     records: list[Record] = []
-    errors: dict[TP, int] = {}
-    order = []
+    topics = []
     for t in req.topics:
-        order.append((t.name, [p.partition_index for p in t.partitions]))
+        parts = []
         for p in t.partitions:
             pcode = code or _partition_error(shard, t.name, p.partition_index, p.committed_metadata)
-            errors[(t.name, p.partition_index)] = pcode
             if not pcode:
                 records.append(offset_record(gid, t.name, p.partition_index, p.committed_offset,
                                              p.committed_leader_epoch if version >= 2 else -1,
                                              p.committed_metadata or "", wall))
-    return TxnCommitPlan(records, errors, order)
+            parts.append(TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=pcode))
+        topics.append(TxnOffsetCommitResponseTopic(name=t.name, partitions=parts))
+    return CoordinatorResult(records, TxnOffsetCommitResponse(topics=topics))
+
+
+def txn_commit_error(req: TxnOffsetCommitRequest, code: int) -> TxnOffsetCommitResponse:
+    """The answer to a TxnOffsetCommit that failed as a whole: ``code`` on every partition."""
+    return TxnOffsetCommitResponse(topics=[TxnOffsetCommitResponseTopic(name=t.name, partitions=[
+        TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
+        for p in t.partitions]) for t in req.topics])
 
 
 # -------------------------------------------------------------------------------------------------------- fetch

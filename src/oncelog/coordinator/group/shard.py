@@ -1,6 +1,8 @@
 """The state of one ``__consumer_offsets`` partition: its groups and offsets, and the operations on them.
 
-``replay`` is how records change state, live and at start-up (the same path). Offsets change only by replay.
+``replay`` (records) and ``replay_end_transaction_marker`` (the COMMIT/ABORT marker that resolves a producer's pending
+transactional offsets) are how the log changes state, live and at start-up (the same path, driven by the coordinator
+runtime). Offsets change only by replay.
 Group *membership* is in-memory state the operations change directly, as in Kafka's classic coordinator; the
 group snapshot records they write are replayed only while loading (Kafka's ``replayRecords=false``), except that
 the replay of the leader's assignment hands that assignment out. A group tombstone removes the group.
@@ -66,12 +68,23 @@ class GroupShard:
         return self.clock.monotonic_ms()
 
     # ------------------------------------------------------------------ replay
-    def replay(self, key: bytes | None, value: bytes | None, offset: int) -> None:
+    def replay(self, key: bytes | None, value: bytes | None, offset: int, producer_id: int = -1,
+               producer_epoch: int = -1) -> None:
+        """One record of the partition; ``producer_id`` >= 0 for a record of a transactional batch (a
+        TxnOffsetCommit), which stays a pending offset of that producer until its marker."""
         self.last_offset = max(self.last_offset, offset)
         if key is None:
             return
         k = decode_key(key)
         if k is None:
+            return
+        if producer_id >= 0:
+            if value is None or isinstance(k, GroupMetadataKey):
+                return
+            pv = decode_value(k, value)
+            assert isinstance(pv, OffsetCommitValue)
+            self.offsets.add_pending(producer_id, k.group, (k.topic, k.partition), _entry(pv, offset))
+            self._ensure_group(k.group)
             return
         if isinstance(k, GroupMetadataKey):
             if value is None:
@@ -94,20 +107,9 @@ class GroupShard:
         self.offsets.put(k.group, tp, _entry(v, offset))
         self._ensure_group(k.group)
 
-    def replay_transactional(self, producer_id: int, key: bytes | None, value: bytes | None, offset: int) -> None:
-        """A record of a transactional batch of ``producer_id``: a pending offset until its marker."""
-        self.last_offset = max(self.last_offset, offset)
-        if key is None or value is None:
-            return
-        k = decode_key(key)
-        if k is None or isinstance(k, GroupMetadataKey):
-            return
-        v = decode_value(k, value)
-        assert isinstance(v, OffsetCommitValue)
-        self.offsets.add_pending(producer_id, k.group, (k.topic, k.partition), _entry(v, offset))
-        self._ensure_group(k.group)
-
-    def complete_transaction(self, producer_id: int, commit: bool) -> None:
+    def replay_end_transaction_marker(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        """The transaction of ``producer_id`` ended on this partition: its pending offsets become committed
+        (COMMIT) or are dropped (ABORT)."""
         self.offsets.complete(producer_id, commit)
 
     def _ensure_group(self, group_id: str) -> None:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from oncelog.clock import Clock
 from oncelog.protocol.errors import ErrorCode
 
-from ..runtime import CoordinatorError, CoordinatorLog, CoordinatorResult, CoordinatorRuntime
+from ..runtime import CoordinatorError, CoordinatorLog, CoordinatorResult, CoordinatorRuntime, LogEntry
 from .metadata import (
     INT_MAX,
     NO_PRODUCER_EPOCH,
@@ -152,7 +152,7 @@ def _fenced(code: ErrorCode, version: int, min_version: int) -> ErrorCode:
 
 class TransactionCoordinator:
     def __init__(self, config: TransactionConfig, clock: Clock, log: CoordinatorLog, marker_writer: MarkerWriter,
-                 producer_ids: ProducerIdManager, num_partitions: int = 50, coordinator_epoch: int = 0,
+                 producer_ids: ProducerIdManager, num_partitions: int = 50,
                  sleep: Callable[[float], Awaitable[None]] | None = None, retry_backoff_ms: int = 100,
                  retry_backoff_max_ms: int = 5_000) -> None:
         self.config = config
@@ -160,7 +160,6 @@ class TransactionCoordinator:
         self.marker_writer = marker_writer
         self.producer_ids = producer_ids
         self.num_partitions = num_partitions
-        self.coordinator_epoch = coordinator_epoch
         self.retry_backoff_ms = retry_backoff_ms
         self.retry_backoff_max_ms = retry_backoff_max_ms
         self.pid_index: dict[int, str] = {}
@@ -175,16 +174,24 @@ class TransactionCoordinator:
     def owns(self, partition: int) -> bool:
         return self.runtime.shard(partition) is not None
 
-    async def load_partition(self, partition: int, records: Iterable[tuple[bytes | None, bytes | None, int]],
+    async def load_partition(self, partition: int, epoch: int, entries: Iterable[LogEntry],
                              complete_pending: bool = True) -> None:
-        """Replay a ``__transaction_state`` partition (start-up / becoming its coordinator). Unless told not to,
-        then finish what the log left half done (see :meth:`complete_pending_after_load`)."""
-        await self.runtime.load(partition, records)
-        if complete_pending:
+        """Become the coordinator of a ``__transaction_state`` partition at ``epoch`` (start-up, or leadership of
+        the partition): replay it; unless told not to, then finish what the log left half done (see
+        :meth:`complete_pending_after_load`)."""
+        shard = await self.runtime.load(partition, epoch, entries)
+        if shard is not None and complete_pending:
             await self._complete_pending(partition)
 
-    def unload_partition(self, partition: int) -> None:
-        self.runtime.unload(partition)
+    def unload_partition(self, partition: int, epoch: int | None = None) -> None:
+        """Stop coordinating a partition (another broker leads it now, at ``epoch``)."""
+        shard = self.runtime.shard(partition)
+        if not self.runtime.unload(partition, epoch):
+            return
+        if shard is not None:
+            for md in shard.txns.values():
+                if self.pid_index.get(md.producer_id) == md.transactional_id:
+                    del self.pid_index[md.producer_id]
         for key in [k for k in self._completions if k[0] == partition]:
             self._completions.pop(key, None)
 
@@ -543,9 +550,10 @@ class TransactionCoordinator:
         # before the completion task first runs (one event-loop hop fewer); it then waits for their durability.
         first: tuple[dict[TopicPartition, int], Awaitable[Any] | None] | None = None
         start = getattr(self.marker_writer, "start_markers", None)
-        if start is not None and self.owns(partition):
+        coordinator_epoch = self.runtime.epoch(partition)
+        if start is not None and coordinator_epoch is not None and self.owns(partition):
             try:
-                first = start(pid, epoch, commit, self.coordinator_epoch, list(tps))
+                first = start(pid, epoch, commit, coordinator_epoch, list(tps))
             except Exception as e:  # noqa: BLE001 - the task retries like any other marker failure
                 log.warning("writing %s markers for %s failed: %s", "COMMIT" if commit else "ABORT", txn_id, e)
         task = self.runtime.spawn(self._complete(partition, txn_id, pid, epoch, commit, tps, first),
@@ -586,7 +594,10 @@ class TransactionCoordinator:
                     if durable is not None:
                         await durable
                 else:
-                    errors = await self.marker_writer.write_markers(pid, epoch, commit, self.coordinator_epoch,
+                    coordinator_epoch = self.runtime.epoch(partition)
+                    if coordinator_epoch is None:
+                        return ErrorCode.NOT_COORDINATOR
+                    errors = await self.marker_writer.write_markers(pid, epoch, commit, coordinator_epoch,
                                                                     list(remaining))
             except Exception as e:  # noqa: BLE001 - retried like any other marker failure
                 log.warning("writing %s markers for %s failed: %s", "COMMIT" if commit else "ABORT", txn_id, e)

@@ -46,7 +46,11 @@ class TransactionShard:
         if self.pid_index.get(md.producer_id) == md.transactional_id:
             del self.pid_index[md.producer_id]
 
-    def replay(self, key: bytes | None, value: bytes | None, offset: int) -> None:
+    def replay_end_transaction_marker(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        """``__transaction_state`` holds no transactional batches, so no marker ever ends one here."""
+
+    def replay(self, key: bytes | None, value: bytes | None, offset: int, producer_id: int = -1,
+               producer_epoch: int = -1) -> None:
         self.last_offset = max(self.last_offset, offset)
         if key is None:
             return
