@@ -83,10 +83,12 @@ class BrokerConfig:
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
     transaction_two_phase_commit_enable: bool = False
+    request_timeout_ms: int = 30_000
     producer_id_expiration_ms: int = 86_400_000
     offsets_topic_num_partitions: int = 50
     offsets_retention_minutes: int = 10080
     offsets_retention_check_interval_ms: int = 600_000
+    offsets_commit_timeout_ms: int = 5_000
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
@@ -186,10 +188,15 @@ _SPECS: list[tuple[str, str, Callable[[Any], Any], str]] = [
     ("transaction.remove.expired.transaction.cleanup.interval.ms",
      "transaction_remove_expired_transaction_cleanup_interval_ms", _int, ""),
     ("transaction.two.phase.commit.enable", "transaction_two_phase_commit_enable", _bool, "KIP-939"),
+    ("request.timeout.ms", "request_timeout_ms", _int,
+     "a transaction coordinator write not durable within this answers COORDINATOR_NOT_AVAILABLE"),
     ("producer.id.expiration.ms", "producer_id_expiration_ms", _int, ""),
     ("offsets.topic.num.partitions", "offsets_topic_num_partitions", _int, ""),
     ("offsets.retention.minutes", "offsets_retention_minutes", _int, ""),
     ("offsets.retention.check.interval.ms", "offsets_retention_check_interval_ms", _int, ""),
+    ("offsets.commit.timeout.ms", "offsets_commit_timeout_ms", _int,
+     "a group coordinator write (offset commit, group metadata) not durable within this answers "
+     "COORDINATOR_NOT_AVAILABLE"),
     ("group.initial.rebalance.delay.ms", "group_initial_rebalance_delay_ms", _int, ""),
     ("group.min.session.timeout.ms", "group_min_session_timeout_ms", _int, ""),
     ("group.max.session.timeout.ms", "group_max_session_timeout_ms", _int, ""),

@@ -4,7 +4,8 @@
 every partition through the coordinator runtime's replay path (offset commits, group snapshots, transactional
 offset batches and the COMMIT/ABORT markers that resolve them) at the broker's coordinator epoch, sets
 ``broker.group_coordinator`` and starts the timer task that calls ``GroupCoordinator.tick()`` every 100 ms
-(sessions, join/sync phases, offset retention).
+(sessions, join/sync phases, offset retention). A write not durable within ``offsets.commit.timeout.ms`` answers
+COORDINATOR_NOT_AVAILABLE.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ async def start_group_coordinator(broker: Broker, epoch: int) -> GroupCoordinato
         return view is not None and 0 <= partition < len(view.partitions)
 
     coordinator = GroupCoordinator(offsets_log, offsets_log.num_partitions, broker.clock, group_config(broker),
-                                   partition_exists=partition_exists)
+                                   partition_exists=partition_exists, write_timeout_ms=cfg.offsets_commit_timeout_ms)
     groups = 0
     for partition in range(offsets_log.num_partitions):
         offsets_log.become_leader(partition, epoch)

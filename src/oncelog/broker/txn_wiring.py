@@ -4,7 +4,8 @@ The coordinator's log is ``__transaction_state`` (compacted, ``transaction.state
 its markers go through ``BrokerMarkerWriter``. Every partition is loaded at start-up through the same replay path
 as live operation, at the broker's coordinator epoch, then transactions found in PrepareCommit/PrepareAbort are
 finished in the background. The coordinator epoch grows by one at every start (:func:`next_coordinator_epoch`), so
-markers from an older incarnation are fenced.
+markers from an older incarnation are fenced. A write not durable within ``request.timeout.ms`` answers
+COORDINATOR_NOT_AVAILABLE (Kafka's TransactionStateManager does the same).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ async def start_transaction_coordinator(broker: "Broker", epoch: int) -> None:
     broker.marker_writer = BrokerMarkerWriter(broker)
     coordinator = TransactionCoordinator(
         cfg, broker.clock, txn_log, broker.marker_writer, ProducerIdManager(store.load, store.persist),
-        num_partitions=txn_log.num_partitions)
+        num_partitions=txn_log.num_partitions, write_timeout_ms=cfg.request_timeout_ms)
     for partition in range(txn_log.num_partitions):
         txn_log.become_leader(partition, epoch)
         await coordinator.load_partition(partition, epoch, txn_log.read(partition), complete_pending=False)

@@ -18,6 +18,12 @@ Contract, for every coordinator built on it (transactions over ``__transaction_s
 * **Loading** is the same replay path: :meth:`CoordinatorRuntime.load` replays every entry of the partition in log
   order — records (with their producer id when transactional) and markers — through the queue. Nothing reaches a
   shard by any other way.
+* **Write timeout** (Kafka's ``offsets.commit.timeout.ms`` for groups, ``request.timeout.ms`` for transaction state):
+  a caller of :meth:`CoordinatorRuntime.run` not answered within ``write_timeout_ms`` of submitting gets
+  COORDINATOR_NOT_AVAILABLE (Kafka maps its REQUEST_TIMED_OUT so). An operation still queued then is dropped without
+  running (nothing written); one whose write is in flight stays in flight: when the write completes its records are
+  replayed (or ``on_failure`` runs), so memory follows the log whether or not anybody still waits — the caller just
+  does not wait. The runtime's own work (loading, replaying a marker) never times out.
 * **Ownership and epochs.** A partition is loaded when this broker becomes leader of the internal partition and
   unloaded when it loses it; its epoch (the coordinator epoch) is that partition's leader epoch. Every write carries
   the epoch, so the log refuses writes of a coordinator that has lost its partition (NOT_LEADER_OR_FOLLOWER, which
@@ -58,6 +64,7 @@ from oncelog.protocol.errors import ErrorCode
 __all__ = [
     "NO_PRODUCER_EPOCH",
     "NO_PRODUCER_ID",
+    "CallLater",
     "CoordinatorError",
     "CoordinatorLog",
     "CoordinatorResult",
@@ -171,25 +178,48 @@ def append_error_code(exc: BaseException) -> ErrorCode:
     return code
 
 
+class _Cancellable(Protocol):
+    def cancel(self) -> None:
+        ...
+
+
+#: ``call_later(delay_seconds, callback) -> handle with cancel()`` (the event loop's by default)
+CallLater = Callable[[float, Callable[[], None]], _Cancellable]
+
+
+class _WriteTimedOut(Exception):
+    error_code = ErrorCode.REQUEST_TIMED_OUT
+
+
 class _Op:
     """One submitted operation: the function, its caller's future, the producer of a transactional write."""
 
-    __slots__ = ("fn", "fut", "producer_id", "producer_epoch")
+    __slots__ = ("fn", "fut", "producer_id", "producer_epoch", "timed", "timer")
 
     def __init__(self, fn: Callable[[Any], Any], fut: asyncio.Future[Any], producer_id: int,
-                 producer_epoch: int) -> None:
+                 producer_epoch: int, timed: bool) -> None:
         self.fn = fn
         self.fut = fut
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
+        self.timed = timed  # subject to the write timeout (a caller's operation, not the runtime's own work)
+        self.timer: _Cancellable | None = None
 
     def answer(self, value: Any) -> None:
         if not self.fut.done():
             self.fut.set_result(value)
+        self.release()
 
     def fail(self, exc: BaseException) -> None:
         if not self.fut.done():
             self.fut.set_exception(exc)
+        self.release()
+
+    def release(self) -> None:
+        """Stop the operation's write-timeout timer."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
 
 class _Partition:
@@ -204,12 +234,15 @@ class _Partition:
 
 class CoordinatorRuntime(Generic[S]):
     def __init__(self, log: CoordinatorLog, shard_factory: Callable[[int], S],
-                 sleep: Callable[[float], Awaitable[None]] | None = None) -> None:
+                 sleep: Callable[[float], Awaitable[None]] | None = None, write_timeout_ms: int | None = None,
+                 call_later: CallLater | None = None) -> None:
         self._log = log
         self._factory = shard_factory
         self._partitions: dict[int, _Partition] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._sleep = sleep or asyncio.sleep
+        self._write_timeout_ms = write_timeout_ms
+        self._call_later = call_later
         self._closed = False
 
     # ------------------------------------------------------------------ partitions
@@ -328,16 +361,17 @@ class CoordinatorRuntime(Generic[S]):
             raise CoordinatorError(ErrorCode.NOT_COORDINATOR, f"coordinator partition {partition} is not held here")
         if p.loading:
             raise CoordinatorError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
-        return self._submit(partition, p, op, producer_id, producer_epoch)
+        return self._submit(partition, p, op, producer_id, producer_epoch, timed=True)
 
     def _submit(self, partition: int, p: _Partition, fn: Callable[[Any], Any], producer_id: int = NO_PRODUCER_ID,
-                producer_epoch: int = NO_PRODUCER_EPOCH) -> asyncio.Future[Any]:
+                producer_epoch: int = NO_PRODUCER_EPOCH, timed: bool = False) -> asyncio.Future[Any]:
         """Run the operation now if the partition is idle (no hop through a worker task), else queue it behind the
         operation in flight. Its write and replay are driven by callbacks, not by the caller, so a caller that is
         cancelled while its write is in flight cannot leave memory behind the log."""
-        op = _Op(fn, asyncio.get_running_loop().create_future(), producer_id, producer_epoch)
+        op = _Op(fn, asyncio.get_running_loop().create_future(), producer_id, producer_epoch, timed)
         if p.inflight is not None or p.pending:
             p.pending.append(op)
+            self._arm_timeout(partition, op)
         else:
             self._start(partition, p, op)
         return op.fut
@@ -345,7 +379,8 @@ class CoordinatorRuntime(Generic[S]):
     def _drain(self, partition: int, p: _Partition) -> None:
         while p.inflight is None and p.pending and self._partitions.get(partition) is p:
             op = p.pending.popleft()
-            if op.fut.done():  # the caller gave up before its operation started: nothing was written
+            if op.fut.done():  # the caller gave up (or timed out) before its operation started: nothing was written
+                op.release()
                 continue
             self._start(partition, p, op)
 
@@ -375,6 +410,8 @@ class CoordinatorRuntime(Generic[S]):
             self._apply(partition, p, result, op, base)
             return
         p.inflight = op
+        if op.timer is None:
+            self._arm_timeout(partition, op)
         durable.add_done_callback(lambda d: self._written(partition, p, result, op, base, d))
 
     def _failed(self, partition: int, result: CoordinatorResult[Any], op: _Op, e: BaseException) -> None:
@@ -420,6 +457,23 @@ class CoordinatorRuntime(Generic[S]):
         else:
             self._run_applied_hook(partition, result)
             op.answer(result.response)
+
+    def _arm_timeout(self, partition: int, op: _Op) -> None:
+        timeout_ms = self._write_timeout_ms
+        if timeout_ms is None or not op.timed:
+            return
+        call_later = self._call_later or asyncio.get_running_loop().call_later
+
+        def expire() -> None:
+            op.timer = None
+            if not op.fut.done():
+                log.warning("an operation on coordinator partition %d was not durable within %d ms; answering "
+                            "COORDINATOR_NOT_AVAILABLE (its write, if started, still completes)", partition,
+                            timeout_ms)
+                err = _WriteTimedOut(f"not durable within the coordinator write timeout of {timeout_ms} ms")
+                op.fut.set_exception(CoordinatorError(append_error_code(err), str(err)))
+
+        op.timer = call_later(timeout_ms / 1000, expire)
 
     @staticmethod
     def _lazy_durable(partition: int, durable: asyncio.Future[None]) -> None:

@@ -4,7 +4,7 @@ transactional writes and end-of-transaction markers through the queue; loading a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -320,5 +320,118 @@ def test_load_with_a_newer_epoch_replaces_the_shard_and_an_older_one_is_ignored(
         assert first.replayed == [(b"a", b"1", 0)]  # the old shard gets nothing more
         assert await rt.run(0, lambda s: CoordinatorResult([], "served")) == "served"
         assert rt.owns(0, 4) and not rt.owns(0, 2)
+        await rt.close()
+    run(main())
+
+
+# ---------------------------------------------------------------------- write timeout
+class Timers:
+    """``call_later`` for the runtime: the test fires the timers."""
+
+    class Handle:
+        def __init__(self, delay: float, callback: Callable[[], None]) -> None:
+            self.delay, self.callback, self.cancelled = delay, callback, False
+
+        def cancel(self) -> None:
+            self.cancelled = True
+
+    def __init__(self) -> None:
+        self.handles: list[Timers.Handle] = []
+
+    def __call__(self, delay: float, callback: Callable[[], None]) -> Timers.Handle:
+        h = Timers.Handle(delay, callback)
+        self.handles.append(h)
+        return h
+
+    def live(self) -> list[Timers.Handle]:
+        return [h for h in self.handles if not h.cancelled]
+
+    def fire(self) -> None:
+        for h in self.live():
+            h.cancelled = True
+            h.callback()
+
+
+def test_a_write_not_durable_in_time_answers_not_available_and_is_still_replayed_when_it_completes() -> None:
+    async def main() -> None:
+        log, timers = ManualLog(), Timers()
+        rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard, write_timeout_ms=250,
+                                                               call_later=timers)
+        shard = await rt.load(0, 0, [])
+        assert shard is not None
+        applied: list[str] = []
+        first = asyncio.ensure_future(rt.run(0, lambda s: CoordinatorResult(
+            [(b"k1", b"v")], 1, on_applied=lambda: applied.append("k1"))))
+        queued_ran: list[bool] = []
+
+        def second_op(s: ListShard) -> CoordinatorResult[int]:
+            queued_ran.append(True)
+            return CoordinatorResult([(b"k2", b"v")], 2)
+
+        second = asyncio.ensure_future(rt.run(0, second_op))
+        await asyncio.sleep(0)
+        assert [h.delay for h in timers.live()] == [0.25, 0.25]  # one per operation waiting on the disk
+        timers.fire()
+        for t in (first, second):
+            with pytest.raises(CoordinatorError) as e:
+                await t
+            assert e.value.code is ErrorCode.COORDINATOR_NOT_AVAILABLE
+        # the write in flight completes later: replayed, its follow-up runs; the queued one was dropped unrun
+        log.make_durable()
+        await asyncio.sleep(0)
+        assert shard.replayed == [(b"k1", b"v", 0)] and applied == ["k1"]
+        assert queued_ran == [] and log.records == [(b"k1", b"v")]
+        # answered in time: no timer left behind
+        t3 = asyncio.ensure_future(rt.run(0, lambda s: CoordinatorResult([(b"k3", b"v")], 3)))
+        await asyncio.sleep(0)
+        log.make_durable()
+        assert await t3 == 3 and timers.live() == []
+        await rt.close()
+    run(main())
+
+
+def test_a_timed_out_write_that_fails_later_reverts_its_pending_state() -> None:
+    async def main() -> None:
+        log, timers = ManualLog(), Timers()
+        rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard, write_timeout_ms=100,
+                                                               call_later=timers)
+        shard = await rt.load(0, 0, [])
+        assert shard is not None
+
+        def op(s: ListShard) -> CoordinatorResult[str]:
+            s.pending = True
+            return CoordinatorResult([(b"k", b"v")], "x", on_failure=lambda: setattr(s, "pending", False))
+
+        t = asyncio.ensure_future(rt.run(0, op))
+        await asyncio.sleep(0)
+        timers.fire()
+        with pytest.raises(CoordinatorError):
+            await t
+        assert shard.pending is True  # still in flight
+        log.waiting[0].set_exception(OSError("fsync failed"))
+        await asyncio.sleep(0)
+        assert shard.pending is False and shard.replayed == []
+        await rt.close()
+    run(main())
+
+
+def test_the_runtimes_own_work_never_times_out() -> None:
+    async def main() -> None:
+        log, timers = ManualLog(), Timers()
+        rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard, write_timeout_ms=100,
+                                                               call_later=timers)
+        shard = await rt.load(0, 0, [])
+        assert shard is not None
+        t = asyncio.ensure_future(rt.run_transactional(0, 8, 0, lambda s: CoordinatorResult([(b"o", b"1")], 1)))
+        await asyncio.sleep(0)
+        marker = asyncio.ensure_future(rt.replay_end_transaction_marker(0, 8, 0, True, offset=1))
+        await asyncio.sleep(0)
+        assert len(timers.live()) == 1  # the caller's operation only, not the marker queued behind it
+        timers.fire()
+        with pytest.raises(CoordinatorError):
+            await t
+        log.make_durable()
+        await marker
+        assert shard.entries == [("r", b"o", b"1", 0, 8, 0), ("m", 8, 0, True)]
         await rt.close()
     run(main())

@@ -77,14 +77,14 @@ TxnVerifier = Callable[[str, int, int, int], Awaitable[int]]  # (transactional i
 class GroupCoordinator:
     def __init__(self, group_log: CoordinatorLog, num_partitions: int, clock: Clock,
                  config: GroupConfig | None = None, partition_exists: Callable[[str, int], bool] | None = None,
-                 verify_transaction: TxnVerifier | None = None) -> None:
+                 verify_transaction: TxnVerifier | None = None, write_timeout_ms: int | None = None) -> None:
         self.num_partitions = num_partitions
         self.clock = clock
         self.config = config or GroupConfig()
         self.partition_exists = partition_exists
         self.verify_transaction = verify_transaction
         self.runtime: CoordinatorRuntime[GroupShard] = CoordinatorRuntime(
-            group_log, self._make_shard)
+            group_log, self._make_shard, write_timeout_ms=write_timeout_ms)
 
     def _make_shard(self, partition: int) -> GroupShard:
         return GroupShard(partition, self.clock, self.config, self.partition_exists)

@@ -154,7 +154,7 @@ class TransactionCoordinator:
     def __init__(self, config: TransactionConfig, clock: Clock, log: CoordinatorLog, marker_writer: MarkerWriter,
                  producer_ids: ProducerIdManager, num_partitions: int = 50,
                  sleep: Callable[[float], Awaitable[None]] | None = None, retry_backoff_ms: int = 100,
-                 retry_backoff_max_ms: int = 5_000) -> None:
+                 retry_backoff_max_ms: int = 5_000, write_timeout_ms: int | None = None) -> None:
         self.config = config
         self.clock = clock
         self.marker_writer = marker_writer
@@ -164,7 +164,7 @@ class TransactionCoordinator:
         self.retry_backoff_max_ms = retry_backoff_max_ms
         self.pid_index: dict[int, str] = {}
         self.runtime: CoordinatorRuntime[TransactionShard] = CoordinatorRuntime(
-            log, lambda p: TransactionShard(p, self.pid_index), sleep=sleep)
+            log, lambda p: TransactionShard(p, self.pid_index), sleep=sleep, write_timeout_ms=write_timeout_ms)
         self._completions: dict[tuple[int, str], Task[ErrorCode]] = {}
 
     # ------------------------------------------------------------------ ownership / loading
