@@ -1,4 +1,4 @@
-"""The broker side of the coordinators: internal topics as durable logs, and transaction markers.
+"""The broker side of the coordinators: the internal topics as their durable logs.
 
 ``InternalTopicLog`` gives a coordinator runtime what it needs from ``__transaction_state`` or
 ``__consumer_offsets`` (``oncelog.coordinator.runtime.CoordinatorLog``): write a batch of (key, value) records —
@@ -6,9 +6,10 @@ transactional for a TxnOffsetCommit — and hand back a future done once it is o
 and COMMIT/ABORT markers in log order, for loading. Every write carries the coordinator epoch it was decided under;
 the log refuses one whose epoch is not the epoch this broker currently leads the partition with
 (NOT_LEADER_OR_FOLLOWER, which a coordinator answers as NOT_COORDINATOR). On a single node the broker leads every
-internal partition with the epoch of its start; a cluster sets it from the partition's leader epoch.
-``BrokerMarkerWriter`` appends COMMIT/ABORT control batches to data partitions and waits until they are durable,
-which is when a transaction may be completed.
+internal partition with the coordinator epoch of its start (``become_leader``), which keeps growing across restarts
+so markers of an older run are fenced, while the partitions themselves stay at leader epoch 0; in a cluster the
+coordinator epoch is the partition's leader epoch (``broker.Partition.leader_epoch``) and this check becomes that
+partition's own. (Transaction markers are written by ``markers.py``.)
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from oncelog.coordinator.runtime import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, LoadedMarker, LoadedRecord, LogEntry
 from oncelog.protocol.errors import ErrorCode
@@ -26,11 +27,9 @@ if TYPE_CHECKING:
     from .partition import Partition
     from .server import Broker
 
-__all__ = ["InternalTopicLog", "BrokerMarkerWriter", "CoordinatorLogError"]
+__all__ = ["InternalTopicLog", "CoordinatorLogError"]
 
 log = logging.getLogger("oncelog.broker.coordinator")
-
-OFFSETS_TOPIC = "__consumer_offsets"
 
 
 class CoordinatorLogError(RuntimeError):
@@ -111,61 +110,3 @@ class InternalTopicLog:
             else:
                 for rec in decode_records(data):
                     yield LoadedRecord(rec.key, rec.value, rec.offset)
-
-
-class BrokerMarkerWriter:
-    def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
-
-    def start_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                      partitions: list[tuple[str, int]]
-                      ) -> tuple[dict[tuple[str, int], int], "asyncio.Future[Any] | None"]:
-        """Append the markers now; return the error code per partition and a future done once every written
-        marker is durable (None if nothing was written). Lets the coordinator write them without first
-        hopping into its completion task."""
-        errors: dict[tuple[str, int], int] = {}
-        waits: list[asyncio.Future[None]] = []
-        offsets_markers: list[tuple[int, int]] = []
-        now = self.broker.clock.wall_ms()
-        for tp in partitions:
-            p = self.broker.topics.partition(*tp)
-            if p is None:
-                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            try:
-                result = p.append_marker(producer_id, producer_epoch, commit, coordinator_epoch, now)
-            except Exception as e:
-                code = getattr(e, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR)
-                log.warning("%s marker for producer %d epoch %d on %s-%d refused: %s",
-                            "COMMIT" if commit else "ABORT", producer_id, producer_epoch, tp[0], tp[1], e)
-                errors[tp] = int(code)
-                continue
-            waits.append(p.wait_durable(result.last_offset))
-            errors[tp] = ErrorCode.NONE
-            if tp[0] == OFFSETS_TOPIC:
-                offsets_markers.append((tp[1], result.first_offset))
-        if offsets_markers and self.broker.group_coordinator is not None:
-            return errors, asyncio.ensure_future(
-                self._then_resolve_offsets(waits, offsets_markers, producer_id, producer_epoch, commit))
-        if not waits:
-            return errors, None
-        # one partition (the common case): its own future, no gather and so one event-loop hop fewer
-        return errors, waits[0] if len(waits) == 1 else asyncio.gather(*waits)
-
-    async def _then_resolve_offsets(self, waits: list["asyncio.Future[None]"], offsets_markers: list[tuple[int, int]],
-                                    producer_id: int, producer_epoch: int, commit: bool) -> None:
-        """Once the markers are durable, the producer's pending transactional offset commits on those
-        ``__consumer_offsets`` partitions become visible (COMMIT) or are dropped (ABORT) — before the
-        transaction is completed and EndTxn answered, so the committer's next OffsetFetch sees them."""
-        await asyncio.gather(*waits)
-        groups = self.broker.group_coordinator
-        if groups is not None:
-            for index, offset in offsets_markers:
-                await groups.replay_end_transaction_marker(index, producer_id, producer_epoch, commit, offset)
-
-    async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                            partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        errors, durable = self.start_markers(producer_id, producer_epoch, commit, coordinator_epoch, partitions)
-        if durable is not None:
-            await durable
-        return errors

@@ -1,9 +1,9 @@
 """Start-up and shut-down of the transaction coordinator inside the broker.
 
 The coordinator's log is ``__transaction_state`` (compacted, ``transaction.state.log.num.partitions`` partitions);
-its markers go through ``BrokerMarkerWriter``. Every partition is loaded at start-up through the same replay path
-as live operation, at the broker's coordinator epoch, then transactions found in PrepareCommit/PrepareAbort are
-finished in the background. The coordinator epoch grows by one at every start (:func:`next_coordinator_epoch`), so
+its markers are written by ``LocalMarkerChannel`` (this node leads every partition). Every partition is loaded at
+start-up through the same replay path as live operation, at the broker's coordinator epoch, then transactions found
+in PrepareCommit/PrepareAbort are finished in the background. The coordinator epoch grows by one at every start (:func:`next_coordinator_epoch`), so
 markers from an older incarnation are fenced. A write not durable within ``request.timeout.ms`` answers
 COORDINATOR_NOT_AVAILABLE (Kafka's TransactionStateManager does the same).
 """
@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 from oncelog.coordinator.transaction import FileProducerIdStore, ProducerIdManager, TransactionCoordinator
 from oncelog.storage.files import write_atomic
 
-from .internal_log import BrokerMarkerWriter, InternalTopicLog
+from .internal_log import InternalTopicLog
+from .markers import LocalMarkerChannel, LocalMarkerWriter
 
 if TYPE_CHECKING:
     from .server import Broker
@@ -49,9 +50,10 @@ async def start_transaction_coordinator(broker: "Broker", epoch: int) -> None:
                                {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})
     txn_log.ensure()
     store = FileProducerIdStore(str(cfg.data_dir / "producer-ids"))
-    broker.marker_writer = BrokerMarkerWriter(broker)
+    broker.marker_writer = LocalMarkerWriter(broker.topics, broker.clock, lambda: broker.group_coordinator)
     coordinator = TransactionCoordinator(
-        cfg, broker.clock, txn_log, broker.marker_writer, ProducerIdManager(store.load, store.persist),
+        cfg, broker.clock, txn_log, LocalMarkerChannel(broker.marker_writer, cfg.node_id),
+        ProducerIdManager(store.load, store.persist),
         num_partitions=txn_log.num_partitions, write_timeout_ms=cfg.request_timeout_ms)
     for partition in range(txn_log.num_partitions):
         txn_log.become_leader(partition, epoch)

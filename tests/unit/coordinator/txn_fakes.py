@@ -1,14 +1,15 @@
 """In-memory fakes for the transaction coordinator tests: a CoordinatorLog keeping real encoded records, and a
-MarkerWriter recording (and optionally failing) marker writes."""
+MarkerChannel recording (and optionally failing) marker writes."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from oncelog.coordinator.runtime import LoadedRecord
+from oncelog.coordinator.transaction import MarkerResults, TxnMarker
 from oncelog.coordinator.transaction.coordinator import TransactionCoordinator, TxnCoordinatorConfig
 from oncelog.coordinator.transaction.producer_ids import ProducerIdManager
 from oncelog.protocol.errors import ErrorCode
@@ -83,39 +84,55 @@ class MarkerCall:
     commit: bool
     coordinator_epoch: int
     partitions: list[tuple[str, int]]
+    broker: int = 0
 
 
 @dataclass
 class FakeMarkers:
+    """A MarkerChannel: records every marker sent, answers from a script, and can fail whole requests."""
     calls: list[MarkerCall] = field(default_factory=list)
     # (topic, p) -> list of error codes to return on successive attempts (then NONE)
     script: dict[tuple[str, int], list[int]] = field(default_factory=dict)
-    missing: set[tuple[str, int]] = field(default_factory=set)
+    missing: set[tuple[str, int]] = field(default_factory=set)  # no leader: the topic was deleted
+    leaders: dict[tuple[str, int], int] = field(default_factory=dict)  # default: this broker (0)
     raise_next: int = 0
     gate: asyncio.Event | None = None
     written: list[tuple[tuple[str, int], int, int, bool]] = field(default_factory=list)
+    requests: list[tuple[int, int]] = field(default_factory=list)  # (broker, markers in the request)
+    after_write: Callable[[], None] | None = None
+    local_node: int = 0
 
-    async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                            partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        self.calls.append(MarkerCall(producer_id, producer_epoch, commit, coordinator_epoch, list(partitions)))
+    def leader(self, tp: tuple[str, int]) -> int | None:
+        return None if tp in self.missing else self.leaders.get(tp, self.local_node)
+
+    def send(self, broker: int, markers: Sequence[TxnMarker]) -> Awaitable[MarkerResults]:
+        self.requests.append((broker, len(markers)))
+        for m in markers:
+            self.calls.append(MarkerCall(m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch,
+                                         list(m.partitions), broker))
+        return self._answer(markers)
+
+    async def _answer(self, markers: Sequence[TxnMarker]) -> MarkerResults:
         if self.gate is not None:
             await self.gate.wait()
         await asyncio.sleep(0)
         if self.raise_next > 0:
             self.raise_next -= 1
             raise OSError("broker busy")
-        out: dict[tuple[str, int], int] = {}
-        for tp in partitions:
-            if tp in self.missing:
-                out[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            seq = self.script.get(tp)
-            if seq:
-                out[tp] = seq.pop(0)
-                continue
-            out[tp] = ErrorCode.NONE
-            self.written.append((tp, producer_id, producer_epoch, commit))
-        return out
+        results: MarkerResults = []
+        for m in markers:
+            out: dict[tuple[str, int], int] = {}
+            results.append(out)
+            for tp in m.partitions:
+                seq = self.script.get(tp)
+                if seq:
+                    out[tp] = seq.pop(0)
+                    continue
+                out[tp] = ErrorCode.NONE
+                self.written.append((tp, m.producer_id, m.producer_epoch, m.commit))
+        if self.after_write is not None:
+            self.after_write()
+        return results
 
 
 class PidStore:

@@ -1,11 +1,12 @@
 """WriteTxnMarkers (27): write COMMIT/ABORT markers for a producer to partitions of this broker, fenced by the
 coordinator epoch (a marker from an older coordinator is refused with TRANSACTION_COORDINATOR_FENCED). The
-transaction coordinator uses the same path internally (``BrokerMarkerWriter``)."""
+transaction coordinator uses the same path internally (``LocalMarkerWriter``)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from oncelog.coordinator.transaction import TxnMarker
 from oncelog.protocol.messages.write_txn_markers_request import WriteTxnMarkersRequest
 from oncelog.protocol.messages.write_txn_markers_response import (
     WritableTxnMarkerPartitionResult,
@@ -24,12 +25,11 @@ MAX_VERSION = 1
 
 
 async def _write(broker: "Broker", request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
-    writer = broker.marker_writer
+    markers = [TxnMarker(m.producer_id, m.producer_epoch, m.transaction_result, m.coordinator_epoch,
+                         tuple((t.name, p) for t in m.topics for p in t.partition_indexes)) for m in request.markers]
+    answers = await broker.marker_writer.write(markers)
     results = []
-    for m in request.markers:
-        partitions = [(t.name, p) for t in m.topics for p in t.partition_indexes]
-        errors = await writer.write_markers(m.producer_id, m.producer_epoch, m.transaction_result,
-                                            m.coordinator_epoch, partitions)
+    for m, errors in zip(request.markers, answers):
         by_topic: dict[str, list[WritableTxnMarkerPartitionResult]] = {}
         for (topic, p), code in errors.items():
             by_topic.setdefault(topic, []).append(WritableTxnMarkerPartitionResult(partition_index=p,

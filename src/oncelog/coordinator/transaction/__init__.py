@@ -1,10 +1,9 @@
 """oncelog.coordinator.transaction: Kafka's transaction coordinator (state table, metadata, log records,
-producer id blocks, the coordinator itself)."""
+producer id blocks, the decisions, the marker driver, the coordinator service)."""
 
 from .coordinator import (
     OFFSETS_TOPIC,
     InitProducerIdResult,
-    MarkerWriter,
     TransactionConfig,
     TransactionCoordinator,
     TxnCoordinatorConfig,
@@ -12,6 +11,7 @@ from .coordinator import (
     TxnListing,
     TxnListResult,
 )
+from .markers import MarkerChannel, MarkerDriver, MarkerResults, PendingCompletion, TxnMarker
 from .metadata import IllegalTransitionError, TransactionMetadata, TxnError, TxnTransitMetadata
 from .partitioner import java_string_hash, partition_for
 from .producer_ids import FileProducerIdStore, ProducerIdManager
@@ -25,7 +25,10 @@ __all__ = [
     "FileProducerIdStore",
     "IllegalTransitionError",
     "InitProducerIdResult",
-    "MarkerWriter",
+    "MarkerChannel",
+    "MarkerDriver",
+    "MarkerResults",
+    "PendingCompletion",
     "ProducerIdManager",
     "TransactionConfig",
     "TransactionCoordinator",
@@ -36,6 +39,7 @@ __all__ = [
     "TxnError",
     "TxnListResult",
     "TxnListing",
+    "TxnMarker",
     "TxnState",
     "TxnTransitMetadata",
     "decode_key",
