@@ -21,7 +21,7 @@ from oncelog.protocol.api import ProtocolDecodeError, RequestHeader
 from .router import NO_RESPONSE, RequestContext, Route
 
 if TYPE_CHECKING:
-    from .server import Broker
+    from .context import BrokerContext
 
 __all__ = ["Connection"]
 
@@ -45,8 +45,9 @@ class _Slot:
 class Connection(asyncio.Protocol):
     _next_id = 0
 
-    def __init__(self, broker: "Broker") -> None:
+    def __init__(self, broker: "BrokerContext", registry: set[Connection] | None = None) -> None:
         self.broker = broker
+        self.registry = registry if registry is not None else set()  # the broker's open connections
         Connection._next_id += 1
         self.id = Connection._next_id
         self.decoder = FrameDecoder(broker.config.socket_request_max_bytes)
@@ -63,12 +64,12 @@ class Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        self.broker.connections.add(self)
+        self.registry.add(self)
         self.broker.metrics.connections.inc()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
-        self.broker.connections.discard(self)
+        self.registry.discard(self)
         self.broker.metrics.connections.dec()
         for task in list(self._tasks):
             task.cancel()

@@ -1,7 +1,8 @@
 """API key -> handler. ApiVersions is answered from exactly what is registered here.
 
 Each handler module under ``oncelog.broker.handlers`` serves one API and exposes ``API_KEY``, ``MIN_VERSION``,
-``MAX_VERSION`` and ``handle(broker, ctx, request)``. A handler returns the response message, or an awaitable of
+``MAX_VERSION`` and ``handle(broker, ctx, request)``, where ``broker`` is the typed
+:class:`~oncelog.broker.context.BrokerContext`. A handler returns the response message, or an awaitable of
 it when it has to wait (fsync for acks=all, long-poll fetch), or ``NO_RESPONSE`` (acks=0 produce). Work done before
 a handler's first ``await`` happens in request order, so appends from one connection keep their order.
 """
@@ -15,7 +16,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Union
 
 if TYPE_CHECKING:
-    from .server import Broker
+    from .context import BrokerContext
 
 __all__ = ["Route", "Router", "RequestContext", "NO_RESPONSE", "HandlerResult"]
 
@@ -45,7 +46,7 @@ class Route:
     name: str
     min_version: int
     max_version: int
-    handle: Callable[["Broker", RequestContext, Any], HandlerResult]
+    handle: Callable[["BrokerContext", RequestContext, Any], HandlerResult]
 
 
 class Router:

@@ -6,20 +6,27 @@ import asyncio
 import contextlib
 import logging
 import signal
-from typing import Any
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
 
 from oncelog.clock import SYSTEM_CLOCK, Clock
 from oncelog.storage import LogConfig, LogManager
 
 from .config import BrokerConfig
 from .connection import Connection
+from .context import BrokerContext
 from .durability import GroupCommitFlusher
 from .group_wiring import start_group_coordinator, stop_group_coordinator
 from .txn_wiring import next_coordinator_epoch, start_transaction_coordinator, stop_transaction_coordinator
+from .markers import LocalMarkerWriter
 from .metrics import BrokerMetrics
 from .partition import Partition
 from .router import Router
 from .topics import TopicRegistry
+
+if TYPE_CHECKING:
+    from oncelog.coordinator.group.coordinator import GroupCoordinator
+    from oncelog.coordinator.transaction import TransactionCoordinator
 
 __all__ = ["Broker", "run_broker"]
 
@@ -55,14 +62,35 @@ class Broker:
         self._background: list[asyncio.Task[Any]] = []
         self._stopped = asyncio.Event()
         self.cluster_id = ""
-        self.txn_coordinator: Any = None  # oncelog.coordinator.transaction.TransactionCoordinator once started
-        self.group_coordinator: Any = None
-        self.marker_writer: Any = None  # BrokerMarkerWriter (txn_wiring) once started
+        self._context: BrokerContext | None = None
 
     @property
     def topics(self) -> TopicRegistry:
         assert self._topics is not None, "broker not started"
         return self._topics
+
+    @property
+    def context(self) -> BrokerContext:
+        """What request handlers see of this broker (once started)."""
+        assert self._context is not None, "broker not started"
+        return self._context
+
+    # The coordinators live in the context; these let the start-up wiring set them.
+    @property
+    def txn_coordinator(self) -> TransactionCoordinator | None:
+        return None if self._context is None else self._context.txn_coordinator
+
+    @txn_coordinator.setter
+    def txn_coordinator(self, coordinator: TransactionCoordinator | None) -> None:
+        self.context.txn_coordinator = coordinator
+
+    @property
+    def group_coordinator(self) -> GroupCoordinator | None:
+        return None if self._context is None else self._context.group_coordinator
+
+    @group_coordinator.setter
+    def group_coordinator(self, coordinator: GroupCoordinator | None) -> None:
+        self.context.group_coordinator = coordinator
 
     def _on_durable(self, partition: Partition, durable: int) -> None:
         partition.on_durable(durable)
@@ -75,14 +103,18 @@ class Broker:
         self.cluster_id = self.logs.cluster_id
         self._topics = TopicRegistry(self.logs, durable_per_append=self.durable_per_append,
                                      mark_dirty=self.flusher.mark_dirty)
+        writer = LocalMarkerWriter(self._topics, self.clock)
+        self._context = context = BrokerContext(cfg, self.clock, self.metrics, self.router, self._topics,
+                                                self.cluster_id, writer)
+        writer.offsets_sink = lambda: context.group_coordinator
         self.metrics.watch_partitions(self._topics)
         self.metrics.watch_flusher(self.flusher)
         self.flusher.start()
         epoch = next_coordinator_epoch(self)
         await start_transaction_coordinator(self, epoch)
         await start_group_coordinator(self, epoch)
-        self._server = await loop.create_server(lambda: Connection(self), cfg.host, cfg.port, reuse_address=True,
-                                               backlog=1024)
+        self._server = await loop.create_server(lambda: Connection(context, self.connections), cfg.host, cfg.port,
+                                               reuse_address=True, backlog=1024)
         if cfg.port == 0:
             sock = self._server.sockets[0]
             cfg.port = sock.getsockname()[1]
@@ -150,11 +182,7 @@ class Broker:
                 if p.log.durable_offset < p.log_end_offset:
                     self.flusher.mark_dirty(p)
 
-    def coordinator_available(self, key_type: int) -> bool:
-        """Whether the group (0) or transaction (1) coordinator can serve requests now."""
-        return (self.group_coordinator if key_type == 0 else self.txn_coordinator) is not None
-
-    def spawn(self, coro: Any, name: str) -> "asyncio.Task[Any]":
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> "asyncio.Task[Any]":
         """Run a background job for the broker's lifetime (cancelled at stop)."""
         task = asyncio.get_running_loop().create_task(coro, name=name)
         self._background.append(task)

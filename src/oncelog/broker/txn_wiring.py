@@ -18,7 +18,7 @@ from oncelog.coordinator.transaction import FileProducerIdStore, ProducerIdManag
 from oncelog.storage.files import write_atomic
 
 from .internal_log import InternalTopicLog
-from .markers import LocalMarkerChannel, LocalMarkerWriter
+from .markers import LocalMarkerChannel
 
 if TYPE_CHECKING:
     from .server import Broker
@@ -50,9 +50,8 @@ async def start_transaction_coordinator(broker: "Broker", epoch: int) -> None:
                                {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})
     txn_log.ensure()
     store = FileProducerIdStore(str(cfg.data_dir / "producer-ids"))
-    broker.marker_writer = LocalMarkerWriter(broker.topics, broker.clock, lambda: broker.group_coordinator)
     coordinator = TransactionCoordinator(
-        cfg, broker.clock, txn_log, LocalMarkerChannel(broker.marker_writer, cfg.node_id),
+        cfg, broker.clock, txn_log, LocalMarkerChannel(broker.context.marker_writer, cfg.node_id),
         ProducerIdManager(store.load, store.persist),
         num_partitions=txn_log.num_partitions, write_timeout_ms=cfg.request_timeout_ms)
     for partition in range(txn_log.num_partitions):

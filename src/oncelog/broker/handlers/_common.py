@@ -16,7 +16,7 @@ from oncelog.storage import (
 )
 
 if TYPE_CHECKING:
-    from oncelog.broker.server import Broker
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.topics import TopicView
 
 __all__ = ["error_for", "lookup_or_create"]
@@ -41,7 +41,7 @@ def error_for(exc: BaseException) -> tuple[ErrorCode, str]:
     return ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}"
 
 
-def lookup_or_create(broker: "Broker", name: str, allow_auto_create: bool) -> "TopicView | None":
+def lookup_or_create(broker: "BrokerContext", name: str, allow_auto_create: bool) -> "TopicView | None":
     view = broker.topics.get(name)
     if view is None and allow_auto_create and broker.config.auto_create_topics_enable:
         try:

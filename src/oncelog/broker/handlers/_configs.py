@@ -8,7 +8,7 @@ from oncelog.protocol.errors import ErrorCode
 from oncelog.storage import TOPIC_CONFIG_KEYS, LogConfig
 
 if TYPE_CHECKING:
-    from oncelog.broker.server import Broker
+    from oncelog.broker.context import BrokerContext
 
 __all__ = ["TOPIC", "BROKER", "BROKER_LOGGER", "CONFIG_TYPE", "Source", "topic_entries", "apply_topic_overrides",
            "check_resource"]
@@ -23,11 +23,12 @@ class Source:
     DEFAULT = 5
 
 
-def topic_entries(broker: "Broker", name: str) -> list[tuple[str, str, int, str, str]]:
+def topic_entries(broker: "BrokerContext", name: str) -> list[tuple[str, str, int, str, str]]:
     """(key, value, source, kafka type, doc) for every topic config key."""
-    overrides = broker.topics.get(name).configs  # type: ignore[union-attr]
-    assert broker.logs is not None
-    effective = LogConfig.from_kafka(overrides, broker.logs.defaults).to_kafka()
+    view = broker.topics.get(name)
+    assert view is not None, f"topic {name} vanished"
+    overrides = view.configs
+    effective = LogConfig.from_kafka(overrides, broker.log_defaults).to_kafka()
     out = []
     for key, spec in TOPIC_CONFIG_KEYS.items():
         source = Source.DYNAMIC_TOPIC if key in overrides else Source.DEFAULT
@@ -35,11 +36,11 @@ def topic_entries(broker: "Broker", name: str) -> list[tuple[str, str, int, str,
     return out
 
 
-def apply_topic_overrides(broker: "Broker", name: str, overrides: dict[str, str], validate_only: bool) -> None:
+def apply_topic_overrides(broker: "BrokerContext", name: str, overrides: dict[str, str],
+                          validate_only: bool) -> None:
     """Validate and (unless validate_only) store the full set of overrides of a topic."""
-    assert broker.logs is not None
     normalised = LogConfig.validate_overrides(overrides)
-    config = LogConfig.from_kafka(normalised, broker.logs.defaults)
+    config = LogConfig.from_kafka(normalised, broker.log_defaults)
     if validate_only:
         return
     broker.topics.set_configs(name, normalised)
@@ -49,7 +50,7 @@ def apply_topic_overrides(broker: "Broker", name: str, overrides: dict[str, str]
         p.log.update_config(config)
 
 
-def check_resource(broker: "Broker", resource_type: int, name: str) -> tuple[int, str | None]:
+def check_resource(broker: "BrokerContext", resource_type: int, name: str) -> tuple[int, str | None]:
     """Error for a resource a client names, or (NONE, None)."""
     if resource_type == TOPIC:
         if broker.topics.get(name) is None:

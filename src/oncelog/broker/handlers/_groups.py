@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from oncelog.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
+    from oncelog.coordinator.group.coordinator import GroupCoordinator
 
 __all__ = ["NOT_AVAILABLE", "client_host", "coordinator"]
 
 NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
-def coordinator(broker: Broker) -> Any:
+def coordinator(broker: BrokerContext) -> GroupCoordinator | None:
     """The broker's GroupCoordinator, or None until ``start_group_coordinator`` has run."""
-    return getattr(broker, "group_coordinator", None)
+    return broker.group_coordinator
 
 
 def client_host(ctx: RequestContext) -> str:

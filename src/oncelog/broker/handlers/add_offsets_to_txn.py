@@ -3,6 +3,7 @@ offsets committed with TxnOffsetCommit are decided together with the transaction
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from oncelog.protocol.messages.add_offsets_to_txn_request import AddOffsetsToTxnRequest
@@ -11,22 +12,25 @@ from oncelog.protocol.messages.add_offsets_to_txn_response import AddOffsetsToTx
 from ._txn import coordinator_or_error
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
+    from oncelog.coordinator.transaction import TransactionCoordinator
 
 API_KEY = 25
 MIN_VERSION = 0
 MAX_VERSION = 4
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: AddOffsetsToTxnRequest) -> object:
+def handle(broker: "BrokerContext", ctx: "RequestContext",
+           request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse | Awaitable[AddOffsetsToTxnResponse]:
     coordinator, code = coordinator_or_error(broker)
     if coordinator is None:
         return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=code)
     return _add(coordinator, ctx, request)
 
 
-async def _add(coordinator, ctx: "RequestContext", request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:  # type: ignore[no-untyped-def]
+async def _add(coordinator: "TransactionCoordinator", ctx: "RequestContext",
+               request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
     code = await coordinator.add_offsets(request.transactional_id, request.producer_id, request.producer_epoch,
                                          request.group_id, version=ctx.api_version)
     return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=code)

@@ -3,6 +3,7 @@ batched, with verify_only, as brokers send it)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from oncelog.protocol.errors import ErrorCode
@@ -17,8 +18,9 @@ from oncelog.protocol.messages.add_partitions_to_txn_response import (
 from ._txn import coordinator_or_error
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
+    from oncelog.coordinator.transaction import TransactionCoordinator
 
 API_KEY = 24
 MIN_VERSION = 0
@@ -33,7 +35,8 @@ def _topic_results(results: dict[tuple[str, int], int]) -> list[AddPartitionsToT
     return [AddPartitionsToTxnTopicResult(name=t, results_by_partition=r) for t, r in by_topic.items()]
 
 
-def _check_topics(broker: "Broker", partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int] | None:
+def _check_topics(broker: "BrokerContext", partitions: list[tuple[str, int]]) -> dict[tuple[str, int],
+                  int] | None:
     """UNKNOWN_TOPIC_OR_PARTITION for missing ones and OPERATION_NOT_ATTEMPTED for the rest, as Kafka does."""
     missing = {tp for tp in partitions if broker.topics.partition(*tp) is None}
     if not missing:
@@ -42,23 +45,25 @@ def _check_topics(broker: "Broker", partitions: list[tuple[str, int]]) -> dict[t
             for tp in partitions}
 
 
-async def _one(broker: "Broker", coordinator, txn_id: str, pid: int, epoch: int,  # type: ignore[no-untyped-def]
+async def _one(broker: "BrokerContext", coordinator: "TransactionCoordinator", txn_id: str, pid: int,
+               epoch: int,
                partitions: list[tuple[str, int]], verify_only: bool, version: int) -> dict[tuple[str, int], int]:
     bad = _check_topics(broker, partitions)
     if bad is not None:
         return bad
-    result: dict[tuple[str, int], int] = await coordinator.add_partitions(txn_id, pid, epoch, partitions,
-                                                                          verify_only=verify_only, version=version)
-    return result
+    result = await coordinator.add_partitions(txn_id, pid, epoch, partitions, verify_only=verify_only,
+                                              version=version)
+    return {tp: int(code) for tp, code in result.items()}
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: AddPartitionsToTxnRequest) -> object:
+def handle(broker: "BrokerContext", ctx: "RequestContext",
+           request: AddPartitionsToTxnRequest) -> Awaitable[AddPartitionsToTxnResponse]:
     coordinator, code = coordinator_or_error(broker)
     return _handle(broker, ctx, request, coordinator, code)
 
 
-async def _handle(broker: "Broker", ctx: "RequestContext", request: AddPartitionsToTxnRequest,  # type: ignore[no-untyped-def]
-                  coordinator, code: int) -> AddPartitionsToTxnResponse:
+async def _handle(broker: "BrokerContext", ctx: "RequestContext", request: AddPartitionsToTxnRequest,
+                  coordinator: "TransactionCoordinator | None", code: int) -> AddPartitionsToTxnResponse:
     if ctx.api_version <= 3:
         partitions = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
         if coordinator is None:

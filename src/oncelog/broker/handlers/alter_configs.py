@@ -12,15 +12,16 @@ from ._common import error_for
 from ._configs import TOPIC, apply_topic_overrides, check_resource
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 33
 MIN_VERSION = 0
 MAX_VERSION = 2
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: AlterConfigsRequest) -> AlterConfigsResponse:
+def handle(broker: "BrokerContext", ctx: "RequestContext",
+           request: AlterConfigsRequest) -> AlterConfigsResponse:
     responses = []
     for res in request.resources:
         code, message = check_resource(broker, res.resource_type, res.resource_name)

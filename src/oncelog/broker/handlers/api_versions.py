@@ -9,15 +9,16 @@ from oncelog.protocol.messages.api_versions_request import ApiVersionsRequest
 from oncelog.protocol.messages.api_versions_response import ApiVersion, ApiVersionsResponse
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 18
 MIN_VERSION = 0
 MAX_VERSION = 4
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: ApiVersionsRequest) -> ApiVersionsResponse:
+def handle(broker: "BrokerContext", ctx: "RequestContext",
+           request: ApiVersionsRequest) -> ApiVersionsResponse:
     keys = [ApiVersion(api_key=r.api_key, min_version=r.min_version, max_version=r.max_version)
             for r in sorted(broker.router.routes.values(), key=lambda r: r.api_key)]
     return ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=keys, throttle_time_ms=0)

@@ -14,15 +14,16 @@ from oncelog.protocol.messages.create_partitions_response import (
 from ._common import error_for
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 37
 MIN_VERSION = 0
 MAX_VERSION = 3
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: CreatePartitionsRequest) -> CreatePartitionsResponse:
+def handle(broker: "BrokerContext", ctx: "RequestContext",
+           request: CreatePartitionsRequest) -> CreatePartitionsResponse:
     results = []
     for t in request.topics:
         out = CreatePartitionsTopicResult(name=t.name, error_code=0, error_message=None)

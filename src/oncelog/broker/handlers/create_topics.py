@@ -12,15 +12,16 @@ from oncelog.storage import LogConfig, validate_topic_name
 from ._common import error_for
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 19
 MIN_VERSION = 2
 MAX_VERSION = 7
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: CreateTopicsRequest) -> CreateTopicsResponse:
+def handle(broker: "BrokerContext", ctx: "RequestContext",
+           request: CreateTopicsRequest) -> CreateTopicsResponse:
     results = []
     seen: set[str] = set()
     for t in request.topics:
@@ -46,7 +47,7 @@ def handle(broker: "Broker", ctx: "RequestContext", request: CreateTopicsRequest
                 out.error_message = (f"replication factor {t.replication_factor} is larger than the 1 broker "
                                      "of this cluster")
                 continue
-            LogConfig.from_kafka(configs, broker.logs.defaults if broker.logs else None)
+            LogConfig.from_kafka(configs, broker.log_defaults)
             if broker.topics.get(t.name) is not None:
                 out.error_code = ErrorCode.TOPIC_ALREADY_EXISTS
                 out.error_message = f"topic {t.name} already exists"

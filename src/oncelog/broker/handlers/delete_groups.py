@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
 
 from oncelog.protocol.messages.delete_groups_request import DeleteGroupsRequest
 from oncelog.protocol.messages.delete_groups_response import DeletableGroupResult, DeleteGroupsResponse
@@ -10,15 +11,16 @@ from oncelog.protocol.messages.delete_groups_response import DeletableGroupResul
 from ._groups import NOT_AVAILABLE, coordinator
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 42
 MIN_VERSION = 0
 MAX_VERSION = 2
 
 
-def handle(broker: Broker, ctx: RequestContext, request: DeleteGroupsRequest) -> Any:
+def handle(broker: BrokerContext, ctx: RequestContext,
+           request: DeleteGroupsRequest) -> DeleteGroupsResponse | Awaitable[DeleteGroupsResponse]:
     gc = coordinator(broker)
     if gc is None:
         return DeleteGroupsResponse(results=[DeletableGroupResult(group_id=g, error_code=NOT_AVAILABLE)

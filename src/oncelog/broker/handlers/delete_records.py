@@ -15,15 +15,16 @@ from oncelog.protocol.messages.delete_records_response import (
 from ._common import error_for
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 21
 MIN_VERSION = 0
 MAX_VERSION = 2
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: DeleteRecordsRequest) -> DeleteRecordsResponse:
+def handle(broker: "BrokerContext", ctx: "RequestContext",
+           request: DeleteRecordsRequest) -> DeleteRecordsResponse:
     topics = []
     for t in request.topics:
         view = broker.topics.get(t.name)

@@ -12,8 +12,8 @@ from oncelog.protocol.messages.delete_topics_response import DeletableTopicResul
 from ..topics import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 20
 MIN_VERSION = 1
@@ -22,7 +22,8 @@ MAX_VERSION = 6
 ZERO_UUID = uuid.UUID(int=0)
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: DeleteTopicsRequest) -> DeleteTopicsResponse:
+def handle(broker: "BrokerContext", ctx: "RequestContext",
+           request: DeleteTopicsRequest) -> DeleteTopicsResponse:
     wanted: list[tuple[str | None, uuid.UUID]] = []
     if ctx.api_version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]

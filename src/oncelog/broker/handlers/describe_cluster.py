@@ -8,15 +8,16 @@ from oncelog.protocol.messages.describe_cluster_request import DescribeClusterRe
 from oncelog.protocol.messages.describe_cluster_response import DescribeClusterBroker, DescribeClusterResponse
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 60
 MIN_VERSION = 0
 MAX_VERSION = 1
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: DescribeClusterRequest) -> DescribeClusterResponse:
+def handle(broker: "BrokerContext", ctx: "RequestContext",
+           request: DescribeClusterRequest) -> DescribeClusterResponse:
     host, port = broker.config.advertised
     node = broker.config.node_id
     return DescribeClusterResponse(throttle_time_ms=0, error_code=0, error_message=None,

@@ -15,15 +15,16 @@ from oncelog.protocol.messages.describe_configs_response import (
 from ._configs import BROKER, CONFIG_TYPE, TOPIC, Source, check_resource, topic_entries
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 32
 MIN_VERSION = 1
 MAX_VERSION = 4
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: DescribeConfigsRequest) -> DescribeConfigsResponse:
+def handle(broker: "BrokerContext", ctx: "RequestContext",
+           request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     results = []
     for res in request.resources:
         code, message = check_resource(broker, res.resource_type, res.resource_name)

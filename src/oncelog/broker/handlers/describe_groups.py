@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from oncelog.protocol.messages.describe_groups_request import DescribeGroupsRequest
 from oncelog.protocol.messages.describe_groups_response import DescribedGroup, DescribeGroupsResponse
@@ -10,15 +10,16 @@ from oncelog.protocol.messages.describe_groups_response import DescribedGroup, D
 from ._groups import NOT_AVAILABLE, coordinator
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 15
 MIN_VERSION = 0
 MAX_VERSION = 5
 
 
-def handle(broker: Broker, ctx: RequestContext, request: DescribeGroupsRequest) -> Any:
+def handle(broker: BrokerContext, ctx: RequestContext,
+           request: DescribeGroupsRequest) -> DescribeGroupsResponse:
     gc = coordinator(broker)
     groups = [gc.describe_group(g) if gc is not None else DescribedGroup(error_code=NOT_AVAILABLE, group_id=g)
               for g in request.groups]

@@ -14,15 +14,16 @@ from oncelog.protocol.messages.describe_log_dirs_response import (
 )
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 35
 MIN_VERSION = 1
 MAX_VERSION = 4
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
+def handle(broker: "BrokerContext", ctx: "RequestContext",
+           request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
     wanted: dict[str, set[int] | None]
     if request.topics is None:
         wanted = {v.name: None for v in broker.topics}

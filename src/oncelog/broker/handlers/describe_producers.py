@@ -14,15 +14,16 @@ from oncelog.protocol.messages.describe_producers_response import (
 )
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 61
 MIN_VERSION = 0
 MAX_VERSION = 0
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: DescribeProducersRequest) -> DescribeProducersResponse:
+def handle(broker: "BrokerContext", ctx: "RequestContext",
+           request: DescribeProducersRequest) -> DescribeProducersResponse:
     topics = []
     for t in request.topics:
         parts = []

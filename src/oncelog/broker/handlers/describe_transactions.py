@@ -14,15 +14,15 @@ from oncelog.protocol.messages.describe_transactions_response import (
 from ._txn import coordinator_or_error
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 65
 MIN_VERSION = 0
 MAX_VERSION = 0
 
 
-def handle(broker: "Broker", ctx: "RequestContext",
+def handle(broker: "BrokerContext", ctx: "RequestContext",
            request: DescribeTransactionsRequest) -> DescribeTransactionsResponse:
     coordinator, code = coordinator_or_error(broker)
     if coordinator is None:

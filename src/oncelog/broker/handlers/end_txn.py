@@ -3,6 +3,7 @@ producer's next transaction never meets CONCURRENT_TRANSACTIONS."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from oncelog.protocol.messages.end_txn_request import EndTxnRequest
@@ -11,22 +12,25 @@ from oncelog.protocol.messages.end_txn_response import EndTxnResponse
 from ._txn import coordinator_or_error
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
+    from oncelog.coordinator.transaction import TransactionCoordinator
 
 API_KEY = 26
 MIN_VERSION = 0
 MAX_VERSION = 4  # v5 is transactions V2 (KIP-890 part 2: epoch bump per transaction), not implemented
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: EndTxnRequest) -> object:
+def handle(broker: "BrokerContext", ctx: "RequestContext",
+           request: EndTxnRequest) -> EndTxnResponse | Awaitable[EndTxnResponse]:
     coordinator, code = coordinator_or_error(broker)
     if coordinator is None:
         return EndTxnResponse(throttle_time_ms=0, error_code=code)
     return _end(coordinator, ctx, request)
 
 
-async def _end(coordinator, ctx: "RequestContext", request: EndTxnRequest) -> EndTxnResponse:  # type: ignore[no-untyped-def]
+async def _end(coordinator: "TransactionCoordinator", ctx: "RequestContext",
+               request: EndTxnRequest) -> EndTxnResponse:
     code = await coordinator.end_txn(request.transactional_id, request.producer_id, request.producer_epoch,
                                      request.committed, version=ctx.api_version)
     return EndTxnResponse(throttle_time_ms=0, error_code=code)

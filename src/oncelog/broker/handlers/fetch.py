@@ -23,9 +23,9 @@ from oncelog.storage import OffsetOutOfRangeError
 from ._common import error_for
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.partition import Partition
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 1
 MIN_VERSION = 4
@@ -43,7 +43,7 @@ class _Want:
     max_bytes: int
 
 
-def _plan(broker: "Broker", request: FetchRequest,
+def _plan(broker: "BrokerContext", request: FetchRequest,
           version: int) -> tuple[list[FetchableTopicResponse], list[_Want]]:
     topics: list[FetchableTopicResponse] = []
     wants: list[_Want] = []
@@ -70,7 +70,7 @@ def _plan(broker: "Broker", request: FetchRequest,
     return topics, wants
 
 
-def _read(broker: "Broker", wants: list[_Want], max_bytes: int, isolation: int) -> tuple[int, bool]:
+def _read(broker: "BrokerContext", wants: list[_Want], max_bytes: int, isolation: int) -> tuple[int, bool]:
     """Fill every partition's records; return (bytes gathered, whether any partition has an error)."""
     total = 0
     error = False
@@ -123,7 +123,7 @@ def _response(topics: list[FetchableTopicResponse]) -> FetchResponse:
     return FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=topics)
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: FetchRequest) -> object:
+def handle(broker: "BrokerContext", ctx: "RequestContext", request: FetchRequest) -> object:
     topics, wants = _plan(broker, request, ctx.api_version)
     max_bytes = request.max_bytes
     isolation = request.isolation_level
@@ -134,7 +134,7 @@ def handle(broker: "Broker", ctx: "RequestContext", request: FetchRequest) -> ob
 
 
 async def _long_poll(topics: list[FetchableTopicResponse], wants: list[_Want], request: FetchRequest,
-                     max_bytes: int, isolation: int, broker: "Broker") -> FetchResponse:
+                     max_bytes: int, isolation: int, broker: "BrokerContext") -> FetchResponse:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait_ms / 1000
     partitions = [w.partition for w in wants if w.partition is not None]

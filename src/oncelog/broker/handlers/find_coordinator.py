@@ -13,8 +13,8 @@ from oncelog.protocol.messages.find_coordinator_request import FindCoordinatorRe
 from oncelog.protocol.messages.find_coordinator_response import Coordinator, FindCoordinatorResponse
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 10
 MIN_VERSION = 0
@@ -23,7 +23,7 @@ MAX_VERSION = 6
 GROUP, TRANSACTION = 0, 1
 
 
-def _check(broker: "Broker", key_type: int, key: str) -> tuple[int, str | None]:
+def _check(broker: "BrokerContext", key_type: int, key: str) -> tuple[int, str | None]:
     if key_type not in (GROUP, TRANSACTION):
         return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
     if not key:
@@ -33,7 +33,8 @@ def _check(broker: "Broker", key_type: int, key: str) -> tuple[int, str | None]:
     return ErrorCode.NONE, None
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: FindCoordinatorRequest) -> FindCoordinatorResponse:
+def handle(broker: "BrokerContext", ctx: "RequestContext",
+           request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     host, port = broker.config.advertised
     node = broker.config.node_id
     if ctx.api_version >= 4:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
 
 from oncelog.protocol.messages.heartbeat_request import HeartbeatRequest
 from oncelog.protocol.messages.heartbeat_response import HeartbeatResponse
@@ -10,15 +11,16 @@ from oncelog.protocol.messages.heartbeat_response import HeartbeatResponse
 from ._groups import NOT_AVAILABLE, coordinator
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 12
 MIN_VERSION = 0
 MAX_VERSION = 4
 
 
-def handle(broker: Broker, ctx: RequestContext, request: HeartbeatRequest) -> Any:
+def handle(broker: BrokerContext, ctx: RequestContext,
+           request: HeartbeatRequest) -> HeartbeatResponse | Awaitable[HeartbeatResponse]:
     gc = coordinator(broker)
     if gc is None:
         return HeartbeatResponse(error_code=NOT_AVAILABLE)

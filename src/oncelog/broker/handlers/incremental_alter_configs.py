@@ -16,8 +16,8 @@ from ._common import error_for
 from ._configs import TOPIC, apply_topic_overrides, check_resource
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 44
 MIN_VERSION = 0
@@ -50,7 +50,7 @@ def _apply(current: dict[str, str], name: str, op: int, value: str | None) -> No
         raise InvalidConfigError(f"unknown config operation {op} for {name!r}", name)
 
 
-def handle(broker: "Broker", ctx: "RequestContext",
+def handle(broker: "BrokerContext", ctx: "RequestContext",
            request: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
     responses = []
     for res in request.resources:

@@ -3,6 +3,7 @@ transactional id, fencing older instances (KIP-360 recovery, KIP-939 two-phase c
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from oncelog.protocol.messages.init_producer_id_request import InitProducerIdRequest
@@ -11,22 +12,25 @@ from oncelog.protocol.messages.init_producer_id_response import InitProducerIdRe
 from ._txn import coordinator_or_error
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
+    from oncelog.coordinator.transaction import TransactionCoordinator
 
 API_KEY = 22
 MIN_VERSION = 0
 MAX_VERSION = 6
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: InitProducerIdRequest) -> object:
+def handle(broker: "BrokerContext", ctx: "RequestContext",
+           request: InitProducerIdRequest) -> InitProducerIdResponse | Awaitable[InitProducerIdResponse]:
     coordinator, code = coordinator_or_error(broker)
     if coordinator is None:
         return InitProducerIdResponse(error_code=code, producer_id=-1, producer_epoch=-1)
     return _init(coordinator, ctx, request)
 
 
-async def _init(coordinator, ctx: "RequestContext", request: InitProducerIdRequest) -> InitProducerIdResponse:  # type: ignore[no-untyped-def]
+async def _init(coordinator: "TransactionCoordinator", ctx: "RequestContext",
+                request: InitProducerIdRequest) -> InitProducerIdResponse:
     result = await coordinator.init_producer_id_ex(
         request.transactional_id, request.transaction_timeout_ms,
         expected_producer_id=request.producer_id, expected_epoch=request.producer_epoch,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
 
 from oncelog.protocol.messages.join_group_request import JoinGroupRequest
 from oncelog.protocol.messages.join_group_response import JoinGroupResponse
@@ -10,8 +11,8 @@ from oncelog.protocol.messages.join_group_response import JoinGroupResponse
 from ._groups import NOT_AVAILABLE, client_host, coordinator
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 11
 MIN_VERSION = 0
@@ -24,7 +25,8 @@ def _fix(resp: JoinGroupResponse, version: int) -> JoinGroupResponse:
     return resp
 
 
-def handle(broker: Broker, ctx: RequestContext, request: JoinGroupRequest) -> Any:
+def handle(broker: BrokerContext, ctx: RequestContext,
+           request: JoinGroupRequest) -> JoinGroupResponse | Awaitable[JoinGroupResponse]:
     gc = coordinator(broker)
     if gc is None:
         return _fix(JoinGroupResponse(error_code=NOT_AVAILABLE, member_id=request.member_id, protocol_name=None),

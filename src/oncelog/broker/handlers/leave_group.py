@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
 
 from oncelog.protocol.messages.leave_group_request import LeaveGroupRequest
 from oncelog.protocol.messages.leave_group_response import LeaveGroupResponse
@@ -10,15 +11,16 @@ from oncelog.protocol.messages.leave_group_response import LeaveGroupResponse
 from ._groups import NOT_AVAILABLE, coordinator
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 13
 MIN_VERSION = 0
 MAX_VERSION = 5
 
 
-def handle(broker: Broker, ctx: RequestContext, request: LeaveGroupRequest) -> Any:
+def handle(broker: BrokerContext, ctx: RequestContext,
+           request: LeaveGroupRequest) -> LeaveGroupResponse | Awaitable[LeaveGroupResponse]:
     gc = coordinator(broker)
     if gc is None:
         return LeaveGroupResponse(error_code=NOT_AVAILABLE)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from oncelog.protocol.messages.list_groups_request import ListGroupsRequest
 from oncelog.protocol.messages.list_groups_response import ListGroupsResponse
@@ -10,15 +10,15 @@ from oncelog.protocol.messages.list_groups_response import ListGroupsResponse
 from ._groups import NOT_AVAILABLE, coordinator
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 16
 MIN_VERSION = 0
 MAX_VERSION = 5
 
 
-def handle(broker: Broker, ctx: RequestContext, request: ListGroupsRequest) -> Any:
+def handle(broker: BrokerContext, ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
     gc = coordinator(broker)
     if gc is None:
         return ListGroupsResponse(error_code=NOT_AVAILABLE)

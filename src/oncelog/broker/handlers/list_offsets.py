@@ -14,9 +14,9 @@ from oncelog.protocol.messages.list_offsets_response import (
 )
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.partition import Partition
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 2
 MIN_VERSION = 1
@@ -50,7 +50,8 @@ def _lookup(partition: "Partition", timestamp: int, read_committed: bool) -> tup
     return offset, ts
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: ListOffsetsRequest) -> ListOffsetsResponse:
+def handle(broker: "BrokerContext", ctx: "RequestContext",
+           request: ListOffsetsRequest) -> ListOffsetsResponse:
     read_committed = request.isolation_level == 1
     topics = []
     for t in request.topics:

@@ -10,15 +10,16 @@ from oncelog.protocol.messages.list_transactions_response import ListTransaction
 from ._txn import coordinator_or_error
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 66
 MIN_VERSION = 0
 MAX_VERSION = 1
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: ListTransactionsRequest) -> ListTransactionsResponse:
+def handle(broker: "BrokerContext", ctx: "RequestContext",
+           request: ListTransactionsRequest) -> ListTransactionsResponse:
     coordinator, code = coordinator_or_error(broker)
     if coordinator is None:
         return ListTransactionsResponse(error_code=code)

@@ -17,8 +17,8 @@ from oncelog.protocol.messages.metadata_response import (
 from ._common import lookup_or_create
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
     from oncelog.broker.topics import TopicView
 
 API_KEY = 3
@@ -38,7 +38,7 @@ def _topic(view: "TopicView", node: int) -> MetadataResponseTopic:
                                  is_internal=view.is_internal, partitions=parts)
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: MetadataRequest) -> MetadataResponse:
+def handle(broker: "BrokerContext", ctx: "RequestContext", request: MetadataRequest) -> MetadataResponse:
     node = broker.config.node_id
     host, port = broker.config.advertised
     topics: list[MetadataResponseTopic] = []

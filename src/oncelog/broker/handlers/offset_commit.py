@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
 
 from oncelog.protocol.messages.offset_commit_request import OffsetCommitRequest
 from oncelog.protocol.messages.offset_commit_response import (
@@ -14,15 +15,16 @@ from oncelog.protocol.messages.offset_commit_response import (
 from ._groups import NOT_AVAILABLE, coordinator
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 8
 MIN_VERSION = 2
 MAX_VERSION = 9
 
 
-def handle(broker: Broker, ctx: RequestContext, request: OffsetCommitRequest) -> Any:
+def handle(broker: BrokerContext, ctx: RequestContext,
+           request: OffsetCommitRequest) -> OffsetCommitResponse | Awaitable[OffsetCommitResponse]:
     gc = coordinator(broker)
     if gc is None:
         return OffsetCommitResponse(topics=[OffsetCommitResponseTopic(name=t.name, partitions=[

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
 
 from oncelog.protocol.messages.offset_delete_request import OffsetDeleteRequest
 from oncelog.protocol.messages.offset_delete_response import OffsetDeleteResponse
@@ -10,15 +11,16 @@ from oncelog.protocol.messages.offset_delete_response import OffsetDeleteRespons
 from ._groups import NOT_AVAILABLE, coordinator
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 47
 MIN_VERSION = 0
 MAX_VERSION = 0
 
 
-def handle(broker: Broker, ctx: RequestContext, request: OffsetDeleteRequest) -> Any:
+def handle(broker: BrokerContext, ctx: RequestContext,
+           request: OffsetDeleteRequest) -> OffsetDeleteResponse | Awaitable[OffsetDeleteResponse]:
     gc = coordinator(broker)
     if gc is None:
         return OffsetDeleteResponse(error_code=NOT_AVAILABLE)

@@ -3,9 +3,15 @@ invisible, and with ``require_stable`` (v7+) a partition that has one answers UN
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Sequence
+from typing import TYPE_CHECKING
 
-from oncelog.protocol.messages.offset_fetch_request import OffsetFetchRequest
+from oncelog.coordinator.group.offsets import FetchedOffset
+from oncelog.protocol.messages.offset_fetch_request import (
+    OffsetFetchRequest,
+    OffsetFetchRequestTopic,
+    OffsetFetchRequestTopics,
+)
 from oncelog.protocol.messages.offset_fetch_response import (
     OffsetFetchResponse,
     OffsetFetchResponseGroup,
@@ -18,29 +24,33 @@ from oncelog.protocol.messages.offset_fetch_response import (
 from ._groups import NOT_AVAILABLE, coordinator
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
+    from oncelog.coordinator.group.coordinator import GroupCoordinator
 
 API_KEY = 9
 MIN_VERSION = 1
 MAX_VERSION = 9
 
 
-def _grouped(offsets: list[Any]) -> dict[str, list[Any]]:
-    by_topic: dict[str, list[Any]] = {}
+def _grouped(offsets: list[FetchedOffset]) -> dict[str, list[FetchedOffset]]:
+    by_topic: dict[str, list[FetchedOffset]] = {}
     for f in offsets:
         by_topic.setdefault(f.topic, []).append(f)
     return by_topic
 
 
-async def _one(gc: Any, group_id: str, topics: list[Any] | None, stable: bool) -> tuple[int, list[Any]]:
+async def _one(gc: GroupCoordinator | None, group_id: str,
+               topics: Sequence[OffsetFetchRequestTopic | OffsetFetchRequestTopics] | None,
+               stable: bool) -> tuple[int, list[FetchedOffset]]:
     if gc is None:
         return NOT_AVAILABLE, []
     wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
-    return await gc.fetch_offsets(group_id, wanted, stable)  # type: ignore[no-any-return]
+    return await gc.fetch_offsets(group_id, wanted, stable)
 
 
-async def _handle(gc: Any, version: int, request: OffsetFetchRequest) -> OffsetFetchResponse:
+async def _handle(gc: GroupCoordinator | None, version: int,
+                  request: OffsetFetchRequest) -> OffsetFetchResponse:
     stable = request.require_stable if version >= 7 else False
     if version >= 8:
         groups = []
@@ -68,5 +78,6 @@ async def _handle(gc: Any, version: int, request: OffsetFetchRequest) -> OffsetF
     return resp
 
 
-def handle(broker: Broker, ctx: RequestContext, request: OffsetFetchRequest) -> Any:
+def handle(broker: BrokerContext, ctx: RequestContext,
+           request: OffsetFetchRequest) -> Awaitable[OffsetFetchResponse]:
     return _handle(coordinator(broker), ctx.api_version, request)

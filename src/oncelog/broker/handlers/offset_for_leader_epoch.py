@@ -16,15 +16,15 @@ from oncelog.protocol.messages.offset_for_leader_epoch_response import (
 )
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 23
 MIN_VERSION = 2
 MAX_VERSION = 4
 
 
-def handle(broker: "Broker", ctx: "RequestContext",
+def handle(broker: "BrokerContext", ctx: "RequestContext",
            request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
     topics = []
     for t in request.topics:

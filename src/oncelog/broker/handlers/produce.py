@@ -36,16 +36,16 @@ from ..router import NO_RESPONSE
 from ._common import error_for
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.partition import Partition
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 0
 MIN_VERSION = 3
 MAX_VERSION = 11
 
 
-def _append_one(broker: "Broker", partition: "Partition", records: memoryview | bytes | None,
+def _append_one(broker: "BrokerContext", partition: "Partition", records: memoryview | bytes | None,
                 out: PartitionProduceResponse) -> int | None:
     """Validate and append one partition's batches; fill ``out``; return the last offset appended or None."""
     if not records:
@@ -143,7 +143,8 @@ def _every_record_has_a_key(partition: "Partition", records: memoryview | bytes,
     return True
 
 
-def _verify_transaction(broker: "Broker", partition: "Partition", producer_id: int, producer_epoch: int) -> int:
+def _verify_transaction(broker: "BrokerContext", partition: "Partition", producer_id: int,
+                        producer_epoch: int) -> int:
     """KIP-890 part 1: a transactional write is accepted only for a partition added to the producer's ongoing
     transaction, so a late or stray write can never open a transaction that nobody will end."""
     coordinator = broker.txn_coordinator
@@ -152,7 +153,7 @@ def _verify_transaction(broker: "Broker", partition: "Partition", producer_id: i
     return int(coordinator.verify_partition(producer_id, producer_epoch, partition.topic, partition.index))
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: ProduceRequest) -> object:
+def handle(broker: "BrokerContext", ctx: "RequestContext", request: ProduceRequest) -> object:
     responses: list[TopicProduceResponse] = []
     waits: list[tuple[PartitionProduceResponse, asyncio.Future[None]]] = []
     acks = request.acks

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
 
 from oncelog.protocol.messages.sync_group_request import SyncGroupRequest
 from oncelog.protocol.messages.sync_group_response import SyncGroupResponse
@@ -10,15 +11,16 @@ from oncelog.protocol.messages.sync_group_response import SyncGroupResponse
 from ._groups import NOT_AVAILABLE, coordinator
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 14
 MIN_VERSION = 0
 MAX_VERSION = 5
 
 
-def handle(broker: Broker, ctx: RequestContext, request: SyncGroupRequest) -> Any:
+def handle(broker: BrokerContext, ctx: RequestContext,
+           request: SyncGroupRequest) -> SyncGroupResponse | Awaitable[SyncGroupResponse]:
     gc = coordinator(broker)
     if gc is None:
         return SyncGroupResponse(error_code=NOT_AVAILABLE)

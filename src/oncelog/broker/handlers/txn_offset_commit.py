@@ -4,7 +4,8 @@ OffsetMetadataManager.replayEndTransactionMarker)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
 
 from oncelog.protocol.messages.txn_offset_commit_request import TxnOffsetCommitRequest
 from oncelog.protocol.messages.txn_offset_commit_response import (
@@ -16,15 +17,16 @@ from oncelog.protocol.messages.txn_offset_commit_response import (
 from ._groups import NOT_AVAILABLE, coordinator
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 28
 MIN_VERSION = 0
 MAX_VERSION = 4
 
 
-def handle(broker: Broker, ctx: RequestContext, request: TxnOffsetCommitRequest) -> Any:
+def handle(broker: BrokerContext, ctx: RequestContext,
+           request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse | Awaitable[TxnOffsetCommitResponse]:
     gc = coordinator(broker)
     if gc is None:
         return TxnOffsetCommitResponse(topics=[TxnOffsetCommitResponseTopic(name=t.name, partitions=[

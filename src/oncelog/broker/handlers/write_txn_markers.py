@@ -4,6 +4,7 @@ transaction coordinator uses the same path internally (``LocalMarkerWriter``).""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from oncelog.coordinator.transaction import TxnMarker
@@ -16,15 +17,15 @@ from oncelog.protocol.messages.write_txn_markers_response import (
 )
 
 if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
-    from oncelog.broker.server import Broker
 
 API_KEY = 27
 MIN_VERSION = 0
 MAX_VERSION = 1
 
 
-async def _write(broker: "Broker", request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
+async def _write(broker: "BrokerContext", request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
     markers = [TxnMarker(m.producer_id, m.producer_epoch, m.transaction_result, m.coordinator_epoch,
                          tuple((t.name, p) for t in m.topics for p in t.partition_indexes)) for m in request.markers]
     answers = await broker.marker_writer.write(markers)
@@ -40,5 +41,6 @@ async def _write(broker: "Broker", request: WriteTxnMarkersRequest) -> WriteTxnM
     return WriteTxnMarkersResponse(markers=results)
 
 
-def handle(broker: "Broker", ctx: "RequestContext", request: WriteTxnMarkersRequest) -> object:
+def handle(broker: "BrokerContext", ctx: "RequestContext",
+           request: WriteTxnMarkersRequest) -> Awaitable[WriteTxnMarkersResponse]:
     return _write(broker, request)

@@ -1,0 +1,54 @@
+"""What a request handler may use: the broker as handlers see it.
+
+Every handler is ``handle(broker: BrokerContext, ctx: RequestContext, request)``. The context holds the broker's
+settings, clock, metrics, topics and partitions, and its coordinators — each with its own type, so mypy checks every
+call from a handler into a coordinator. Handlers reach nothing else of the broker: its listener, background jobs
+and start-up wiring stay in ``server.py``, and a test can build a context around whatever parts it needs.
+
+The coordinators are None until the broker has loaded them (a handler answers COORDINATOR_NOT_AVAILABLE meanwhile).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from oncelog.clock import Clock
+
+if TYPE_CHECKING:
+    from oncelog.coordinator.group.coordinator import GroupCoordinator
+    from oncelog.coordinator.transaction import TransactionCoordinator
+    from oncelog.storage import LogConfig
+
+    from .config import BrokerConfig
+    from .markers import LocalMarkerWriter
+    from .metrics import BrokerMetrics
+    from .router import Router
+    from .topics import TopicRegistry
+
+__all__ = ["BrokerContext", "GROUP", "TRANSACTION"]
+
+#: FindCoordinator key types
+GROUP, TRANSACTION = 0, 1
+
+
+@dataclass(eq=False)
+class BrokerContext:
+    config: BrokerConfig
+    clock: Clock
+    metrics: BrokerMetrics
+    router: Router
+    topics: TopicRegistry
+    cluster_id: str
+    marker_writer: LocalMarkerWriter  # writes the markers of WriteTxnMarkers requests (and of the local coordinator)
+    txn_coordinator: TransactionCoordinator | None = None
+    group_coordinator: GroupCoordinator | None = None
+
+    @property
+    def log_defaults(self) -> LogConfig:
+        """The topic settings a topic without overrides gets (from the broker's log.* settings)."""
+        return self.topics.logs.defaults
+
+    def coordinator_available(self, key_type: int) -> bool:
+        """Whether the group (``GROUP``) or transaction (``TRANSACTION``) coordinator can serve requests now."""
+        return (self.group_coordinator if key_type == GROUP else self.txn_coordinator) is not None
