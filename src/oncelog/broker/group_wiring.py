@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.group.shard import GroupConfig
+from oncelog.protocol.errors import ErrorCode
 
 from .internal_log import InternalTopicLog
 
@@ -60,8 +61,17 @@ async def start_group_coordinator(broker: Broker, epoch: int) -> GroupCoordinato
         view = broker.topics.get(topic)
         return view is not None and 0 <= partition < len(view.partitions)
 
+    def verify_transaction(transactional_id: str, producer_id: int, producer_epoch: int, partition: int) -> int:
+        """TxnOffsetCommit writes only into the producer's ongoing transaction, once AddOffsetsToTxn added this
+        ``__consumer_offsets`` partition to it: otherwise no marker would ever end what it writes."""
+        txn = broker.txn_coordinator
+        if txn is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return txn.verify_partition(producer_id, producer_epoch, OFFSETS_TOPIC, partition, transactional_id)
+
     coordinator = GroupCoordinator(offsets_log, offsets_log.num_partitions, broker.clock, group_config(broker),
-                                   partition_exists=partition_exists, write_timeout_ms=cfg.offsets_commit_timeout_ms)
+                                   partition_exists=partition_exists, verify_transaction=verify_transaction,
+                                   write_timeout_ms=cfg.offsets_commit_timeout_ms)
     groups = 0
     for partition in range(offsets_log.num_partitions):
         offsets_log.become_leader(partition, epoch)

@@ -590,10 +590,18 @@ async def test_txn_offset_commit_kip447_checks() -> None:
     # v0-2 carry no member information: accepted
     assert codes(await coord.txn_offset_commit(txn_req(1, {("t", 0): 1}, gen=gen + 5, member="x"), 2)) == [0]
 
-    async def refuse(tid: str, pid: int, epoch: int, partition: int) -> int:
+    checked: list[tuple[str, int, int, int]] = []
+
+    def refuse(tid: str, pid: int, epoch: int, partition: int) -> int:
+        checked.append((tid, pid, epoch, partition))
         return ErrorCode.INVALID_TXN_STATE
     coord.verify_transaction = refuse
+    n = len(log.entries[coord.partition_for("g")])
     assert codes(await coord.txn_offset_commit(txn_req(1, {("t", 0): 1}), 3)) == [ErrorCode.INVALID_TXN_STATE]
+    assert checked == [("tx", 1, 0, coord.partition_for("g"))] and len(log.entries[coord.partition_for("g")]) == n
+    coord.verify_transaction = lambda tid, pid, epoch, partition: ErrorCode.PRODUCER_FENCED
+    assert codes(await coord.txn_offset_commit(txn_req(1, {("t", 0): 1}), 3)) == [ErrorCode.PRODUCER_FENCED]
+    assert codes(await coord.txn_offset_commit(txn_req(1, {("t", 0): 1}), 2)) == [ErrorCode.INVALID_PRODUCER_EPOCH]
 
 
 @run

@@ -14,13 +14,15 @@ Transactional offsets (TxnOffsetCommit): one transactional operation of the runt
 transactional batch with the producer's id and epoch, replayed as *pending* offsets of that producer. The broker
 calls :meth:`replay_end_transaction_marker` once a COMMIT/ABORT marker is durable on the partition; loading replays
 the same markers from the log. ``verify_transaction`` (optional hook) lets the broker check with the transaction
-coordinator that the offsets partition was added to the transaction (AddOffsetsToTxn) before anything is written.
+coordinator, inside the operation (so nothing can end the transaction between the check and the write), that the
+offsets partition was added to the producer's ongoing transaction (AddOffsetsToTxn): a transactional batch written
+to a partition outside the transaction would never get its marker (KIP-890 part 1 verifies Produce the same way).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from oncelog.clock import Clock
@@ -71,7 +73,8 @@ __all__ = ["GroupCoordinator", "TxnVerifier"]
 
 log = logging.getLogger("oncelog.coordinator.group")
 
-TxnVerifier = Callable[[str, int, int, int], Awaitable[int]]  # (transactional id, pid, epoch, partition) -> code
+#: (transactional id, producer id, producer epoch, __consumer_offsets partition) -> error code (NONE: in the transaction)
+TxnVerifier = Callable[[str, int, int, int], int]
 
 
 class GroupCoordinator:
@@ -183,13 +186,19 @@ class GroupCoordinator:
 
     async def txn_offset_commit(self, req: TxnOffsetCommitRequest, version: int) -> TxnOffsetCommitResponse:
         partition = self.partition_for(req.group_id)
-        if self.verify_transaction is not None:
-            code = await self.verify_transaction(req.transactional_id, req.producer_id, req.producer_epoch, partition)
-            if code:
-                return txn_commit_error(req, code)
+        verify = self.verify_transaction
+
+        def op(shard: GroupShard) -> CoordinatorResult[TxnOffsetCommitResponse]:
+            if verify is not None:
+                code = verify(req.transactional_id, req.producer_id, req.producer_epoch, partition)
+                if code:
+                    if code == ErrorCode.PRODUCER_FENCED and version < 3:  # KIP-588: older clients know this one
+                        code = ErrorCode.INVALID_PRODUCER_EPOCH
+                    return CoordinatorResult([], txn_commit_error(req, code))
+            return txn_commit_offsets(shard, req, version)
+
         try:
-            return await self.runtime.run_transactional(partition, req.producer_id, req.producer_epoch,
-                                                        lambda s: txn_commit_offsets(s, req, version))
+            return await self.runtime.run_transactional(partition, req.producer_id, req.producer_epoch, op)
         except CoordinatorError as e:  # a fenced producer keeps its code (INVALID_PRODUCER_EPOCH, ...)
             return txn_commit_error(req, e.code)
 
