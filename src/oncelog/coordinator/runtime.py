@@ -19,11 +19,12 @@ Contract, for every coordinator built on it (transactions over ``__transaction_s
   order — records (with their producer id when transactional) and markers — through the queue. Nothing reaches a
   shard by any other way.
 * **Write timeout** (Kafka's ``offsets.commit.timeout.ms`` for groups, ``request.timeout.ms`` for transaction state):
-  a caller of :meth:`CoordinatorRuntime.run` not answered within ``write_timeout_ms`` of submitting gets
+  a caller of ``run`` / ``run_transactional`` not answered within ``write_timeout_ms`` of submitting gets
   COORDINATOR_NOT_AVAILABLE (Kafka maps its REQUEST_TIMED_OUT so). An operation still queued then is dropped without
   running (nothing written); one whose write is in flight stays in flight: when the write completes its records are
   replayed (or ``on_failure`` runs), so memory follows the log whether or not anybody still waits — the caller just
-  does not wait. The runtime's own work (loading, replaying a marker) never times out.
+  does not wait. The runtime's own work (loading, replaying a marker) never times out. One timer per partition, at
+  the earliest deadline of an operation waiting on it, serves them all: an operation answered in time costs none.
 * **Ownership and epochs.** A partition is loaded when this broker becomes leader of the internal partition and
   unloaded when it loses it; its epoch (the coordinator epoch) is that partition's leader epoch. Every write carries
   the epoch, so the log refuses writes of a coordinator that has lost its partition (NOT_LEADER_OR_FOLLOWER, which
@@ -192,34 +193,23 @@ class _WriteTimedOut(Exception):
 
 
 class _Op:
-    """One submitted operation: the function, its caller's future, the producer of a transactional write."""
+    """One submitted operation: the function, its caller's future, the producer of a transactional write, and the
+    time by which its caller must be answered (None: no write timeout; the runtime's own work)."""
 
-    __slots__ = ("fn", "fut", "producer_id", "producer_epoch", "timed", "timer")
+    __slots__ = ("fn", "fut", "producer_id", "producer_epoch", "timeout", "deadline")
 
     def __init__(self, fn: Callable[[Any], Any], fut: asyncio.Future[Any], producer_id: int,
-                 producer_epoch: int, timed: bool) -> None:
+                 producer_epoch: int, timeout: float | None) -> None:
         self.fn = fn
         self.fut = fut
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
-        self.timed = timed  # subject to the write timeout (a caller's operation, not the runtime's own work)
-        self.timer: _Cancellable | None = None
-
-    def answer(self, value: Any) -> None:
-        if not self.fut.done():
-            self.fut.set_result(value)
-        self.release()
+        self.timeout = timeout
+        self.deadline: float | None = None  # set once the operation waits (queued, or its write in flight)
 
     def fail(self, exc: BaseException) -> None:
         if not self.fut.done():
             self.fut.set_exception(exc)
-        self.release()
-
-    def release(self) -> None:
-        """Stop the operation's write-timeout timer."""
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
 
 
 class _Partition:
@@ -230,19 +220,22 @@ class _Partition:
         self.inflight: _Op | None = None  # the operation between its write and its replay
         self.loading = True
         self.loaded_through = -1  # offset of the last entry the load replayed
+        self.timer: _Cancellable | None = None  # fires at the earliest deadline of a waiting operation (or later)
 
 
 class CoordinatorRuntime(Generic[S]):
     def __init__(self, log: CoordinatorLog, shard_factory: Callable[[int], S],
                  sleep: Callable[[float], Awaitable[None]] | None = None, write_timeout_ms: int | None = None,
-                 call_later: CallLater | None = None) -> None:
+                 call_later: CallLater | None = None, monotonic: Callable[[], float] | None = None) -> None:
         self._log = log
         self._factory = shard_factory
         self._partitions: dict[int, _Partition] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._sleep = sleep or asyncio.sleep
+        self._write_timeout = None if write_timeout_ms is None else write_timeout_ms / 1000
         self._write_timeout_ms = write_timeout_ms
         self._call_later = call_later
+        self._monotonic = monotonic  # seconds; the event loop's clock by default (with its call_later)
         self._closed = False
 
     # ------------------------------------------------------------------ partitions
@@ -321,6 +314,9 @@ class CoordinatorRuntime(Generic[S]):
 
     def _drop(self, partition: int, p: _Partition, why: str) -> None:
         del self._partitions[partition]
+        if p.timer is not None:
+            p.timer.cancel()
+            p.timer = None
         err = CoordinatorError(ErrorCode.NOT_COORDINATOR, f"coordinator partition {partition} was {why}")
         if p.inflight is not None:
             p.inflight.fail(err)  # its write completes or fails later; nothing is replayed into the dropped shard
@@ -330,13 +326,21 @@ class CoordinatorRuntime(Generic[S]):
     # ------------------------------------------------------------------ operations
     async def run(self, partition: int, op: Callable[[S], CoordinatorResult[T]]) -> T:
         """Run ``op`` on the partition's queue; its records are written as plain records."""
-        return await self._schedule(partition, op, NO_PRODUCER_ID, NO_PRODUCER_EPOCH)  # type: ignore[no-any-return]
+        p = self._partitions.get(partition)
+        if p is None or p.loading or self._closed:
+            raise self._refusal(partition, p)
+        return await self._submit(partition, p, op, NO_PRODUCER_ID, NO_PRODUCER_EPOCH,  # type: ignore[no-any-return]
+                                  self._write_timeout)
 
     async def run_transactional(self, partition: int, producer_id: int, producer_epoch: int,
                                 op: Callable[[S], CoordinatorResult[T]]) -> T:
         """Run ``op`` on the partition's queue; its records are written as a transactional batch of the producer
         (Kafka ``scheduleTransactionalWriteOperation``) and replayed with its id, pending until its marker."""
-        return await self._schedule(partition, op, producer_id, producer_epoch)  # type: ignore[no-any-return]
+        p = self._partitions.get(partition)
+        if p is None or p.loading or self._closed:
+            raise self._refusal(partition, p)
+        return await self._submit(partition, p, op, producer_id, producer_epoch,  # type: ignore[no-any-return]
+                                  self._write_timeout)
 
     async def replay_end_transaction_marker(self, partition: int, producer_id: int, producer_epoch: int,
                                             commit: bool, offset: int) -> None:
@@ -354,24 +358,21 @@ class CoordinatorRuntime(Generic[S]):
 
         await self._submit(partition, p, replay)  # queued behind a load in progress, not refused
 
-    def _schedule(self, partition: int, op: Callable[[S], CoordinatorResult[T]], producer_id: int,
-                  producer_epoch: int) -> asyncio.Future[Any]:
-        p = self._partitions.get(partition)
+    def _refusal(self, partition: int, p: _Partition | None) -> CoordinatorError:
         if p is None or self._closed:
-            raise CoordinatorError(ErrorCode.NOT_COORDINATOR, f"coordinator partition {partition} is not held here")
-        if p.loading:
-            raise CoordinatorError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
-        return self._submit(partition, p, op, producer_id, producer_epoch, timed=True)
+            return CoordinatorError(ErrorCode.NOT_COORDINATOR, f"coordinator partition {partition} is not held here")
+        return CoordinatorError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
 
     def _submit(self, partition: int, p: _Partition, fn: Callable[[Any], Any], producer_id: int = NO_PRODUCER_ID,
-                producer_epoch: int = NO_PRODUCER_EPOCH, timed: bool = False) -> asyncio.Future[Any]:
+                producer_epoch: int = NO_PRODUCER_EPOCH, timeout: float | None = None) -> asyncio.Future[Any]:
         """Run the operation now if the partition is idle (no hop through a worker task), else queue it behind the
         operation in flight. Its write and replay are driven by callbacks, not by the caller, so a caller that is
         cancelled while its write is in flight cannot leave memory behind the log."""
-        op = _Op(fn, asyncio.get_running_loop().create_future(), producer_id, producer_epoch, timed)
+        op = _Op(fn, asyncio.get_running_loop().create_future(), producer_id, producer_epoch, timeout)
         if p.inflight is not None or p.pending:
             p.pending.append(op)
-            self._arm_timeout(partition, op)
+            if timeout is not None:
+                self._waits(partition, p, op)
         else:
             self._start(partition, p, op)
         return op.fut
@@ -380,7 +381,6 @@ class CoordinatorRuntime(Generic[S]):
         while p.inflight is None and p.pending and self._partitions.get(partition) is p:
             op = p.pending.popleft()
             if op.fut.done():  # the caller gave up (or timed out) before its operation started: nothing was written
-                op.release()
                 continue
             self._start(partition, p, op)
 
@@ -395,7 +395,8 @@ class CoordinatorRuntime(Generic[S]):
             return
         if not result.records:
             self._run_applied_hook(partition, result)
-            op.answer(result.response)
+            if not op.fut.done():
+                op.fut.set_result(result.response)
             return
         records = result.records
         lazy = not result.await_durable
@@ -410,8 +411,8 @@ class CoordinatorRuntime(Generic[S]):
             self._apply(partition, p, result, op, base)
             return
         p.inflight = op
-        if op.timer is None:
-            self._arm_timeout(partition, op)
+        if op.timeout is not None and op.deadline is None:
+            self._waits(partition, p, op)
         durable.add_done_callback(lambda d: self._written(partition, p, result, op, base, d))
 
     def _failed(self, partition: int, result: CoordinatorResult[Any], op: _Op, e: BaseException) -> None:
@@ -456,24 +457,45 @@ class CoordinatorRuntime(Generic[S]):
             op.fail(e)
         else:
             self._run_applied_hook(partition, result)
-            op.answer(result.response)
-
-    def _arm_timeout(self, partition: int, op: _Op) -> None:
-        timeout_ms = self._write_timeout_ms
-        if timeout_ms is None or not op.timed:
-            return
-        call_later = self._call_later or asyncio.get_running_loop().call_later
-
-        def expire() -> None:
-            op.timer = None
             if not op.fut.done():
+                op.fut.set_result(result.response)
+
+    def _waits(self, partition: int, p: _Partition, op: _Op) -> None:
+        """``op`` starts waiting (queued, or its write in flight): its caller must be answered by its deadline."""
+        assert op.timeout is not None
+        op.deadline = (self._monotonic or asyncio.get_running_loop().time)() + op.timeout
+        if p.timer is None:
+            self._arm_timer(partition, p, op.deadline)
+
+    def _arm_timer(self, partition: int, p: _Partition, deadline: float) -> None:
+        """One timer per partition, at the earliest deadline of an operation waiting on it. Operations answered in
+        time cost nothing (the timer, when it fires, finds them done and re-arms for the next waiting one)."""
+        loop = asyncio.get_running_loop()
+        delay = max(deadline - (self._monotonic or loop.time)(), 0.0)
+        p.timer = (self._call_later or loop.call_later)(delay, lambda: self._expire(partition, p))
+
+    def _expire(self, partition: int, p: _Partition) -> None:
+        p.timer = None
+        if self._partitions.get(partition) is not p:
+            return
+        now = (self._monotonic or asyncio.get_running_loop().time)()
+        waiting = [p.inflight] if p.inflight is not None else []
+        waiting += p.pending
+        next_deadline: float | None = None
+        for op in waiting:
+            if op.deadline is None or op.fut.done():
+                continue
+            if op.deadline <= now:
                 log.warning("an operation on coordinator partition %d was not durable within %d ms; answering "
                             "COORDINATOR_NOT_AVAILABLE (its write, if started, still completes)", partition,
-                            timeout_ms)
-                err = _WriteTimedOut(f"not durable within the coordinator write timeout of {timeout_ms} ms")
+                            self._write_timeout_ms)
+                err = _WriteTimedOut(f"not durable within the coordinator write timeout of "
+                                     f"{self._write_timeout_ms} ms")
                 op.fut.set_exception(CoordinatorError(append_error_code(err), str(err)))
-
-        op.timer = call_later(timeout_ms / 1000, expire)
+            elif next_deadline is None or op.deadline < next_deadline:
+                next_deadline = op.deadline
+        if next_deadline is not None:
+            self._arm_timer(partition, p, next_deadline)
 
     @staticmethod
     def _lazy_durable(partition: int, durable: asyncio.Future[None]) -> None:

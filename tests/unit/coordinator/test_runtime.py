@@ -326,37 +326,49 @@ def test_load_with_a_newer_epoch_replaces_the_shard_and_an_older_one_is_ignored(
 
 # ---------------------------------------------------------------------- write timeout
 class Timers:
-    """``call_later`` for the runtime: the test fires the timers."""
+    """``call_later`` and ``monotonic`` for the runtime: time moves when the test says, firing what is due."""
 
     class Handle:
-        def __init__(self, delay: float, callback: Callable[[], None]) -> None:
-            self.delay, self.callback, self.cancelled = delay, callback, False
+        def __init__(self, due: float, callback: Callable[[], None]) -> None:
+            self.due, self.callback, self.cancelled = due, callback, False
 
         def cancel(self) -> None:
             self.cancelled = True
 
     def __init__(self) -> None:
+        self.now = 0.0
         self.handles: list[Timers.Handle] = []
 
-    def __call__(self, delay: float, callback: Callable[[], None]) -> Timers.Handle:
-        h = Timers.Handle(delay, callback)
+    def monotonic(self) -> float:
+        return self.now
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Timers.Handle:
+        h = Timers.Handle(self.now + delay, callback)
         self.handles.append(h)
         return h
 
     def live(self) -> list[Timers.Handle]:
-        return [h for h in self.handles if not h.cancelled]
+        return [h for h in self.handles if not h.cancelled and h.due >= self.now]
 
-    def fire(self) -> None:
-        for h in self.live():
-            h.cancelled = True
-            h.callback()
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        while True:
+            due = sorted((h for h in self.handles if not h.cancelled and h.due <= self.now), key=lambda h: h.due)
+            if not due:
+                return
+            due[0].cancelled = True
+            due[0].callback()
+
+
+def runtime_with(log: ManualLog, timers: Timers, timeout_ms: int) -> CoordinatorRuntime[ListShard]:
+    return CoordinatorRuntime(log, ListShard, write_timeout_ms=timeout_ms, call_later=timers.call_later,
+                              monotonic=timers.monotonic)
 
 
 def test_a_write_not_durable_in_time_answers_not_available_and_is_still_replayed_when_it_completes() -> None:
     async def main() -> None:
         log, timers = ManualLog(), Timers()
-        rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard, write_timeout_ms=250,
-                                                               call_later=timers)
+        rt = runtime_with(log, timers, 250)
         shard = await rt.load(0, 0, [])
         assert shard is not None
         applied: list[str] = []
@@ -368,10 +380,17 @@ def test_a_write_not_durable_in_time_answers_not_available_and_is_still_replayed
             queued_ran.append(True)
             return CoordinatorResult([(b"k2", b"v")], 2)
 
+        await asyncio.sleep(0)
+        timers.advance(0.1)
         second = asyncio.ensure_future(rt.run(0, second_op))
         await asyncio.sleep(0)
-        assert [h.delay for h in timers.live()] == [0.25, 0.25]  # one per operation waiting on the disk
-        timers.fire()
+        assert [h.due for h in timers.live()] == [0.25]  # one timer per partition, at the earliest deadline
+        timers.advance(0.15)
+        with pytest.raises(CoordinatorError) as e:
+            await first
+        assert e.value.code is ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert not second.done() and [h.due for h in timers.live()] == [0.35]  # re-armed for the queued one
+        timers.advance(0.1)
         for t in (first, second):
             with pytest.raises(CoordinatorError) as e:
                 await t
@@ -381,11 +400,13 @@ def test_a_write_not_durable_in_time_answers_not_available_and_is_still_replayed
         await asyncio.sleep(0)
         assert shard.replayed == [(b"k1", b"v", 0)] and applied == ["k1"]
         assert queued_ran == [] and log.records == [(b"k1", b"v")]
-        # answered in time: no timer left behind
+        # answered in time: the timer that fires later finds nothing to do and is not re-armed
         t3 = asyncio.ensure_future(rt.run(0, lambda s: CoordinatorResult([(b"k3", b"v")], 3)))
         await asyncio.sleep(0)
         log.make_durable()
-        assert await t3 == 3 and timers.live() == []
+        assert await t3 == 3
+        timers.advance(1)
+        assert timers.live() == []
         await rt.close()
     run(main())
 
@@ -393,8 +414,7 @@ def test_a_write_not_durable_in_time_answers_not_available_and_is_still_replayed
 def test_a_timed_out_write_that_fails_later_reverts_its_pending_state() -> None:
     async def main() -> None:
         log, timers = ManualLog(), Timers()
-        rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard, write_timeout_ms=100,
-                                                               call_later=timers)
+        rt = runtime_with(log, timers, 100)
         shard = await rt.load(0, 0, [])
         assert shard is not None
 
@@ -404,7 +424,7 @@ def test_a_timed_out_write_that_fails_later_reverts_its_pending_state() -> None:
 
         t = asyncio.ensure_future(rt.run(0, op))
         await asyncio.sleep(0)
-        timers.fire()
+        timers.advance(0.1)
         with pytest.raises(CoordinatorError):
             await t
         assert shard.pending is True  # still in flight
@@ -418,18 +438,17 @@ def test_a_timed_out_write_that_fails_later_reverts_its_pending_state() -> None:
 def test_the_runtimes_own_work_never_times_out() -> None:
     async def main() -> None:
         log, timers = ManualLog(), Timers()
-        rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard, write_timeout_ms=100,
-                                                               call_later=timers)
+        rt = runtime_with(log, timers, 100)
         shard = await rt.load(0, 0, [])
         assert shard is not None
         t = asyncio.ensure_future(rt.run_transactional(0, 8, 0, lambda s: CoordinatorResult([(b"o", b"1")], 1)))
         await asyncio.sleep(0)
         marker = asyncio.ensure_future(rt.replay_end_transaction_marker(0, 8, 0, True, offset=1))
         await asyncio.sleep(0)
-        assert len(timers.live()) == 1  # the caller's operation only, not the marker queued behind it
-        timers.fire()
+        timers.advance(10)  # the caller's operation times out; the marker queued behind it does not
         with pytest.raises(CoordinatorError):
             await t
+        assert not marker.done()
         log.make_durable()
         await marker
         assert shard.entries == [("r", b"o", b"1", 0, 8, 0), ("m", 8, 0, True)]

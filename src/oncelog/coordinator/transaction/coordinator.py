@@ -347,6 +347,9 @@ class TransactionCoordinator:
         return op
 
     def _ensure_completion(self, partition: int, txn_id: str, t: TxnTransitMetadata) -> asyncio.Task[ErrorCode]:
+        running = self.markers.running(partition, txn_id)
+        if running is not None:
+            return running
         epoch = self.runtime.epoch(partition)
         pc = PendingCompletion(partition, -1 if epoch is None else epoch, txn_id, t.producer_id, t.producer_epoch,
                                t.state is TxnState.PREPARE_COMMIT, tuple(sorted(t.topic_partitions)))

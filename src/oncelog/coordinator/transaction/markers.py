@@ -31,8 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from oncelog.protocol.errors import ErrorCode
 
@@ -44,8 +43,7 @@ __all__ = ["MarkerChannel", "MarkerDriver", "MarkerResults", "PendingCompletion"
 log = logging.getLogger("oncelog.coordinator.transaction")
 
 
-@dataclass(frozen=True, slots=True)
-class TxnMarker:
+class TxnMarker(NamedTuple):
     """One entry of a WriteTxnMarkers request (Kafka's TxnMarkerEntry)."""
     producer_id: int
     producer_epoch: int
@@ -77,8 +75,7 @@ class MarkerChannel(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class PendingCompletion:
+class PendingCompletion(NamedTuple):
     """A prepared transaction to complete (Kafka's PendingCompleteTxn)."""
     partition: int  # of __transaction_state
     coordinator_epoch: int
@@ -144,6 +141,10 @@ class MarkerDriver:
         self._batches: dict[int, _Batch] = {}  # destination broker -> markers gathered for it this iteration
 
     # ------------------------------------------------------------------ completions
+    def running(self, partition: int, transactional_id: str) -> asyncio.Task[ErrorCode] | None:
+        """The completion of ``transactional_id``'s transaction in progress, if any."""
+        return self._completions.get((partition, transactional_id))
+
     def ensure(self, pc: PendingCompletion) -> asyncio.Task[ErrorCode]:
         """The completion of ``pc``'s transaction: the running one, or a new one. Call only once its Prepare*
         record is durable: the first markers are sent right here."""
@@ -165,6 +166,8 @@ class MarkerDriver:
     async def wait(self, task: asyncio.Task[ErrorCode]) -> ErrorCode:
         """The outcome of a completion; a caller that is cancelled does not stop it."""
         try:
+            if task.done():
+                return task.result()
             return await self._runtime.shield(task)
         except CoordinatorError as e:
             return e.code
@@ -206,11 +209,13 @@ class MarkerDriver:
                     retry += tps
                     continue
                 for tp in tps:
-                    code = _code(results.get(tp, ErrorCode.UNKNOWN_SERVER_ERROR))
+                    raw = results.get(tp, ErrorCode.UNKNOWN_SERVER_ERROR)
+                    if raw == 0:
+                        continue
+                    code = _code(raw)
                     if code in _DONE:
-                        if code is not ErrorCode.NONE:
-                            log.info("%s: %s-%d answered %s; no marker needed there", pc.transactional_id, *tp,
-                                     code.name)
+                        log.info("%s: %s-%d answered %s; no marker needed there", pc.transactional_id, *tp,
+                                 code.name)
                     elif code in _FENCED:
                         log.warning("%s: %s marker for %s-%d refused with %s: this coordinator (epoch %d) is "
                                     "stale; a newer one completes the transaction", pc.transactional_id, pc.result,

@@ -122,8 +122,9 @@ def _record(shard: TransactionShard, txn_id: str, t: TxnTransitMetadata) -> Reco
     return [(key, value)]
 
 
-def _owned_by(md: TransactionMetadata | None, pid: int, epoch: int) -> ErrorCode:
-    """The checks every producer request starts with (Kafka's handleAddPartitions/handleEndTransaction)."""
+def _not_owned(md: TransactionMetadata | None, pid: int, epoch: int) -> ErrorCode:
+    """Why a producer request fails the checks every one starts with (Kafka's handleAddPartitions /
+    handleEndTransaction): an unknown producer id, an old epoch, or a transition in progress."""
     if md is None or md.producer_id != pid:
         return ErrorCode.INVALID_PRODUCER_ID_MAPPING
     if md.producer_epoch != epoch:
@@ -200,10 +201,8 @@ def _prepare_init(md: TransactionMetadata, timeout_ms: int, expected: tuple[int,
 def add_partitions(shard: TransactionShard, txn_id: str, pid: int, epoch: int, tps: set[TopicPartition],
                    now: int) -> CoordinatorResult[ErrorCode]:
     md = shard.txns.get(txn_id)
-    code = _owned_by(md, pid, epoch)
-    if code is not ErrorCode.NONE:
-        return CoordinatorResult([], code)
-    assert md is not None
+    if md is None or md.producer_id != pid or md.producer_epoch != epoch or md.pending_transition_in_progress:
+        return CoordinatorResult([], _not_owned(md, pid, epoch))
     if md.state.is_prepare or md.state is TxnState.PREPARE_EPOCH_FENCE:
         return CoordinatorResult([], ErrorCode.CONCURRENT_TRANSACTIONS)
     if md.state is TxnState.ONGOING and tps <= md.topic_partitions:
@@ -251,10 +250,8 @@ def end_txn(shard: TransactionShard, txn_id: str, pid: int, epoch: int, commit: 
     """Ongoing -> PrepareCommit/PrepareAbort (the record), or the answer to a retry; an ErrorCode outcome is
     the answer at once."""
     md = shard.txns.get(txn_id)
-    code = _owned_by(md, pid, epoch)
-    if code is not ErrorCode.NONE:
-        return CoordinatorResult([], code)
-    assert md is not None
+    if md is None or md.producer_id != pid or md.producer_epoch != epoch or md.pending_transition_in_progress:
+        return CoordinatorResult([], _not_owned(md, pid, epoch))
     s = md.state
     if s is TxnState.ONGOING:
         t = md.prepare_abort_or_commit(TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, now)
@@ -307,10 +304,8 @@ def complete(shard: TransactionShard, txn_id: str, pid: int, epoch: int, commit:
     promises; if the record is lost in a crash, loading finds PrepareCommit/Abort and completes it again (markers
     are idempotent)."""
     md = shard.txns.get(txn_id)
-    code = _owned_by(md, pid, epoch)
-    if code is not ErrorCode.NONE:
-        return CoordinatorResult([], code)
-    assert md is not None
+    if md is None or md.producer_id != pid or md.producer_epoch != epoch or md.pending_transition_in_progress:
+        return CoordinatorResult([], _not_owned(md, pid, epoch))
     if md.state is not (TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT):
         return CoordinatorResult([], ErrorCode.INVALID_TXN_STATE)
     t = md.prepare_complete(now)
