@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: venv serve test test-fast bench demo gen lint clean
+.PHONY: venv serve test test-fast bench demo gen lint docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -33,6 +33,9 @@ demo: $(STAMP)
 # the Kafka wire codecs (src/oncelog/protocol/messages/) from the schemas in schemas/; commit both together
 gen: $(STAMP)
 	$(BIN)/python tools/gen_protocol.py
+
+docs: $(STAMP)
+	$(BIN)/python tools/gen_settings_doc.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests tools

@@ -204,6 +204,22 @@ def test_describe_broker_configs(admin: AdminClient) -> None:
     cfg = admin.describe_configs([res])[res].result(TIMEOUT)
     assert cfg["num.partitions"].value == "3"  # the shared broker is started with num.partitions=3
     assert cfg["message.max.bytes"].value == "1048588"
+    # Kafka's sources: what was given at start is STATIC_BROKER_CONFIG, the rest DEFAULT_CONFIG; a synonym in
+    # other units is reported in its own unit
+    assert cfg["num.partitions"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+    assert cfg["message.max.bytes"].source == ConfigSource.DEFAULT_CONFIG.value and cfg["message.max.bytes"].is_default
+    assert cfg["log.retention.hours"].value == "168" and cfg["log.retention.ms"].value == str(168 * 3600_000)
+    assert cfg["listeners"].value.startswith("PLAINTEXT://127.0.0.1:")
+    assert cfg["transaction.max.timeout.ms"].value == "900000"
+
+
+def test_topic_defaults_say_what_the_broker_does(admin: AdminClient, topic_name: str) -> None:
+    """flush.messages is the broker's log.flush.interval.messages (1: every acks=all write is fsynced), not
+    Kafka's "never"; a default that comes from a broker setting given at start says STATIC_BROKER_CONFIG."""
+    assert create(admin, topic_name, 1) == 0
+    cfg = describe(admin, topic_name)
+    assert cfg["flush.messages"].value == "1"
+    assert cfg["retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value
 
 
 def test_altered_retention_applies_to_produce(admin: AdminClient, bootstrap: str, topic_name: str) -> None:

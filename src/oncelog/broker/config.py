@@ -1,24 +1,40 @@
-"""Broker settings, with Kafka's names where Kafka has one.
+"""Broker settings: Kafka's names, Kafka's defaults where Kafka has one, checked when the broker starts.
 
-Every setting can come from a TOML file (``oncelog serve --config broker.toml``), either flat with Kafka's dotted
-names quoted (``"log.segment.bytes" = 1073741824``) or as nested tables (``[log] segment.bytes = ...``); command line
-flags override the file.
+Every setting is one row of ``_SETTINGS`` (name, type, default, unit, check, description); the README's settings
+reference is generated from that table (``make docs``; ``tests/unit/broker/test_settings_reference.py`` fails
+when they differ). A setting can come from a TOML file (``oncelog serve --config broker.toml``), flat with Kafka's
+dotted names quoted (``"log.segment.bytes" = 1073741824``) or as nested tables (``[log] segment.bytes = ...``), and
+from ``--set KEY=VALUE``, which wins over the file.
+
+Kafka's names are the primary ones (``listeners``, ``advertised.listeners``, ``log.dirs``, ``node.id``); Kafka's
+synonyms (``log.dir``, ``broker.id``, ``log.retention.hours`` ...) and oncelog's older names (``listener.host``,
+``listener.port``, ``advertised.host``, ``advertised.port``) are aliases. When both a setting and an alias of it
+are given, the setting wins (as ``log.retention.ms`` wins over ``log.retention.hours`` in Kafka's
+``KafkaConfig``). A bad value fails the start with one line naming the setting as it was given.
+
+DescribeConfigs on the broker reports every setting with its source: ``STATIC_BROKER_CONFIG`` for settings given
+at start (by any of their names), ``DEFAULT_CONFIG`` otherwise; an alias in other units
+(``log.retention.hours``) is reported in its own unit.
 """
 
 from __future__ import annotations
 
+import socket
 import tomllib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-__all__ = ["BrokerConfig", "ConfigError", "SETTINGS"]
+__all__ = ["ALIASES", "BrokerConfig", "ConfigEntry", "ConfigError", "DEFAULT_CONFIG", "Endpoint", "SETTINGS",
+           "STATIC_BROKER_CONFIG", "Setting", "TOPIC_DEFAULTS", "reference_markdown"]
 
 
 class ConfigError(ValueError):
-    """A broker setting is unknown or has a bad value."""
+    """A broker setting is unknown or has a bad value (the message names it as the user gave it)."""
 
 
+# ---------------------------------------------------------------------------------------------- values
 def _bool(v: Any) -> bool:
     if isinstance(v, bool):
         return v
@@ -27,32 +43,144 @@ def _bool(v: Any) -> bool:
         return True
     if s in ("false", "0", "no", "off"):
         return False
-    raise ValueError(f"not a boolean: {v!r}")
+    raise ValueError("expected true or false")
 
 
 def _int(v: Any) -> int:
     if isinstance(v, bool):
-        raise ValueError(f"not an integer: {v!r}")
-    return int(v)
+        raise ValueError("expected an integer")
+    if isinstance(v, int):
+        return v
+    try:
+        return int(str(v).strip())
+    except ValueError:
+        raise ValueError("expected an integer") from None
+
+
+def _str(v: Any) -> str:
+    if isinstance(v, (dict, list, bool)):
+        raise ValueError("expected a string")
+    return str(v).strip()
+
+
+def _path(v: Any) -> Path:
+    dirs = [d.strip() for d in _str(v).split(",") if d.strip()]
+    if not dirs:
+        raise ValueError("expected a folder")
+    if len(dirs) > 1:
+        raise ValueError("oncelog keeps every partition in one folder: give one path")
+    return Path(dirs[0])
 
 
 @dataclass(frozen=True)
+class Endpoint:
+    """One listener: ``PLAINTEXT://HOST:PORT`` (``HOST:PORT`` is accepted too; an empty host means every
+    interface, as in Kafka)."""
+
+    host: str
+    port: int
+    name: str = "PLAINTEXT"
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.name}://{host}:{self.port}"
+
+    @staticmethod
+    def parse(v: Any) -> Endpoint:
+        s = _str(v)
+        items = [x.strip() for x in s.split(",") if x.strip()]
+        if len(items) != 1:
+            raise ValueError("expected one listener such as PLAINTEXT://127.0.0.1:9092 (oncelog serves one "
+                             "listener)")
+        scheme, sep, rest = items[0].rpartition("://")
+        if not sep:
+            scheme, rest = "PLAINTEXT", items[0]
+        if scheme.upper() != "PLAINTEXT":
+            raise ValueError(f"listener {scheme}:// is not supported: oncelog speaks PLAINTEXT only (no TLS or "
+                             f"SASL yet)")
+        host, sep, port = rest.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ValueError("expected PLAINTEXT://HOST:PORT, e.g. PLAINTEXT://127.0.0.1:9092")
+        return Endpoint(host.strip("[]"), _port(port))
+
+
+def _port(v: Any) -> int:
+    p = _int(v)
+    if not 0 <= p <= 65535:
+        raise ValueError("a port is 0-65535")
+    return p
+
+
+# ---------------------------------------------------------------------------------------------- checks
+Check = Callable[[Any], str | None]
+
+
+def at_least(n: int) -> Check:
+    return lambda v: None if v >= n else f"must be at least {n}"
+
+
+def one_of(*options: str) -> Check:
+    return lambda v: None if v in options else f"must be one of {', '.join(options)}"
+
+
+def _policy(v: str) -> str | None:
+    parts = [p.strip() for p in v.split(",") if p.strip()]
+    bad = [p for p in parts if p not in ("delete", "compact")]
+    return "must be delete, compact or delete,compact" if bad or not parts else None
+
+
+def _listen(v: str) -> str | None:
+    if not v:
+        return None
+    host, sep, port = v.rpartition(":")
+    return None if sep and port.isdigit() and 0 <= int(port) <= 65535 else "expected HOST:PORT (empty: off)"
+
+
+def _single_node_replication(v: int) -> str | None:
+    if v < 1:
+        return "must be at least 1"
+    return None if v == 1 else "this broker is a single node (one broker holds every replica): it must be 1"
+
+
+# ---------------------------------------------------------------------------------------------- table
+@dataclass(frozen=True)
 class Setting:
-    key: str  # Kafka's name
-    attr: str  # BrokerConfig attribute
+    """One broker setting. ``type`` is Kafka's ConfigDef type (DescribeConfigs' config_type)."""
+
+    key: str
+    attr: str
+    type: str
     parse: Callable[[Any], Any]
     doc: str
+    check: Check | None = None
+    unit: str = ""  # "ms", "bytes": shown in the reference
+
+
+@dataclass(frozen=True)
+class Alias:
+    """Another name of a setting. ``scale``: the alias is in units of ``scale`` of the setting (hours -> ms);
+    ``part``: the alias sets one part of a listener (``"host"`` or ``"port"``)."""
+
+    name: str
+    target: str
+    scale: int = 1
+    part: str = ""
+    kafka: bool = False  # a Kafka synonym (reported by DescribeConfigs), not one of oncelog's older names
+
+
+_HOUR_MS = 3_600_000
+_WEEK_MS = 7 * 24 * _HOUR_MS
 
 
 @dataclass
 class BrokerConfig:
+    """Every broker setting as a typed attribute; :data:`SETTINGS` maps Kafka's names onto these."""
+
     data_dir: Path = Path("./data")
-    host: str = "127.0.0.1"
-    port: int = 9092
-    advertised_host: str | None = None
-    advertised_port: int | None = None
+    listener: Endpoint = Endpoint("127.0.0.1", 9092)
+    advertised_listener: Endpoint | None = None
     node_id: int = 0
-    metrics_listen: str = ""  # "host:port" of the Prometheus endpoint; empty = off
+    metrics_listen: str = ""
 
     message_max_bytes: int = 1048588
     socket_request_max_bytes: int = 104857600
@@ -62,60 +190,115 @@ class BrokerConfig:
     delete_topic_enable: bool = True
 
     log_segment_bytes: int = 1073741824
-    log_roll_ms: int = 7 * 24 * 3600 * 1000
+    log_roll_ms: int = _WEEK_MS
     log_index_interval_bytes: int = 4096
-    log_retention_ms: int = 7 * 24 * 3600 * 1000
+    log_retention_ms: int = _WEEK_MS
     log_retention_bytes: int = -1
     log_retention_check_interval_ms: int = 300_000
     log_cleanup_policy: str = "delete"
-    # Durability: 1 = every acks=all produce is acknowledged only after fsync (group commit); N > 1 or
-    # log.flush.interval.ms > 0 trades durability for speed (high watermark = log end, fsync in the background).
     log_flush_interval_messages: int = 1
     log_flush_interval_ms: int = 1000
     log_message_timestamp_type: str = "CreateTime"
     log_cleaner_enable: bool = True
     log_cleaner_backoff_ms: int = 15_000
 
-    # Consumed by later subsystems (transactions, groups); defaults are Kafka's.
     transaction_state_log_num_partitions: int = 50
     transaction_max_timeout_ms: int = 900_000
-    transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
+    transactional_id_expiration_ms: int = _WEEK_MS
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
     transaction_two_phase_commit_enable: bool = False
     request_timeout_ms: int = 30_000
     producer_id_expiration_ms: int = 86_400_000
+
     offsets_topic_num_partitions: int = 50
     offsets_retention_minutes: int = 10080
     offsets_retention_check_interval_ms: int = 600_000
     offsets_commit_timeout_ms: int = 5_000
+    offset_metadata_max_bytes: int = 4096
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
     group_max_size: int = 2147483647
 
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: Kafka names of the settings given at start (by any of their names): DescribeConfigs' STATIC_BROKER_CONFIG
+    given: set[str] = field(default_factory=set)
+
+    # -------------------------------------------------------------- the listener, as the rest of the broker uses it
+    @property
+    def host(self) -> str:
+        return self.listener.host
+
+    @property
+    def port(self) -> int:
+        return self.listener.port
+
+    @port.setter
+    def port(self, value: int) -> None:
+        """The port actually bound (a listener on port 0 gets one from the kernel)."""
+        self.listener = Endpoint(self.listener.host, value, self.listener.name)
 
     @property
     def advertised(self) -> tuple[str, int]:
-        return (self.advertised_host or self.host, self.advertised_port or self.port)
+        """(host, port) clients are told to connect to: ``advertised.listeners``, else ``listeners``."""
+        ep = self.advertised_listener or self.listener
+        return ep.host or socket.gethostname(), ep.port or self.listener.port
 
+    def topic_defaults(self) -> dict[str, str]:
+        """Topic config defaults from the broker's settings (``segment.bytes`` from ``log.segment.bytes`` ...)."""
+        return {topic_key: _kafka_str(getattr(self, SETTINGS[key].attr)) for topic_key, key in TOPIC_DEFAULTS.items()}
+
+    # -------------------------------------------------------------- setting values
     def set(self, key: str, value: Any) -> None:
-        """Set one setting by its Kafka name (``log.segment.bytes``) or attribute name."""
-        setting = SETTINGS.get(key) or _BY_ATTR.get(key)
+        """Set one setting by any of its names (``log.segment.bytes``, ``log.retention.hours``, ``broker.id``)."""
+        alias = ALIASES.get(key)
+        setting = SETTINGS.get(alias.target if alias else key)
         if setting is None:
-            raise ConfigError(f"unknown broker setting {key!r}; known settings: {', '.join(sorted(SETTINGS))}")
+            raise ConfigError(f"unknown broker setting {key!r}{_did_you_mean(key)}; the README lists every "
+                              f"setting (Settings reference)")
         try:
-            setattr(self, setting.attr, setting.parse(value))
+            if alias is not None and alias.part:
+                parsed: Any = self._with_part(setting, alias.part, value)
+            else:
+                parsed = setting.parse(value)
+                if alias is not None and alias.scale != 1:
+                    parsed = parsed * alias.scale if parsed >= 0 else parsed
+            if setting.check is not None:
+                err = setting.check(parsed)
+                if err is not None:
+                    raise ValueError(err)
         except (TypeError, ValueError) as e:
-            raise ConfigError(f"bad value {value!r} for broker setting {setting.key!r}: {e}") from None
+            raise ConfigError(f"bad value {_show(value)} for broker setting {key!r}: {e}") from None
+        setattr(self, setting.attr, parsed)
+        self.given.add(setting.key)
 
-    def apply(self, values: dict[str, Any]) -> None:
-        for k, v in _flatten(values).items():
-            self.set(k, v)
+    def _with_part(self, setting: Setting, part: str, value: Any) -> Endpoint:
+        current = getattr(self, setting.attr) or self.listener
+        if part == "host":
+            return Endpoint(_str(value), current.port, current.name)
+        return Endpoint(current.host, _port(value), current.name)
+
+    def apply(self, values: Mapping[str, Any]) -> None:
+        """Set many settings; aliases first, so a setting given under its own name wins over an alias of it."""
+        flat = _flatten(values)
+        for k in sorted(flat, key=lambda k: k not in ALIASES):
+            self.set(k, flat[k])
+
+    def validate(self) -> None:
+        """Checks across settings, once all are set (raises :class:`ConfigError`)."""
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
+            raise ConfigError(f"group.min.session.timeout.ms ({self.group_min_session_timeout_ms}) is above "
+                              f"group.max.session.timeout.ms ({self.group_max_session_timeout_ms})")
+        adv = self.advertised_listener
+        if (adv or self.listener).host in ("0.0.0.0", "::") and (adv is not None or "listeners" in self.given):
+            raise ConfigError(
+                f"{'advertised.listeners' if adv else 'listeners'} binds {(adv or self.listener).host}, which clients "
+                f"cannot connect to; set advertised.listeners to an address they can reach, e.g. "
+                f"PLAINTEXT://broker1.example.com:{self.listener.port}")
 
     @classmethod
-    def load(cls, path: Path | None = None, overrides: dict[str, Any] | None = None) -> "BrokerConfig":
+    def load(cls, path: Path | None = None, overrides: Mapping[str, Any] | None = None) -> BrokerConfig:
+        """Settings from a TOML file, then ``overrides`` (``--set``) on top; validated."""
         cfg = cls()
         if path is not None:
             try:
@@ -123,19 +306,64 @@ class BrokerConfig:
                     data = tomllib.load(f)
             except FileNotFoundError:
                 raise ConfigError(f"config file {path} does not exist") from None
+            except IsADirectoryError:
+                raise ConfigError(f"config file {path} is a folder, not a TOML file") from None
+            except PermissionError:
+                raise ConfigError(f"config file {path} cannot be read (permission denied)") from None
             except tomllib.TOMLDecodeError as e:
                 raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
             cfg.apply(data)
         if overrides:
             cfg.apply(overrides)
+        cfg.validate()
         return cfg
 
+    def entries(self) -> list[ConfigEntry]:
+        """Every setting with Kafka's name (and Kafka's synonyms in their own units), for DescribeConfigs."""
+        out = []
+        for s in SETTINGS.values():
+            value = getattr(self, s.attr)
+            source = STATIC_BROKER_CONFIG if s.key in self.given else DEFAULT_CONFIG
+            out.append(ConfigEntry(s.key, _kafka_str(value), source, s.type, s.doc))
+            for a in _SYNONYMS.get(s.key, ()):
+                scaled = value if not isinstance(value, int) or value < 0 else value // a.scale
+                out.append(ConfigEntry(a.name, _kafka_str(scaled), source, s.type,
+                                       f"{s.key} in {'hours' if a.scale == _HOUR_MS else 'minutes'}"
+                                       if a.scale != 1 else s.doc))
+        return out
+
     def describe(self) -> dict[str, Any]:
-        """Kafka name -> current value, for DescribeConfigs on the broker resource."""
-        return {s.key: getattr(self, s.attr) for s in SETTINGS.values()}
+        """Kafka name -> value (Kafka's string form)."""
+        return {e.key: e.value for e in self.entries()}
 
 
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+#: DescribeConfigs config sources (Kafka's ``DescribeConfigsResponse.ConfigSource``)
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    key: str
+    value: str
+    source: int
+    type: str
+    doc: str
+
+
+def _kafka_str(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def _show(v: Any) -> str:
+    return repr(v) if isinstance(v, str) else str(v)
+
+
+def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in d.items():
         key = f"{prefix}.{k}" if prefix else k
@@ -146,69 +374,166 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _listen(v: Any) -> str:
-    s = str(v)
-    if s and ":" not in s:
-        raise ValueError("expected HOST:PORT")
-    return s
+def _did_you_mean(key: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, [*SETTINGS, *ALIASES], n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-_SPECS: list[tuple[str, str, Callable[[Any], Any], str]] = [
-    ("log.dirs", "data_dir", lambda v: Path(str(v)), "folder holding all partition logs"),
-    ("listener.host", "host", str, "address to listen on"),
-    ("listener.port", "port", _int, "port to listen on"),
-    ("advertised.host", "advertised_host", str, "host clients are told to connect to"),
-    ("advertised.port", "advertised_port", _int, "port clients are told to connect to"),
-    ("node.id", "node_id", _int, "this broker's id"),
-    ("metrics.listen", "metrics_listen", _listen, "HOST:PORT of the Prometheus /metrics endpoint (empty: off)"),
-    ("message.max.bytes", "message_max_bytes", _int, "largest record batch accepted"),
-    ("socket.request.max.bytes", "socket_request_max_bytes", _int, "largest request frame; larger closes"),
-    ("auto.create.topics.enable", "auto_create_topics_enable", _bool, "create unknown topics on metadata/produce"),
-    ("num.partitions", "num_partitions", _int, "partitions of auto-created topics"),
-    ("default.replication.factor", "default_replication_factor", _int, "accepted for compatibility; always 1"),
-    ("delete.topic.enable", "delete_topic_enable", _bool, "allow DeleteTopics"),
-    ("log.segment.bytes", "log_segment_bytes", _int, "segment size before roll"),
-    ("log.roll.ms", "log_roll_ms", _int, "segment age before roll"),
-    ("log.index.interval.bytes", "log_index_interval_bytes", _int, "bytes between offset index entries"),
-    ("log.retention.ms", "log_retention_ms", _int, "age after which segments are deleted (-1: never)"),
-    ("log.retention.bytes", "log_retention_bytes", _int, "partition size above which old segments go (-1: none)"),
-    ("log.retention.check.interval.ms", "log_retention_check_interval_ms", _int, "how often retention runs"),
-    ("log.cleanup.policy", "log_cleanup_policy", str, "delete or compact"),
-    ("log.flush.interval.messages", "log_flush_interval_messages", _int,
-     "1: fsync before acknowledging acks=all (group commit); larger: background flush"),
-    ("log.flush.interval.ms", "log_flush_interval_ms", _int, "background flush period when not durable per append"),
-    ("log.message.timestamp.type", "log_message_timestamp_type", str, "CreateTime or LogAppendTime"),
-    ("log.cleaner.enable", "log_cleaner_enable", _bool, "compact topics whose cleanup.policy has compact"),
-    ("log.cleaner.backoff.ms", "log_cleaner_backoff_ms", _int, "pause between log cleaner passes"),
-    ("transaction.state.log.num.partitions", "transaction_state_log_num_partitions", _int, ""),
-    ("transaction.max.timeout.ms", "transaction_max_timeout_ms", _int, ""),
-    ("transactional.id.expiration.ms", "transactional_id_expiration_ms", _int, ""),
-    ("transaction.abort.timed.out.transaction.cleanup.interval.ms",
-     "transaction_abort_timed_out_transaction_cleanup_interval_ms", _int, ""),
-    ("transaction.remove.expired.transaction.cleanup.interval.ms",
-     "transaction_remove_expired_transaction_cleanup_interval_ms", _int, ""),
-    ("transaction.two.phase.commit.enable", "transaction_two_phase_commit_enable", _bool, "KIP-939"),
-    ("request.timeout.ms", "request_timeout_ms", _int,
-     "a transaction coordinator write not durable within this answers COORDINATOR_NOT_AVAILABLE"),
-    ("producer.id.expiration.ms", "producer_id_expiration_ms", _int, ""),
-    ("offsets.topic.num.partitions", "offsets_topic_num_partitions", _int, ""),
-    ("offsets.retention.minutes", "offsets_retention_minutes", _int, ""),
-    ("offsets.retention.check.interval.ms", "offsets_retention_check_interval_ms", _int, ""),
-    ("offsets.commit.timeout.ms", "offsets_commit_timeout_ms", _int,
-     "a group coordinator write (offset commit, group metadata) not durable within this answers "
-     "COORDINATOR_NOT_AVAILABLE"),
-    ("group.initial.rebalance.delay.ms", "group_initial_rebalance_delay_ms", _int, ""),
-    ("group.min.session.timeout.ms", "group_min_session_timeout_ms", _int, ""),
-    ("group.max.session.timeout.ms", "group_max_session_timeout_ms", _int, ""),
-    ("group.max.size", "group_max_size", _int, ""),
+_MS, _B = "ms", "bytes"
+_SETTINGS: list[Setting] = [
+    # -- where and who
+    Setting("log.dirs", "data_dir", "LIST", _path, "Folder holding every partition log and the broker's state "
+            "(one folder; `--data-dir`)."),
+    Setting("listeners", "listener", "LIST", Endpoint.parse, "Where the broker accepts clients: "
+            "`PLAINTEXT://HOST:PORT` (`--listen HOST:PORT`); port 0 takes a free one."),
+    Setting("advertised.listeners", "advertised_listener", "LIST", Endpoint.parse, "The address clients are told "
+            "to connect to (Metadata, FindCoordinator); default: `listeners`."),
+    Setting("node.id", "node_id", "INT", _int, "This broker's id.", at_least(0)),
+    Setting("metrics.listen", "metrics_listen", "STRING", _str, "`HOST:PORT` of the Prometheus `/metrics` "
+            "endpoint; empty: off.", _listen),
+    # -- requests and topics
+    Setting("message.max.bytes", "message_max_bytes", "INT", _int, "Largest record batch a topic accepts "
+            "(its default `max.message.bytes`).", at_least(0), _B),
+    Setting("socket.request.max.bytes", "socket_request_max_bytes", "INT", _int, "Largest request; a larger one "
+            "closes the connection.", at_least(1), _B),
+    Setting("auto.create.topics.enable", "auto_create_topics_enable", "BOOLEAN", _bool, "Create a topic a "
+            "producer or a metadata request names, if it does not exist."),
+    Setting("num.partitions", "num_partitions", "INT", _int, "Partitions of an auto-created topic (and of "
+            "CreateTopics asking for the default).", at_least(1)),
+    Setting("default.replication.factor", "default_replication_factor", "INT", _int, "Replicas of a new topic; "
+            "must be 1 on this single-node broker.", _single_node_replication),
+    Setting("delete.topic.enable", "delete_topic_enable", "BOOLEAN", _bool, "Allow DeleteTopics."),
+    # -- the log
+    Setting("log.segment.bytes", "log_segment_bytes", "INT", _int, "A segment is rolled when it reaches this "
+            "size (topic default `segment.bytes`).", at_least(14), _B),
+    Setting("log.roll.ms", "log_roll_ms", "LONG", _int, "A segment is rolled when its first record is this old "
+            "(topic default `segment.ms`).", at_least(1), _MS),
+    Setting("log.index.interval.bytes", "log_index_interval_bytes", "INT", _int, "Bytes of log between two "
+            "offset index entries.", at_least(0), _B),
+    Setting("log.retention.ms", "log_retention_ms", "LONG", _int, "Segments whose newest record is older are "
+            "deleted; -1: never (topic default `retention.ms`).", at_least(-1), _MS),
+    Setting("log.retention.bytes", "log_retention_bytes", "LONG", _int, "Oldest segments are deleted while a "
+            "partition is larger; -1: no limit (topic default `retention.bytes`).", at_least(-1), _B),
+    Setting("log.retention.check.interval.ms", "log_retention_check_interval_ms", "LONG", _int,
+            "How often retention runs.", at_least(1), _MS),
+    Setting("log.cleanup.policy", "log_cleanup_policy", "LIST", _str, "`delete` (retention), `compact` or both "
+            "(topic default `cleanup.policy`).", _policy),
+    Setting("log.flush.interval.messages", "log_flush_interval_messages", "LONG", _int, "1: a produce with "
+            "acks=all is answered once its batch is fsynced (group commit) and consumers see only durable "
+            "records. Above 1: answered from the page cache, fsynced every `log.flush.interval.ms`.",
+            at_least(1)),
+    Setting("log.flush.interval.ms", "log_flush_interval_ms", "LONG", _int, "Background fsync period when "
+            "`log.flush.interval.messages` is above 1.", at_least(0), _MS),
+    Setting("log.message.timestamp.type", "log_message_timestamp_type", "STRING", _str, "`CreateTime` (the "
+            "producer's) or `LogAppendTime` (the broker's).", one_of("CreateTime", "LogAppendTime")),
+    Setting("log.cleaner.enable", "log_cleaner_enable", "BOOLEAN", _bool, "Compact the topics whose "
+            "`cleanup.policy` includes `compact`."),
+    Setting("log.cleaner.backoff.ms", "log_cleaner_backoff_ms", "LONG", _int, "Pause between log cleaner "
+            "passes.", at_least(0), _MS),
+    # -- transactions
+    Setting("transaction.state.log.num.partitions", "transaction_state_log_num_partitions", "INT", _int,
+            "Partitions of `__transaction_state` (fixed once the topic exists).", at_least(1)),
+    Setting("transaction.max.timeout.ms", "transaction_max_timeout_ms", "INT", _int, "Largest "
+            "`transaction.timeout.ms` a producer may ask for; InitProducerId above it fails.", at_least(1), _MS),
+    Setting("transactional.id.expiration.ms", "transactional_id_expiration_ms", "INT", _int, "A transactional "
+            "id with no transaction for this long is forgotten.", at_least(1), _MS),
+    Setting("transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            "transaction_abort_timed_out_transaction_cleanup_interval_ms", "INT", _int, "How often the coordinator "
+            "aborts transactions open longer than their timeout.", at_least(1), _MS),
+    Setting("transaction.remove.expired.transaction.cleanup.interval.ms",
+            "transaction_remove_expired_transaction_cleanup_interval_ms", "INT", _int, "How often expired "
+            "transactional ids are removed.", at_least(1), _MS),
+    Setting("transaction.two.phase.commit.enable", "transaction_two_phase_commit_enable", "BOOLEAN", _bool,
+            "Allow KIP-939 two-phase-commit transactions (needed by the Spark exactly-once sink). A prepared "
+            "transaction never times out: until its producer completes it, it holds back the last stable offset "
+            "of its partitions (`oncelog txn find-hanging` / `abort` end it by hand)."),
+    Setting("request.timeout.ms", "request_timeout_ms", "INT", _int, "A transaction coordinator write that is not "
+            "durable within this answers COORDINATOR_NOT_AVAILABLE (the client retries).", at_least(1), _MS),
+    Setting("producer.id.expiration.ms", "producer_id_expiration_ms", "INT", _int, "A partition forgets an "
+            "idempotent producer's state after this long without a write from it.", at_least(1), _MS),
+    # -- consumer groups
+    Setting("offsets.topic.num.partitions", "offsets_topic_num_partitions", "INT", _int, "Partitions of "
+            "`__consumer_offsets` (fixed once the topic exists).", at_least(1)),
+    Setting("offsets.retention.minutes", "offsets_retention_minutes", "INT", _int, "Committed offsets of a "
+            "group with no members are deleted after this long.", at_least(1)),
+    Setting("offsets.retention.check.interval.ms", "offsets_retention_check_interval_ms", "LONG", _int,
+            "How often expired offsets are removed.", at_least(1), _MS),
+    Setting("offsets.commit.timeout.ms", "offsets_commit_timeout_ms", "INT", _int, "A group coordinator write "
+            "(offset commit, group metadata) that is not durable within this answers COORDINATOR_NOT_AVAILABLE.",
+            at_least(1), _MS),
+    Setting("offset.metadata.max.bytes", "offset_metadata_max_bytes", "INT", _int, "Largest metadata string of a "
+            "committed offset; a larger one fails with OFFSET_METADATA_TOO_LARGE.", at_least(0), _B),
+    Setting("group.initial.rebalance.delay.ms", "group_initial_rebalance_delay_ms", "INT", _int, "How long a new "
+            "group waits for more members before its first rebalance.", at_least(0), _MS),
+    Setting("group.min.session.timeout.ms", "group_min_session_timeout_ms", "INT", _int, "Smallest "
+            "`session.timeout.ms` a member may ask for.", at_least(1), _MS),
+    Setting("group.max.session.timeout.ms", "group_max_session_timeout_ms", "INT", _int, "Largest "
+            "`session.timeout.ms` a member may ask for.", at_least(1), _MS),
+    Setting("group.max.size", "group_max_size", "INT", _int, "Most members in one group; more are refused with "
+            "GROUP_MAX_SIZE_REACHED.", at_least(1)),
 ]
 
-SETTINGS: dict[str, Setting] = {k: Setting(k, a, p, d) for k, a, p, d in _SPECS}
-_BY_ATTR: dict[str, Setting] = {s.attr: s for s in SETTINGS.values()}
-_ALIASES = {"log.retention.hours": ("log.retention.ms", 3600_000), "log.retention.minutes": ("log.retention.ms", 60_000),
-            "log.roll.hours": ("log.roll.ms", 3600_000)}
-for _alias, (_target, _mult) in _ALIASES.items():
-    _t = SETTINGS[_target]
-    SETTINGS[_alias] = Setting(_alias, _t.attr, (lambda m: lambda v: _int(v) * m)(_mult), f"{_target} in other units")
+SETTINGS: dict[str, Setting] = {s.key: s for s in _SETTINGS}
 
-assert {s.attr for s in SETTINGS.values()} | {"extra"} == {f.name for f in fields(BrokerConfig)}, "setting table drift"
+_ALIAS_LIST = [
+    Alias("log.dir", "log.dirs", kafka=True),
+    Alias("broker.id", "node.id", kafka=True),
+    Alias("log.retention.minutes", "log.retention.ms", 60_000, kafka=True),
+    Alias("log.retention.hours", "log.retention.ms", _HOUR_MS, kafka=True),
+    Alias("log.roll.hours", "log.roll.ms", _HOUR_MS, kafka=True),
+    Alias("listener.host", "listeners", part="host"),
+    Alias("listener.port", "listeners", part="port"),
+    Alias("advertised.host", "advertised.listeners", part="host"),
+    Alias("advertised.port", "advertised.listeners", part="port"),
+]
+ALIASES: dict[str, Alias] = {a.name: a for a in _ALIAS_LIST}
+_SYNONYMS: dict[str, list[Alias]] = {}
+for _a in _ALIAS_LIST:
+    if _a.kafka:
+        _SYNONYMS.setdefault(_a.target, []).append(_a)
+
+#: topic config -> the broker setting that is its default (Kafka's ``LogConfig`` synonyms)
+TOPIC_DEFAULTS: dict[str, str] = {
+    "segment.bytes": "log.segment.bytes",
+    "segment.ms": "log.roll.ms",
+    "index.interval.bytes": "log.index.interval.bytes",
+    "retention.ms": "log.retention.ms",
+    "retention.bytes": "log.retention.bytes",
+    "cleanup.policy": "log.cleanup.policy",
+    "max.message.bytes": "message.max.bytes",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "flush.messages": "log.flush.interval.messages",
+    "flush.ms": "log.flush.interval.ms",
+}
+
+assert {s.attr for s in _SETTINGS} | {"given"} == {f.name for f in fields(BrokerConfig)}, "setting table drift"
+assert all(a.target in SETTINGS for a in _ALIAS_LIST)
+
+
+def _default_text(s: Setting) -> str:
+    value = getattr(BrokerConfig(), s.attr)
+    if value is None:
+        return "`listeners`"
+    text = f"./{value}" if isinstance(value, Path) and not value.is_absolute() else _kafka_str(value)
+    if not text:
+        return "(empty: off)"
+    out = f"`{text}`" + (f" {s.unit}" if s.unit else "")
+    if isinstance(value, int) and s.unit == _MS and value >= 60_000 and value % 60_000 == 0:
+        mins = value // 60_000
+        out += f" ({mins // 1440} d)" if mins % 1440 == 0 else f" ({mins // 60} h)" if mins % 60 == 0 \
+            else f" ({mins} min)"
+    return out
+
+
+def reference_markdown(settings: Iterable[Setting] = _SETTINGS) -> str:
+    """The README's settings reference: one row per setting with its other names, default (and unit), meaning."""
+    aliases: dict[str, list[str]] = {}
+    for a in _ALIAS_LIST:
+        aliases.setdefault(a.target, []).append(a.name)
+    rows = ["| setting (other names) | default | meaning |", "|---|---|---|"]
+    for s in settings:
+        names = f"`{s.key}`" + "".join(f"<br>`{a}`" for a in aliases.get(s.key, ()))
+        rows.append(f"| {names} | {_default_text(s)} | {s.doc} |")
+    return "\n".join(rows) + "\n"

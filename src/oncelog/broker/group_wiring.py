@@ -47,7 +47,7 @@ def group_config(broker: Broker) -> GroupConfig:
         max_size=cfg.group_max_size,
         offsets_retention_ms=cfg.offsets_retention_minutes * 60_000,
         offsets_retention_check_interval_ms=cfg.offsets_retention_check_interval_ms,
-        offset_metadata_max_bytes=int(cfg.extra.get("offset.metadata.max.bytes", 4096)),
+        offset_metadata_max_bytes=cfg.offset_metadata_max_bytes,
     )
 
 

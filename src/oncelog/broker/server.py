@@ -34,17 +34,8 @@ log = logging.getLogger("oncelog.broker")
 
 
 def log_defaults(config: BrokerConfig) -> LogConfig:
-    """Topic defaults derived from the broker's log.* settings."""
-    return LogConfig.from_kafka({
-        "segment.bytes": str(config.log_segment_bytes),
-        "segment.ms": str(config.log_roll_ms),
-        "index.interval.bytes": str(config.log_index_interval_bytes),
-        "retention.ms": str(config.log_retention_ms),
-        "retention.bytes": str(config.log_retention_bytes),
-        "cleanup.policy": config.log_cleanup_policy,
-        "max.message.bytes": str(config.message_max_bytes),
-        "message.timestamp.type": config.log_message_timestamp_type,
-    })
+    """Topic defaults derived from the broker's settings (``config.TOPIC_DEFAULTS``)."""
+    return LogConfig.from_kafka(config.topic_defaults())
 
 
 class Broker:

@@ -47,8 +47,7 @@ def serve(
         host, sep, port = listen.rpartition(":")
         if not sep or not port.isdigit():
             raise typer.BadParameter(f"--listen expects HOST:PORT, got {listen!r}")
-        overrides["listener.host"] = host or "127.0.0.1"
-        overrides["listener.port"] = port
+        overrides["listeners"] = f"{host or '127.0.0.1'}:{port}"
     try:
         cfg = BrokerConfig.load(config, overrides)
     except ConfigError as e:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from oncelog.broker.config import TOPIC_DEFAULTS
 from oncelog.protocol.errors import ErrorCode
 from oncelog.storage import TOPIC_CONFIG_KEYS, LogConfig
 
@@ -30,8 +31,14 @@ def topic_entries(broker: "BrokerContext", name: str) -> list[tuple[str, str, in
     overrides = view.configs
     effective = LogConfig.from_kafka(overrides, broker.log_defaults).to_kafka()
     out = []
+    given = broker.config.given
     for key, spec in TOPIC_CONFIG_KEYS.items():
-        source = Source.DYNAMIC_TOPIC if key in overrides else Source.DEFAULT
+        if key in overrides:
+            source = Source.DYNAMIC_TOPIC
+        elif TOPIC_DEFAULTS.get(key) in given:
+            source = Source.STATIC_BROKER
+        else:
+            source = Source.DEFAULT
         out.append((key, effective[key], source, spec.type, spec.doc))
     return out
 

@@ -1,4 +1,8 @@
-"""DescribeConfigs (32): topic configs (overrides and defaults) and the broker's static settings."""
+"""DescribeConfigs (32): topic configs (overrides and defaults) and the broker's static settings.
+
+Sources as Kafka reports them: DYNAMIC_TOPIC_CONFIG for a topic override, STATIC_BROKER_CONFIG for a broker setting
+given at start (and for a topic default that comes from one, e.g. ``retention.ms`` from ``log.retention.hours``),
+DEFAULT_CONFIG otherwise."""
 
 from __future__ import annotations
 
@@ -38,8 +42,7 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
             entries = topic_entries(broker, res.resource_name)
         else:
             assert res.resource_type == BROKER
-            entries = [(k, "" if v is None else str(v).lower() if isinstance(v, bool) else str(v),
-                        Source.STATIC_BROKER, "STRING", "") for k, v in broker.config.describe().items()]
+            entries = [(e.key, e.value, e.source, e.type, e.doc) for e in broker.config.entries()]
         for key, value, source, ktype, doc in entries:
             if wanted is not None and key not in wanted:
                 continue
