@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import signal
+import socket
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from oncelog.clock import SYSTEM_CLOCK, Clock
-from oncelog.storage import LogConfig, LogManager
+from oncelog.storage import KafkaStorageError, LogConfig, LogManager
 
 from .config import BrokerConfig
 from .connection import Connection
@@ -28,7 +31,7 @@ if TYPE_CHECKING:
     from oncelog.coordinator.group.coordinator import GroupCoordinator
     from oncelog.coordinator.transaction import TransactionCoordinator
 
-__all__ = ["Broker", "run_broker"]
+__all__ = ["Broker", "StartupError", "run_broker"]
 
 log = logging.getLogger("oncelog.broker")
 
@@ -36,6 +39,57 @@ log = logging.getLogger("oncelog.broker")
 def log_defaults(config: BrokerConfig) -> LogConfig:
     """Topic defaults derived from the broker's settings (``config.TOPIC_DEFAULTS``)."""
     return LogConfig.from_kafka(config.topic_defaults())
+
+
+class StartupError(Exception):
+    """The broker cannot start; the message says what, where and what to do (one line, no traceback)."""
+
+
+def bind_listener(host: str, port: int) -> socket.socket:
+    """Bind (not yet listen on) the client port, before anything is created on disk: a busy port must leave no
+    trace. Clients are refused until :meth:`Broker.start` listens, once the logs are loaded."""
+    where = f"{host or '0.0.0.0'}:{port}"
+    try:
+        infos = socket.getaddrinfo(host or "0.0.0.0", port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise StartupError(f"cannot listen on {where}: the host {host!r} does not resolve ({e.strerror}); set "
+                           f"--listen (listeners) to an address of this machine") from None
+    family, kind, proto, _, addr = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise StartupError(f"cannot listen on {where}: the port is in use (another broker? `ss -ltnp` shows "
+                               f"which process); stop it or choose another port with --listen HOST:PORT") from None
+        if e.errno in (errno.EACCES, errno.EPERM):
+            raise StartupError(f"cannot listen on {where}: permission denied (ports below 1024 need privileges); "
+                               f"choose a port above 1023 with --listen HOST:PORT") from None
+        if e.errno == errno.EADDRNOTAVAIL:
+            raise StartupError(f"cannot listen on {where}: {host} is not an address of this machine; set --listen "
+                               f"to one of its addresses (or 0.0.0.0 with advertised.listeners)") from None
+        raise StartupError(f"cannot listen on {where}: {e.strerror or e}") from None
+    sock.setblocking(False)
+    return sock
+
+
+def _data_dir_error(path: Path, e: OSError) -> StartupError:
+    """One line for an OSError met while opening the data folder."""
+    where = f"the data folder {path.resolve()}"
+    if e.errno in (errno.EACCES, errno.EPERM):
+        what = f"permission denied on {e.filename}" if e.filename else "permission denied"
+        todo = "give this user write access, or choose another folder with --data-dir (log.dirs)"
+    elif e.errno == errno.EROFS:
+        what, todo = "the file system is read-only", "choose a writable folder with --data-dir (log.dirs)"
+    elif e.errno in (errno.ENOTDIR, errno.EEXIST):
+        what, todo = f"{e.filename or path} is a file, not a folder", "choose a folder with --data-dir (log.dirs)"
+    elif e.errno == errno.ENOSPC:
+        what, todo = "no space left on the device", "free some space or choose another folder with --data-dir"
+    else:
+        what, todo = e.strerror or str(e), "check the folder, or choose another with --data-dir (log.dirs)"
+    return StartupError(f"cannot use {where}: {what}; {todo}")
 
 
 class Broker:
@@ -87,10 +141,23 @@ class Broker:
         partition.on_durable(durable)
 
     async def start(self) -> None:
+        """Bind the port, load the logs and coordinators, then listen. Raises :class:`StartupError` for a port or
+        data folder that cannot be used; a failed start leaves nothing open (see :func:`_main`)."""
         cfg = self.config
-        cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        sock = bind_listener(cfg.host, cfg.port)
         loop = asyncio.get_running_loop()
-        self.logs = await loop.run_in_executor(None, LogManager.open, cfg.data_dir, log_defaults(cfg), self.clock)
+        try:
+            self.logs = await loop.run_in_executor(None, LogManager.open, cfg.data_dir, log_defaults(cfg),
+                                                   self.clock)
+        except KafkaStorageError as e:
+            sock.close()
+            raise StartupError(str(e)) from None
+        except OSError as e:
+            sock.close()
+            raise _data_dir_error(cfg.data_dir, e) from None
+        except BaseException:
+            sock.close()
+            raise
         self.cluster_id = self.logs.cluster_id
         self._topics = TopicRegistry(self.logs, durable_per_append=self.durable_per_append,
                                      mark_dirty=self.flusher.mark_dirty)
@@ -104,11 +171,10 @@ class Broker:
         epoch = next_coordinator_epoch(self)
         await start_transaction_coordinator(self, epoch)
         await start_group_coordinator(self, epoch)
-        self._server = await loop.create_server(lambda: Connection(context, self.connections), cfg.host, cfg.port,
-                                               reuse_address=True, backlog=1024)
         if cfg.port == 0:
-            sock = self._server.sockets[0]
             cfg.port = sock.getsockname()[1]
+        self._server = await loop.create_server(lambda: Connection(context, self.connections), sock=sock,
+                                               backlog=1024)
         self._background.append(loop.create_task(self._retention_loop(), name="retention"))
         if not self.durable_per_append:
             self._background.append(loop.create_task(self._periodic_flush_loop(), name="periodic-flush"))
@@ -201,12 +267,16 @@ class Broker:
         await self.flusher.close()
         if self.logs is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.logs.close)
-        log.info("oncelog broker stopped cleanly")
+            log.info("oncelog broker stopped cleanly")
 
 
 async def _main(config: BrokerConfig) -> None:
     broker = Broker(config)
-    await broker.start()
+    try:
+        await broker.start()
+    except BaseException:
+        await broker.stop()  # closes what the failed start opened (the data folder's lock included)
+        raise
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, broker.request_stop)
@@ -217,6 +287,7 @@ async def _main(config: BrokerConfig) -> None:
 
 
 def run_broker(config: BrokerConfig) -> None:
+    """Run a broker until SIGTERM/SIGINT. Raises :class:`StartupError` if it cannot start."""
     try:
         import uvloop
     except ImportError:  # pragma: no cover
