@@ -26,9 +26,12 @@ def _reason(log_tail: str) -> str:
     """The line of a start-up log that says why: the last exception line, else the last line of text."""
     lines = [ln.strip(" │╭╮╰╯─\t") for ln in log_tail.splitlines()]
     lines = [ln for ln in lines if any(ch.isalnum() for ch in ln)]
+    said = [ln for ln in lines if ln.startswith("error: ")]  # `oncelog serve` says why in one line
+    if said:
+        return said[-1]
     for i in range(len(lines) - 1, -1, -1):
         if re.match(r"^[\w.]*(Error|Exception|Exit)\b", lines[i]) and not lines[i].startswith("Traceback"):
-            if lines[i] == "Error" and i + 1 < len(lines):  # typer/rich usage-error box
+            if lines[i] == "Error" and i + 1 < len(lines):  # typer/rich usage-error box (older revisions)
                 return lines[i + 1]
             if " " not in lines[i] and i > 0:  # bare `AssertionError`: show the failing source line
                 return f"{lines[i]} at `{lines[i - 1]}`"

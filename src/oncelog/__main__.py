@@ -1,3 +1,5 @@
-from oncelog.cli.main import app
+import sys
 
-app()
+from oncelog.cli.main import main
+
+sys.exit(main())

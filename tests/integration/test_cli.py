@@ -1,37 +1,43 @@
-"""CLI round trip through typer's CliRunner against the session broker."""
+"""The real ``oncelog`` command against real brokers: topics, produce and consume (bytes as they are), errors that
+say what to do, a broker that goes away, and the help a user reads."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
 
-from typer.testing import CliRunner
+from confluent_kafka import Consumer, Producer
 
-from oncelog.cli.main import app
+from oncelog.client.admin import Admin
+from oncelog.testing.broker_process import BrokerProcess, free_port
 
-runner = CliRunner()  # click >= 8.2 keeps stderr apart (result.stderr)
-
-
-def run(*args: str, input: str | None = None):
-    return runner.invoke(app, list(args), input=input)
+from _cli import ONCELOG, oncelog
 
 
 def test_topic_produce_consume_describe_delete(bootstrap: str, topic_name: str) -> None:
     b = ["--bootstrap-server", bootstrap]
-    r = run("topic", "create", topic_name, "--partitions", "3", "--config", "retention.ms=7200000", "--json", *b)
+    r = oncelog("topic", "create", topic_name, "--partitions", "3", "--config", "retention.ms=7200000", "--json", *b)
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout) == {"topic": topic_name, "created": True, "partitions": 3,
                                     "configs": {"retention.ms": "7200000"}}
-    r = run("topic", "create", topic_name, *b)
-    assert r.exit_code == 1 and "already exists" in r.stderr and "hint:" in r.stderr
+    r = oncelog("topic", "create", topic_name, *b)
+    assert r.exit_code == 1 and r.stderr.count("already exists") == 1 and "--if-not-exists" in r.stderr
+    r = oncelog("topic", "create", topic_name, "--if-not-exists", *b)
+    assert r.exit_code == 0 and "exists already" in r.stdout
 
     lines = "".join(f"key{i % 4}:value {i}\n" for i in range(40))
-    r = run("produce", topic_name, "--key-separator", ":", "--compression", "gzip", *b, input=lines)
+    r = oncelog("produce", topic_name, "--key-separator", ":", "--compression", "gzip", *b, input=lines)
     assert r.exit_code == 0, r.stderr
     assert "Produced 40 record(s)" in r.stderr
-    r = run("produce", topic_name, "--value", "solo", "--partition", "2", "--header", "src=cli", *b)
+    r = oncelog("produce", topic_name, "--value", "solo", "--partition", "2", "--header", "src=cli", *b)
     assert r.exit_code == 0, r.stderr
 
-    r = run("consume", topic_name, "--from-beginning", "--json", "--max-messages", "41", "--timeout", "5", *b)
+    r = oncelog("consume", topic_name, "--from-beginning", "--json", "--max-messages", "41", "--timeout", "5", *b)
     assert r.exit_code == 0, r.stderr
     recs = [json.loads(line) for line in r.stdout.splitlines()]
     assert len(recs) == 41
@@ -43,37 +49,198 @@ def test_topic_produce_consume_describe_delete(bootstrap: str, topic_name: str) 
         assert x["key"] == f"key{int(x['value'].split()[1]) % 4}"
     assert all(len(ps) == 1 for ps in by_key.values())  # one partition per key
     solo = next(x for x in recs if x["value"] == "solo")
-    assert solo["partition"] == 2 and solo["headers"] == [["src", "cli"]] and solo["timestamp"] > 0
+    assert solo["partition"] == 2 and solo["headers"] == [{"key": "src", "value": "cli"}] and solo["timestamp"] > 0
 
-    r = run("consume", topic_name, "--offset", "0", "--partition", "2", "--timeout", "1", *b)
+    r = oncelog("consume", topic_name, "--offset", "0", "--partition", "2", "--timeout", "1", *b)
     assert r.exit_code == 0 and "solo" in r.stdout.splitlines()
 
-    r = run("topic", "describe", topic_name, "--json", *b)
+    r = oncelog("topic", "describe", topic_name, "--json", *b)
     assert r.exit_code == 0, r.stderr
     desc = json.loads(r.stdout)
     assert sum(p["high_watermark"] - p["log_start_offset"] for p in desc["partitions"]) == 41
     assert desc["configs"]["retention.ms"]["value"] == "7200000"
-    r = run("topic", "describe", topic_name, *b)
-    flat = " ".join(r.stdout.split())  # rich wraps to the terminal width
+    r = oncelog("topic", "describe", topic_name, *b)
+    flat = " ".join(r.stdout.split())
     assert r.exit_code == 0 and "retention.ms" in flat and "Start" in flat and "41 records" in flat
 
-    r = run("topic", "list", "--json", *b)
+    r = oncelog("topic", "list", "--json", *b)
     assert topic_name in {t["name"] for t in json.loads(r.stdout)}
 
-    r = run("topic", "delete", topic_name, *b)
+    r = oncelog("topic", "delete", topic_name, *b)
     assert r.exit_code == 0 and f"Deleted topic {topic_name}" in r.stdout
-    r = run("topic", "describe", topic_name, *b)
+    r = oncelog("topic", "describe", topic_name, *b)
     assert r.exit_code == 1 and "does not exist" in r.stderr
-    r = run("topic", "delete", topic_name, "--if-exists", *b)
+    r = oncelog("topic", "delete", topic_name, "--if-exists", *b)
     assert r.exit_code == 0
 
 
+def test_produce_sends_bytes_as_they_are_and_consume_prints_them(bootstrap: str, topic_name: str) -> None:
+    """Finding 2: input that is not UTF-8 crashed produce (UnicodeEncodeError, the rest of stdin lost); consume
+    printed it as U+FFFD and a null value as an empty line. Kafka's console tools pass bytes through and print null."""
+    b = ["--bootstrap-server", bootstrap]
+    assert oncelog("topic", "create", topic_name, *b).exit_code == 0
+    r = oncelog("produce", topic_name, *b, input=b"ok1\n\xff\xfebin\r\nok2\n")
+    assert r.exit_code == 0, r.stderr
+    assert "Produced 3 record(s)" in r.stderr
+    p = Producer({"bootstrap.servers": bootstrap})  # a tombstone and a record without a key
+    p.produce(topic_name, value=None, key=b"gone")
+    assert p.flush(10) == 0
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}", "auto.offset.reset": "earliest"})
+    c.subscribe([topic_name])
+    got = []
+    deadline = time.monotonic() + 20
+    while len(got) < 4 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    c.close()
+    assert got == [b"ok1", b"\xff\xfebin", b"ok2", None]
+
+    r = oncelog("consume", topic_name, "--from-beginning", "--print-key", "-n", "4", "--timeout", "5", *b)
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout_bytes == b"null\tok1\nnull\t\xff\xfebin\nnull\tok2\ngone\tnull\n"
+    r = oncelog("consume", topic_name, "--from-beginning", "--json", "-n", "4", "--timeout", "5", *b)
+    recs = [json.loads(x) for x in r.stdout.splitlines()]
+    assert recs[1]["value"] == "//5iaW4=" and recs[1]["value_encoding"] == "base64"
+    assert recs[3]["key"] == "gone" and recs[3]["value"] is None
+
+
+def test_json_headers_keep_binary_values(bootstrap: str, topic_name: str) -> None:
+    p = Producer({"bootstrap.servers": bootstrap})
+    p.produce(topic_name, value=b"v", headers=[("bin", b"\x00\xff"), ("txt", b"hello"), ("none", None)])
+    assert p.flush(10) == 0
+    r = oncelog("consume", topic_name, "--from-beginning", "--json", "-n", "1", "--timeout", "5",
+                "--bootstrap-server", bootstrap)
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["headers"] == [{"key": "bin", "value": "AP8=", "value_encoding": "base64"},
+                                               {"key": "txt", "value": "hello"}, {"key": "none", "value": None}]
+
+
+def test_produce_creates_a_topic_the_broker_would_auto_create(bootstrap: str, topic_name: str) -> None:
+    """Finding 3: the CLI refused topics librdkafka and the native client auto-create on the same broker."""
+    r = oncelog("produce", topic_name, "--value", "first", "--bootstrap-server", bootstrap)
+    assert r.exit_code == 0, r.stderr
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        assert len(admin.describe_topic(topic_name).partitions) == 3  # the shared broker's num.partitions
+
+
+def test_produce_without_auto_create_says_how_to_create(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data", settings={"auto.create.topics.enable": "false"}).start()
+    try:
+        started = time.monotonic()
+        r = oncelog("produce", "nope", "--value", "x", "--bootstrap-server", broker.bootstrap)
+        assert r.exit_code == 1 and time.monotonic() - started < 30
+        assert "'nope' does not exist" in r.stderr and "oncelog topic create nope" in r.stderr
+        assert "Traceback" not in r.stderr and len(r.stderr.splitlines()) == 2
+    finally:
+        broker.stop()
+
+
 def test_errors_speak_to_the_user(bootstrap: str, topic_name: str) -> None:
-    r = run("topic", "list", "--bootstrap-server", "127.0.0.1:1")
-    assert r.exit_code == 1 and "127.0.0.1:1" in r.stderr and "broker running" in r.stderr
-    r = run("produce", topic_name, "--value", "x", "--bootstrap-server", bootstrap)
-    assert r.exit_code == 1 and topic_name in r.stderr and "topic create" in r.stderr
-    r = run("consume", topic_name, "--timeout", "1", "--bootstrap-server", bootstrap)
+    r = oncelog("topic", "list", "--bootstrap-server", "127.0.0.1:1")
+    assert r.exit_code == 1 and "127.0.0.1:1" in r.stderr and "oncelog serve" in r.stderr
+    r = oncelog("consume", topic_name, "--timeout", "1", "--bootstrap-server", bootstrap)
     assert r.exit_code == 1 and "does not exist" in r.stderr
-    r = run("produce", topic_name, "--value", "x", "--compression", "brotli", "--bootstrap-server", bootstrap)
-    assert r.exit_code == 2 and "compression.type" in r.stderr
+    r = oncelog("produce", topic_name, "--value", "x", "--compression", "brotli", "--bootstrap-server", bootstrap)
+    assert r.exit_code == 2 and "brotli" in r.stderr and "oncelog produce --help" in r.stderr
+    r = oncelog("consume", topic_name, "--partition", "x")
+    assert r.exit_code == 2 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+    r = oncelog("topic", "alter", topic_name, "--bootstrap-server", bootstrap)
+    assert r.exit_code == 2 and "nothing to change" in r.stderr
+
+
+def test_help_and_version_read_like_a_kafka_tool() -> None:
+    """Finding 10: --help showed Python types (<bool>, <list[str]>), folded at 80 columns, and an invisible tab as a
+    default; there was no --version."""
+    r = oncelog("--version")
+    assert r.exit_code == 0 and r.stdout.startswith("oncelog ")
+    for cmd in (["consume"], ["produce"], ["topic", "create"], ["group", "reset-offsets"], ["txn", "abort"],
+                ["serve"]):
+        r = oncelog(*cmd, "--help")
+        assert r.exit_code == 0, r.stderr
+        assert "<bool>" not in r.stdout and "list[" not in r.stdout and "<str>" not in r.stdout and "\t" not in r.stdout
+    r = oncelog("consume", "--help")
+    assert "[default: a tab]" in " ".join(r.stdout.split())
+    assert "--group GROUP" in r.stdout and "-p, --partition N" in r.stdout
+
+
+def test_topic_alter_add_partitions_and_delete_records(bootstrap: str, topic_name: str) -> None:
+    b = ["--bootstrap-server", bootstrap]
+    assert oncelog("topic", "create", topic_name, "-p", "2", *b).exit_code == 0
+    r = oncelog("topic", "alter", topic_name, "--config", "retention.ms=3600000", "--partitions", "4", *b)
+    assert r.exit_code == 0, r.stderr
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        assert len(admin.describe_topic(topic_name).partitions) == 4
+        assert admin.describe_configs(topic_name)["retention.ms"].value == "3600000"
+    r = oncelog("topic", "alter", topic_name, "--delete-config", "retention.ms", *b)
+    assert r.exit_code == 0, r.stderr
+    r = oncelog("topic", "alter", topic_name, "--partitions", "2", *b)
+    assert r.exit_code == 1 and "never removed" in r.stderr
+    r = oncelog("topic", "alter", topic_name, "--config", "retention.ms=soon", *b)
+    assert r.exit_code == 1 and "retention.ms" in r.stderr
+
+    r = oncelog("produce", topic_name, "-p", "0", *b, input="".join(f"r{i}\n" for i in range(10)))
+    assert r.exit_code == 0, r.stderr
+    r = oncelog("topic", "delete-records", topic_name, "--partition", "0", "--before", "6", "--json", *b)
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout) == [{"topic": topic_name, "partition": 0, "log_start_offset": 6}]
+    r = oncelog("consume", topic_name, "-p", "0", "--from-beginning", "--timeout", "2", *b)
+    assert r.stdout.split() == ["r6", "r7", "r8", "r9"]
+    r = oncelog("topic", "delete-records", topic_name, "--before", "end", *b)
+    assert r.exit_code == 0, r.stderr
+
+
+def test_consume_as_a_group_commits_its_offsets(bootstrap: str, topic_name: str) -> None:
+    b = ["--bootstrap-server", bootstrap]
+    group = f"cli-{uuid.uuid4().hex[:8]}"
+    assert oncelog("produce", topic_name, *b, input="a\nb\nc\n").exit_code == 0
+    r = oncelog("consume", topic_name, "--group", group, "--from-beginning", "-n", "3", "--timeout", "20", *b)
+    assert r.exit_code == 0, r.stderr
+    assert sorted(r.stdout.split()) == ["a", "b", "c"] and f"as group {group}" in r.stderr
+    assert oncelog("produce", topic_name, "--value", "d", *b).exit_code == 0
+    r = oncelog("consume", topic_name, "--group", group, "--from-beginning", "-n", "1", "--timeout", "20", *b)
+    assert r.stdout.split() == ["d"], "the second run resumes at the group's committed offsets"
+    r = oncelog("group", "describe", group, "--json", *b)
+    assert r.exit_code == 0 and json.loads(r.stdout)["total_lag"] == 0
+
+
+def test_ctrl_c_during_produce_says_how_many_were_written(bootstrap: str, topic_name: str) -> None:
+    """Finding 2: Ctrl-C mid-produce exited 130 silently."""
+    proc = subprocess.Popen([*ONCELOG, "produce", topic_name, "--bootstrap-server", bootstrap],
+                            stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stderr is not None
+    proc.stdin.write(b"".join(b"line %d\n" % i for i in range(100)))
+    proc.stdin.flush()
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    err = proc.stderr.read().decode()
+    assert proc.wait(30) == 130
+    assert "interrupted: 100 of 100 record(s) written" in err and "Traceback" not in err
+
+
+def test_broker_going_away_is_reported_once_with_the_real_cause(tmp_path: Path) -> None:
+    """Finding 6: while the broker was down, produce printed the same warning hundreds of times and its last hint
+    pointed at the topic instead of the broker."""
+    broker = BrokerProcess(tmp_path / "data", port=free_port()).start()
+    proc = subprocess.Popen([*ONCELOG, "produce", "t", "--bootstrap-server", broker.bootstrap],
+                            stdin=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "300"})
+    assert proc.stdin is not None and proc.stderr is not None
+    proc.stdin.write(b"before\n")
+    proc.stdin.flush()
+    time.sleep(3)
+    broker.kill()
+    for i in range(20):
+        proc.stdin.write(b"during %d\n" % i)
+        proc.stdin.flush()
+        time.sleep(0.25)
+    proc.stdin.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(120) == 1
+    lines = err.splitlines()
+    # the client retries about 10 times a second for the 30 s of delivery.timeout.ms: its warning is printed once,
+    # then at most once per 10 s with how many were held back
+    warnings = [x for x in lines if x.startswith("warning: ")]
+    assert len(warnings) <= 5 and len(lines) == len(warnings) + 2, err
+    assert all("more like it in the last" in x for x in warnings[1:]), err
+    assert lines[-2].startswith("error: 20 record(s) failed, 1 of 21 record(s) written"), err
+    assert lines[-1].startswith("hint: is a broker running at") and "topic describe" not in err

@@ -13,18 +13,16 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from typer.testing import CliRunner
 
-from oncelog.cli.main import app
 from oncelog.client.admin import Admin
 from oncelog.client.errors import KafkaError
 from oncelog.protocol.errors import ErrorCode
 
-runner = CliRunner()
+from _cli import Result, oncelog
 
 
-def run(*args: str):
-    return runner.invoke(app, list(args), env={"COLUMNS": "300"})
+def run(*args: str) -> Result:
+    return oncelog(*args)
 
 
 def run_json(*args: str):

@@ -14,17 +14,15 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from typer.testing import CliRunner
 
-from oncelog.cli.main import app
 from oncelog.client.admin import Admin
 from oncelog.testing.broker_process import BrokerProcess
 
-runner = CliRunner()
+from _cli import Result, oncelog
 
 
-def run(*args: str):
-    return runner.invoke(app, list(args), env={"COLUMNS": "300"})  # wide enough that rich does not fold ids
+def run(*args: str) -> Result:
+    return oncelog(*args)
 
 
 def run_json(*args: str):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from datetime import UTC, datetime
 
-import typer
+import click
 from rich.console import Console
 from rich.table import Table
 
@@ -19,21 +19,21 @@ from oncelog.client.admin import Admin, GroupDescription
 from oncelog.client.errors import KafkaError
 from oncelog.protocol.errors import ErrorCode
 
-from ._common import BOOTSTRAP_HELP, DEFAULT_BOOTSTRAP, echo_json, fail, user_errors
+from ._common import CONTEXT, bootstrap_option, client_conf, echo_json, fail, json_option, user_errors
 
-app = typer.Typer(help="Inspect consumer groups and manage their offsets (like kafka-consumer-groups.sh).",
-                  no_args_is_help=True)
 
-_BOOT = typer.Option(DEFAULT_BOOTSTRAP, "--bootstrap-server", "-b", help=BOOTSTRAP_HELP)
-_JSON = typer.Option(False, "--json", help="machine-readable JSON on stdout")
+@click.group(context_settings=CONTEXT)
+def group() -> None:
+    """Inspect consumer groups and manage their offsets (like kafka-consumer-groups.sh)."""
+
+
 _ISOLATION = ("read_committed", "read_uncommitted")
 #: states in which a group has no members, so an admin may rewrite its offsets ("Dead": unknown to the coordinator)
 _RESETTABLE = ("Empty", "Dead")
 
 
 def _admin(bootstrap: str) -> Admin:
-    return Admin({"bootstrap.servers": bootstrap, "request.timeout.ms": 15000,
-                  "socket.connection.setup.timeout.ms": 5000})
+    return Admin(client_conf(bootstrap))
 
 
 def _known(desc: GroupDescription) -> bool:
@@ -52,18 +52,17 @@ def _describe_one(admin: Admin, group: str) -> GroupDescription:
     return desc
 
 
-@app.command("list")
-def list_(
-    state: list[str] = typer.Option([], "--state", "-s",
-                                    help="only groups in this state, e.g. Empty or Stable (repeatable)"),
-    bootstrap_server: str = _BOOT,
-    as_json: bool = _JSON,
-) -> None:
+@group.command("list", context_settings=CONTEXT)
+@click.option("-s", "--state", multiple=True, metavar="STATE",
+              help="only groups in this state, e.g. Empty or Stable (repeatable)")
+@bootstrap_option
+@json_option
+def list_(state: tuple[str, ...], bootstrap_server: str, as_json: bool) -> None:
     """List the consumer groups the coordinators know, with their state."""
-    with user_errors("cannot list groups"):
+    with user_errors("cannot list groups", bootstrap_server):
         admin = _admin(bootstrap_server)
         try:
-            groups = admin.list_groups(state or None)
+            groups = admin.list_groups(list(state) or None)
         finally:
             admin.close()
     if as_json:
@@ -79,19 +78,17 @@ def list_(
     Console().print(table)
 
 
-@app.command()
-def describe(
-    group: str = typer.Argument(..., help="group id (group.id of the consumers)"),
-    isolation: str = typer.Option("read_committed", "--isolation",
-                                  help="count lag as a read_committed consumer does (against the last stable "
-                                       "offset) or as read_uncommitted (against the log end offset)"),
-    bootstrap_server: str = _BOOT,
-    as_json: bool = _JSON,
-) -> None:
-    """State, members with their assignments, and per partition the committed offset, log end offset, LSO and lag."""
-    if isolation not in _ISOLATION:
-        fail(f"--isolation must be read_committed or read_uncommitted, got {isolation!r}", code=2)
-    with user_errors(f"cannot describe group {group!r}"):
+@group.command(context_settings=CONTEXT)
+@click.argument("group_id", metavar="GROUP")
+@click.option("--isolation", type=click.Choice(_ISOLATION), default="read_committed", show_default=True,
+              help="count lag as a read_committed consumer does (against the last stable offset) or as "
+                   "read_uncommitted (against the log end offset)")
+@bootstrap_option
+@json_option
+def describe(group_id: str, isolation: str, bootstrap_server: str, as_json: bool) -> None:
+    """State and members of GROUP, and per partition its committed offset, log end offset, LSO and lag."""
+    group = group_id
+    with user_errors(f"cannot describe group {group!r}", bootstrap_server):
         admin = _admin(bootstrap_server)
         try:
             desc = _describe_one(admin, group)
@@ -153,15 +150,14 @@ def describe(
     console.print(ot)
 
 
-@app.command()
-def delete(
-    groups: list[str] = typer.Argument(..., help="group id(s) to delete, with their committed offsets"),
-    bootstrap_server: str = _BOOT,
-    as_json: bool = _JSON,
-) -> None:
-    """Delete consumer groups (only groups without active members)."""
+@group.command(context_settings=CONTEXT)
+@click.argument("groups", nargs=-1, required=True, metavar="GROUP...")
+@bootstrap_option
+@json_option
+def delete(groups: tuple[str, ...], bootstrap_server: str, as_json: bool) -> None:
+    """Delete consumer groups with their committed offsets (only groups without active members)."""
     results: dict[str, str | None] = {}
-    with user_errors("cannot delete groups"):
+    with user_errors("cannot delete groups", bootstrap_server):
         admin = _admin(bootstrap_server)
         try:
             for g in dict.fromkeys(groups):
@@ -182,11 +178,11 @@ def delete(
     else:
         for g, err in results.items():
             if err is None:
-                typer.echo(f"Deleted group {g!r}.")
+                click.echo(f"Deleted group {g!r}.")
             else:
-                typer.echo(f"error: cannot delete group {g!r}: {err}", err=True)
+                click.echo(f"error: cannot delete group {g!r}: {err}", err=True)
     if any(err is not None for err in results.values()):
-        raise typer.Exit(1)
+        raise click.exceptions.Exit(1)
 
 
 def _parse_datetime(text: str) -> int:
@@ -199,25 +195,29 @@ def _parse_datetime(text: str) -> int:
     return int(dt.timestamp() * 1000)
 
 
-@app.command("reset-offsets")
-def reset_offsets(
-    group: str = typer.Argument(..., help="group id"),
-    topic: str = typer.Option(..., "--topic", "-t", help="topic whose offsets to reset"),
-    partition: list[int] = typer.Option([], "--partition", "-p", min=0,
-                                        help="only this partition (repeatable; default: all)"),
-    to_earliest: bool = typer.Option(False, "--to-earliest", help="to the log start offset"),
-    to_latest: bool = typer.Option(False, "--to-latest", help="to the log end offset"),
-    to_offset: int | None = typer.Option(None, "--to-offset", min=0,
-                                         help="to this offset (clamped to the log's range)"),
-    shift_by: int | None = typer.Option(None, "--shift-by", help="move the committed offset by N (may be < 0)"),
-    to_datetime: str | None = typer.Option(None, "--to-datetime",
-                                           help="to the first offset at or after this ISO-8601 time "
-                                                "(UTC unless it has an offset)"),
-    execute: bool = typer.Option(False, "--execute", help="commit the new offsets (default: dry run)"),
-    bootstrap_server: str = _BOOT,
-    as_json: bool = _JSON,
-) -> None:
-    """Reset a group's committed offsets for a topic; a dry run that only prints the plan unless --execute."""
+@group.command("reset-offsets", context_settings=CONTEXT)
+@click.argument("group_id", metavar="GROUP")
+@click.option("-t", "--topic", required=True, metavar="TOPIC", help="topic whose offsets to reset")
+@click.option("-p", "--partition", type=click.IntRange(min=0), multiple=True, metavar="N",
+              help="only partition N (repeatable; default: all)")
+@click.option("--to-earliest", is_flag=True, help="to the log start offset")
+@click.option("--to-latest", is_flag=True, help="to the log end offset")
+@click.option("--to-offset", type=click.IntRange(min=0), metavar="N", help="to offset N (clamped to the log's range)")
+@click.option("--shift-by", type=int, metavar="N", help="move the committed offset by N (may be < 0)")
+@click.option("--to-datetime", metavar="ISO-8601",
+              help="to the first offset at or after this time, e.g. 2026-01-31T12:00:00Z (UTC unless it has an "
+                   "offset)")
+@click.option("--execute", is_flag=True, help="commit the new offsets (default: a dry run that only prints them)")
+@bootstrap_option
+@json_option
+def reset_offsets(group_id: str, topic: str, partition: tuple[int, ...], to_earliest: bool, to_latest: bool,
+                  to_offset: int | None, shift_by: int | None, to_datetime: str | None, execute: bool,
+                  bootstrap_server: str, as_json: bool) -> None:
+    """Reset GROUP's committed offsets for a topic; a dry run that only prints the plan unless --execute.
+
+    As in Kafka, only while the group has no members (stop its consumers first).
+    """
+    group = group_id
     chosen = [n for n, v in (("--to-earliest", to_earliest), ("--to-latest", to_latest),
                              ("--to-offset", to_offset is not None), ("--shift-by", shift_by is not None),
                              ("--to-datetime", to_datetime is not None)) if v]
@@ -225,7 +225,7 @@ def reset_offsets(
         fail("give exactly one of --to-earliest, --to-latest, --to-offset N, --shift-by N, --to-datetime ISO"
              + (f" (got {', '.join(chosen)})" if chosen else ""), code=2)
     ts = _parse_datetime(to_datetime) if to_datetime is not None else None
-    with user_errors(f"cannot reset offsets of group {group!r}"):
+    with user_errors(f"cannot reset offsets of group {group!r}", bootstrap_server):
         admin = _admin(bootstrap_server)
         try:
             try:

@@ -1,47 +1,56 @@
-"""The ``oncelog`` command line."""
+"""The ``oncelog`` command line: ``serve`` a broker; ``topic``, ``produce``, ``consume``, ``group`` and ``txn`` talk to
+one over the Kafka protocol, like Kafka's own scripts (kafka-topics.sh, kafka-console-producer.sh, ...).
+
+Every error is one ``error:`` line on stderr, often followed by a ``hint:`` line, and a non-zero exit: 1 when the
+request failed, 2 for a usage error, 130 when interrupted.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Optional
 
-import typer
+import click
 
-from oncelog.broker.config import BrokerConfig, ConfigError
-from oncelog.cli._common import fail
-
-app = typer.Typer(help="oncelog: a Kafka-compatible log broker with exactly-once semantics.",
-                  no_args_is_help=True, add_completion=False)
+from ._common import CONTEXT, fail, quiet_client_logs
 
 
-@app.callback()
-def _root() -> None:
-    """oncelog: a Kafka-compatible log broker with exactly-once semantics."""
+def _version() -> str:
+    try:
+        return version("oncelog")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree without an install
+        return "unknown"
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+@click.group(context_settings=CONTEXT)
+@click.version_option(_version(), "-V", "--version", prog_name="oncelog", message="%(prog)s %(version)s")
+def cli() -> None:
+    """oncelog: a Kafka-compatible log broker with exactly-once semantics.
+
+    Start a broker with 'oncelog serve', then use any Kafka client, or these commands, against 127.0.0.1:9092.
+    """
 
 
-@app.command()
-def serve(
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="folder for all partition logs (log.dirs)"),
-    listen: Optional[str] = typer.Option(None, "--listen", help="HOST:PORT to listen on (listeners; default "
-                                         "127.0.0.1:9092)"),
-    config: Optional[Path] = typer.Option(None, "--config", help="TOML file of broker settings (Kafka names)"),
-    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE",
-                                   help="one setting, e.g. log.segment.bytes=1048576 (repeatable; wins over "
-                                        "--config); the README lists them all"),
-    log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error"),
-) -> None:
-    """Start a broker (one node) and serve until SIGTERM/SIGINT, which shut it down cleanly."""
-    if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        fail(f"--log-level must be debug, info, warning or error, got {log_level!r}", code=2)
+@cli.command(context_settings=CONTEXT)
+@click.option("--data-dir", type=click.Path(path_type=Path), metavar="DIR",
+              help="folder for all partition logs (log.dirs)  [default: ./data]")
+@click.option("--listen", metavar="HOST:PORT", help="where to accept clients (listeners)  [default: 127.0.0.1:9092]")
+@click.option("--config", "config_file", type=click.Path(path_type=Path), metavar="FILE",
+              help="TOML file of broker settings (Kafka's names)")
+@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
+              help="one setting, e.g. log.retention.hours=24 (repeatable; wins over --config); the README lists "
+                   "them all")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+              default="info", show_default=True)
+def serve(data_dir: Path | None, listen: str | None, config_file: Path | None, settings: tuple[str, ...],
+          log_level: str) -> None:
+    """Start a broker (one node) and serve until SIGTERM or Ctrl-C, which shut it down cleanly."""
+    from oncelog.broker.config import BrokerConfig, ConfigError
+
     overrides: dict[str, object] = {}
-    for item in set_:
+    for item in settings:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             fail(f"--set expects KEY=VALUE, got {item!r}", "e.g. --set log.retention.hours=24", code=2)
@@ -51,10 +60,11 @@ def serve(
     if listen is not None:
         overrides["listeners"] = listen
     try:
-        cfg = BrokerConfig.load(config, overrides)
+        cfg = BrokerConfig.load(config_file, overrides)
     except ConfigError as e:
         fail(str(e), code=2)
-    _setup_logging(log_level)
+    logging.basicConfig(level=getattr(logging, log_level.upper()), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from oncelog.broker.server import StartupError, run_broker
 
     try:
@@ -66,16 +76,38 @@ def serve(
              code=130)
 
 
-from oncelog.cli import consume as _consume  # noqa: E402  (commands register after the app exists)
-from oncelog.cli import produce as _produce  # noqa: E402
-from oncelog.cli import topic as _topic  # noqa: E402
+def _register() -> None:
+    from . import consume, group, produce, topic, txn
 
-app.add_typer(_topic.app, name="topic")
-app.add_typer(__import__("oncelog.cli.txn", fromlist=["app"]).app, name="txn")
-app.add_typer(__import__("oncelog.cli.group", fromlist=["app"]).app, name="group")
-app.command("produce")(_produce.produce)
-app.command("consume")(_consume.consume)
+    cli.add_command(topic.topic)
+    cli.add_command(produce.produce)
+    cli.add_command(consume.consume)
+    cli.add_command(group.group)
+    cli.add_command(txn.txn)
 
 
-def main() -> None:  # pragma: no cover
-    app()
+_register()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The console script: usage errors and Ctrl-C as one line, never a traceback."""
+    quiet_client_logs()
+    try:
+        rv = cli.main(args=argv, prog_name="oncelog", standalone_mode=False)
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except click.UsageError as e:
+        cmd = e.ctx.command_path if e.ctx is not None else "oncelog"
+        click.echo(f"error: {e.format_message()}", err=True)
+        click.echo(f"hint: '{cmd} --help' shows the options", err=True)
+        return 2
+    except click.ClickException as e:
+        click.echo(f"error: {e.format_message()}", err=True)
+        return e.exit_code
+    except (click.Abort, KeyboardInterrupt):
+        click.echo("interrupted", err=True)
+        return 130
+    except BrokenPipeError:  # `oncelog consume t | head`: the reader went away
+        sys.stderr.close()
+        return 0
+    return rv if isinstance(rv, int) else 0  # click returns the exit code of a command that called ctx.exit()

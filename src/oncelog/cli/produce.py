@@ -1,4 +1,5 @@
-"""``oncelog produce TOPIC``: records from stdin lines or --value."""
+"""``oncelog produce TOPIC``: records from stdin lines (bytes as they are) or ``--value``, like
+kafka-console-producer.sh."""
 
 from __future__ import annotations
 
@@ -8,42 +9,65 @@ import sys
 from collections.abc import Callable
 from typing import IO
 
-import typer
+import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 
 from oncelog.client.errors import KafkaError
 from oncelog.client.message import Message
 from oncelog.client.producer import Producer
+from oncelog.protocol.errors import ErrorCode
 
-from ._common import BOOTSTRAP_HELP, DEFAULT_BOOTSTRAP, echo_json, fail, parse_pairs, user_errors
+from ._common import (
+    CONTEXT,
+    bootstrap_option,
+    client_conf,
+    echo_json,
+    fail,
+    is_unreachable,
+    json_option,
+    parse_pairs,
+    to_bytes,
+    unreachable_hint,
+    user_errors,
+)
 
 _PROGRESS_MIN_BYTES = 1 << 20
 
 
-def produce(
-    topic: str = typer.Argument(..., help="topic to write to"),
-    value: list[str] | None = typer.Option(None, "--value", "-v", help="record value (repeatable); "
-                                              "without it, each stdin line is a record"),
-    key: str | None = typer.Option(None, "--key", "-k", help="key for every record"),
-    key_separator: str | None = typer.Option(None, "--key-separator", help="split each line/value into "
-                                                "KEY<sep>VALUE at the first separator"),
-    partition: int | None = typer.Option(None, "--partition", "-p", min=0, help="write to this partition"),
-    header: list[str] = typer.Option([], "--header", "-H", help="record header KEY=VALUE (repeatable)"),
-    compression: str = typer.Option("none", "--compression", help="none, gzip, snappy, lz4 or zstd"),
-    acks: str = typer.Option("all", "--acks", help="0, 1 or all"),
-    linger_ms: int = typer.Option(5, "--linger-ms", min=0),
-    batch_size: int = typer.Option(262144, "--batch-size", min=1),
-    progress: bool | None = typer.Option(None, "--progress/--no-progress",
-                                            help="progress bar (default: on for big piped files on a terminal)"),
-    bootstrap_server: str = typer.Option(DEFAULT_BOOTSTRAP, "--bootstrap-server", "-b", help=BOOTSTRAP_HELP),
-    as_json: bool = typer.Option(False, "--json", help="print a JSON summary"),
-) -> None:
-    """Write records to TOPIC, one per stdin line or per --value. Exits 1 if any record failed."""
-    headers = list(parse_pairs(header, "--header").items())
-    conf = {"bootstrap.servers": bootstrap_server, "compression.type": compression, "acks": acks,
-            "linger.ms": linger_ms, "batch.size": batch_size, "allow.auto.create.topics": False,
-            "delivery.timeout.ms": 30000, "request.timeout.ms": 15000,
-            "socket.connection.setup.timeout.ms": 5000}
+@click.command(context_settings=CONTEXT)
+@click.argument("topic")
+@click.option("-v", "--value", "values", multiple=True, metavar="VALUE",
+              help="a record's value (repeatable); without it, each line of stdin is a record")
+@click.option("-k", "--key", metavar="KEY", help="the key of every record")
+@click.option("--key-separator", metavar="SEP", help="split each line (or --value) at the first SEP into KEY and "
+                                                    "VALUE")
+@click.option("-p", "--partition", type=click.IntRange(min=0), metavar="N", help="write to partition N (default: "
+                                                                                 "by key, or sticky for no key)")
+@click.option("-H", "--header", "headers", multiple=True, metavar="KEY=VALUE",
+              help="a header of every record (repeatable)")
+@click.option("--compression", type=click.Choice(["none", "gzip", "snappy", "lz4", "zstd"]), default="none",
+              show_default=True)
+@click.option("--acks", type=click.Choice(["0", "1", "all", "-1"]), default="all", show_default=True)
+@click.option("--linger-ms", type=click.IntRange(min=0), default=5, show_default=True, metavar="MS")
+@click.option("--batch-size", type=click.IntRange(min=1), default=262144, show_default=True, metavar="BYTES")
+@click.option("--progress/--no-progress", default=None,
+              help="a progress bar (default: on for a big file piped in on a terminal)")
+@bootstrap_option
+@json_option
+def produce(topic: str, values: tuple[str, ...], key: str | None, key_separator: str | None, partition: int | None,
+            headers: tuple[str, ...], compression: str, acks: str, linger_ms: int, batch_size: int,
+            progress: bool | None, bootstrap_server: str, as_json: bool) -> None:
+    """Write records to TOPIC: one per line of stdin, or one per --value.
+
+    Lines are sent as the bytes they are (no decoding; a trailing CR of CRLF line ends is dropped). A topic that does
+    not exist is created if the broker creates topics on first use (auto.create.topics.enable). Exits 1 if any
+    record failed, 130 on Ctrl-C, each time saying how many records were written.
+    """
+    hdrs = [(k, to_bytes(v)) for k, v in parse_pairs(headers, "--header").items()]
+    sep = None if key_separator is None else to_bytes(key_separator)
+    fixed_key = None if key is None else to_bytes(key)
+    conf = {**client_conf(bootstrap_server), "compression.type": compression, "acks": acks, "linger.ms": linger_ms,
+            "batch.size": batch_size, "allow.auto.create.topics": True, "delivery.timeout.ms": 30000}
     failures: list[KafkaError] = []
     stats = {"sent": 0, "delivered": 0}
 
@@ -53,50 +77,73 @@ def produce(
         else:
             stats["delivered"] += 1
 
-    def split(text: str) -> tuple[str | None, str]:
-        if key_separator is not None:
-            k, sep, v = text.partition(key_separator)
-            if not sep:
-                fail(f"record {stats['sent'] + 1} has no key separator {key_separator!r}: {text[:60]!r}",
-                     "every line needs KEY<separator>VALUE when --key-separator is given")
-            return k, v
-        return key, text
+    def split(data: bytes) -> tuple[bytes | None, bytes]:
+        if sep is None:
+            return fixed_key, data
+        k, found, v = data.partition(sep)
+        if not found:
+            fail(f"record {stats['sent'] + 1} has no key separator {key_separator!r}: {data[:60]!r}",
+                 "with --key-separator every line needs KEY<separator>VALUE")
+        return k, v
 
-    with user_errors(f"cannot produce to {topic!r}"):
+    interrupted = False
+    left = 0
+    with user_errors(f"cannot produce to {topic!r}", bootstrap_server):
         producer = Producer(conf)
         try:
-            parts = producer.partitions_for(topic, 5.0)
+            parts = _partitions(producer, topic)
             if partition is not None and partition not in parts:
-                fail(f"topic {topic!r} has no partition {partition}", f"partitions are 0..{len(parts) - 1}")
+                fail(f"topic {topic!r} has no partition {partition}", f"its partitions are 0..{len(parts) - 1}")
 
-            def send(text: str) -> None:
-                k, v = split(text)
-                producer.produce(topic, v, key=k, partition=partition, headers=headers, on_delivery=on_delivery)
+            def send(data: bytes) -> None:
+                k, v = split(data)
+                producer.produce(topic, v, key=k, partition=partition, headers=hdrs, on_delivery=on_delivery)
                 stats["sent"] += 1
                 if stats["sent"] % 10000 == 0:
                     producer.poll(0)
 
-            if value:
-                for v in value:
-                    send(v)
-            else:
-                _send_lines(sys.stdin, send, progress)
-            left = producer.flush(60)
+            try:
+                if values:
+                    for v in values:
+                        send(to_bytes(v))
+                else:
+                    _send_lines(sys.stdin.buffer, send, progress)
+                left = producer.flush(60)
+            except KeyboardInterrupt:
+                interrupted = True
+                left = producer.flush(10)  # what was read before Ctrl-C is still written
         finally:
-            producer.close(10)
+            producer.close(5)
+    done = f"{stats['delivered']} of {stats['sent']} record(s) written to {topic}"
+    if interrupted:
+        fail(f"interrupted: {done}" + (f"; {left} not acknowledged" if left else ""), code=130)
     if failures:
         first = failures[0]
-        fail(f"{len(failures)} of {stats['sent']} record(s) to {topic!r} failed; first: {first.message} "
-             f"({first.name})", "check the topic with 'oncelog topic describe'")
+        if is_unreachable(first):
+            fail(f"{len(failures)} record(s) failed, {done}: the broker did not answer ({first.message})",
+                 unreachable_hint(bootstrap_server))
+        fail(f"{len(failures)} record(s) failed, {done}; the first: {first.message} ({first.name})",
+             "'oncelog topic describe " + topic + "' shows the topic's partitions and configs")
     if left:
-        fail(f"{left} record(s) to {topic!r} were not acknowledged in time")
+        fail(f"{left} record(s) were not acknowledged within 60 s, {done}", unreachable_hint(bootstrap_server))
     if as_json:
         echo_json({"topic": topic, "records": stats["delivered"]})
     else:
-        typer.echo(f"Produced {stats['delivered']} record(s) to {topic}.", err=True)
+        click.echo(f"Produced {stats['delivered']} record(s) to {topic}.", err=True)
 
 
-def _send_lines(stream: IO[str], send: Callable[[str], None], progress: bool | None) -> None:
+def _partitions(producer: Producer, topic: str) -> list[int]:
+    """The topic's partitions; the broker creates the topic here if it creates topics on first use."""
+    try:
+        return producer.partitions_for(topic, 5.0)
+    except KafkaError as e:
+        if e.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            raise
+    fail(f"topic {topic!r} does not exist, and the broker does not create topics on first use "
+         f"(auto.create.topics.enable=false)", f"create it with 'oncelog topic create {topic}'")
+
+
+def _send_lines(stream: IO[bytes], send: Callable[[bytes], None], progress: bool | None) -> None:
     total = None
     try:
         st = os.fstat(stream.fileno())
@@ -108,16 +155,24 @@ def _send_lines(stream: IO[str], send: Callable[[str], None], progress: bool | N
         progress = sys.stderr.isatty() and total is not None and total >= _PROGRESS_MIN_BYTES
     if not progress:
         for line in stream:
-            send(line.rstrip("\r\n"))
+            send(_strip(line))
         return
     with Progress(TextColumn("producing"), BarColumn(), TextColumn("{task.fields[records]} records"),
                   TransferSpeedColumn(), TimeElapsedColumn(), transient=True) as bar:
         task = bar.add_task("produce", total=total, records=0)
         n = done = 0
         for line in stream:
-            send(line.rstrip("\r\n"))
+            send(_strip(line))
             n += 1
             done += len(line)
             if n % 1000 == 0:
                 bar.update(task, completed=done, records=n)
         bar.update(task, completed=total, records=n)
+
+
+def _strip(line: bytes) -> bytes:
+    if line.endswith(b"\n"):
+        line = line[:-1]
+        if line.endswith(b"\r"):
+            line = line[:-1]
+    return line

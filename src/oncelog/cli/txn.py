@@ -12,26 +12,25 @@ import time
 from dataclasses import asdict
 from datetime import UTC, datetime
 
-import typer
+import click
 from rich.console import Console
 from rich.table import Table
 
 from oncelog.client.admin import Admin, ProducerState
 from oncelog.protocol.errors import ErrorCode
 
-from ._common import BOOTSTRAP_HELP, DEFAULT_BOOTSTRAP, echo_json, fail, user_errors
+from ._common import CONTEXT, bootstrap_option, client_conf, echo_json, fail, json_option, user_errors
 
-app = typer.Typer(help="Inspect transactions and abort hanging ones (like kafka-transactions.sh).",
-                  no_args_is_help=True)
 
-_BOOT = typer.Option(DEFAULT_BOOTSTRAP, "--bootstrap-server", "-b", help=BOOTSTRAP_HELP)
-_JSON = typer.Option(False, "--json", help="machine-readable JSON on stdout")
+@click.group(context_settings=CONTEXT)
+def txn() -> None:
+    """Inspect transactions and abort hanging ones (like kafka-transactions.sh)."""
+
 _DEFAULT_MAX_DURATION_MS = 15 * 60 * 1000
 
 
 def _admin(bootstrap: str) -> Admin:
-    return Admin({"bootstrap.servers": bootstrap, "request.timeout.ms": 15000,
-                  "socket.connection.setup.timeout.ms": 5000})
+    return Admin(client_conf(bootstrap))
 
 
 def _when(ms: int | None) -> str:
@@ -55,21 +54,21 @@ def _opt(v: int | None) -> str:
     return "-" if v is None else str(v)
 
 
-@app.command("list")
-def list_(
-    state: list[str] = typer.Option([], "--state", "-s",
-                                    help="only transactions in this state, e.g. Ongoing (repeatable)"),
-    producer_id: list[int] = typer.Option([], "--producer-id", help="only this producer id (repeatable)"),
-    min_duration_ms: int = typer.Option(-1, "--min-duration-ms",
-                                        help="only transactions running longer than this (-1: any)"),
-    bootstrap_server: str = _BOOT,
-    as_json: bool = _JSON,
-) -> None:
+@txn.command("list", context_settings=CONTEXT)
+@click.option("-s", "--state", multiple=True, metavar="STATE", help="only transactions in this state, e.g. Ongoing "
+                                                                     "(repeatable)")
+@click.option("--producer-id", type=int, multiple=True, metavar="ID", help="only this producer id (repeatable)")
+@click.option("--min-duration-ms", type=int, default=-1, metavar="MS",
+              help="only transactions running longer than MS (default: any)")
+@bootstrap_option
+@json_option
+def list_(state: tuple[str, ...], producer_id: tuple[int, ...], min_duration_ms: int, bootstrap_server: str,
+          as_json: bool) -> None:
     """List the transactional ids the coordinators know, with their producer id and state."""
-    with user_errors("cannot list transactions"):
+    with user_errors("cannot list transactions", bootstrap_server):
         admin = _admin(bootstrap_server)
         try:
-            listings = admin.list_transactions(state or None, producer_id or None, min_duration_ms)
+            listings = admin.list_transactions(list(state) or None, list(producer_id) or None, min_duration_ms)
         finally:
             admin.close()
     if as_json:
@@ -85,14 +84,13 @@ def list_(
     Console().print(table)
 
 
-@app.command()
-def describe(
-    transactional_id: str = typer.Argument(..., help="transactional id (transactional.id of the producer)"),
-    bootstrap_server: str = _BOOT,
-    as_json: bool = _JSON,
-) -> None:
+@txn.command(context_settings=CONTEXT)
+@click.argument("transactional_id", metavar="TRANSACTIONAL_ID")
+@bootstrap_option
+@json_option
+def describe(transactional_id: str, bootstrap_server: str, as_json: bool) -> None:
     """State, producer, timeout and partitions of one transactional id."""
-    with user_errors(f"cannot describe transaction {transactional_id!r}"):
+    with user_errors(f"cannot describe transaction {transactional_id!r}", bootstrap_server):
         admin = _admin(bootstrap_server)
         try:
             try:
@@ -132,15 +130,14 @@ def _producer_row(p: ProducerState, now: int) -> list[str]:
             _opt(p.current_txn_start_offset)]
 
 
-@app.command()
-def producers(
-    topic: str = typer.Argument(..., help="topic name"),
-    partition: int | None = typer.Option(None, "--partition", "-p", min=0, help="only this partition"),
-    bootstrap_server: str = _BOOT,
-    as_json: bool = _JSON,
-) -> None:
+@txn.command(context_settings=CONTEXT)
+@click.argument("topic")
+@click.option("-p", "--partition", type=click.IntRange(min=0), metavar="N", help="only partition N")
+@bootstrap_option
+@json_option
+def producers(topic: str, partition: int | None, bootstrap_server: str, as_json: bool) -> None:
     """The producers with state on a topic's partitions, and where their open transaction starts."""
-    with user_errors(f"cannot describe producers of {topic!r}"):
+    with user_errors(f"cannot describe producers of {topic!r}", bootstrap_server):
         admin = _admin(bootstrap_server)
         try:
             if partition is None:
@@ -166,21 +163,20 @@ def producers(
     Console().print(table)
 
 
-@app.command("find-hanging")
-def find_hanging(
-    topic: str | None = typer.Option(None, "--topic", "-t", help="only this topic (default: all topics)"),
-    partition: int | None = typer.Option(None, "--partition", "-p", min=0,
-                                            help="only this partition (needs --topic)"),
-    max_duration_ms: int = typer.Option(_DEFAULT_MAX_DURATION_MS, "--max-duration-ms", min=0,
-                                        help="consider transactions whose last write is at least this old "
-                                             "(default 15 min, the default transaction.max.timeout.ms)"),
-    bootstrap_server: str = _BOOT,
-    as_json: bool = _JSON,
-) -> None:
+@txn.command("find-hanging", context_settings=CONTEXT)
+@click.option("-t", "--topic", metavar="TOPIC", help="only this topic (default: all topics)")
+@click.option("-p", "--partition", type=click.IntRange(min=0), metavar="N", help="only partition N (needs --topic)")
+@click.option("--max-duration-ms", type=click.IntRange(min=0), default=_DEFAULT_MAX_DURATION_MS, show_default=True,
+              metavar="MS", help="consider transactions whose last write is at least MS old (the default is the "
+                                 "default transaction.max.timeout.ms, 15 min)")
+@bootstrap_option
+@json_option
+def find_hanging(topic: str | None, partition: int | None, max_duration_ms: int, bootstrap_server: str,
+                 as_json: bool) -> None:
     """Find open transactions that no coordinator will end; abort them with 'oncelog txn abort'."""
     if partition is not None and topic is None:
         fail("--partition needs --topic", code=2)
-    with user_errors("cannot search for hanging transactions"):
+    with user_errors("cannot search for hanging transactions", bootstrap_server):
         admin = _admin(bootstrap_server)
         try:
             hanging = admin.find_hanging_transactions(max_duration_ms, None if topic is None else [topic],
@@ -191,7 +187,7 @@ def find_hanging(
         echo_json([asdict(h) for h in hanging])
         return
     if not hanging:
-        typer.echo("No hanging transactions found.")
+        click.echo("No hanging transactions found.")
         return
     table = Table(title=f"{len(hanging)} hanging transaction(s)")
     for col in ("Topic", "Partition", "Producer id", "Epoch", "Coordinator epoch", "Start offset"):
@@ -224,21 +220,20 @@ def _live_owner(admin: Admin, producer_id: int, tp: tuple[str, int]) -> str | No
     return None
 
 
-@app.command()
-def abort(
-    topic: str = typer.Option(..., "--topic", "-t", help="topic of the open transaction"),
-    partition: int = typer.Option(..., "--partition", "-p", min=0, help="partition of the open transaction"),
-    start_offset: int | None = typer.Option(None, "--start-offset", min=0,
-                                               help="first offset of the transaction to abort (the producer is "
-                                                    "looked up with DescribeProducers)"),
-    producer_id: int | None = typer.Option(None, "--producer-id", help="producer id (with --producer-epoch "
-                                                                          "and --coordinator-epoch)"),
-    producer_epoch: int | None = typer.Option(None, "--producer-epoch", help="producer epoch"),
-    coordinator_epoch: int | None = typer.Option(None, "--coordinator-epoch",
-                                                    help="coordinator epoch (-1 is sent as 0)"),
-    bootstrap_server: str = _BOOT,
-    as_json: bool = _JSON,
-) -> None:
+@txn.command(context_settings=CONTEXT)
+@click.option("-t", "--topic", required=True, metavar="TOPIC", help="topic of the open transaction")
+@click.option("-p", "--partition", type=click.IntRange(min=0), required=True, metavar="N",
+              help="partition of the open transaction")
+@click.option("--start-offset", type=click.IntRange(min=0), metavar="OFFSET",
+              help="first offset of the transaction to abort (its producer is looked up with DescribeProducers)")
+@click.option("--producer-id", type=int, metavar="ID", help="producer id (with --producer-epoch and "
+                                                            "--coordinator-epoch)")
+@click.option("--producer-epoch", type=int, metavar="EPOCH", help="producer epoch")
+@click.option("--coordinator-epoch", type=int, metavar="EPOCH", help="coordinator epoch (-1 is sent as 0)")
+@bootstrap_option
+@json_option
+def abort(topic: str, partition: int, start_offset: int | None, producer_id: int | None,
+          producer_epoch: int | None, coordinator_epoch: int | None, bootstrap_server: str, as_json: bool) -> None:
     """Abort an open transaction on one partition by writing its ABORT marker (for hanging transactions).
 
     Identify it with --start-offset (see 'oncelog txn find-hanging' / 'oncelog txn producers'), or with
@@ -256,7 +251,7 @@ def abort(
                    if v is None]
         fail(f"missing {', '.join(missing)} (all three are needed without --start-offset)", code=2)
     tp = (topic, partition)
-    with user_errors(f"cannot abort the transaction on {topic}[{partition}]"):
+    with user_errors(f"cannot abort the transaction on {topic}[{partition}]", bootstrap_server):
         admin = _admin(bootstrap_server)
         try:
             if start_offset is not None:
@@ -275,7 +270,7 @@ def abort(
                 pid, epoch, coord_epoch = producer_id, producer_epoch, coordinator_epoch
             live = _live_owner(admin, pid, tp)
             if live:
-                typer.echo(f"warning: {live}; aborting it here breaks its atomicity (records the producer writes "
+                click.echo(f"warning: {live}; aborting it here breaks its atomicity (records the producer writes "
                            f"after this may still be committed)", err=True)
             lso_before = admin.list_offsets({tp: "latest"}, isolation_level=1)[tp].offset
             admin.abort_transaction(topic, partition, pid, epoch, coord_epoch)
@@ -287,6 +282,6 @@ def abort(
                    "coordinator_epoch": max(coord_epoch, 0), "start_offset": start_offset, "aborted": True,
                    "last_stable_offset_before": lso_before, "last_stable_offset": lso_after})
     else:
-        typer.echo(f"Aborted the transaction of producer {pid} (epoch {epoch}) on {topic}-{partition}"
+        click.echo(f"Aborted the transaction of producer {pid} (epoch {epoch}) on {topic}-{partition}"
                    + (f" starting at offset {start_offset}" if start_offset is not None else "")
                    + f"; last stable offset {lso_before} -> {lso_after}.")
