@@ -106,6 +106,7 @@ _PRODUCER: dict[str, tuple[str, Callable[[str, Any], Any], Any]] = {
     "transaction.timeout.ms": ("transaction_timeout_ms", _int(1), 60000),
     "transaction.two.phase.commit.enable": ("transaction_two_phase_commit_enable", _bool, False),
     "max.block.ms": ("max_block_ms", _int(0), 60000),
+    "topic.metadata.propagation.max.ms": ("topic_metadata_propagation_max_ms", _int(0), 30000),
     "allow.auto.create.topics": ("allow_auto_create_topics", _bool, True),
     "message.max.bytes": ("message_max_bytes", _int(1), 1048576),
 }
@@ -226,6 +227,8 @@ class ProducerConfig(AdminConfig):
     transaction_timeout_ms: int = 60000
     transaction_two_phase_commit_enable: bool = False
     max_block_ms: int = 60000  # default timeout of init_transactions/commit/abort/send_offsets_to_transaction
+    #: librdkafka's: how long records of a topic that does not exist (yet) wait for it before failing
+    topic_metadata_propagation_max_ms: int = 30000
 
     def __post_init__(self) -> None:
         explicit: bool | None = self.enable_idempotence

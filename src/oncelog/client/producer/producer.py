@@ -307,9 +307,19 @@ class AsyncProducer:
         await self.cluster.close()
 
 
+#: a record queued by ``Producer.produce()`` while its topic's metadata is looked up: value, key, partition,
+#: headers, delivery callback, timestamp
+_Waiting = tuple[bytes | None, bytes | None, "int | None", list[Header], "DeliveryCallback | None", "int | None"]
+
+
 class Producer:
     """Blocking producer in the style of confluent-kafka: ``produce()`` queues, delivery callbacks run in
-    ``poll()``/``flush()`` on the caller's thread. An event loop thread does the batching and the network."""
+    ``poll()``/``flush()`` on the caller's thread. An event loop thread does the batching and the network.
+
+    ``produce()`` never waits for the network: records of a topic whose metadata is not known yet wait (in order)
+    while it is looked up, and if the topic does not appear within ``topic.metadata.propagation.max.ms`` (it does
+    not exist and is not auto-created) they fail through their delivery callback with UNKNOWN_TOPIC_OR_PARTITION,
+    as with confluent-kafka."""
 
     def __init__(self, conf: Mapping[str, Any]) -> None:
         self._reports: collections.deque[tuple[DeliveryCallback, KafkaError | None, Message]] = collections.deque()
@@ -317,6 +327,8 @@ class Producer:
         self._runner = LoopThread("oncelog-producer")
         self._closed = False
         self._lock = threading.Lock()
+        self._waiting: dict[str, list[_Waiting]] = {}  # topic -> records waiting for its metadata (under _lock)
+        self._lookups: set[asyncio.Task[None]] = set()
         try:
             self._runner.run(self._async.start(), self._async.config.request_timeout_ms / 1000 + 5)
         except BaseException:
@@ -334,12 +346,70 @@ class Producer:
         if self._closed:
             raise ConfigError("producer is closed")
         a = self._async
-        if a.cluster.topic(topic) is None:
-            self._runner.run(a.ensure_topic(topic), a.config.delivery_timeout_ms / 1000 + 5)
         with self._lock:
-            wake = a.append(topic, value, key, partition, headers, on_delivery, timestamp)
+            waiting = self._waiting.get(topic)
+            if waiting is None and a.cluster.topic(topic) is not None:
+                wake = a.append(topic, value, key, partition, headers, on_delivery, timestamp)
+            else:
+                k, v = _as_bytes("key", key), _as_bytes("value", value)
+                size = (len(k) if k else 0) + (len(v) if v else 0)
+                if size > a.config.message_max_bytes:
+                    raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE, f"record of {size} bytes for {topic!r} exceeds "
+                                     f"message.max.bytes={a.config.message_max_bytes}")
+                if waiting is None:
+                    waiting = self._waiting[topic] = []
+                    self._runner.call_soon(self._look_up, topic)
+                waiting.append((v, k, partition, _headers(headers), on_delivery, timestamp))
+                return
         if wake and a.sender is not None:
             self._runner.call_soon(a.sender.wakeup)
+
+    def _look_up(self, topic: str) -> None:
+        """On the loop: find ``topic`` (or let the broker create it), then queue its waiting records in order."""
+        task = asyncio.get_running_loop().create_task(self._resolve(topic), name=f"metadata-{topic}")
+        self._lookups.add(task)
+        task.add_done_callback(self._lookups.discard)
+
+    async def _resolve(self, topic: str) -> None:
+        a = self._async
+        err: KafkaError | None = None
+        try:
+            await a.cluster.wait_for_topic(topic, a.config.topic_metadata_propagation_max_ms / 1000)
+        except KafkaError as e:
+            err = e
+            if e.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                err = KafkaError(e.code, f"topic {topic!r} does not exist and was not created within "
+                                 f"topic.metadata.propagation.max.ms={a.config.topic_metadata_propagation_max_ms} "
+                                 f"(is auto.create.topics.enable off on the broker?)")
+        self._release(topic, err)
+
+    def _release(self, topic: str, err: KafkaError | None) -> None:
+        """Queue (or, with ``err``, fail) the records waiting for ``topic``."""
+        a = self._async
+        failed: list[tuple[DeliveryCallback, KafkaError | None, Message]] = []
+        with self._lock:
+            for v, k, partition, headers, cb, ts in self._waiting.pop(topic, []):
+                e = err
+                if e is None:
+                    try:
+                        a.append(topic, v, k, partition, headers, cb, ts)
+                        continue
+                    except KafkaError as append_error:
+                        e = append_error
+                if cb is not None:
+                    failed.append((cb, e, Message(topic, -1 if partition is None else partition, -1, k, v, headers,
+                                                  -1 if ts is None else ts, e)))
+        self._reports.extend(failed)
+        if a.sender is not None:
+            a.sender.wakeup()
+
+    async def _settle_waiting(self, timeout: float | None) -> None:
+        """Wait until no record waits for metadata (or ``timeout``), then fail those still waiting."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._waiting and (deadline is None or time.monotonic() < deadline):
+            await asyncio.sleep(0.02)
+        for topic in list(self._waiting):
+            self._release(topic, KafkaTimeoutError(f"the producer was closed while looking up topic {topic!r}"))
 
     def partitions_for(self, topic: str, timeout: float | None = None) -> list[int]:
         """Partitions of ``topic``, loading its metadata (KafkaError UNKNOWN_TOPIC_OR_PARTITION if it does not exist
@@ -366,12 +436,19 @@ class Producer:
     def flush(self, timeout: float | None = None) -> int:
         """Deliver everything queued; returns the number of records still pending (0 = all delivered)."""
         wait = None if timeout is None else timeout + 5
-        left: int = self._runner.run(self._async.flush(timeout), wait)
+        left: int = self._runner.run(self._flush(timeout), wait)
         self.poll(0)
         return left
 
+    async def _flush(self, timeout: float | None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._waiting and (deadline is None or time.monotonic() < deadline):
+            await asyncio.sleep(0.02)  # records waiting for their topic's metadata are not in the accumulator yet
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        return await self._async.flush(left) + sum(len(w) for w in self._waiting.values())
+
     def __len__(self) -> int:
-        return len(self._async)
+        return len(self._async) + sum(len(w) for w in self._waiting.values())
 
     # ------------------------------------------------------------------ transactions (see AsyncProducer)
 
@@ -423,6 +500,7 @@ class Producer:
             return
         self._closed = True
         try:
+            self._runner.run(self._settle_waiting(timeout), None if timeout is None else timeout + 10)
             self._runner.run(self._async.close(timeout), None if timeout is None else timeout + 10)
             self.poll(0)
         finally:
