@@ -18,8 +18,11 @@ On a cluster, submit the same file (see README "Spark"): the executors need once
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 CLICK_SCHEMA = "id string, user string, page string, referrer string, ts long"
@@ -70,6 +73,46 @@ def build(spark: Any, bootstrap: str, checkpoints: str, *, input_topic: str = "c
     return [sink(enriched, enriched_topic, "enrich", "append"), sink(views, views_topic, "page_views", "append")]
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def wait_for_previous_run(checkpoints: str, timeout: float = 120.0) -> None:
+    """Wait until the previous run of this job on the same checkpoints has exited, JVM included.
+
+    Spark refuses two runs of a query at once only inside one JVM. Killing the Python driver (kill -9 PID) leaves its
+    JVM running the queries for a while (it stops when it sees its parent's pipe close); a restart that starts at once
+    would run every query twice, on the same checkpoints. The pids of each run are kept in ``<checkpoints>/job.pids``.
+    """
+    pids_file = Path(checkpoints) / "job.pids"
+    try:
+        previous = [int(p) for p in json.loads(pids_file.read_text()).values()]
+    except (OSError, ValueError, AttributeError):
+        return
+    deadline = time.monotonic() + timeout
+    running = [p for p in previous if p != os.getpid() and _alive(p)]
+    if running:
+        print(f"waiting for the previous run of this job (pids {running}) to exit", flush=True)
+    while running and time.monotonic() < deadline:
+        time.sleep(0.2)
+        running = [p for p in running if _alive(p)]
+    if running:
+        raise SystemExit(f"the previous run of this job (pids {running}) still runs on {checkpoints}; stop it first")
+
+
+def record_run(spark: Any, checkpoints: str) -> None:
+    proc = getattr(spark.sparkContext._gateway, "proc", None)  # the JVM PySpark started
+    pids = {"driver": os.getpid(), **({"jvm": proc.pid} if proc is not None else {})}
+    Path(checkpoints).mkdir(parents=True, exist_ok=True)
+    (Path(checkpoints) / "job.pids").write_text(json.dumps(pids))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bootstrap", default="127.0.0.1:9092")
@@ -78,6 +121,7 @@ def main() -> int:
                     help="e.g. local[2]; leave unset under spark-submit")
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    wait_for_previous_run(args.checkpoints)
     from pyspark.sql import SparkSession
 
     from oncelog.spark import register
@@ -88,6 +132,7 @@ def main() -> int:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     register(spark)
+    record_run(spark, args.checkpoints)
     queries = build(spark, args.bootstrap, args.checkpoints)
     print("clickstream job running: " + ", ".join(q.name for q in queries), flush=True)
     spark.streams.awaitAnyTermination()

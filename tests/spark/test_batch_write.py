@@ -96,3 +96,18 @@ def test_batch_write_to_a_broker_without_two_phase_commit_says_how_to_enable_it(
         df.write.mode("append").format("oncelog").option("kafka.bootstrap.servers", bootstrap).option(
             "topic", topic_name).save()
     assert read_committed(bootstrap, topic_name, timeout=2, settle=0.1) == []
+
+
+def test_default_save_mode_appends_and_overwrite_is_refused(spark: Any, spark_bootstrap: str,
+                                                            spark_topic: str) -> None:
+    """As spark-sql-kafka: save() without mode() (ErrorIfExists) and mode("errorifexists") append; Overwrite is
+    refused with a message that says so (issue 17 finding 8: Spark refused the default mode for the oncelog format)."""
+    _create(spark_bootstrap, spark_topic)
+    df = spark.createDataFrame([("a",), ("b",)], "value string")
+    df.write.format("oncelog").option("kafka.bootstrap.servers", spark_bootstrap).option("topic", spark_topic).save()
+    (df.write.mode("errorifexists").format("oncelog").option("kafka.bootstrap.servers", spark_bootstrap)
+     .option("topic", spark_topic).save())
+    assert sorted(read_committed(spark_bootstrap, spark_topic, 4)) == [b"a", b"a", b"b", b"b"]
+    with pytest.raises(Exception, match="Overwrite is not allowed for oncelog"):
+        (df.write.mode("overwrite").format("oncelog").option("kafka.bootstrap.servers", spark_bootstrap)
+         .option("topic", spark_topic).save())

@@ -73,7 +73,12 @@ class OncelogDataSource(DataSource):
         return OncelogStreamReader(dict(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from .options import OncelogOptionError
         from .sink import OncelogBatchWriter
+
+        if overwrite:  # as spark-sql-kafka: a log is appended to, never overwritten
+            raise OncelogOptionError("save mode Overwrite is not allowed for oncelog, as for Kafka: records are "
+                                     "appended; use mode('append') or Spark's default mode")
 
         return OncelogBatchWriter(dict(self.options), schema)
 
