@@ -2,44 +2,60 @@
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
-STAMP   := $(VENV)/.installed
+BASE    := $(VENV)/.installed-base
+SPARK   := $(VENV)/.installed-spark
+FULL    := $(VENV)/.installed
+# `make serve` enables KIP-939 two-phase commit, which the Spark exactly-once sink needs (README: "Running the
+# broker"); a plain `oncelog serve` keeps Kafka's default (off). More settings: make serve SERVE_ARGS='--set k=v'
+SERVE_ARGS ?=
 
 .PHONY: venv serve test test-fast bench demo gen lint docs clean
 
-$(STAMP): pyproject.toml
+# the broker and the CLI only (what `make serve` needs)
+$(BASE): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+# + PySpark, pyarrow, pandas (the Spark connector and the demo)
+$(SPARK): $(BASE)
+	$(BIN)/python -m pip install -q -e '.[spark]'
+	touch $@
+
+# + test clients, linters: everything `make test` and `make lint` use
+$(FULL): $(BASE)
 	$(BIN)/python -m pip install -q -e '.[test,dev,spark]'
-	touch $(STAMP)
+	touch $@ $(SPARK)
 
-venv: $(STAMP)
+venv: $(FULL)
 
-serve: $(STAMP)
-	$(BIN)/oncelog serve --data-dir ./data --listen 127.0.0.1:9092
+serve: $(BASE)
+	$(BIN)/oncelog serve --data-dir ./data --listen 127.0.0.1:9092 --set transaction.two.phase.commit.enable=true $(SERVE_ARGS)
 
-test: $(STAMP)
+test: $(FULL)
 	$(BIN)/python -m pytest tests -p no:cacheprovider
 
-test-fast: $(STAMP)
+test-fast: $(FULL)
 	$(BIN)/python -m pytest tests/unit -q
 
-bench: $(STAMP)
+bench: $(FULL)
 	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python bench/run.py
 
-demo: $(STAMP)
+demo: $(SPARK)
 	$(BIN)/python examples/clickstream/run_demo.py
 
 # the Kafka wire codecs (src/oncelog/protocol/messages/) from the schemas in schemas/; commit both together
-gen: $(STAMP)
+gen: $(BASE)
 	$(BIN)/python tools/gen_protocol.py
 
-docs: $(STAMP)
-	$(BIN)/python tools/gen_settings_doc.py
-
-lint: $(STAMP)
+lint: $(FULL)
 	$(BIN)/ruff check src tests tools
 	$(BIN)/mypy
+
+docs: $(BASE)
+	$(BIN)/python tools/gen_settings_doc.py
 
 clean:
 	rm -rf $(VENV) data build *.egg-info
