@@ -31,6 +31,8 @@ if not wired():
     server.Broker.stop = stop  # type: ignore[method-assign]
 
 if __name__ == "__main__":
-    from oncelog.cli.main import app
+    import sys
 
-    app()
+    from oncelog.cli.main import main
+
+    sys.exit(main())

@@ -158,9 +158,9 @@ def main(argv: list[str]) -> None:
     if len(argv) < 2:
         sys.exit("usage: python -m oncelog.testing.clock_skew CONTROL_FILE serve [oncelog serve options]")
     install(Path(argv[0]))
-    from oncelog.cli.main import app
+    from oncelog.cli.main import main as cli
 
-    app(args=argv[1:], prog_name="oncelog")
+    sys.exit(cli(argv[1:]))
 
 
 if __name__ == "__main__":
