@@ -1,0 +1,77 @@
+"""The README as a new user follows it: the broker ``make serve`` starts (its command, on another port and data
+folder), the command-line tour and the Python copier run as written against it (issue 17 finding 8)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import confluent_kafka as ck
+import pytest
+
+from oncelog.testing.broker_process import free_port
+
+from readme_blocks import ROOT, block, serve_command
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture
+def make_serve(tmp_path: Path) -> Iterator[str]:
+    """``make serve``'s broker, moved to a free port and a temporary data folder (later flags win)."""
+    port = free_port()
+    log = open(tmp_path / "broker.log", "wb")
+    proc = subprocess.Popen([*serve_command(), "--listen", f"127.0.0.1:{port}", "--data-dir", str(tmp_path / "data")],
+                            stdout=log, stderr=subprocess.STDOUT)
+    bs = f"127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, (tmp_path / "broker.log").read_text()
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.5).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    yield bs
+    proc.terminate()
+    assert proc.wait(30) == 0
+    log.close()
+
+
+def test_make_serve_enables_two_phase_commit() -> None:
+    assert "transaction.two.phase.commit.enable=true" in serve_command()
+
+
+def test_cli_tour_runs_as_written(make_serve: str, tmp_path: Path) -> None:
+    script = tmp_path / "tour.sh"
+    script.write_text("set -euo pipefail\n" + block("cli-tour"))
+    r = subprocess.run(["bash", str(script)], cwd=ROOT, capture_output=True, text=True, timeout=240,
+                       env={**os.environ, "ONCELOG_BOOTSTRAP_SERVER": make_serve, "COLUMNS": "200"})
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    lines = r.stdout.splitlines()
+    assert sorted(x for x in lines if x.startswith("u")) == ["u1\t/checkout", "u1\t/home", "u2\t/cart"]
+    assert sorted(x for x in lines if x.startswith("/")) == ["/cart", "/checkout", "/home"]  # the group's read
+    assert "Traceback" not in r.stderr and "error:" not in r.stderr
+
+
+def test_python_copier_runs_as_written(make_serve: str, tmp_path: Path) -> None:
+    script = tmp_path / "copier.py"
+    script.write_text(block("python-copier").replace("127.0.0.1:9092", make_serve))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert sum(int(x.split()[1]) for x in r.stdout.splitlines() if x.startswith("copied ")) == 1000
+    c = ck.Consumer({"bootstrap.servers": make_serve, "group.id": f"check-{uuid.uuid4().hex}",
+                     "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    c.subscribe(["output"])
+    out: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(out) < 1000 and time.monotonic() < deadline:
+        out += [m.value() for m in c.consume(500, 0.5) if m.error() is None]
+    c.close()
+    assert sorted(out) == sorted(f"RECORD {i}".encode() for i in range(1000))
