@@ -80,3 +80,52 @@ def test_non_durable_mode_leaves_fsync_to_the_periodic_flush(tmp_path: Path) -> 
         assert m['oncelog_partition_high_watermark{partition="0",topic="lazy"}'] == 30
         rounds = m['oncelog_fsync_rounds_total{thread="event_loop"}'] + m['oncelog_fsync_rounds_total{thread="flusher"}']
         assert rounds == 0, f"{rounds} fsync rounds for appends nobody waited for"
+
+
+def test_operator_metrics_group_lag_open_transactions_errors_process(tmp_path: Path) -> None:
+    """Issue 17 finding 12: consumer-group lag (read_committed-aware), open transactions and the age of the oldest
+    per partition, requests by error code, process CPU/RSS/open files."""
+    mport = free_port()
+    with BrokerProcess(tmp_path / "data", settings={"metrics.listen": f"127.0.0.1:{mport}"}) as broker:
+        bs = broker.bootstrap
+        admin = AdminClient({"bootstrap.servers": bs})
+        for f in admin.create_topics([NewTopic("lagged", 1, 1)]).values():
+            f.result(10)
+        p = Producer({"bootstrap.servers": bs})
+        for i in range(10):
+            p.produce("lagged", value=b"v%d" % i)
+        assert p.flush(10) == 0
+        c = Consumer({"bootstrap.servers": bs, "group.id": "lagging", "enable.auto.commit": False})
+        c.commit(offsets=[TopicPartition("lagged", 0, 4)], asynchronous=False)
+        c.close()
+        txn = Producer({"bootstrap.servers": bs, "transactional.id": "holder"})  # left open: holds the LSO at 10
+        txn.init_transactions(10)
+        txn.begin_transaction()
+        for i in range(3):
+            txn.produce("lagged", value=b"t%d" % i)
+        assert txn.flush(10) == 0
+        for f in admin.create_topics([NewTopic("lagged", 1, 1)]).values():  # TOPIC_ALREADY_EXISTS
+            try:
+                f.result(10)
+            except Exception:
+                pass
+        time.sleep(1.5)
+
+        m = _scrape(mport)
+        g = 'group="lagging",partition="0",topic="lagged"'
+
+        def lag(isolation: str) -> str:
+            return f'oncelog_consumer_group_lag{{group="lagging",isolation="{isolation}",partition="0",topic="lagged"}}'
+        assert m[f"oncelog_consumer_group_committed_offset{{{g}}}"] == 4
+        assert m[lag("read_committed")] == 6  # LSO 10 - 4
+        assert m[lag("read_uncommitted")] == 9  # HW 13 - 4
+        assert m['oncelog_partition_open_transactions{partition="0",topic="lagged"}'] == 1
+        age = m['oncelog_partition_oldest_open_transaction_age_seconds{partition="0",topic="lagged"}']
+        assert 1.0 <= age < 60
+        assert m['oncelog_request_errors_total{api="create_topics",error="TOPIC_ALREADY_EXISTS"}'] == 1
+        assert m["process_resident_memory_bytes"] > 10 << 20
+        assert m["process_cpu_seconds_total"] > 0 and m["process_open_fds"] > 0
+        txn.abort_transaction(10)
+        m = _scrape(mport)
+        assert 'oncelog_partition_open_transactions{partition="0",topic="lagged"}' not in m
+        assert m[lag("read_committed")] == 10  # the abort marker: 14 - 4

@@ -180,7 +180,7 @@ class Connection(asyncio.Protocol):
             # (and uvloop's writelines would raise RuntimeError in a callback)
             return
         self.transport.writelines(buffers)
-        self.broker.metrics.observe_request(slot.route.name, time.perf_counter() - slot.started)
+        self.broker.metrics.observe_request(slot.route.name, time.perf_counter() - slot.started, slot.response)
 
     def _answer_unsupported_api_versions(self, header: RequestHeader) -> None:
         """A client asking ApiVersions at a version we don't know gets a v0 answer with our versions (KIP-511)."""

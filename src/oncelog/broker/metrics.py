@@ -10,12 +10,15 @@ import logging
 from bisect import bisect_left
 from typing import TYPE_CHECKING, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from .operator_metrics import ErrorCounts
+
 if TYPE_CHECKING:
     from .durability import GroupCommitFlusher
+    from .server import Broker
     from .topics import TopicRegistry
 
 __all__ = ["BrokerMetrics"]
@@ -75,8 +78,9 @@ class _RequestStats:
 
 
 class _RequestCollector(Collector):
-    def __init__(self, stats: dict[str, _RequestStats]) -> None:
+    def __init__(self, stats: dict[str, _RequestStats], errors: ErrorCounts) -> None:
         self.stats = stats
+        self.errors = errors
 
     def collect(self) -> Iterable[CounterMetricFamily | HistogramMetricFamily]:
         requests = CounterMetricFamily("oncelog_requests", "Requests served", labels=["api"])
@@ -94,6 +98,7 @@ class _RequestCollector(Collector):
             latency.add_metric([api], buckets, total)
         yield requests
         yield latency
+        yield self.errors.collect()
 
 
 class BrokerMetrics:
@@ -101,7 +106,9 @@ class BrokerMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self._requests: dict[str, _RequestStats] = {}
-        r.register(_RequestCollector(self._requests))
+        self._errors = ErrorCounts()
+        r.register(_RequestCollector(self._requests, self._errors))
+        ProcessCollector(registry=r)  # process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds
         self.bytes_in = Counter("oncelog_bytes_in", "Record batch bytes appended", ["topic"], registry=r)
         self.records_in = Counter("oncelog_records_in", "Records appended", ["topic"], registry=r)
         self.bytes_out = Counter("oncelog_bytes_out", "Record batch bytes served to fetchers", ["topic"], registry=r)
@@ -116,7 +123,9 @@ class BrokerMetrics:
                                                    self.bytes_out.labels(topic))
         return child
 
-    def observe_request(self, api: str, seconds: float) -> None:
+    def observe_request(self, api: str, seconds: float, response: object = None) -> None:
+        if response is not None:
+            self._errors.add(api, response)
         st = self._requests.get(api)
         if st is None:
             st = self._requests[api] = _RequestStats()
@@ -125,6 +134,12 @@ class BrokerMetrics:
 
     def watch_partitions(self, topics: "TopicRegistry") -> None:
         self.registry.register(_PartitionCollector(topics))
+
+    def watch_broker(self, broker: "Broker") -> None:
+        """Consumer-group lag and open transactions (see :mod:`.operator_metrics`)."""
+        from .operator_metrics import register
+
+        register(broker, self.registry)
 
     def watch_flusher(self, flusher: "GroupCommitFlusher") -> None:
         self.registry.register(_FlusherCollector(flusher))

@@ -171,6 +171,7 @@ class Broker:
         epoch = next_coordinator_epoch(self)
         await start_transaction_coordinator(self, epoch)
         await start_group_coordinator(self, epoch)
+        self.metrics.watch_broker(self)
         if cfg.port == 0:
             cfg.port = sock.getsockname()[1]
         self._server = await loop.create_server(lambda: Connection(context, self.connections), sock=sock,
