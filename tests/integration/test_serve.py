@@ -130,3 +130,5 @@ def test_kafka_setting_names_reach_the_broker(tmp_path: Path) -> None:
         proc.terminate()
         assert proc.wait(30) == 0
         log.close()
+    text = (tmp_path / "broker.log").read_text()
+    assert f"oncelog broker 7 listening on 127.0.0.1:{port}" in text and "stopped cleanly" in text, text

@@ -63,6 +63,12 @@ def serve(data_dir: Path | None, listen: str | None, config_file: Path | None, s
         cfg = BrokerConfig.load(config_file, overrides)
     except ConfigError as e:
         fail(str(e), code=2)
+    broker_log = logging.getLogger("oncelog")  # the broker logs everything at --log-level, not the CLI's warnings
+    broker_log.handlers.clear()
+    broker_log.propagate = True
+    broker_log.setLevel(logging.NOTSET)
+    logging.addLevelName(logging.WARNING, "WARNING")
+    logging.addLevelName(logging.ERROR, "ERROR")
     logging.basicConfig(level=getattr(logging, log_level.upper()), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from oncelog.broker.server import StartupError, run_broker
