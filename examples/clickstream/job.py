@@ -122,6 +122,10 @@ def main() -> int:
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     wait_for_previous_run(args.checkpoints)
+    from oncelog.spark.checkpoints import remove_interrupted_writes
+
+    for path in remove_interrupted_writes(args.checkpoints):  # a killed run's half-written checkpoint files
+        print(f"removed {path}, left half-written by the previous run", flush=True)
     from pyspark.sql import SparkSession
 
     from oncelog.spark import register
