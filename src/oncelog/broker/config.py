@@ -1,7 +1,7 @@
 """Broker settings: Kafka's names, Kafka's defaults where Kafka has one, checked when the broker starts.
 
 Every setting is one row of ``_SETTINGS`` (name, type, default, unit, check, description); the README's settings
-reference is generated from that table (``make docs``; ``tests/unit/broker/test_settings_reference.py`` fails
+reference is generated from that table (``make docs``; ``tests/unit/broker/test_broker_settings.py`` fails
 when they differ). A setting can come from a TOML file (``oncelog serve --config broker.toml``), flat with Kafka's
 dotted names quoted (``"log.segment.bytes" = 1073741824``) or as nested tables (``[log] segment.bytes = ...``), and
 from ``--set KEY=VALUE``, which wins over the file.
