@@ -48,7 +48,7 @@ class GroupBrokerProcess(BrokerProcess):
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                      env=dict(os.environ, PYTHONUNBUFFERED="1"))
         log.close()
-        self._wait_ready(timeout)
+        self.wait_ready(timeout)
         return self
 
 

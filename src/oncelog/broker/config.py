@@ -15,6 +15,10 @@ are given, the setting wins (as ``log.retention.ms`` wins over ``log.retention.h
 DescribeConfigs on the broker reports every setting with its source: ``STATIC_BROKER_CONFIG`` for settings given
 at start (by any of their names), ``DEFAULT_CONFIG`` otherwise; an alias in other units
 (``log.retention.hours``) is reported in its own unit.
+
+A cluster: ``metadata`` names the etcd endpoints (``etcd://HOST:PORT[,HOST:PORT]``, ``--metadata``) and ``node.id``
+must be given; without ``metadata`` the broker is a single node and the cluster settings (replication, sessions,
+the controller) are not used.
 """
 
 from __future__ import annotations
@@ -136,10 +140,24 @@ def _listen(v: str) -> str | None:
     return None if sep and port.isdigit() and 0 <= int(port) <= 65535 else "expected HOST:PORT (empty: off)"
 
 
-def _single_node_replication(v: int) -> str | None:
-    if v < 1:
-        return "must be at least 1"
-    return None if v == 1 else "this broker is a single node (one broker holds every replica): it must be 1"
+def _metadata(v: Any) -> str:
+    s = _str(v)
+    if s:
+        from oncelog.cluster.metadata import parse_endpoints
+
+        parse_endpoints(s)  # ValueError names the bad endpoint
+    return s
+
+
+def _cluster_name(v: Any) -> str:
+    s = _str(v)
+    if not s or "/" in s:
+        raise ValueError("a cluster name is non-empty and has no '/'")
+    return s
+
+
+def _rack(v: Any) -> str | None:
+    return _str(v) or None
 
 
 # ---------------------------------------------------------------------------------------------- table
@@ -221,8 +239,34 @@ class BrokerConfig:
     group_max_session_timeout_ms: int = 1_800_000
     group_max_size: int = 2147483647
 
+    metadata: str = ""  # etcd endpoints of a cluster; empty: a single node
+    cluster_name: str = "oncelog"
+    broker_rack: str | None = None
+    broker_session_timeout_ms: int = 9000
+    broker_heartbeat_interval_ms: int = 2000
+    min_insync_replicas: int = 1
+    offsets_topic_replication_factor: int = 3
+    transaction_state_log_replication_factor: int = 3
+    transaction_state_log_min_isr: int = 2
+    replica_lag_time_max_ms: int = 30_000
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_max_bytes: int = 1048576
+    replica_fetch_min_bytes: int = 1
+    replica_fetch_backoff_ms: int = 1000
+    replica_socket_timeout_ms: int = 30_000
+    unclean_leader_election_enable: bool = False
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
+    leader_imbalance_per_broker_percentage: int = 10
+    controlled_shutdown_enable: bool = True
+
     #: Kafka names of the settings given at start (by any of their names): DescribeConfigs' STATIC_BROKER_CONFIG
     given: set[str] = field(default_factory=set)
+
+    @property
+    def cluster_mode(self) -> bool:
+        """True when the broker is one of a cluster whose metadata lives in etcd (``metadata`` is set)."""
+        return bool(self.metadata)
 
     # -------------------------------------------------------------- the listener, as the rest of the broker uses it
     @property
@@ -295,6 +339,29 @@ class BrokerConfig:
                 f"{'advertised.listeners' if adv else 'listeners'} binds {(adv or self.listener).host}, which clients "
                 f"cannot connect to; set advertised.listeners to an address they can reach, e.g. "
                 f"PLAINTEXT://broker1.example.com:{self.listener.port}")
+        if not self.cluster_mode:
+            if self.default_replication_factor != 1:
+                raise ConfigError(
+                    f"default.replication.factor is {self.default_replication_factor}, but this broker is a single "
+                    f"node (no metadata setting): it must be 1; start a cluster with --metadata etcd://HOST:PORT")
+            return
+        if "node.id" not in self.given:
+            raise ConfigError("a broker of a cluster needs its own id: set --node-id N (node.id), unique in the "
+                              "cluster")
+        if self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms:
+            raise ConfigError(
+                f"broker.heartbeat.interval.ms ({self.broker_heartbeat_interval_ms}) must be below "
+                f"broker.session.timeout.ms ({self.broker_session_timeout_ms}), or the session expires between two "
+                f"heartbeats")
+        if self.replica_socket_timeout_ms < self.replica_fetch_wait_max_ms:
+            raise ConfigError(
+                f"replica.socket.timeout.ms ({self.replica_socket_timeout_ms}) must be at least "
+                f"replica.fetch.wait.max.ms ({self.replica_fetch_wait_max_ms}), or every idle replica fetch times out")
+        if self.advertised[0] in ("0.0.0.0", "::"):
+            raise ConfigError(
+                f"the other brokers and clients cannot connect to {self.advertised[0]}: set advertised.listeners to "
+                f"an address of this machine they can reach, e.g. PLAINTEXT://broker1.example.com:"
+                f"{self.listener.port}")
 
     @classmethod
     def load(cls, path: Path | None = None, overrides: Mapping[str, Any] | None = None) -> BrokerConfig:
@@ -390,7 +457,8 @@ _SETTINGS: list[Setting] = [
             "`PLAINTEXT://HOST:PORT` (`--listen HOST:PORT`); port 0 takes a free one."),
     Setting("advertised.listeners", "advertised_listener", "LIST", Endpoint.parse, "The address clients are told "
             "to connect to (Metadata, FindCoordinator); default: `listeners`."),
-    Setting("node.id", "node_id", "INT", _int, "This broker's id.", at_least(0)),
+    Setting("node.id", "node_id", "INT", _int, "This broker's id (`--node-id`; must be given, and unique, in a "
+            "cluster).", at_least(0)),
     Setting("metrics.listen", "metrics_listen", "STRING", _str, "`HOST:PORT` of the Prometheus `/metrics` "
             "endpoint; empty: off.", _listen),
     # -- requests and topics
@@ -402,8 +470,8 @@ _SETTINGS: list[Setting] = [
             "producer or a metadata request names, if it does not exist."),
     Setting("num.partitions", "num_partitions", "INT", _int, "Partitions of an auto-created topic (and of "
             "CreateTopics asking for the default).", at_least(1)),
-    Setting("default.replication.factor", "default_replication_factor", "INT", _int, "Replicas of a new topic; "
-            "must be 1 on this single-node broker.", _single_node_replication),
+    Setting("default.replication.factor", "default_replication_factor", "INT", _int, "Replicas of a new topic "
+            "(auto-created, or CreateTopics asking for the default); must be 1 on a single node.", at_least(1)),
     Setting("delete.topic.enable", "delete_topic_enable", "BOOLEAN", _bool, "Allow DeleteTopics."),
     # -- the log
     Setting("log.segment.bytes", "log_segment_bytes", "INT", _int, "A segment is rolled when it reaches this "
@@ -473,6 +541,48 @@ _SETTINGS: list[Setting] = [
             "`session.timeout.ms` a member may ask for.", at_least(1), _MS),
     Setting("group.max.size", "group_max_size", "INT", _int, "Most members in one group; more are refused with "
             "GROUP_MAX_SIZE_REACHED.", at_least(1)),
+    # -- a cluster (``metadata`` set)
+    Setting("metadata", "metadata", "STRING", _metadata, "etcd endpoints of the cluster's metadata, "
+            "`etcd://HOST:PORT[,HOST:PORT]` (`--metadata`); empty: a single node."),
+    Setting("cluster.name", "cluster_name", "STRING", _cluster_name, "The cluster's name in etcd (several "
+            "clusters can share one etcd)."),
+    Setting("broker.rack", "broker_rack", "STRING", _rack, "This broker's rack: a partition's replicas go to "
+            "different racks."),
+    Setting("broker.session.timeout.ms", "broker_session_timeout_ms", "INT", _int, "A broker whose etcd lease is "
+            "not refreshed for this long is gone (a crashed process is noticed at once: its listener refuses).",
+            lambda v: None if v >= 2000 else "must be at least 2000 (etcd's shortest lease is 2 s)", _MS),
+    Setting("broker.heartbeat.interval.ms", "broker_heartbeat_interval_ms", "INT", _int, "How often a broker "
+            "refreshes its etcd lease.", at_least(100), _MS),
+    Setting("min.insync.replicas", "min_insync_replicas", "INT", _int, "An `acks=all` produce needs this many "
+            "in-sync replicas (topic default).", at_least(1)),
+    Setting("offsets.topic.replication.factor", "offsets_topic_replication_factor", "SHORT", _int, "Replicas of "
+            "`__consumer_offsets`.", at_least(1)),
+    Setting("transaction.state.log.replication.factor", "transaction_state_log_replication_factor", "SHORT", _int,
+            "Replicas of `__transaction_state`.", at_least(1)),
+    Setting("transaction.state.log.min.isr", "transaction_state_log_min_isr", "INT", _int,
+            "`min.insync.replicas` of `__transaction_state`.", at_least(1)),
+    Setting("replica.lag.time.max.ms", "replica_lag_time_max_ms", "LONG", _int, "A follower not caught up for "
+            "this long leaves the ISR.", at_least(1), _MS),
+    Setting("replica.fetch.wait.max.ms", "replica_fetch_wait_max_ms", "INT", _int, "Longest wait of a "
+            "follower's fetch for new records.", at_least(0), _MS),
+    Setting("replica.fetch.max.bytes", "replica_fetch_max_bytes", "INT", _int, "Bytes a follower asks for per "
+            "partition and fetch.", at_least(1), _B),
+    Setting("replica.fetch.min.bytes", "replica_fetch_min_bytes", "INT", _int, "Bytes a follower's fetch waits "
+            "for.", at_least(1), _B),
+    Setting("replica.fetch.backoff.ms", "replica_fetch_backoff_ms", "INT", _int, "Pause of a follower after a "
+            "failed fetch.", at_least(0), _MS),
+    Setting("replica.socket.timeout.ms", "replica_socket_timeout_ms", "INT", _int, "A follower's fetch without an "
+            "answer for this long is retried on a new connection.", at_least(1), _MS),
+    Setting("unclean.leader.election.enable", "unclean_leader_election_enable", "BOOLEAN", _bool, "Elect a "
+            "replica outside the ISR when no ISR member is alive (may lose acknowledged records)."),
+    Setting("auto.leader.rebalance.enable", "auto_leader_rebalance_enable", "BOOLEAN", _bool, "Move leadership "
+            "back to the preferred replicas."),
+    Setting("leader.imbalance.check.interval.seconds", "leader_imbalance_check_interval_seconds", "LONG", _int,
+            "How often the controller checks the leader balance.", at_least(1)),
+    Setting("leader.imbalance.per.broker.percentage", "leader_imbalance_per_broker_percentage", "INT", _int,
+            "Leader imbalance a broker may have before the controller rebalances.", at_least(0)),
+    Setting("controlled.shutdown.enable", "controlled_shutdown_enable", "BOOLEAN", _bool, "A broker stopping "
+            "cleanly first moves its leaderships to other brokers."),
 ]
 
 SETTINGS: dict[str, Setting] = {s.key: s for s in _SETTINGS}
@@ -515,7 +625,7 @@ assert all(a.target in SETTINGS for a in _ALIAS_LIST)
 def _default_text(s: Setting) -> str:
     value = getattr(BrokerConfig(), s.attr)
     if value is None:
-        return "`listeners`"
+        return "`listeners`" if s.key == "advertised.listeners" else "(none)"
     text = f"./{value}" if isinstance(value, Path) and not value.is_absolute() else _kafka_str(value)
     if not text:
         return "(empty: off)"

@@ -6,6 +6,8 @@ call from a handler into a coordinator. Handlers reach nothing else of the broke
 and start-up wiring stay in ``server.py``, and a test can build a context around whatever parts it needs.
 
 The coordinators are None until the broker has loaded them (a handler answers COORDINATOR_NOT_AVAILABLE meanwhile).
+``cluster`` is set when the broker is one of a cluster (``--metadata``): handlers that answer cluster-wide (Metadata,
+DescribeCluster, CreateTopics) then answer from its view; None on a single node.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ if TYPE_CHECKING:
     from oncelog.coordinator.transaction import TransactionCoordinator
     from oncelog.storage import LogConfig
 
+    from .cluster_node import ClusterNode
+    from .cluster_topics import AutoCreator
     from .config import BrokerConfig
     from .markers import LocalMarkerWriter
     from .metrics import BrokerMetrics
@@ -43,6 +47,8 @@ class BrokerContext:
     marker_writer: LocalMarkerWriter  # writes the markers of WriteTxnMarkers requests (and of the local coordinator)
     txn_coordinator: TransactionCoordinator | None = None
     group_coordinator: GroupCoordinator | None = None
+    cluster: ClusterNode | None = None
+    auto_creator: AutoCreator | None = None  # Metadata's auto-creation in a cluster
 
     @property
     def log_defaults(self) -> LogConfig:

@@ -1,4 +1,10 @@
-"""The broker process: storage, topics, group commit, the listener and background jobs."""
+"""The broker process: storage, topics, group commit, the listener and background jobs.
+
+One node by default; with ``metadata`` set (``--metadata etcd://...``) one broker of a cluster: the same broker
+wired to a :class:`~oncelog.broker.cluster_node.ClusterNode` (etcd, registration, the controller role) and a
+replica manager that keeps the local replicas in line with the cluster's view. In a cluster the coordinators are
+not started here (they follow the leadership of their internal partitions).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 from oncelog.clock import SYSTEM_CLOCK, Clock
 from oncelog.storage import KafkaStorageError, LogConfig, LogManager
 
+from .cluster_node import ClusterNode, ClusterStartError, ReplicaManagerLike, ViewOnlyReplicaManager
+from .cluster_topics import AutoCreator
 from .config import BrokerConfig
 from .connection import Connection
 from .context import BrokerContext
@@ -108,6 +116,9 @@ class Broker:
         self._stopped = asyncio.Event()
         self.cluster_id = ""
         self._context: BrokerContext | None = None
+        self.cluster: ClusterNode | None = None  # in a cluster (config.metadata set)
+        self.replicas: ReplicaManagerLike | None = None
+        self._sock: socket.socket | None = None  # the bound port until the listener takes it
 
     @property
     def topics(self) -> TopicRegistry:
@@ -141,24 +152,29 @@ class Broker:
         partition.on_durable(durable)
 
     async def start(self) -> None:
-        """Bind the port, load the logs and coordinators, then listen. Raises :class:`StartupError` for a port or
-        data folder that cannot be used; a failed start leaves nothing open (see :func:`_main`)."""
+        """Bind the port, join the cluster's etcd (in a cluster), load the logs, then the coordinators (one node) or
+        the registration (a cluster), then listen. Raises :class:`StartupError` for a port, data folder or etcd that
+        cannot be used; a failed start leaves nothing open (see :func:`_main`)."""
         cfg = self.config
-        sock = bind_listener(cfg.host, cfg.port)
+        sock = self._sock = bind_listener(cfg.host, cfg.port)
+        if cfg.port == 0:
+            cfg.port = sock.getsockname()[1]
         loop = asyncio.get_running_loop()
+        if cfg.cluster_mode:
+            try:
+                self.cluster = await ClusterNode.connect(cfg)
+            except ClusterStartError as e:
+                raise StartupError(str(e)) from None
         try:
             self.logs = await loop.run_in_executor(None, LogManager.open, cfg.data_dir, log_defaults(cfg),
                                                    self.clock)
         except KafkaStorageError as e:
-            sock.close()
             raise StartupError(str(e)) from None
         except OSError as e:
-            sock.close()
             raise _data_dir_error(cfg.data_dir, e) from None
-        except BaseException:
-            sock.close()
-            raise
         self.cluster_id = self.logs.cluster_id
+        if self.cluster is not None:
+            self._join_data_dir(self.cluster)
         self._topics = TopicRegistry(self.logs, durable_per_append=self.durable_per_append,
                                      mark_dirty=self.flusher.mark_dirty)
         writer = LocalMarkerWriter(self._topics, self.clock)
@@ -168,14 +184,27 @@ class Broker:
         self.metrics.watch_partitions(self._topics)
         self.metrics.watch_flusher(self.flusher)
         self.flusher.start()
-        epoch = next_coordinator_epoch(self)
-        await start_transaction_coordinator(self, epoch)
-        await start_group_coordinator(self, epoch)
+        if self.cluster is None:
+            epoch = next_coordinator_epoch(self)
+            await start_transaction_coordinator(self, epoch)
+            await start_group_coordinator(self, epoch)
+        else:
+            context.cluster = self.cluster
+            context.auto_creator = AutoCreator(self.cluster)
+            self.cluster.watch(self.metrics)
+            self.replicas = ViewOnlyReplicaManager(cfg.node_id)
+            await self.replicas.start()
+            host, port = cfg.advertised
+            try:
+                await self.cluster.join(self.replicas, host, port)
+            except ClusterStartError as e:
+                raise StartupError(str(e)) from None
         self.metrics.watch_broker(self)
-        if cfg.port == 0:
-            cfg.port = sock.getsockname()[1]
         self._server = await loop.create_server(lambda: Connection(context, self.connections), sock=sock,
                                                backlog=1024)
+        self._sock = None
+        if self.cluster is not None:
+            self.cluster.start_controller()
         self._background.append(loop.create_task(self._retention_loop(), name="retention"))
         if not self.durable_per_append:
             self._background.append(loop.create_task(self._periodic_flush_loop(), name="periodic-flush"))
@@ -186,6 +215,24 @@ class Broker:
         log.info("oncelog broker %d listening on %s:%d (data in %s, %d topic(s), cluster id %s, %s)",
                  cfg.node_id, cfg.host, cfg.port, cfg.data_dir.resolve(), len(self._topics), self.cluster_id,
                  "acks=all waits for fsync" if self.durable_per_append else "background flush")
+
+    def _join_data_dir(self, cluster: ClusterNode) -> None:
+        """The data folder belongs to this cluster: a fresh (topic-less) one takes its id; one holding topics of
+        another cluster or of a single node is refused, as Kafka refuses a meta.properties with another cluster
+        id (its logs would otherwise be deleted as strays)."""
+        assert self.logs is not None
+        if self.logs.cluster_id != cluster.cluster_id:
+            try:
+                self.logs.catalog.adopt_cluster_id(cluster.cluster_id)
+            except ValueError as e:
+                raise StartupError(
+                    f"the data folder {self.config.data_dir.resolve()} belongs to another cluster (id "
+                    f"{self.logs.cluster_id}; {e}), not to cluster {self.config.cluster_name} in etcd (id "
+                    f"{cluster.cluster_id}): point --data-dir at an empty folder, or --metadata at that "
+                    f"cluster's etcd") from None
+            log.info("the data folder %s joins cluster %s (id %s)", self.config.data_dir.resolve(),
+                     self.config.cluster_name, cluster.cluster_id)
+        self.cluster_id = cluster.cluster_id
 
     async def _retention_loop(self) -> None:
         interval = max(self.config.log_retention_check_interval_ms, 100) / 1000
@@ -253,9 +300,20 @@ class Broker:
         self._stopped.set()
 
     async def stop(self) -> None:
-        """Clean shutdown: stop accepting, finish flushing, close segments, write the clean-shutdown marker."""
+        """Clean shutdown: stop accepting, finish flushing, close segments, write the clean-shutdown marker. In a
+        cluster, first a controlled shutdown (leadership moves away while this broker still serves), then leave."""
+        if self.cluster is not None:
+            registered = self.cluster.registration is not None
+            await self.cluster.leave(controlled=registered and self.config.controlled_shutdown_enable)
+            self.cluster = None
+        if self.replicas is not None:
+            await self.replicas.stop()
+            self.replicas = None
         if self._server is not None:
             self._server.close()
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
         for conn in list(self.connections):
             conn.close(None)
         for task in self._background:
@@ -276,7 +334,7 @@ async def _main(config: BrokerConfig) -> None:
     try:
         await broker.start()
     except BaseException:
-        await broker.stop()  # closes what the failed start opened (the data folder's lock included)
+        await broker.stop()  # closes what the failed start opened (the data folder's lock, the etcd lease)
         raise
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -44,9 +44,13 @@ def cli() -> None:
                    "them all")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               default="info", show_default=True)
+@click.option("--node-id", type=int, metavar="N", help="this broker's id in a cluster (node.id)")
+@click.option("--metadata", metavar="etcd://HOST:PORT[,HOST:PORT]",
+              help="join the cluster whose metadata is in this etcd (metadata); without it: one node")
 def serve(data_dir: Path | None, listen: str | None, config_file: Path | None, settings: tuple[str, ...],
-          log_level: str) -> None:
-    """Start a broker (one node) and serve until SIGTERM or Ctrl-C, which shut it down cleanly."""
+          log_level: str, node_id: int | None, metadata: str | None) -> None:
+    """Start a broker and serve until SIGTERM or Ctrl-C, which shut it down cleanly: one node, or with --node-id
+    and --metadata one broker of a cluster."""
     from oncelog.broker.config import BrokerConfig, ConfigError
 
     overrides: dict[str, object] = {}
@@ -59,6 +63,10 @@ def serve(data_dir: Path | None, listen: str | None, config_file: Path | None, s
         overrides["log.dirs"] = str(data_dir)
     if listen is not None:
         overrides["listeners"] = listen
+    if node_id is not None:
+        overrides["node.id"] = node_id
+    if metadata is not None:
+        overrides["metadata"] = metadata
     try:
         cfg = BrokerConfig.load(config_file, overrides)
     except ConfigError as e:

@@ -408,6 +408,23 @@ class EtcdMetadata:
         if self._session.broker is not None:
             self._set_session(Session(False, self._session.broker, "deregistered"))
 
+    async def begin_controlled_shutdown(self) -> bool:
+        """Re-put this broker's registration with ``shutting_down`` set (same key and lease: the same broker
+        epoch), Kafka's controlled shutdown request: the controller moves every leadership away and drops this
+        broker from every ISR. Returns once the view shows it; False if this registration is not the live one
+        (the session was lost). A registration made again later keeps the flag. Raises MetadataUnavailableError."""
+        info, lease, broker = self._info, self._lease, self._session.broker
+        if info is None or lease is None or broker is None or not self._session.alive:
+            return False
+        leaving = replace(info, shutting_down=True)
+        key = self._keys.broker(info.node_id)
+        res = await self._etcd.txn([Cmp.created_at(key, broker.epoch)], [Put(key, leaving.encode(), lease.id)])
+        if not res.succeeded:
+            return False
+        self._info = leaving
+        await self._written(res)
+        return True
+
     async def revoke_registration(self, node_id: int, broker_epoch: int) -> bool:
         """Remove a broker known to be dead (its listener refuses connections) without waiting for its lease.
         Only the registration with that broker epoch is touched; False if it is not there any more."""

@@ -72,6 +72,15 @@ class TopicCatalog:
         topics = {t["name"]: TopicInfo.from_json(t) for t in raw.get("topics", [])}
         return cls(path, str(raw["cluster_id"]), topics)
 
+    def adopt_cluster_id(self, cluster_id: str) -> None:
+        """Take the id of the cluster this data folder joins; only while it holds no topic (a folder with topics
+        belongs to the cluster whose id it has, as Kafka's meta.properties)."""
+        with self._lock:
+            if self._topics:
+                raise ValueError(f"the data folder holds {len(self._topics)} topic(s) of cluster {self.cluster_id}")
+            self.cluster_id = cluster_id
+            self._save()
+
     def _save(self) -> None:
         body = {"version": 1, "cluster_id": self.cluster_id,
                 "topics": [t.to_json() for t in sorted(self._topics.values(), key=lambda t: t.name)]}

@@ -42,7 +42,9 @@ def free_port() -> int:
 
 
 class BrokerProcess:
-    """``python -m oncelog serve`` on 127.0.0.1 with its own data folder; start, stop (SIGTERM), kill (SIGKILL).
+    """``python -m oncelog serve`` on 127.0.0.1 with its own data folder; start, stop (SIGTERM), kill (SIGKILL),
+    pause (SIGSTOP) and resume (SIGCONT). ``new_session``: the broker does not get the terminal's Ctrl-C (its owner
+    stops it).
 
     Fault injection: ``host`` and ``wrap`` run it elsewhere, e.g. on a host of an ``oncelog.testing.netns``
     network (``host=net.ip(1), wrap=net.host(1).command([])``: ``ip netns exec`` execs the broker, so ``proc.pid``
@@ -51,7 +53,7 @@ class BrokerProcess:
 
     def __init__(self, data_dir: Path, port: int | None = None, settings: dict[str, object] | None = None,
                  log_path: Path | None = None, env: dict[str, str] | None = None, host: str = "127.0.0.1",
-                 wrap: list[str] | None = None, clock_control: Path | None = None) -> None:
+                 wrap: list[str] | None = None, clock_control: Path | None = None, new_session: bool = False) -> None:
         self.data_dir = Path(data_dir)
         self.env = dict(env or {})  # extra environment of the broker process (fault injection hooks)
         self.host = host
@@ -61,12 +63,20 @@ class BrokerProcess:
         self.settings = dict(settings or {})
         self.log_path = log_path or self.data_dir.parent / f"broker-{self.port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.new_session = new_session
+        self._paused = False
 
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 30.0) -> "BrokerProcess":
+        self.launch()
+        self.wait_ready(timeout)
+        return self
+
+    def launch(self) -> None:
+        """Start the process without waiting for it to listen (``wait_ready`` does)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         main = ["oncelog"] if self.clock_control is None else ["oncelog.testing.clock_skew", str(self.clock_control)]
         cmd = [*self.wrap, sys.executable, "-m", *main, "serve", "--data-dir", str(self.data_dir),
@@ -75,12 +85,13 @@ class BrokerProcess:
             cmd += ["--set", f"{k}={v}"]
         log = open(self.log_path, "ab")
         env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=self.new_session)
         log.close()
-        self._wait_ready(timeout)
-        return self
+        self._paused = False
 
-    def _wait_ready(self, timeout: float) -> None:
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Until the broker accepts connections (in a cluster: once it has registered)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc is not None
@@ -107,6 +118,8 @@ class BrokerProcess:
         if self.proc is None:
             return 0
         if self.proc.poll() is None:
+            if self._paused:
+                self.proc.send_signal(signal.SIGCONT)
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout)
@@ -115,6 +128,7 @@ class BrokerProcess:
                 self.proc.wait()
         rc = self.proc.returncode
         self.proc = None
+        self._paused = False
         return rc
 
     def kill(self) -> None:
@@ -123,6 +137,24 @@ class BrokerProcess:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
         self.proc = None
+        self._paused = False
+
+    def pause(self) -> None:
+        """SIGSTOP: the process stops; its connections stay open and the kernel still accepts new ones."""
+        if self.proc is None or self.proc.poll() is not None:
+            raise RuntimeError(f"broker at {self.bootstrap} is not running")
+        self.proc.send_signal(signal.SIGSTOP)
+        self._paused = True
+
+    def resume(self) -> None:
+        """SIGCONT after :meth:`pause`."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+        self._paused = False
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
 
     def restart(self, timeout: float = 30.0) -> "BrokerProcess":
         self.stop()

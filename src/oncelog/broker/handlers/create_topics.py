@@ -1,7 +1,9 @@
-"""CreateTopics (19). Replication factor must be -1 or 1 on this single-node broker."""
+"""CreateTopics (19). On a single node the replication factor must be -1 or 1; in a cluster the topic is written to
+etcd with its replicas placed over the live brokers (``broker.cluster_topics``), and answered once the view has it."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from oncelog.protocol.errors import ErrorCode
@@ -12,6 +14,7 @@ from oncelog.storage import LogConfig, validate_topic_name
 from ._common import error_for
 
 if TYPE_CHECKING:
+    from oncelog.broker.cluster_node import ClusterNode
     from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
 
@@ -21,7 +24,9 @@ MAX_VERSION = 7
 
 
 def handle(broker: "BrokerContext", ctx: "RequestContext",
-           request: CreateTopicsRequest) -> CreateTopicsResponse:
+           request: CreateTopicsRequest) -> CreateTopicsResponse | Awaitable[CreateTopicsResponse]:
+    if broker.cluster is not None:
+        return _create_in_cluster(broker, broker.cluster, request)
     results = []
     seen: set[str] = set()
     for t in request.topics:
@@ -59,4 +64,33 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
             out.replication_factor = 1
         except Exception as e:
             out.error_code, out.error_message = error_for(e)
+    return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+
+
+async def _create_in_cluster(broker: "BrokerContext", node: "ClusterNode",
+                             request: CreateTopicsRequest) -> CreateTopicsResponse:
+    from oncelog.broker.cluster_topics import NewTopic, create_topic
+
+    counts: dict[str, int] = {}
+    for t in request.topics:
+        counts[t.name] = counts.get(t.name, 0) + 1
+    results = []
+    for t in request.topics:
+        out = CreatableTopicResult(name=t.name, error_code=0, error_message=None, num_partitions=-1,
+                                   replication_factor=-1, configs=None)
+        results.append(out)
+        if counts[t.name] > 1:  # Kafka answers every entry of a name given twice
+            out.error_code = ErrorCode.INVALID_REQUEST
+            out.error_message = f"Found multiple entries for topic {t.name}."
+            continue
+        got = await create_topic(node, t.name, t.num_partitions, t.replication_factor,
+                                 [(a.partition_index, a.broker_ids) for a in t.assignments],
+                                 {c.name: c.value for c in t.configs}, broker.log_defaults,
+                                 validate_only=request.validate_only)
+        if isinstance(got, NewTopic):
+            out.topic_id = got.topic_id if not request.validate_only else out.topic_id
+            out.num_partitions = got.num_partitions
+            out.replication_factor = got.replication_factor
+        else:
+            out.error_code, out.error_message = got.code, got.message
     return CreateTopicsResponse(throttle_time_ms=0, topics=results)

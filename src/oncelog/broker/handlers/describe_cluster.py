@@ -1,4 +1,5 @@
-"""DescribeCluster (60): one broker, which is also the controller."""
+"""DescribeCluster (60): on a single node one broker, which is also the controller; in a cluster every live broker
+and the controller, from the view."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from typing import TYPE_CHECKING
 
 from oncelog.protocol.messages.describe_cluster_request import DescribeClusterRequest
 from oncelog.protocol.messages.describe_cluster_response import DescribeClusterBroker, DescribeClusterResponse
+
+from ._cluster_metadata import controller_id
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
@@ -18,6 +21,13 @@ MAX_VERSION = 1
 
 def handle(broker: "BrokerContext", ctx: "RequestContext",
            request: DescribeClusterRequest) -> DescribeClusterResponse:
+    if broker.cluster is not None:
+        view = broker.cluster.view
+        return DescribeClusterResponse(
+            throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=request.endpoint_type,
+            cluster_id=view.cluster_id, controller_id=controller_id(view),
+            brokers=[DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+                     for b in sorted(view.brokers.values(), key=lambda b: b.node_id)])
     host, port = broker.config.advertised
     node = broker.config.node_id
     return DescribeClusterResponse(throttle_time_ms=0, error_code=0, error_message=None,

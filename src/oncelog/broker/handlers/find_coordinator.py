@@ -28,6 +28,9 @@ def _check(broker: "BrokerContext", key_type: int, key: str) -> tuple[int, str |
         return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
     if not key:
         return ErrorCode.INVALID_REQUEST, "coordinator key must not be empty"
+    if broker.cluster is not None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, ("the coordinators do not run in a cluster yet (they follow "
+                                                     "the leaders of the internal partitions in a later version)")
     if not broker.coordinator_available(key_type):
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator is loading; retry shortly"
     return ErrorCode.NONE, None

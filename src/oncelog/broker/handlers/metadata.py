@@ -1,8 +1,10 @@
-"""Metadata (3): this single broker leads every partition; unknown topics may be auto-created."""
+"""Metadata (3): on a single node this broker leads every partition; in a cluster the answer comes from the view
+(``_cluster_metadata``). Unknown topics may be auto-created."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from oncelog.protocol.errors import ErrorCode
@@ -14,6 +16,7 @@ from oncelog.protocol.messages.metadata_response import (
     MetadataResponseTopic,
 )
 
+from ._cluster_metadata import handle_metadata
 from ._common import lookup_or_create
 
 if TYPE_CHECKING:
@@ -38,7 +41,10 @@ def _topic(view: "TopicView", node: int) -> MetadataResponseTopic:
                                  is_internal=view.is_internal, partitions=parts)
 
 
-def handle(broker: "BrokerContext", ctx: "RequestContext", request: MetadataRequest) -> MetadataResponse:
+def handle(broker: "BrokerContext", ctx: "RequestContext",
+           request: MetadataRequest) -> MetadataResponse | Awaitable[MetadataResponse]:
+    if broker.cluster is not None:
+        return handle_metadata(broker, broker.cluster, ctx, request)
     node = broker.config.node_id
     host, port = broker.config.advertised
     topics: list[MetadataResponseTopic] = []

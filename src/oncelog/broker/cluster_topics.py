@@ -1,0 +1,152 @@
+"""Topic creation in a cluster: CreateTopics and Metadata's auto-creation, written to etcd, answered from the view.
+
+Kafka's ``ControllerApis.createTopics`` -> ``ReplicationControlManager.createTopic`` on the KRaft controller; here
+any broker decides and writes: replica placement is a pure decision over the view
+(:func:`oncelog.cluster.placement.new_topic_partitions`: Kafka's ``StripedReplicaPlacer`` or the request's manual
+assignment), and the etcd store's compare-and-swap creation makes exactly one of two concurrent creations of a name
+win (the other gets TOPIC_ALREADY_EXISTS). The store returns once this broker's view shows the topic, so a Metadata
+request that follows sees it. The replicas then create their logs from the view (the replica manager).
+
+Auto-creation (Metadata with ``allow_auto_topic_creation``, Kafka's ``AutoTopicCreationManager``) takes the same
+path with ``num.partitions`` and ``default.replication.factor``; the internal topics get their own settings
+(``offsets.topic.replication.factor``, ``transaction.state.log.replication.factor`` ...).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from oncelog.cluster.api_error import ApiError
+from oncelog.cluster.model import TopicMeta
+from oncelog.cluster.placement import new_topic_partitions
+from oncelog.cluster.store import MetadataUnavailableError, TopicExistsInClusterError
+from oncelog.protocol.errors import ErrorCode
+from oncelog.storage import InvalidConfigError, InvalidTopicError, LogConfig, validate_topic_name
+
+from .cluster_node import ClusterNode
+from .config import BrokerConfig
+
+__all__ = ["NewTopic", "create_topic", "auto_create_spec"]
+
+log = logging.getLogger("oncelog.broker.topics")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+_INTERNAL_SEGMENT_BYTES = str(100 * 1024 * 1024)
+_WARN_EVERY_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    """A topic as created (or as it would be, for ``validate_only``)."""
+
+    name: str
+    topic_id: uuid.UUID
+    num_partitions: int
+    replication_factor: int
+    configs: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Spec:
+    num_partitions: int
+    replication_factor: int
+    configs: Mapping[str, str]
+
+
+def auto_create_spec(name: str, config: BrokerConfig) -> _Spec:
+    """What an auto-created topic gets (Kafka's ``AutoTopicCreationManager.creatableTopic``)."""
+    if name == OFFSETS_TOPIC:
+        return _Spec(config.offsets_topic_num_partitions, config.offsets_topic_replication_factor,
+                     MappingProxyType({"cleanup.policy": "compact", "segment.bytes": _INTERNAL_SEGMENT_BYTES}))
+    if name == TRANSACTION_STATE_TOPIC:
+        return _Spec(config.transaction_state_log_num_partitions, config.transaction_state_log_replication_factor,
+                     MappingProxyType({"cleanup.policy": "compact", "segment.bytes": _INTERNAL_SEGMENT_BYTES,
+                                       "min.insync.replicas": str(config.transaction_state_log_min_isr)}))
+    return _Spec(config.num_partitions, config.default_replication_factor, MappingProxyType({}))
+
+
+def _kafka_message(error: ApiError, replication_factor: int) -> ApiError:
+    """Kafka's wording: ``ReplicationControlManager.createTopic`` prefixes the placer's message."""
+    if error.code is ErrorCode.INVALID_REPLICATION_FACTOR and error.message and error.message.startswith("The target"):
+        return ApiError(error.code, f"Unable to replicate the partition {replication_factor} time(s): "
+                                    f"{error.message}")
+    return error
+
+
+async def create_topic(node: ClusterNode, name: str, num_partitions: int, replication_factor: int,
+                       assignments: Sequence[tuple[int, Sequence[int]]], configs: Mapping[str, str | None],
+                       defaults: LogConfig, *, validate_only: bool = False,
+                       rng: random.Random | None = None) -> NewTopic | ApiError:
+    """Create a topic cluster-wide (or only check that it could be, ``validate_only``).
+
+    ``num_partitions`` / ``replication_factor`` of -1 mean the broker's defaults; ``assignments`` are manual
+    (partition, replicas) pairs. Returns once the view shows the topic."""
+    try:
+        validate_topic_name(name)
+    except InvalidTopicError as e:
+        return ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, str(e))
+    try:
+        overrides = LogConfig.validate_overrides(configs)
+        LogConfig.from_kafka(overrides, defaults)
+    except InvalidConfigError as e:
+        return ApiError(ErrorCode.INVALID_CONFIG, str(e))
+    view = node.view
+    if name in view.topics:
+        return ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+    cfg = node.config
+    states = new_topic_partitions(view, num_partitions, replication_factor, assignments, rng=rng or random.Random(),
+                                  default_num_partitions=cfg.num_partitions,
+                                  default_replication_factor=cfg.default_replication_factor)
+    if isinstance(states, ApiError):
+        rf = cfg.default_replication_factor if replication_factor == -1 else replication_factor
+        return _kafka_message(states, rf)
+    meta = TopicMeta(name, uuid.uuid4(), len(states), MappingProxyType(dict(overrides)))
+    result = NewTopic(name, meta.topic_id, len(states), len(states[0].replicas), meta.configs)
+    if validate_only:
+        return result
+    try:
+        await node.store.create_topic(meta, states)
+    except TopicExistsInClusterError:
+        return ApiError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+    except MetadataUnavailableError as e:
+        return ApiError(ErrorCode.REQUEST_TIMED_OUT, f"the cluster metadata (etcd) did not take the topic: {e}; "
+                                                     f"retry")
+    leaders: dict[int, int] = {}
+    for s in states:
+        leaders[s.leader] = leaders.get(s.leader, 0) + 1
+    log.info("created topic %s (id %s): %d partition(s), replication factor %d, leaders per broker %s", name,
+             meta.topic_id, len(states), result.replication_factor, dict(sorted(leaders.items())))
+    return result
+
+
+class AutoCreator:
+    """Metadata's auto-creation on one broker: creates through :func:`create_topic`, and says once per
+    ``_WARN_EVERY_S`` per topic why a topic could not be created."""
+
+    def __init__(self, node: ClusterNode) -> None:
+        self.node = node
+        self._warned: dict[str, float] = {}
+
+    async def create(self, name: str, defaults: LogConfig) -> ApiError | None:
+        """None once the view has the topic (created here or by a concurrent request), else the error."""
+        spec = auto_create_spec(name, self.node.config)
+        got = await create_topic(self.node, name, spec.num_partitions, spec.replication_factor, (), spec.configs,
+                                 defaults)
+        if isinstance(got, NewTopic):
+            return None
+        if got.code is ErrorCode.TOPIC_ALREADY_EXISTS:
+            if name in self.node.view.topics:
+                return None
+            return ApiError(ErrorCode.LEADER_NOT_AVAILABLE, f"topic {name} is being created; retry")
+        now = time.monotonic()
+        if now - self._warned.get(name, -_WARN_EVERY_S) >= _WARN_EVERY_S:
+            self._warned[name] = now
+            log.warning("cannot auto-create topic %s: %s", name, got)
+        return got

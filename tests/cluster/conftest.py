@@ -1,0 +1,79 @@
+"""A real cluster for the cluster tests: etcd and three broker processes on 127.0.0.1.
+
+``cluster``: the session's shared cluster (tests use their own topic names); a test that stops, kills or pauses one
+of its brokers gets it back running and registered when it returns. Tests whose faults would disturb the others
+(etcd stopped, a broker wiped, timing measured) build their own with ``make_cluster``. Without etcd on PATH the
+tests are skipped, except in CI (which installs Debian's etcd-server).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from oncelog.testing.cluster import ClusterProcess
+from oncelog.testing.etcd_process import EtcdUnavailable, find_etcd
+
+
+def etcd_or_skip() -> None:
+    try:
+        find_etcd()
+    except EtcdUnavailable as e:
+        if os.environ.get("CI"):
+            pytest.fail(f"{e} (CI must have etcd: .ci/run installs etcd-server)")
+        pytest.skip(str(e))
+
+
+def _stop(cluster: ClusterProcess) -> None:
+    codes = cluster.stop()
+    bad = {n: rc for n, rc in codes.items() if rc != 0}
+    assert not bad, "broker(s) did not stop cleanly: " + "".join(
+        f"\n--- broker {n} (exit {rc}) ---\n{cluster.log_tail(n)}" for n, rc in bad.items())
+
+
+@pytest.fixture(scope="session")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterProcess]:
+    etcd_or_skip()
+    cluster = ClusterProcess(tmp_path_factory.mktemp("cluster"), 3, cluster_name=f"shared-{uuid.uuid4().hex[:6]}",
+                             settings={"default.replication.factor": 3})
+    cluster.start()
+    yield cluster
+    _stop(cluster)
+
+
+@pytest.fixture
+def cluster(shared_cluster: ClusterProcess) -> Iterator[ClusterProcess]:
+    """The shared cluster, every broker running and registered again after the test."""
+    yield shared_cluster
+    for node, b in shared_cluster.brokers.items():
+        if b.paused:
+            b.resume()
+        if not b.alive():
+            shared_cluster.start_broker(node)
+    shared_cluster.wait_for(lambda v: set(shared_cluster.brokers) <= set(v.brokers)
+                            and not any(i.shutting_down for i in v.brokers.values()),
+                            60, "the shared cluster restored")
+
+
+@pytest.fixture
+def make_cluster(tmp_path: Path) -> Iterator[Callable[..., ClusterProcess]]:
+    """Start a cluster of the test's own (``make_cluster(size=3, settings=..., start=True)``); stopped after it."""
+    made: list[ClusterProcess] = []
+
+    def make(size: int = 3, start: bool = True, **kw: Any) -> ClusterProcess:
+        etcd_or_skip()
+        c = ClusterProcess(tmp_path / f"cluster-{len(made)}", size, **kw)
+        made.append(c)
+        return c.start() if start else c
+
+    yield make
+    for c in made:
+        for b in c.brokers.values():
+            if b.paused:
+                b.resume()
+        c.stop()
