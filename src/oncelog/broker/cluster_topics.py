@@ -14,6 +14,7 @@ path with ``num.partitions`` and ``default.replication.factor``; the internal to
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
@@ -40,6 +41,7 @@ OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 _INTERNAL_SEGMENT_BYTES = str(100 * 1024 * 1024)
 _WARN_EVERY_S = 10.0
+_SEEN_TIMEOUT_S = 2.0  # how long auto-creation waits to see a topic another broker created at the same time
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,8 +143,8 @@ class AutoCreator:
                                  defaults)
         if isinstance(got, NewTopic):
             return None
-        if got.code is ErrorCode.TOPIC_ALREADY_EXISTS:
-            if name in self.node.view.topics:
+        if got.code is ErrorCode.TOPIC_ALREADY_EXISTS:  # created meanwhile through another broker
+            if await self._seen(name):
                 return None
             return ApiError(ErrorCode.LEADER_NOT_AVAILABLE, f"topic {name} is being created; retry")
         now = time.monotonic()
@@ -150,3 +152,16 @@ class AutoCreator:
             self._warned[name] = now
             log.warning("cannot auto-create topic %s: %s", name, got)
         return got
+
+    async def _seen(self, name: str) -> bool:
+        """Wait (bounded) until this broker's view shows a topic another writer created."""
+        store = self.node.store
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _SEEN_TIMEOUT_S
+        view = store.view
+        while name not in view.topics:
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            view = await store.wait_for_change(view.revision, timeout=left)
+        return True

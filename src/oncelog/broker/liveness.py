@@ -27,8 +27,9 @@ __all__ = ["Liveness", "RevokesRegistrations"]
 
 log = logging.getLogger("oncelog.broker.liveness")
 
-RETRY_S = 0.5  # between attempts to (re)connect to a listener that did not answer or refused before we ever connected
-SHORT_LIVED_S = 1.0  # a connection closed sooner than this is reopened only after RETRY_S (no busy loop)
+RETRY_S = 0.5  # longest pause between two attempts to connect
+FIRST_PAUSE_S = 0.02  # first pause (a dying process's listener may accept, and reset, one more connection)
+SHORT_LIVED_S = 1.0  # a connection closed sooner than this is reopened after a pause
 CONNECT_TIMEOUT_S = 2.0
 
 
@@ -89,6 +90,7 @@ class Liveness:
     async def _watch(self, node: int, target: _Target) -> None:
         loop = asyncio.get_running_loop()
         connected_once = False
+        pause = FIRST_PAUSE_S  # doubles up to RETRY_S while connections fail or close at once
         while True:
             try:
                 reader, writer = await asyncio.wait_for(asyncio.open_connection(target.host, target.port),
@@ -97,10 +99,12 @@ class Liveness:
                 if connected_once:
                     await self._gone(node, target)
                     return
-                await asyncio.sleep(RETRY_S)
+                await asyncio.sleep(pause)  # registered before listening: not yet, or never reachable from here
+                pause = min(pause * 2, RETRY_S)
                 continue
             except (OSError, asyncio.TimeoutError):
-                await asyncio.sleep(RETRY_S)  # unreachable or slow: proves nothing
+                await asyncio.sleep(pause)  # unreachable or slow: proves nothing
+                pause = min(pause * 2, RETRY_S)
                 continue
             connected_once = True
             opened = loop.time()
@@ -112,7 +116,10 @@ class Liveness:
             finally:
                 writer.close()
             if loop.time() - opened < SHORT_LIVED_S:
-                await asyncio.sleep(RETRY_S)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, RETRY_S)
+            else:
+                pause = FIRST_PAUSE_S
 
     async def _gone(self, node: int, target: _Target) -> None:
         log.warning("node %d at %s:%d closed its connection and refuses new ones: the process is gone; revoking "

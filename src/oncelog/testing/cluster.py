@@ -160,10 +160,14 @@ class ClusterProcess:
         return self.brokers[node].log_tail(n)
 
     # ----------------------------------------------------------------------------------------- the view
-    def view(self, timeout: float = 5.0) -> ClusterView:
-        """The cluster's metadata as etcd holds it now (one linearizable read of the cluster's keys)."""
+    def view(self, revision: int = 0, timeout: float = 5.0) -> ClusterView:
+        """The cluster's metadata as etcd holds it now (one linearizable read of the cluster's keys), or as it was
+        at an earlier ``revision`` (etcd keeps the history until it is compacted)."""
         prefix = self.keys.prefix
-        body = json.dumps({"key": _b64(prefix), "range_end": _b64(prefix_end(prefix))}).encode()
+        query = {"key": _b64(prefix), "range_end": _b64(prefix_end(prefix))}
+        if revision:
+            query["revision"] = str(revision)
+        body = json.dumps(query).encode()
         req = urllib.request.Request(f"http://{self.etcd.endpoint}/v3/kv/range", data=body,
                                      headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -172,7 +176,7 @@ class ClusterProcess:
                   int(kv.get("create_revision", 0)), int(kv.get("mod_revision", 0)), int(kv.get("version", 0)),
                   int(kv.get("lease", 0))) for kv in got.get("kvs", [])]
         state = ViewState(self.keys)
-        return state.load(kvs, int(got["header"]["revision"])).view
+        return state.load(kvs, revision or int(got["header"]["revision"])).view
 
     def wait_for(self, cond: Callable[[ClusterView], bool], timeout: float = 30.0,
                  what: str = "the condition") -> ClusterView:

@@ -1,0 +1,103 @@
+"""Failover in a real cluster: the controller moves when its broker dies (at once when the process is gone, at the
+lease expiry when it is only paused), and a dead broker's partitions get new leaders from their ISR (or go offline,
+answered as LEADER_NOT_AVAILABLE, when it was the last one)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from kafka.admin import KafkaAdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from oncelog.cluster.model import NO_LEADER, ClusterView
+from oncelog.protocol.errors import ErrorCode
+from oncelog.testing.cluster import ClusterProcess
+
+TIMEOUT = 30
+SESSION_S = 9.0  # broker.session.timeout.ms's default
+HEARTBEAT_S = 2.0
+
+
+def create(bootstrap: str, *topics: NewTopic) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.create_topics(list(topics), operation_timeout=TIMEOUT).values():
+        fut.result(TIMEOUT)
+
+
+def timed(cluster: ClusterProcess, cond: Callable[[ClusterView], bool], what: str,
+          timeout: float = 30.0) -> tuple[float, ClusterView]:
+    t0 = time.monotonic()
+    view = cluster.wait_for(cond, timeout, what)
+    return time.monotonic() - t0, view
+
+
+def test_controller_failover_kill_is_fast_pause_waits_for_the_lease(
+        make_cluster: Callable[..., ClusterProcess]) -> None:
+    cluster = make_cluster(3)
+    first = cluster.controller()
+    assert first is not None
+
+    cluster.kill(first)  # the process is gone: its listener refuses, the other brokers revoke its lease
+    fast, view = timed(cluster, lambda v: v.controller is not None and v.controller.node_id != first
+                       and first not in v.brokers, "a new controller after SIGKILL")
+    second = view.controller.node_id if view.controller else -1
+    assert fast < SESSION_S / 2, f"new controller {fast:.2f} s after SIGKILL: the dead broker was not detected"
+    assert "refuses new ones: the process is gone" in "".join(
+        cluster.log_tail(n, 300) for n in cluster.node_ids if n != first)
+
+    cluster.start_broker(first)
+    paused = cluster.view().brokers[second]
+    cluster.pause(second)  # a paused process keeps its listener: only its lease expiry removes it
+    slow, view = timed(cluster, lambda v: v.controller is not None and v.controller.node_id != second,
+                       "a new controller after SIGSTOP", SESSION_S + 20)
+    assert SESSION_S - HEARTBEAT_S - 1 <= slow <= SESSION_S + 6, f"new controller {slow:.2f} s after SIGSTOP"
+    assert second not in view.brokers
+    print(f"\ncontroller failover: {fast:.2f} s after SIGKILL (fast detection), {slow:.2f} s after SIGSTOP "
+          f"(lease expiry, broker.session.timeout.ms={SESSION_S * 1000:.0f})")
+
+    cluster.resume(second)  # the zombie finds its session lost, steps down and registers anew
+    cluster.wait_for(lambda v: second in v.brokers and v.brokers[second].epoch > paused.epoch, TIMEOUT,
+                     f"node {second} registered again")
+    log = cluster.log_tail(second, 300)
+    assert "session lost" in log and "registered again" in log
+    assert cluster.controller() != second
+
+
+def test_a_dead_brokers_partitions_get_new_leaders(cluster: ClusterProcess, topic_name: str) -> None:
+    view = cluster.view()
+    victim = next(n for n in sorted(view.brokers) if view.controller is None or n != view.controller.node_id)
+    alone = topic_name + "-rf1"
+    create(cluster.bootstrap, NewTopic(topic_name, 6, 3), NewTopic(alone, 1, replica_assignment=[[victim]]))
+    cluster.wait_for_topic(topic_name, 3)
+    assert any(s.leader == victim for _, s in cluster.view().topic_partitions(topic_name))
+
+    cluster.kill(victim)
+
+    def moved(v: ClusterView) -> bool:
+        return victim not in v.brokers and all(
+            s.leader in v.brokers and victim not in s.isr for _, s in v.topic_partitions(topic_name))
+
+    took, view = timed(cluster, moved, f"partitions led by node {victim} moved")
+    assert took < SESSION_S / 2, f"new leaders {took:.2f} s after SIGKILL"
+    offline = view.partition(alone, 0)
+    assert offline is not None and offline.leader == NO_LEADER and offline.isr == (victim,)
+    print(f"\nnew leaders for a SIGKILLed broker's partitions after {took:.2f} s")
+
+    kp = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        by_name = {t["name"]: t for t in kp.describe_topics([topic_name, alone])}
+    finally:
+        kp.close()
+    for p in by_name[topic_name]["partitions"]:
+        state = view.partition(topic_name, p["partition_index"])
+        assert p["error_code"] == 0 and p["leader_id"] == state.leader != victim
+        assert p["offline_replicas"] == [victim] and victim in p["replica_nodes"]
+        assert p["leader_epoch"] == state.leader_epoch
+    (p,) = by_name[alone]["partitions"]
+    assert p["error_code"] == ErrorCode.LEADER_NOT_AVAILABLE and p["leader_id"] == -1
+    assert p["replica_nodes"] == [victim] and p["isr_nodes"] == [victim] and p["offline_replicas"] == [victim]
+
+    cluster.start_broker(victim)  # the last ISR member is back: it leads its partition again
+    cluster.wait_for(lambda v: (s := v.partition(alone, 0)) is not None and s.leader == victim, TIMEOUT,
+                     f"node {victim} leading {alone} again")
