@@ -9,7 +9,7 @@ FULL    := $(VENV)/.installed
 # broker"); a plain `oncelog serve` keeps Kafka's default (off). More settings: make serve SERVE_ARGS='--set k=v'
 SERVE_ARGS ?=
 
-.PHONY: venv serve test test-fast bench demo gen lint docs clean
+.PHONY: venv serve cluster test test-fast bench demo gen lint docs clean
 
 # the broker and the CLI only (what `make serve` needs)
 $(BASE): pyproject.toml
@@ -32,6 +32,10 @@ venv: $(FULL)
 
 serve: $(BASE)
 	$(BIN)/oncelog serve --data-dir ./data --listen 127.0.0.1:9092 --set transaction.two.phase.commit.enable=true $(SERVE_ARGS)
+
+# etcd (Debian etcd-server, on PATH) and three brokers on 127.0.0.1:9092-9094, data in ./data/cluster; Ctrl-C stops all
+cluster: $(BASE)
+	$(BIN)/python -m oncelog.testing.cluster --data-dir ./data/cluster --ports 9092,9093,9094 --etcd-port 2379
 
 test: $(FULL)
 	$(BIN)/python -m pytest tests -p no:cacheprovider

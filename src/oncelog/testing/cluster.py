@@ -30,7 +30,7 @@ from oncelog.cluster._viewstate import ViewState
 from oncelog.cluster.model import ClusterView, Keys
 
 from .broker_process import BrokerProcess, free_port
-from .etcd_process import EtcdProcess
+from .etcd_process import EtcdProcess, EtcdUnavailable
 
 __all__ = ["ClusterProcess", "topic_ready"]
 
@@ -275,26 +275,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings.setdefault("default.replication.factor", min(3, len(ports)))
     base = args.data_dir
     base.mkdir(parents=True, exist_ok=True)
-    cluster = ClusterProcess(base, len(ports), ports=ports, etcd_port=args.etcd_port, settings=settings,
-                             new_session=True)
+    try:
+        cluster = ClusterProcess(base, len(ports), ports=ports, etcd_port=args.etcd_port, settings=settings,
+                                 new_session=True)
+    except EtcdUnavailable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     tail = _Tail([("etcd", cluster.etcd.log_path)]
                  + [(f"broker {n}", b.log_path) for n, b in cluster.brokers.items()])
     tail.start()
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    for sig in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C (again and again) only asks to stop: nothing is left behind
+        signal.signal(sig, lambda *_: stop.set())
     code = 0
     try:
         cluster.start()
-        print(f"\ncluster {cluster.cluster_name} up: {len(ports)} broker(s), bootstrap {cluster.bootstrap}, etcd "
-              f"at {cluster.etcd.endpoint}, data in {base.resolve()}; Ctrl-C stops it\n", flush=True)
-        stop.wait()
-    except KeyboardInterrupt:
-        pass
+        if not stop.is_set():
+            print(f"\ncluster {cluster.cluster_name} up: {len(ports)} broker(s), bootstrap {cluster.bootstrap}, "
+                  f"etcd at {cluster.etcd.endpoint}, data in {base.resolve()}; Ctrl-C stops it\n", flush=True)
+        while not stop.wait(0.5):
+            pass
     except Exception as e:  # one line, then the logs above say the rest
         print(f"error: the cluster did not start: {str(e).splitlines()[0]}", file=sys.stderr, flush=True)
         code = 1
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not leave processes behind
         print("\nstopping the brokers one by one (controlled shutdown), then etcd", flush=True)
         codes = cluster.stop()
         time.sleep(0.3)
