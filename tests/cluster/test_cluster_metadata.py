@@ -201,3 +201,37 @@ def test_find_coordinator_is_not_available_in_a_cluster_yet(cluster: ClusterProc
             await conn.close()
 
     assert asyncio.run(ask()) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+def test_create_partitions_and_delete_topics_are_cluster_wide(cluster: ClusterProcess, topic_name: str) -> None:
+    from confluent_kafka.admin import NewPartitions
+
+    admin = confluent(cluster.bootstrap)
+    assert create(admin, NewTopic(topic_name, 2, 3)) == {topic_name: None}
+    before = dict(cluster.view().topic_partitions(topic_name))
+
+    admin.create_partitions([NewPartitions(topic_name, 5)], operation_timeout=TIMEOUT)[topic_name].result(TIMEOUT)
+    view = cluster.view()
+    states = dict(view.topic_partitions(topic_name))
+    assert sorted(states) == [0, 1, 2, 3, 4] and all(states[i] == before[i] for i in before)
+    assert all(len(set(s.replicas)) == 3 and s.leader in view.brokers for s in states.values())
+
+    manual = NewPartitions(topic_name, 6, replica_assignment=[[2, 3, 1]])
+    admin.create_partitions([manual], operation_timeout=TIMEOUT)[topic_name].result(TIMEOUT)
+    assert cluster.view().partition(topic_name, 5).replicas == (2, 3, 1)
+    with pytest.raises(KafkaException) as e:
+        admin.create_partitions([NewPartitions(topic_name, 3)], operation_timeout=TIMEOUT)[topic_name].result(TIMEOUT)
+    assert e.value.args[0].code() == CKafkaError.INVALID_PARTITIONS
+
+    old_id = cluster.view().topics[topic_name].topic_id
+    admin.delete_topics([topic_name], operation_timeout=TIMEOUT)[topic_name].result(TIMEOUT)
+    view = cluster.view()
+    assert topic_name not in view.topics and not list(view.topic_partitions(topic_name))
+    md = confluent(cluster.brokers[3].bootstrap).list_topics(timeout=TIMEOUT)
+    assert topic_name not in md.topics
+    with pytest.raises(KafkaException) as e:
+        admin.delete_topics([topic_name], operation_timeout=TIMEOUT)[topic_name].result(TIMEOUT)
+    assert e.value.args[0].code() == CKafkaError.UNKNOWN_TOPIC_OR_PART
+
+    assert create(admin, NewTopic(topic_name, 1, 3)) == {topic_name: None}  # the name is free again: a new id
+    assert cluster.view().topics[topic_name].topic_id != old_id

@@ -1,4 +1,5 @@
-"""Topic creation in a cluster: CreateTopics and Metadata's auto-creation, written to etcd, answered from the view.
+"""Topics in a cluster: CreateTopics and Metadata's auto-creation, CreatePartitions and DeleteTopics, written to
+etcd and answered once this broker's view shows them.
 
 Kafka's ``ControllerApis.createTopics`` -> ``ReplicationControlManager.createTopic`` on the KRaft controller; here
 any broker decides and writes: replica placement is a pure decision over the view
@@ -10,6 +11,10 @@ request that follows sees it. The replicas then create their logs from the view 
 Auto-creation (Metadata with ``allow_auto_topic_creation``, Kafka's ``AutoTopicCreationManager``) takes the same
 path with ``num.partitions`` and ``default.replication.factor``; the internal topics get their own settings
 (``offsets.topic.replication.factor``, ``transaction.state.log.replication.factor`` ...).
+
+CreatePartitions places the new partitions like CreateTopics (the replication factor of partition 0), a
+compare-and-swap on the topic's partition count. DeleteTopics removes the topic from the view at once, as KRaft
+does; every replica deletes its log when it sees that (or, if it was down, as a stray when it starts).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from types import MappingProxyType
 
 from oncelog.cluster.api_error import ApiError
 from oncelog.cluster.model import TopicMeta
-from oncelog.cluster.placement import new_topic_partitions
+from oncelog.cluster.placement import new_partitions, new_topic_partitions
 from oncelog.cluster.store import MetadataUnavailableError, TopicExistsInClusterError
 from oncelog.protocol.errors import ErrorCode
 from oncelog.storage import InvalidConfigError, InvalidTopicError, LogConfig, validate_topic_name
@@ -33,7 +38,7 @@ from oncelog.storage import InvalidConfigError, InvalidTopicError, LogConfig, va
 from .cluster_node import ClusterNode
 from .config import BrokerConfig
 
-__all__ = ["NewTopic", "create_topic", "auto_create_spec"]
+__all__ = ["AutoCreator", "NewTopic", "auto_create_spec", "create_partitions", "create_topic", "delete_topic"]
 
 log = logging.getLogger("oncelog.broker.topics")
 
@@ -41,7 +46,8 @@ OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 _INTERNAL_SEGMENT_BYTES = str(100 * 1024 * 1024)
 _WARN_EVERY_S = 10.0
-_SEEN_TIMEOUT_S = 2.0  # how long auto-creation waits to see a topic another broker created at the same time
+_SEEN_TIMEOUT_S = 2.0
+_CAS_ATTEMPTS = 5  # how long auto-creation waits to see a topic another broker created at the same time
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +132,48 @@ async def create_topic(node: ClusterNode, name: str, num_partitions: int, replic
     log.info("created topic %s (id %s): %d partition(s), replication factor %d, leaders per broker %s", name,
              meta.topic_id, len(states), result.replication_factor, dict(sorted(leaders.items())))
     return result
+
+
+async def create_partitions(node: ClusterNode, name: str, count: int, assignments: Sequence[Sequence[int]] | None,
+                            *, validate_only: bool = False, rng: random.Random | None = None) -> ApiError | None:
+    """Grow ``name`` to ``count`` partitions (Kafka's ``ReplicationControlManager.createPartitions``); None once the
+    view shows them (or, ``validate_only``, once they could be created)."""
+    rng = rng or random.Random()
+    for _ in range(_CAS_ATTEMPTS):
+        view = node.view
+        states = new_partitions(view, name, count, assignments, rng=rng)
+        if isinstance(states, ApiError):
+            first = view.partition(name, 0)
+            return _kafka_message(states, len(first.replicas) if first is not None else 0)
+        if validate_only:
+            return None
+        current = view.topics[name].num_partitions
+        try:
+            if await node.store.add_partitions(name, current, states):
+                log.info("topic %s grown from %d to %d partition(s)", name, current, count)
+                return None
+        except MetadataUnavailableError as e:
+            return ApiError(ErrorCode.REQUEST_TIMED_OUT, f"the cluster metadata (etcd) did not take the partitions: "
+                                                         f"{e}; retry")
+        await node.store.wait_for_change(view.revision, timeout=1.0)  # the topic changed meanwhile: decide again
+    return ApiError(ErrorCode.REQUEST_TIMED_OUT, f"topic {name} kept changing while its partitions were added; retry")
+
+
+async def delete_topic(node: ClusterNode, name: str) -> ApiError | None:
+    """Remove a topic from the cluster; None once the view no longer has it."""
+    if not node.config.delete_topic_enable:
+        return ApiError(ErrorCode.TOPIC_DELETION_DISABLED, "delete.topic.enable is false on this broker")
+    if name in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC):
+        return ApiError(ErrorCode.INVALID_REQUEST, f"{name} is an internal topic and cannot be deleted")
+    try:
+        if not await node.store.mark_topic_deleting(name):
+            return ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+        await node.store.remove_topic(name)
+    except MetadataUnavailableError as e:
+        return ApiError(ErrorCode.REQUEST_TIMED_OUT, f"the cluster metadata (etcd) did not take the deletion: {e}; "
+                                                     f"retry")
+    log.info("deleted topic %s", name)
+    return None
 
 
 class AutoCreator:

@@ -1,7 +1,8 @@
-"""CreatePartitions (37): grow a topic's partition count."""
+"""CreatePartitions (37): grow a topic's partition count (in a cluster: placed over the live brokers, in etcd)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from oncelog.protocol.errors import ErrorCode
@@ -14,6 +15,7 @@ from oncelog.protocol.messages.create_partitions_response import (
 from ._common import error_for
 
 if TYPE_CHECKING:
+    from oncelog.broker.cluster_node import ClusterNode
     from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
 
@@ -23,7 +25,9 @@ MAX_VERSION = 3
 
 
 def handle(broker: "BrokerContext", ctx: "RequestContext",
-           request: CreatePartitionsRequest) -> CreatePartitionsResponse:
+           request: CreatePartitionsRequest) -> CreatePartitionsResponse | Awaitable[CreatePartitionsResponse]:
+    if broker.cluster is not None:
+        return _grow_in_cluster(broker.cluster, request)
     results = []
     for t in request.topics:
         out = CreatePartitionsTopicResult(name=t.name, error_code=0, error_message=None)
@@ -41,4 +45,18 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
                 broker.topics.add_partitions(t.name, t.count)
             except Exception as e:
                 out.error_code, out.error_message = error_for(e)
+    return CreatePartitionsResponse(throttle_time_ms=0, results=results)
+
+
+async def _grow_in_cluster(node: "ClusterNode", request: CreatePartitionsRequest) -> CreatePartitionsResponse:
+    from oncelog.broker.cluster_topics import create_partitions
+
+    results = []
+    for t in request.topics:
+        out = CreatePartitionsTopicResult(name=t.name, error_code=0, error_message=None)
+        results.append(out)
+        assignments = None if t.assignments is None or not t.assignments else [a.broker_ids for a in t.assignments]
+        error = await create_partitions(node, t.name, t.count, assignments, validate_only=request.validate_only)
+        if error is not None:
+            out.error_code, out.error_message = error.code, error.message
     return CreatePartitionsResponse(throttle_time_ms=0, results=results)

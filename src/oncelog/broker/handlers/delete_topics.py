@@ -1,8 +1,9 @@
-"""DeleteTopics (20): by name (all versions) or by topic id (v6+)."""
+"""DeleteTopics (20): by name (all versions) or by topic id (v6+); in a cluster, removed from etcd."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from oncelog.protocol.errors import ErrorCode
@@ -12,6 +13,7 @@ from oncelog.protocol.messages.delete_topics_response import DeletableTopicResul
 from ..topics import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
+    from oncelog.broker.cluster_node import ClusterNode
     from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
 
@@ -23,12 +25,14 @@ ZERO_UUID = uuid.UUID(int=0)
 
 
 def handle(broker: "BrokerContext", ctx: "RequestContext",
-           request: DeleteTopicsRequest) -> DeleteTopicsResponse:
+           request: DeleteTopicsRequest) -> DeleteTopicsResponse | Awaitable[DeleteTopicsResponse]:
     wanted: list[tuple[str | None, uuid.UUID]] = []
     if ctx.api_version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
         wanted = [(name, ZERO_UUID) for name in request.topic_names]
+    if broker.cluster is not None:
+        return _delete_in_cluster(broker.cluster, wanted)
     results = []
     for name, topic_id in wanted:
         view = broker.topics.get(name) if name is not None else broker.topics.by_id(topic_id)
@@ -47,4 +51,25 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
             out.error_message = f"{view.name} is an internal topic and cannot be deleted"
         else:
             broker.topics.delete(view.name)
+    return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
+
+
+async def _delete_in_cluster(node: "ClusterNode", wanted: list[tuple[str | None, uuid.UUID]]) -> DeleteTopicsResponse:
+    from oncelog.broker.cluster_topics import delete_topic
+
+    results = []
+    for name, topic_id in wanted:
+        out = DeletableTopicResult(name=name, topic_id=topic_id, error_code=0, error_message=None)
+        results.append(out)
+        view = node.view
+        meta = view.topics.get(name) if name is not None else next(
+            (m for m in view.topics.values() if m.topic_id == topic_id and topic_id != ZERO_UUID), None)
+        if meta is None or meta.deleting:
+            out.error_code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            out.error_message = f"Topic '{name or topic_id}' does not exist."
+            continue
+        out.name, out.topic_id = meta.name, meta.topic_id
+        error = await delete_topic(node, meta.name)
+        if error is not None:
+            out.error_code, out.error_message = error.code, error.message
     return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
