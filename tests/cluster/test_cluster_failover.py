@@ -101,3 +101,35 @@ def test_a_dead_brokers_partitions_get_new_leaders(cluster: ClusterProcess, topi
     cluster.start_broker(victim)  # the last ISR member is back: it leads its partition again
     cluster.wait_for(lambda v: (s := v.partition(alone, 0)) is not None and s.leader == victim, TIMEOUT,
                      f"node {victim} leading {alone} again")
+
+
+def test_brokers_ride_out_an_etcd_outage(make_cluster: Callable[..., ClusterProcess], topic_name: str) -> None:
+    """etcd killed (shorter than a session) and paused (longer): the brokers keep answering from the last view
+    meanwhile, and afterwards all are registered, a controller is elected and topics can be created again."""
+    cluster = make_cluster(3, settings={"broker.session.timeout.ms": 4000, "broker.heartbeat.interval.ms": 1000})
+    epochs = {n: b.epoch for n, b in cluster.view().brokers.items()}
+
+    def healthy(v: ClusterView) -> bool:
+        return set(v.brokers) == {1, 2, 3} and v.controller is not None
+
+    def metadata_brokers(node: int) -> list[int]:
+        md = AdminClient({"bootstrap.servers": cluster.brokers[node].bootstrap}).list_topics(timeout=10)
+        return sorted(md.brokers)
+
+    cluster.etcd.kill()
+    time.sleep(1.5)
+    assert [metadata_brokers(n) for n in (1, 2, 3)] == [[1, 2, 3]] * 3  # the last view, served meanwhile
+    cluster.etcd.start()
+    cluster.wait_for(healthy, TIMEOUT, "the cluster after etcd restarted")
+    assert {n: b.epoch for n, b in cluster.view().brokers.items()} == epochs  # the leases survived the restart
+    create(cluster.bootstrap, NewTopic(topic_name, 3, 3))
+    cluster.wait_for_topic(topic_name, 3)
+
+    cluster.etcd.pause()
+    time.sleep(6.0)  # past every broker's session: each stops leading until etcd confirms it again
+    assert metadata_brokers(2) == [1, 2, 3]
+    cluster.etcd.resume()
+    cluster.wait_for(healthy, TIMEOUT, "the cluster after etcd was paused past the sessions")
+    assert all("session lost" in cluster.log_tail(n, 400) for n in (1, 2, 3))
+    create(cluster.bootstrap, NewTopic(topic_name + "-after", 3, 3))
+    cluster.wait_for_topic(topic_name + "-after", 3)
