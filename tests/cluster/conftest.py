@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from oncelog.testing.broker_process import free_port
 from oncelog.testing.cluster import ClusterProcess
 from oncelog.testing.etcd_process import EtcdUnavailable, find_etcd
 
@@ -40,7 +41,8 @@ def _stop(cluster: ClusterProcess) -> None:
 def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterProcess]:
     etcd_or_skip()
     cluster = ClusterProcess(tmp_path_factory.mktemp("cluster"), 3, cluster_name=f"shared-{uuid.uuid4().hex[:6]}",
-                             settings={"default.replication.factor": 3})
+                             settings={"default.replication.factor": 3},
+                             broker_settings={n: {"metrics.listen": f"127.0.0.1:{free_port()}"} for n in (1, 2, 3)})
     cluster.start()
     yield cluster
     _stop(cluster)
@@ -77,3 +79,18 @@ def make_cluster(tmp_path: Path) -> Iterator[Callable[..., ClusterProcess]]:
             if b.paused:
                 b.resume()
         c.stop()
+
+
+def scrape(cluster: ClusterProcess, node: int) -> dict[str, float]:
+    """The unlabelled samples of a broker's /metrics (the shared cluster's brokers export them)."""
+    import urllib.request
+
+    url = f"http://{cluster.brokers[node].settings['metrics.listen']}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            name, _, value = line.partition(" ")
+            out[name] = float(value)
+    return out

@@ -14,6 +14,8 @@ from oncelog.cluster.model import NO_LEADER, ClusterView
 from oncelog.protocol.errors import ErrorCode
 from oncelog.testing.cluster import ClusterProcess
 
+from conftest import scrape
+
 TIMEOUT = 30
 SESSION_S = 9.0  # broker.session.timeout.ms's default
 HEARTBEAT_S = 2.0
@@ -97,6 +99,15 @@ def test_a_dead_brokers_partitions_get_new_leaders(cluster: ClusterProcess, topi
     (p,) = by_name[alone]["partitions"]
     assert p["error_code"] == ErrorCode.LEADER_NOT_AVAILABLE and p["leader_id"] == -1
     assert p["replica_nodes"] == [victim] and p["isr_nodes"] == [victim] and p["offline_replicas"] == [victim]
+
+    controller = view.controller.node_id if view.controller else -1
+    metrics = {n: scrape(cluster, n) for n in view.brokers}
+    assert sum(m["oncelog_cluster_active_controller"] for m in metrics.values()) == 1
+    assert metrics[controller]["oncelog_cluster_active_controller"] == 1
+    assert all(m["oncelog_cluster_brokers"] == 2 for m in metrics.values())
+    assert metrics[controller]["oncelog_cluster_offline_partitions"] >= 1  # the RF=1 partition (and older tests')
+    assert metrics[controller]["oncelog_cluster_under_replicated_partitions"] >= 6
+    assert metrics[controller]["oncelog_cluster_dead_brokers_revoked_total"] >= 1
 
     cluster.start_broker(victim)  # the last ISR member is back: it leads its partition again
     cluster.wait_for(lambda v: (s := v.partition(alone, 0)) is not None and s.leader == victim, TIMEOUT,

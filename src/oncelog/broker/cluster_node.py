@@ -26,18 +26,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from oncelog.cluster.changes import ViewChange, ViewSubscription, diff
 from oncelog.cluster.controller import ControllerConfig, leads_nothing
 from oncelog.cluster.controller_driver import ControllerDriver
 from oncelog.cluster.metadata import EtcdMetadata, EtcdUnreachableError, Session
-from oncelog.cluster.model import BrokerInfo, ClusterView
+from oncelog.cluster.model import NO_LEADER, BrokerInfo, ClusterView
 from oncelog.cluster.store import DuplicateBrokerError, MetadataUnavailableError
 
 from .config import BrokerConfig
 from .liveness import Liveness
+from .metrics import BrokerMetrics
 
 __all__ = ["ClusterNode", "ClusterStartError", "ReplicaManagerLike", "ViewOnlyReplicaManager"]
 
@@ -136,6 +140,8 @@ class ClusterNode:
         self._tasks: list[asyncio.Task[None]] = []
         self._liveness = Liveness(config.node_id, store, self._is_controller)
         self._leaving = False
+        self.elections = 0  # times this broker became the active controller
+        self.sessions_lost = 0
 
     # ------------------------------------------------------------------------------------------- start-up
     @classmethod
@@ -199,6 +205,15 @@ class ClusterNode:
         self._tasks.append(asyncio.get_running_loop().create_task(self._controller_loop(), name="controller"))
         self._liveness.update(self.view)
 
+    def watch(self, metrics: BrokerMetrics) -> None:
+        """Export this broker's view of the cluster in its metrics."""
+        metrics.registry.register(_ClusterCollector(self))
+
+    @property
+    def revoked(self) -> int:
+        """Registrations of dead brokers this broker revoked (fast detection)."""
+        return len(self._liveness.revoked)
+
     # ------------------------------------------------------------------------------------------- the view
     def _deliver(self, change: ViewChange) -> None:
         assert self._replicas is not None
@@ -229,6 +244,7 @@ class ClusterNode:
         if self._session_ok.is_set():
             self._session_ok.clear()
             self._session_lost.set()
+            self.sessions_lost += 1
             log.error("node %d: session lost (%s): leading nothing and no controller work until etcd confirms "
                       "this broker again", self.node_id, session.reason)
             if self._replicas is not None:
@@ -248,6 +264,7 @@ class ClusterNode:
                 return
             driver = ControllerDriver(self.store, elected.epoch, controller_config(self.config))
             self.driver = driver
+            self.elections += 1
             self._liveness.update(self.view)
             run = asyncio.ensure_future(driver.run())
             lost = asyncio.ensure_future(self._session_lost.wait())
@@ -325,3 +342,42 @@ class ClusterNode:
     async def abandon(self) -> None:
         """After a failed start: disconnect (deregistering if registered) without a controlled shutdown."""
         await self.leave(controlled=False)
+
+
+class _ClusterCollector(Collector):
+    """Kafka's ``KafkaController`` / ``BrokerLifecycleManager`` metrics, as this broker sees the cluster. The partition
+    counts are reported by the active controller only (as Kafka's ``OfflinePartitionsCount``), so a sum over the
+    brokers counts each partition once."""
+
+    def __init__(self, node: ClusterNode) -> None:
+        self.node = node
+
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        node, view = self.node, self.node.view
+        active = node.is_controller()
+        yield GaugeMetricFamily("oncelog_cluster_brokers", "Live brokers in this broker's view of the cluster",
+                                value=len(view.brokers))
+        yield GaugeMetricFamily("oncelog_cluster_active_controller", "1 on the broker that is the active controller",
+                                value=1 if active else 0)
+        yield GaugeMetricFamily("oncelog_cluster_session_alive", "1 while this broker's registration lease is "
+                                "known to be alive", value=1 if node.store.session.alive else 0)
+        yield GaugeMetricFamily("oncelog_cluster_view_stale", "1 while the view may be behind etcd (etcd "
+                                "unreachable)", value=1 if node.store.stale else 0)
+        yield CounterMetricFamily("oncelog_cluster_controller_elections", "Times this broker became the active "
+                                  "controller", value=node.elections)
+        yield CounterMetricFamily("oncelog_cluster_sessions_lost", "Times this broker's session was lost (lease not "
+                                  "refreshed in time)", value=node.sessions_lost)
+        yield CounterMetricFamily("oncelog_cluster_dead_brokers_revoked", "Registrations of dead brokers this "
+                                  "broker revoked before their lease expired", value=node.revoked)
+        offline = under = 0
+        if active:
+            for vp in view.partitions.values():
+                state = vp.state
+                if state.leader == NO_LEADER or state.leader not in view.brokers:
+                    offline += 1
+                elif len(state.isr) < len(state.replicas):
+                    under += 1
+        yield GaugeMetricFamily("oncelog_cluster_offline_partitions", "Partitions without a live leader (reported "
+                                "by the active controller)", value=offline)
+        yield GaugeMetricFamily("oncelog_cluster_under_replicated_partitions", "Partitions whose ISR is smaller than "
+                                "their replicas (reported by the active controller)", value=under)

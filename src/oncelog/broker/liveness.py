@@ -96,8 +96,8 @@ class Liveness:
                 reader, writer = await asyncio.wait_for(asyncio.open_connection(target.host, target.port),
                                                         CONNECT_TIMEOUT_S)
             except ConnectionRefusedError:
-                if connected_once:
-                    await self._gone(node, target)
+                if connected_once:  # shielded: the view that shows the revocation cancels this watch
+                    await asyncio.shield(self._gone(node, target))
                     return
                 await asyncio.sleep(pause)  # registered before listening: not yet, or never reachable from here
                 pause = min(pause * 2, RETRY_S)
