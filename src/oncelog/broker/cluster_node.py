@@ -260,6 +260,10 @@ class ClusterNode:
                 elected = await self.store.campaign()
             except MetadataUnavailableError:
                 return  # the store was closed
+            except Exception:
+                log.exception("campaigning for the controller role failed; trying again in 1 s")
+                await asyncio.sleep(1.0)
+                continue
             if self._leaving:
                 return
             driver = ControllerDriver(self.store, elected.epoch, controller_config(self.config))
