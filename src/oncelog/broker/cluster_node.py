@@ -132,13 +132,13 @@ class ClusterNode:
         self.config = config
         self.store = store
         self.node_id = config.node_id
-        self.registration: BrokerInfo | None = None  # as registered (its epoch is the broker epoch)
+        self.registration: BrokerInfo | None = None  # the live registration (its epoch is the broker epoch)
         self.driver: ControllerDriver | None = None  # while this broker is the active controller
         self._replicas: ReplicaManagerLike | None = None
         self._session_ok = asyncio.Event()
         self._session_lost = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._liveness = Liveness(config.node_id, store, self._is_controller)
+        self._liveness = Liveness(config.node_id, store, self.is_controller)
         self._leaving = False
         self.elections = 0  # times this broker became the active controller
         self.sessions_lost = 0
@@ -172,9 +172,6 @@ class ClusterNode:
 
     def is_controller(self) -> bool:
         return self.driver is not None and self.driver.is_active()
-
-    def _is_controller(self) -> bool:
-        return self.is_controller()
 
     async def join(self, replicas: ReplicaManagerLike, host: str, port: int) -> BrokerInfo:
         """Register (call once the listener's port is held: a registration of this node id with this host:port
@@ -233,6 +230,8 @@ class ClusterNode:
         if self._leaving:
             return  # deregistering
         if session.alive:
+            if session.broker is not None:
+                self.registration = session.broker
             if not self._session_ok.is_set():
                 log.warning("node %d: session back (%s, broker epoch %d): acting on the view again", self.node_id,
                             session.reason, session.broker.epoch if session.broker else -1)
