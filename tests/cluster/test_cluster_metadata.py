@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
@@ -235,3 +236,15 @@ def test_create_partitions_and_delete_topics_are_cluster_wide(cluster: ClusterPr
 
     assert create(admin, NewTopic(topic_name, 1, 3)) == {topic_name: None}  # the name is free again: a new id
     assert cluster.view().topics[topic_name].topic_id != old_id
+
+
+def test_replicas_span_the_racks(make_cluster: Callable[..., ClusterProcess], topic_name: str) -> None:
+    racks = {1: "rack-a", 2: "rack-a", 3: "rack-b", 4: "rack-b"}
+    cluster = make_cluster(4, broker_settings={n: {"broker.rack": r} for n, r in racks.items()})
+    admin = confluent(cluster.bootstrap)
+    desc = admin.describe_cluster(request_timeout=TIMEOUT).result(TIMEOUT)
+    assert {n.id: n.rack for n in desc.nodes} == racks
+    assert create(admin, NewTopic(topic_name, 8, 2)) == {topic_name: None}
+    states = dict(cluster.view().topic_partitions(topic_name))
+    assert all({racks[r] for r in s.replicas} == {"rack-a", "rack-b"} for s in states.values())
+    assert Counter(s.leader for s in states.values()) == {1: 2, 2: 2, 3: 2, 4: 2}
