@@ -155,3 +155,29 @@ def test_a_broker_watches_only_the_controller_and_follows_its_moves() -> None:
         await live.close()
 
     run(main)
+
+
+def test_a_dying_listener_that_takes_one_more_connection_is_still_noticed_at_once() -> None:
+    """SIGKILL closes a process's connections before its listener: one more connection may be accepted and reset
+    while the kernel tears the process down. That must not delay the verdict by a whole retry period."""
+
+    async def main() -> None:
+        store = Store()
+        peer = await Peer(free_port()).start()
+        live = Liveness(1, store, lambda: True)
+        live.update(view((1, free_port(), 3), (2, peer.port, 7)))
+        await peer.connected()
+        server = peer.server
+        assert server is not None
+        t0 = asyncio.get_running_loop().time()
+        for w in peer.writers:  # the connections go first ...
+            w.close()
+        seen = len(peer.writers)
+        await until(lambda: len(peer.writers) > seen, "one more connection accepted")
+        await peer.die()  # ... which is reset with the listener
+        await until(lambda: store.revoked == [(2, 7)], "revoked")
+        took = asyncio.get_running_loop().time() - t0
+        assert took < 0.3, f"revoked {took:.2f} s after the close"
+        await live.close()
+
+    run(main)
