@@ -8,7 +8,6 @@ tests are skipped, except in CI (which installs Debian's etcd-server).
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,16 +17,8 @@ import pytest
 
 from oncelog.testing.broker_process import free_port
 from oncelog.testing.cluster import ClusterProcess
-from oncelog.testing.etcd_process import EtcdUnavailable, find_etcd
 
-
-def etcd_or_skip() -> None:
-    try:
-        find_etcd()
-    except EtcdUnavailable as e:
-        if os.environ.get("CI"):
-            pytest.fail(f"{e} (CI must have etcd: .ci/run installs etcd-server)")
-        pytest.skip(str(e))
+from cluster_helpers import etcd_or_skip
 
 
 def _stop(cluster: ClusterProcess) -> None:
@@ -80,17 +71,3 @@ def make_cluster(tmp_path: Path) -> Iterator[Callable[..., ClusterProcess]]:
                 b.resume()
         c.stop()
 
-
-def scrape(cluster: ClusterProcess, node: int) -> dict[str, float]:
-    """The unlabelled samples of a broker's /metrics (the shared cluster's brokers export them)."""
-    import urllib.request
-
-    url = f"http://{cluster.brokers[node].settings['metrics.listen']}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        text = resp.read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#") and "{" not in line:
-            name, _, value = line.partition(" ")
-            out[name] = float(value)
-    return out

@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient
 
 from oncelog.testing.broker_process import free_port
 
-from conftest import etcd_or_skip
+from cluster_helpers import etcd_or_skip
 
 
 def test_make_cluster_runs_in_the_foreground_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
