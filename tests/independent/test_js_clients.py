@@ -1,0 +1,325 @@
+"""Independent JavaScript clients against oncelog: kafkajs, @platformatic/kafka and @confluentinc/kafka-javascript.
+
+None of them was written with oncelog in mind, and two of them (kafkajs, @platformatic/kafka) implement the Kafka
+protocol themselves, without librdkafka. Each check runs one client's driver (``js/<client>.js``, a small program
+using the client the way its documentation shows) against a real broker, and judges the outcome from what is
+read back independently: records through confluent-kafka (librdkafka, with ``read_committed`` where transactions
+are involved), group offsets through OffsetFetch, batch codecs from the log itself.
+
+The checks, for every client as far as it supports the feature:
+- codecs: produce/consume round trips with none, gzip, snappy, lz4 and zstd (keys, null keys and values, headers);
+- idempotence: an idempotent producer keeps sending while the broker is SIGKILLed and restarted; every record
+  lands exactly once, in order;
+- transactions: committed and aborted transactions; read_committed readers see exactly the committed records;
+- exactly-once copy: two transactional copiers (consume-transform-produce with sendOffsets) in one group, one of
+  them SIGKILLed inside an open transaction and restarted with its transactional id; every input record is in
+  the read_committed output exactly once;
+- groups: a member joins (rebalance), a member leaves (the other takes its partitions), a new member resumes
+  from the committed offsets;
+- error paths: an unknown topic with auto-creation off, a record above the topic's max.message.bytes, a topic
+  with an invalid config, an invalid client config: each gives the client's documented error, and the broker
+  serves the next request as before.
+
+Not covered: zstd with @platformatic/kafka, whose zstd is Node's zlib, which has it only from Node 22.15 (the
+check runs where Node has it; Node 20 is what this project's machines have).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from oncelog.protocol.records import Compression, parse_batch_header
+from oncelog.testing.broker_process import BrokerProcess
+
+from _independent import (
+    Driver,
+    Rec,
+    committed,
+    create_topic,
+    end_offsets,
+    read_topic,
+    rec,
+    run_driver,
+    topic_exists,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "integration"))
+from _rawclient import RawClient  # noqa: E402
+
+CLIENTS = ["kafkajs", "platformatic", "confluent"]
+ALL_CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+
+pytestmark = pytest.mark.usefixtures("js_clients")
+
+
+def node_has_zstd() -> bool:
+    done = subprocess.run(["node", "-e", "process.exit(require('zlib').zstdCompressSync ? 0 : 1)"])
+    return done.returncode == 0
+
+
+def codecs_of(client: str) -> list[str]:
+    if client == "platformatic" and not node_has_zstd():
+        return [c for c in ALL_CODECS if c != "zstd"]
+    return ALL_CODECS
+
+
+def name(client: str, what: str) -> str:
+    return f"js-{client}-{what}-{uuid.uuid4().hex[:8]}"
+
+
+# -- codecs -------------------------------------------------------------------------------------------------------
+
+def codec_records(n: int = 40) -> list[dict[str, Any]]:
+    """Keyed and unkeyed records, a null value, an empty value, non-ASCII text, headers (one with an empty
+    value); header ``i`` numbers every record."""
+    out: list[dict[str, Any]] = []
+    for i in range(n):
+        key = None if i % 7 == 3 else f"key-{i % 5}"
+        if i == 11:
+            value = None
+        elif i == 12:
+            value = ""
+        elif i % 4 == 0:
+            value = f"grüße {i} " + "ö" * (i % 9)
+        else:
+            value = f"value {i} " * (1 + i % 6)
+        headers = [["i", str(i)]] + ([["trace", f"t{i}"], ["empty", ""]] if i % 3 == 0 else [])
+        out.append({"key": key, "value": value, "headers": headers})
+    return out
+
+
+def first_batch_codec(bootstrap: str, topic: str, partition: int) -> int:
+    with RawClient(bootstrap) as c:
+        p = c.fetch(topic, partition, 0, max_bytes=1024 * 1024)
+        assert p.error_code == 0 and p.records, f"raw fetch of {topic}-{partition} got error {p.error_code}"
+        return int(parse_batch_header(bytes(p.records), 0).compression)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_codecs_round_trip(client: str, indie_broker: BrokerProcess, driver_logs: Path) -> None:
+    bootstrap = indie_broker.bootstrap
+    records = codec_records()
+    cases = [{"codec": c, "topic": name(client, f"codec-{c}")} for c in codecs_of(client)]
+    for case in cases:
+        create_topic(bootstrap, case["topic"], 3)
+    result = run_driver(client, "codecs", {"bootstrap": bootstrap, "cases": cases, "records": records}, driver_logs)
+
+    expected = {r["headers"][0][1]: (r["key"], r["value"], tuple(sorted((k, v) for k, v in r["headers"])))
+                for r in records}
+    for case in cases:
+        codec, topic = case["codec"], case["topic"]
+        log = read_topic(bootstrap, topic)
+        # what the client read is what is in the log, partition and offset included
+        assert sorted(rec(r) for r in result[codec]["consumed"]) == log, f"{client} read back {codec} differently"
+        # every record exactly once, byte for byte
+        got = {dict(r[4])["i"]: (r[2], r[3], r[4]) for r in log}
+        assert len(log) == len(records) and got == expected, f"{client}/{codec}: records differ"
+        # in production order within each partition
+        for p in {r[0] for r in log}:
+            idx = [int(dict(r[4])["i"]) for r in log if r[0] == p]
+            assert idx == sorted(idx), f"{client}/{codec}: partition {p} out of order: {idx}"
+        # and the batches really carry the codec
+        p0 = log[0][0]
+        assert first_batch_codec(bootstrap, topic, p0) == Compression.BY_NAME[codec], f"{client}: not {codec}"
+
+
+# -- idempotence through a broker SIGKILL ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_idempotent_producer_through_broker_kill(client: str, indie_broker: BrokerProcess,
+                                                 driver_logs: Path) -> None:
+    bootstrap = indie_broker.bootstrap
+    topic = name(client, "idempotent")
+    create_topic(bootstrap, topic, 1)
+    count = 3000
+    d = Driver(client, "idempotent", {"bootstrap": bootstrap, "topic": topic, "count": count, "chunk": 50},
+               driver_logs)
+    try:
+        d.wait_event(lambda e: e.get("acked", 0) >= count // 3, timeout=60)
+        indie_broker.kill()
+        time.sleep(1.0)
+        indie_broker.start()
+        result = d.finish(timeout=90)
+    finally:
+        d.kill()
+        if not indie_broker.alive():
+            indie_broker.start()
+    assert result["acked"] == count
+    values = [r[3] for r in read_topic(bootstrap, topic)]
+    dups = len(values) - len(set(values))
+    assert values == [str(i) for i in range(count)], (
+        f"{client}: {len(values)} records, {dups} duplicates, first out of place at "
+        f"{next((i for i, v in enumerate(values) if v != str(i)), None)}; driver retried {result.get('errors')}")
+
+
+# -- transactions ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_transactions_commit_and_abort(client: str, indie_broker: BrokerProcess, driver_logs: Path) -> None:
+    bootstrap = indie_broker.bootstrap
+    topic = name(client, "txn")
+    create_topic(bootstrap, topic, 2)
+    plan = [("c1", True, 6), ("a1", False, 6), ("c2", True, 6), ("a2", False, 2), ("c3", True, 1)]
+    batches = [{"commit": commit, "records": [{"key": f"{tag}-{i}", "value": f"{tag}-{i}", "partition": i % 2,
+                                               "headers": [["txn", tag]]} for i in range(n)]}
+               for tag, commit, n in plan]
+    want_committed = [r["value"] for b in batches if b["commit"] for r in b["records"]]
+    want_all = [r["value"] for b in batches for r in b["records"]]
+    result = run_driver(client, "transactions", {"bootstrap": bootstrap, "topic": topic, "tid": name(client, "tid"),
+                                                 "batches": batches, "expectCommitted": len(want_committed)},
+                        driver_logs)
+
+    rc = read_topic(bootstrap, topic, "read_committed")
+    ru = read_topic(bootstrap, topic, "read_uncommitted")
+    assert sorted(r[3] or "" for r in rc) == sorted(want_committed), f"{client}: read_committed saw {rc}"
+    assert sorted(r[3] or "" for r in ru) == sorted(want_all), f"{client}: the aborted records are not in the log"
+    for p in (0, 1):  # committed records in transaction order within each partition
+        assert [r[3] for r in rc if r[0] == p] == [v for v in want_committed if int(v.split("-")[1]) % 2 == p]
+    # the client's own read_committed consumer agrees
+    assert sorted(rec(r) for r in result["consumed"]) == rc, f"{client}'s own read_committed reader differs"
+
+
+# -- exactly-once copy with a SIGKILLed member --------------------------------------------------------------------
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_exactly_once_copy_with_killed_member(client: str, indie_broker: BrokerProcess, driver_logs: Path) -> None:
+    bootstrap = indie_broker.bootstrap
+    src, dst, group = name(client, "copy-in"), name(client, "copy-out"), name(client, "copiers")
+    create_topic(bootstrap, src, 2)
+    create_topic(bootstrap, dst, 2)
+    n = 400
+    _seed(bootstrap, src, n)
+    tids = [name(client, "copier-0"), name(client, "copier-1")]
+    args = {"bootstrap": bootstrap, "input": src, "output": dst, "group": group, "maxPerTxn": 20, "pauseMs": 60,
+            "sessionTimeout": 6000}
+    copiers = [Driver(client, "copy", dict(args, tid=t), driver_logs) for t in tids]
+    restarted: Driver | None = None
+    try:
+        victim = copiers[0]
+        for _ in range(2):  # the victim has committed twice, and is now inside its next transaction
+            victim.wait_event(lambda e: e["event"] == "committed", timeout=60)
+        victim.wait_event(lambda e: e["event"] == "in_txn", timeout=60)
+        victim.kill()
+        restarted = Driver(client, "copy", dict(args, tid=tids[0]), driver_logs)
+        ends = end_offsets(bootstrap, src, 2)
+        deadline = time.monotonic() + 90
+        while committed(bootstrap, group, src, 2) != ends:
+            assert time.monotonic() < deadline, (
+                f"{client}: copiers did not finish: committed {committed(bootstrap, group, src, 2)} of {ends}\n"
+                f"{copiers[1].stderr_tail()}\n{restarted.stderr_tail()}")
+            for d in (copiers[1], restarted):
+                assert d.proc.poll() is None, f"{client} copier exited {d.proc.returncode}:\n{d.stderr_tail()}"
+            time.sleep(0.5)
+        for d in (copiers[1], restarted):
+            d.stop(timeout=30)
+    finally:
+        for d in [*copiers, *([restarted] if restarted else [])]:
+            d.kill()
+
+    out = read_topic(bootstrap, dst, "read_committed")
+    values = sorted(int(r[3] or -1) for r in out)
+    missing = sorted(set(range(n)) - set(values))
+    dups = len(values) - len(set(values))
+    assert values == list(range(n)), f"{client}: {len(values)} copied, {dups} duplicates, missing {missing[:20]}"
+    by_key: dict[str | None, list[int]] = defaultdict(list)
+    for r in out:  # a key's records stay in one output partition, in input order
+        by_key[r[2]].append(int(r[3] or -1))
+    assert all(v == sorted(v) for v in by_key.values()), f"{client}: output out of order per key: {dict(by_key)}"
+    # the SIGKILL landed inside a transaction whose records were in the log: they are there, aborted
+    assert len(read_topic(bootstrap, dst, "read_uncommitted")) > n, f"{client}: no aborted records in the output"
+
+
+def _seed(bootstrap: str, topic: str, n: int) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    for i in range(n):
+        p.produce(topic, key=f"k{i % 10}", value=str(i), partition=(i % 10) % 2)  # a key stays on one partition
+    assert p.flush(30) == 0
+
+
+# -- groups --------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_consumer_group_rebalance_and_resume(client: str, indie_broker: BrokerProcess, driver_logs: Path) -> None:
+    bootstrap = indie_broker.bootstrap
+    topic, group = name(client, "group"), name(client, "group")
+    parts, per = 4, 3
+    create_topic(bootstrap, topic, parts)
+    result = run_driver(client, "group", {"bootstrap": bootstrap, "topic": topic, "group": group,
+                                          "partitions": parts, "perPhase": per}, driver_logs)
+    phases = result["phases"]
+
+    def values(recs: list[Rec]) -> list[str]:
+        return sorted(r[3] or "" for r in recs)
+
+    def phase_values(phase: str) -> list[str]:
+        return sorted(f"{phase}-{p}-{i}" for p in range(parts) for i in range(per))
+
+    def member(phase: str, m: str) -> tuple[list[int], list[Rec]]:
+        x = phases[phase][m]
+        return sorted(x["assignment"]), [rec(r) for r in x["records"]]
+
+    everything = list(range(parts))
+    a1, a1_recs = member("p1", "A")
+    assert a1 == everything and values(a1_recs) == phase_values("p1"), f"{client}: A alone: {phases['p1']}"
+    (a2, a2_recs), (b2, b2_recs) = member("p2", "A"), member("p2", "B")
+    assert a2 and b2 and sorted(a2 + b2) == everything, f"{client}: after B joined: A has {a2}, B has {b2}"
+    assert {r[0] for r in a2_recs} <= set(a2) and {r[0] for r in b2_recs} <= set(b2), f"{client}: {phases['p2']}"
+    assert values(a2_recs + b2_recs) == phase_values("p2"), f"{client}: phase 2 read {phases['p2']}"
+    b3, b3_recs = member("p3", "B")
+    assert b3 == everything and values(b3_recs) == phase_values("p3"), f"{client}: after A left: {phases['p3']}"
+    c4, c4_recs = member("p4", "C")
+    assert values(c4_recs) == phase_values("p4"), f"{client}: C did not resume at the committed offsets: {c4_recs}"
+    for phase in phases.values():
+        for m in phase.values():
+            for p in everything:  # in offset order within each partition
+                offs = [r[1] for r in m["records"] if r[0] == p]
+                assert offs == sorted(offs), f"{client}: partition {p} read out of order: {offs}"
+    assert committed(bootstrap, group, topic, parts) == {p: 4 * per for p in everything}
+
+
+# -- error paths ---------------------------------------------------------------------------------------------------
+
+# The error each client documents for each case: (field of the driver's description, expected value), checked on
+# the error or on one of the errors it wraps.
+EXPECTED_ERRORS: dict[str, dict[str, tuple[str, object]]] = {
+    "kafkajs": {
+        "unknownTopic": ("type", "UNKNOWN_TOPIC_OR_PARTITION"),
+        "tooLarge": ("type", "MESSAGE_TOO_LARGE"),
+        "invalidConfig": ("type", "INVALID_CONFIG"),
+        "clientConfig": ("class", "KafkaJSNonRetriableError"),
+    },
+}
+
+
+def _matches(err: dict[str, Any] | None, field: str, want: object) -> bool:
+    if err is None:
+        return False
+    return err.get(field) == want or any(_matches(e, field, want) for e in err.get("errors", []))
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_error_paths(client: str, indie_broker: BrokerProcess, driver_logs: Path) -> None:
+    bootstrap = indie_broker.bootstrap
+    small, ok = name(client, "small"), name(client, "ok")
+    missing, bad = name(client, "missing"), name(client, "badconfig")
+    create_topic(bootstrap, small, 1, {"max.message.bytes": "10000"})
+    create_topic(bootstrap, ok, 1)
+    result = run_driver(client, "errors", {"bootstrap": bootstrap, "missingTopic": missing, "smallTopic": small,
+                                           "bigSize": 20_000, "okTopic": ok, "badConfigTopic": bad}, driver_logs)
+    for case, (field, want) in EXPECTED_ERRORS[client].items():
+        assert _matches(result[case], field, want), f"{client} {case}: want {field}={want}, got {result[case]}"
+    assert indie_broker.alive(), f"broker died:\n{indie_broker.log_tail()}"
+    assert not topic_exists(bootstrap, missing), "a produce created a topic with auto-creation off"
+    assert not topic_exists(bootstrap, bad), "a topic with an invalid config was created"
+    assert [r[3] for r in read_topic(bootstrap, ok)] == ["after the errors"]
+    assert read_topic(bootstrap, small) == [], "the oversized record was written"
