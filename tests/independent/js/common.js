@@ -21,7 +21,7 @@ const sleep = ms => new Promise(resolve => setTimeout(resolve, ms))
 function describeError (err) {
   if (err === null || err === undefined) return null
   const out = { class: err.constructor ? err.constructor.name : typeof err, message: String(err.message || err) }
-  for (const key of ['type', 'code', 'apiCode', 'apiId', 'retriable', 'name']) {
+  for (const key of ['type', 'code', 'apiCode', 'apiId', 'serverErrorMessage', 'retriable', 'name']) {
     if (err[key] !== undefined && typeof err[key] !== 'object' && typeof err[key] !== 'function') out[key] = err[key]
   }
   const nested = err.errors || (err.cause ? [err.cause] : null)
@@ -69,6 +69,7 @@ function main (scenarios) {
     process.exit(0)
   }, err => {
     log('scenario failed:', err && err.stack ? err.stack : String(err))
+    log('the error in detail:', describeError(err))
     emit({ failed: describeError(err) })
     process.exit(1)
   })
