@@ -74,6 +74,10 @@ KNOWN_CLIENT_DEFECTS = {
         "@platformatic/kafka 2.12's read_committed filter (Consumer#filterUncommittedMessages) keys aborted "
         "ranges by producer id, so when one fetch response covers two aborted transactions of the same producer "
         "only the last is dropped: its consumer returns the records of the earlier aborted transaction"),
+    ("confluent", "empty value"): (
+        "@confluentinc/kafka-javascript 1.10 produces an empty value as null: its binding (Producer::NodeProduce) "
+        "takes node::Buffer::Data() of the empty buffer it substitutes, which is NULL on Node.js 20, and librdkafka "
+        "writes a NULL payload as a null value"),
 }
 ALL_CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
@@ -139,7 +143,9 @@ def test_codecs_round_trip(client: str, indie_broker: BrokerProcess, driver_logs
         create_topic(bootstrap, case["topic"], 3)
     result = run_driver(client, "codecs", {"bootstrap": bootstrap, "cases": cases, "records": records}, driver_logs)
 
-    expected = {r["headers"][0][1]: (r["key"], r["value"], tuple(sorted((k, v) for k, v in r["headers"])))
+    empty_as_null = KNOWN_CLIENT_DEFECTS.get((client, "empty value"))
+    expected = {r["headers"][0][1]: (r["key"], None if empty_as_null and r["value"] == "" else r["value"],
+                                     tuple(sorted((k, v) for k, v in r["headers"])))
                 for r in records}
     for case in cases:
         codec, topic = case["codec"], case["topic"]
@@ -156,6 +162,8 @@ def test_codecs_round_trip(client: str, indie_broker: BrokerProcess, driver_logs
         # and the batches really carry the codec
         p0 = log[0][0]
         assert first_batch_codec(bootstrap, topic, p0) == Compression.BY_NAME[codec], f"{client}: not {codec}"
+    if empty_as_null:  # everything else held
+        pytest.xfail(empty_as_null)
 
 
 # -- idempotence through a broker SIGKILL ---------------------------------------------------------------------------
@@ -364,6 +372,12 @@ EXPECTED_ERRORS: dict[str, dict[str, dict[str, object]]] = {
         "tooLarge": {"class": "ProtocolError", "apiId": "MESSAGE_TOO_LARGE", "apiCode": 10},
         "invalidConfig": {"class": "ProtocolError", "apiId": "INVALID_CONFIG", "apiCode": 40},
         "clientConfig": {"class": "UserError", "code": "PLT_KFK_USER"},
+    },
+    "confluent": {  # librdkafka's error codes and names (its guide: check error.code / error.type)
+        "unknownTopic": {"class": "KafkaJSProtocolError", "type": "ERR_UNKNOWN_TOPIC_OR_PART", "code": 3},
+        "tooLarge": {"class": "KafkaJSProtocolError", "type": "ERR_MSG_SIZE_TOO_LARGE", "code": 10},
+        "invalidConfig": {"class": "KafkaJSCreateTopicError", "type": "ERR_INVALID_CONFIG", "code": 40},
+        "clientConfig": {"message": 'No such configuration property: "no.such.property"'},
     },
 }
 
