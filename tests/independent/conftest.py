@@ -32,10 +32,10 @@ def _missing_tool(tool: str, what: str) -> None:
 
 
 def _install_key(node: str) -> str:
-    """What the installed node_modules depend on: the lock file, the Node.js ABI of the native modules, and
-    whether librdkafka could be built with zstd (Debian's libzstd-dev)."""
+    """What the installed node_modules depend on: package.json and its lock file, the Node.js ABI of the native
+    modules, and whether librdkafka could be built with zstd (Debian's libzstd-dev)."""
     version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True).stdout.strip()
-    h = hashlib.sha256((JS_DIR / "package-lock.json").read_bytes())
+    h = hashlib.sha256((JS_DIR / "package.json").read_bytes() + (JS_DIR / "package-lock.json").read_bytes())
     h.update(version.encode())
     h.update(b"zstd" if Path("/usr/include/zstd.h").exists() else b"no-zstd")
     return h.hexdigest()

@@ -75,10 +75,12 @@ KNOWN_CLIENT_DEFECTS = {
         "ranges by producer id, so when one fetch response covers two aborted transactions of the same producer "
         "only the last is dropped: its consumer returns the records of the earlier aborted transaction"),
     ("confluent", "empty value"): (
-        "@confluentinc/kafka-javascript 1.10 produces an empty value as null: its binding (Producer::NodeProduce) "
-        "takes node::Buffer::Data() of the empty buffer it substitutes, which is NULL on Node.js 20, and librdkafka "
-        "writes a NULL payload as a null value"),
+        "@confluentinc/kafka-javascript 1.10 stores an empty value ('' or Buffer.alloc(0)) as null: such a buffer "
+        "has no backing store, so node::Buffer::Data() is NULL, and so is the empty buffer its binding "
+        "(Producer::NodeProduce) substitutes for it; librdkafka writes a NULL payload as a null value (a "
+        "zero-length view into a larger buffer is stored as empty)"),
 }
+
 ALL_CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
 
