@@ -23,11 +23,11 @@ NODE_HEADERS = Path("/usr/include/node/node.h")
 NPM_CI_TIMEOUT = 900  # builds librdkafka from source: ~3 min on 2 cores
 
 
-def _missing_tool(tool: str, what: str) -> None:
-    """A tool the suite needs is not on PATH: CI fails (it must install it), a developer's run skips."""
+def _missing_tool(tool: str, what: str, in_ci: str) -> None:
+    """A tool the suite needs is not on PATH: CI fails (it must have it), a developer's run skips."""
     msg = f"{tool} is not on PATH: {what}"
     if os.environ.get("CI"):
-        pytest.fail(f"{msg} (CI installs it in .ci/run)", pytrace=False)
+        pytest.fail(f"{msg} ({in_ci})", pytrace=False)
     pytest.skip(msg)
 
 
@@ -52,7 +52,8 @@ def js_clients() -> Path:
     zstd (``CKJS_LINKING=dynamic``: its default static build downloads those libraries' sources itself)."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
-        _missing_tool("node" if node is None else "npm", "the JavaScript client checks need Node.js 20+ and npm")
+        _missing_tool("node" if node is None else "npm", "the JavaScript client checks need Node.js 20+ and npm",
+                      "CI machines come with them")
     assert node is not None and npm is not None
     key = _install_key(node)
     with open(JS_DIR / ".install.lock", "w") as lock:
@@ -78,7 +79,7 @@ def js_clients() -> Path:
 def kcat() -> str:
     path = shutil.which("kcat")
     if path is None:
-        _missing_tool("kcat", "the kcat checks need Debian's kcat package")
+        _missing_tool("kcat", "the kcat checks need Debian's kcat package", ".ci/run installs it")
     assert path is not None
     return path
 

