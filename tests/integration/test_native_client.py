@@ -163,7 +163,7 @@ def test_admin_operations(bootstrap: str, admin: Admin, topic_name: str) -> None
     admin.create_partitions(topic_name, 4)
     with Producer({"bootstrap.servers": bootstrap, "linger.ms": 0}) as p:
         for i in range(10):
-            p.produce(topic_name, f"r{i}", partition=3, timestamp=1_000_000 + i)
+            p.produce(topic_name, f"r{i}", key=f"k{i}", partition=3, timestamp=1_000_000 + i)  # compacted: keyed
         assert p.flush(10) == 0
     desc = admin.describe_topic(topic_name)
     assert [p.partition for p in desc.partitions] == [0, 1, 2, 3]

@@ -351,6 +351,9 @@ class Producer:
             if waiting is None and a.cluster.topic(topic) is not None:
                 wake = a.append(topic, value, key, partition, headers, on_delivery, timestamp)
             else:
+                txn = a.txn
+                if txn is not None:
+                    txn.check_can_send()  # an illegal call fails here, as it would once the topic is known
                 k, v = _as_bytes("key", key), _as_bytes("value", value)
                 size = (len(k) if k else 0) + (len(v) if v else 0)
                 if size > a.config.message_max_bytes:
