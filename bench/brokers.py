@@ -204,16 +204,34 @@ class TansuBroker(Broker):
 class OncelogBroker(Broker):
     name = "oncelog"
 
-    def __init__(self, python: str | None = None, extra_args: list[str] | None = None) -> None:
+    def __init__(self, python: str | None = None, extra_args: list[str] | None = None,
+                 rev: str | None = None) -> None:
         super().__init__()
         self.python = python or sys.executable
         self.extra_args = extra_args or []
+        self.src = REPO / "src"
+        if rev is not None:  # an earlier revision, for a before/after comparison in the same run
+            self.src = self._checkout(rev)
+            self.version = f"git {rev}"
+            return
         try:
             out = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"],
                                  capture_output=True, text=True, timeout=10, check=False)
             self.version = f"git {out.stdout.strip()}" if out.returncode == 0 else "?"
         except (OSError, subprocess.TimeoutExpired):
             pass
+
+    def _checkout(self, rev: str) -> Path:
+        """``src/`` of the git revision ``rev``, extracted into this broker's work dir (the checkout is untouched).
+        It runs on this interpreter's installed dependencies, so compare revisions whose dependencies match."""
+        dest = self.workdir / "rev"
+        dest.mkdir()
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", rev, "src"],
+                                 capture_output=True, timeout=60, check=False)
+        if archive.returncode != 0:
+            raise BrokerUnavailable(f"oncelog@{rev}: git archive failed: {archive.stderr.decode().strip()}")
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True, timeout=60)
+        return dest / "src"
 
     def command(self) -> tuple[list[str], dict[str, str]]:
         data_dir = self.workdir / f"data-{self.starts}"
@@ -223,7 +241,7 @@ class OncelogBroker(Broker):
         env = dict(os.environ)
         # Benchmark the working tree even when the package isn't installed into this interpreter.
         env.setdefault("COLUMNS", "200")  # keep rich/typer error output on one line for the report
-        src = str(REPO / "src")
+        src = str(self.src)
         env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         return cmd, env
 
@@ -231,11 +249,12 @@ class OncelogBroker(Broker):
 def make_broker(name: str, args: object) -> Broker:
     if name == "tansu":
         return TansuBroker(getattr(args, "tansu_bin", None))
-    if name in ("oncelog", "oncelog-pagecache"):
+    base, _, rev = name.partition("@")
+    if base in ("oncelog", "oncelog-pagecache"):
         extra = list(getattr(args, "oncelog_arg", None) or [])
-        if name == "oncelog-pagecache":
+        if base == "oncelog-pagecache":
             extra += ["--set", "log.flush.interval.messages=1000000"]
-        broker = OncelogBroker(getattr(args, "oncelog_python", None), extra)
+        broker = OncelogBroker(getattr(args, "oncelog_python", None), extra, rev or None)
         broker.name = name
         return broker
     raise ValueError(f"unknown broker {name!r}")

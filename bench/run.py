@@ -63,12 +63,24 @@ def csv(value: str, allowed: list[str]) -> list[str]:
     return items
 
 
+def broker_list(value: str) -> list[str]:
+    """--brokers: known names, and ``oncelog@REV`` / ``oncelog-pagecache@REV`` (that variant at git revision REV)."""
+    items = [x.strip() for x in value.split(",") if x.strip()]
+    known = ALL_BROKERS + EXTRA_BROKERS
+    bad = [x for x in items if x not in known and not (x.startswith("oncelog") and x.partition("@")[0] in known
+                                                        and x.partition("@")[2])]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown {bad}; choose from {','.join(known)} or oncelog@GIT_REV")
+    return items
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--brokers", type=lambda v: csv(v, ALL_BROKERS + EXTRA_BROKERS), default=ALL_BROKERS,
+    ap.add_argument("--brokers", type=broker_list, default=ALL_BROKERS,
                     help="comma list, in alternation order (default oncelog,tansu; oncelog-pagecache is oncelog "
                          "with log.flush.interval.messages=1000000: acks=all answered from the page cache, "
-                         "fsync every log.flush.interval.ms; Kafka by default never waits for fsync either)")
+                         "fsync every log.flush.interval.ms; Kafka by default never waits for fsync either; "
+                         "oncelog@REV runs the src/ of git revision REV, for a before/after comparison in one run)")
     ap.add_argument("--scenarios", type=lambda v: csv(v, ALL_SCENARIOS), default=ALL_SCENARIOS,
                     help=f"comma list (default {','.join(ALL_SCENARIOS)})")
     ap.add_argument("--rounds", type=int, default=3, help="rounds per scenario per broker (default 3)")
@@ -89,7 +101,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def run_round(a: argparse.Namespace, broker: Broker, scenario: str, rnd: int) -> dict[str, Any]:
-    topic = f"bench-{scenario}-{broker.name}-r{rnd}-{uuid.uuid4().hex[:6]}"
+    topic = f"bench-{scenario}-{broker.name.replace('@', '.')}-r{rnd}-{uuid.uuid4().hex[:6]}"
     cmd = [sys.executable, str(HERE / "scenarios.py"), scenario, "--bootstrap", broker.bootstrap,
            "--topic", topic, "--messages", str(a.messages), "--value-size", str(a.value_size),
            "--latency-samples", str(a.latency_samples), "--timeout", str(a.timeout)]
@@ -148,9 +160,20 @@ def summarize(results: list[dict[str, Any]], brokers: list[str], scenarios: list
     return table
 
 
+def ratio_pairs(brokers: list[str]) -> list[tuple[str, str]]:
+    """(a, b) columns of a/b: every oncelog variant over Tansu, and each working-tree variant over the same variant
+    at an earlier revision (``oncelog@REV``: a before/after comparison in one run)."""
+    pairs = [(b, "tansu") for b in brokers if b.startswith("oncelog") and "@" not in b] if "tansu" in brokers else []
+    for b in brokers:
+        base, _, rev = b.partition("@")
+        if rev and base in brokers:
+            pairs.append((base, b))
+    return pairs
+
+
 def markdown(table: dict[str, Any], brokers: list[str]) -> str:
-    ratios = [b for b in brokers if b.startswith("oncelog")] if "tansu" in brokers else []
-    head = ["scenario", *brokers] + [f"ratio {b}/tansu" for b in ratios]
+    ratios = ratio_pairs(brokers)
+    head = ["scenario", *brokers] + [f"ratio {a}/{b}" for a, b in ratios]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in table.values():
         cells = [row["label"] + (" (↑)" if row["higher_is_better"] else " (↓)")]
@@ -163,8 +186,8 @@ def markdown(table: dict[str, Any], brokers: list[str]) -> str:
                 cells.append(s)
             else:
                 cells.append(c["status"])
-        for b in ratios:
-            o, t = row["cells"][b], row["cells"]["tansu"]
+        for a, b in ratios:
+            o, t = row["cells"][a], row["cells"][b]
             cells.append(f"{o['median'] / t['median']:.2f}x" if "median" in o and "median" in t and t["median"]
                          else "—")
         out.append("| " + " | ".join(cells) + " |")
