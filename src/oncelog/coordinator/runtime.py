@@ -8,7 +8,9 @@ Contract, for every coordinator built on it (transactions over ``__transaction_s
   the injected :class:`CoordinatorLog` as one batch, waits until the batch is durable, replays each record into the
   shard (``shard.replay(key, value, offset, producer_id, producer_epoch)`` — the same function loading uses), and
   only then answers the caller. If the write fails, ``on_failure`` runs (to drop a pending marker) and the caller
-  gets :class:`CoordinatorError` with a coordinator error code (:func:`append_error_code`).
+  gets :class:`CoordinatorError` with a coordinator error code (:func:`append_error_code`). Whatever a hook
+  (``on_failure``, ``on_applied``) or a replay raises is logged with the partition and goes no further: the caller
+  is still answered and the partition's next queued operation still runs.
 * **Transactional writes** (Kafka ``scheduleTransactionalWriteOperation``): :meth:`CoordinatorRuntime.run_transactional`
   writes the operation's records as a transactional batch of a producer id/epoch; the log refuses it if the producer
   is fenced. The records replay with that producer id, so the shard keeps them pending until the transaction's
@@ -391,10 +393,13 @@ class CoordinatorRuntime(Generic[S]):
             if not isinstance(result, CoordinatorResult):
                 raise TypeError(f"a coordinator operation must return a CoordinatorResult, not {type(result)!r}")
         except BaseException as e:
+            if not isinstance(getattr(e, "code", None), ErrorCode):  # not a refusal with a code: a failure
+                log.error("an operation on coordinator partition %d raised %r; its caller gets the exception",
+                          partition, e, exc_info=e)
             op.fail(e)
             return
         if not result.records:
-            self._run_applied_hook(partition, result)
+            self._run_hook(partition, "on_applied", result.on_applied)
             if not op.fut.done():
                 op.fut.set_result(result.response)
             return
@@ -416,34 +421,39 @@ class CoordinatorRuntime(Generic[S]):
         durable.add_done_callback(lambda d: self._written(partition, p, result, op, base, d))
 
     def _failed(self, partition: int, result: CoordinatorResult[Any], op: _Op, e: BaseException) -> None:
-        if result.on_failure is not None:
-            result.on_failure()
-        if isinstance(e, Exception):
-            code = append_error_code(e)
-            if not op.fut.done():
-                log.warning("append to coordinator partition %d failed (%s): answering %s", partition, e, code.name)
-            err = CoordinatorError(code, str(e))
-            err.__cause__ = e
-            op.fail(err)
-        else:
-            op.fail(CoordinatorError(ErrorCode.NOT_COORDINATOR))
+        """The write failed: run ``on_failure`` (guarded: whatever it raises, the caller is still answered), then
+        answer the caller with the mapped code. Never raises, so the partition's next operation still starts."""
+        try:
+            self._run_hook(partition, "on_failure", result.on_failure)
+        finally:
+            if isinstance(e, Exception):
+                code = append_error_code(e)
+                if not op.fut.done():
+                    log.warning("append to coordinator partition %d failed (%s): answering %s", partition, e,
+                                code.name)
+                err = CoordinatorError(code, str(e))
+                err.__cause__ = e
+                op.fail(err)
+            else:
+                op.fail(CoordinatorError(ErrorCode.NOT_COORDINATOR))
 
     def _written(self, partition: int, p: _Partition, result: CoordinatorResult[Any], op: _Op, base: int,
                  durable: asyncio.Future[None]) -> None:
         """The write is durable (or failed): replay the records, then answer; then the next operation."""
         p.inflight = None
         if self._partitions.get(partition) is not p:  # unloaded meanwhile: the shard is gone
-            if result.on_failure is not None:
-                result.on_failure()
+            self._run_hook(partition, "on_failure", result.on_failure)
             op.fail(CoordinatorError(ErrorCode.NOT_COORDINATOR))
             return
-        if durable.cancelled():
-            self._failed(partition, result, op, asyncio.CancelledError())
-        elif durable.exception() is not None:
-            self._failed(partition, result, op, durable.exception())  # type: ignore[arg-type]
-        else:
-            self._apply(partition, p, result, op, base)
-        self._drain(partition, p)
+        try:
+            if durable.cancelled():
+                self._failed(partition, result, op, asyncio.CancelledError())
+            elif durable.exception() is not None:
+                self._failed(partition, result, op, durable.exception())  # type: ignore[arg-type]
+            else:
+                self._apply(partition, p, result, op, base)
+        finally:  # whatever happened above, the operations queued behind this one run
+            self._drain(partition, p)
 
     def _apply(self, partition: int, p: _Partition, result: CoordinatorResult[Any], op: _Op, offset: int) -> None:
         """Replay the written records into the shard, run the follow-up hook, answer the caller."""
@@ -454,9 +464,11 @@ class CoordinatorRuntime(Generic[S]):
                 shard.replay(key, value, offset, pid, epoch)
                 offset += 1
         except BaseException as e:
+            log.error("replaying a written record at offset %d into coordinator partition %d failed; the partition's "
+                      "memory may now lag its log (a reload reads it back)", offset, partition, exc_info=e)
             op.fail(e)
         else:
-            self._run_applied_hook(partition, result)
+            self._run_hook(partition, "on_applied", result.on_applied)
             if not op.fut.done():
                 op.fut.set_result(result.response)
 
@@ -505,13 +517,21 @@ class CoordinatorRuntime(Generic[S]):
                       durable.exception())
 
     @staticmethod
-    def _run_applied_hook(partition: int, result: CoordinatorResult[Any]) -> None:
-        if result.on_applied is None:
+    def _run_hook(partition: int, name: str, hook: Callable[[], None] | None) -> None:
+        """Run an operation's ``on_failure`` / ``on_applied`` hook. Whatever it raises is logged and goes no
+        further: the caller is answered all the same (the write's outcome decides the answer, not the hook) and
+        the partition's next operation runs; a hook that raised out of the runtime's callbacks would leave the
+        caller unanswered and every later operation of the partition queued forever. Only KeyboardInterrupt and
+        SystemExit pass (the callers' ``finally`` still starts the next operation)."""
+        if hook is None:
             return
         try:
-            result.on_applied()
-        except Exception:  # the records are applied: the operation succeeded; its follow-up is retried elsewhere
-            log.exception("follow-up of an operation on coordinator partition %d failed", partition)
+            hook()
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:
+            log.exception("the %s hook of an operation on coordinator partition %d raised; ignored, the caller is "
+                          "answered and the partition's next operation runs", name, partition)
 
     # ------------------------------------------------------------------ background work
     def spawn(self, coro: Coroutine[Any, Any, T], name: str | None = None) -> asyncio.Task[T]:

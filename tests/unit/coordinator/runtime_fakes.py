@@ -69,6 +69,13 @@ class ManualLog:
                 f.set_result(None)
         self.waiting.clear()
 
+    def fail_durability(self, exc: Exception) -> None:
+        """Every write still waiting cannot be made durable: its future fails with ``exc``."""
+        for f in self.waiting:
+            if not f.done():
+                f.set_exception(exc)
+        self.waiting.clear()
+
 
 class NotLeader(RuntimeError):
     error_code = 6  # NOT_LEADER_OR_FOLLOWER

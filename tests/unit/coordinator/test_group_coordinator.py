@@ -46,7 +46,8 @@ class MemLog:
     def __init__(self) -> None:
         self.entries: dict[int, list[LogEntry]] = defaultdict(list)
         self.next: dict[int, int] = defaultdict(int)
-        self.fail = False
+        self.fail = False  # refuse writes at once
+        self.fail_durable: Exception | None = None  # take writes, then fail their durability with this
 
     def append(self, partition: int, epoch: int, records: Sequence[tuple[bytes, bytes | None]],
                producer_id: int = -1, producer_epoch: int = -1, lazy: bool = False
@@ -58,7 +59,10 @@ class MemLog:
             self.entries[partition].append(LoadedRecord(k, v, base + i, producer_id, producer_epoch))
         self.next[partition] += len(records)
         durable: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        durable.get_loop().call_soon(durable.set_result, None)
+        if self.fail_durable is not None:
+            durable.get_loop().call_soon(durable.set_exception, self.fail_durable)
+        else:
+            durable.get_loop().call_soon(durable.set_result, None)
         return base, durable
 
     def marker(self, partition: int, pid: int, commit: bool) -> int:
@@ -463,6 +467,52 @@ async def test_static_member_rejoin_replaces_member_id_without_rebalance() -> No
     # the static leader rejoining with v9 learns it may skip the assignment
     r = await coord.join_group(join_req(instance="i-a"), 9, "c", "h")
     assert r.skip_assignment and r.leader == r.member_id and len(r.members) == 2 and r.generation_id == gen
+
+
+class AppendFailed(RuntimeError):
+    def __init__(self, code: ErrorCode) -> None:
+        super().__init__(code.name)
+        self.error_code = code
+
+
+@run
+async def test_failed_store_of_a_static_member_rejoin_answers_it_and_the_partition_goes_on() -> None:
+    """Defect: the revert of a static member's replacement set a second result on the answered JoinGroup future;
+    the exception escaped the runtime, so the rejoin was never answered and every later operation of the
+    partition waited forever."""
+    coord, log, clock = await make()
+    ta = start_join(coord, join_req(instance="i-a"))
+    tb = start_join(coord, join_req(instance="i-b"))
+    await tick(coord, clock)
+    ra, rb = await ta, await tb
+    a, b, gen = ra.member_id, rb.member_id, ra.generation_id
+    await sync(coord, b, gen)
+    await (await sync(coord, a, gen, {a: b"A", b: b"B"}))
+    assert coord.group("g").state is GroupState.STABLE
+    # b restarts in a Stable group: its new member id is stored, but the write cannot be made durable; a heartbeat
+    # of a is queued behind that write on the same partition
+    log.fail_durable = AppendFailed(ErrorCode.NOT_ENOUGH_REPLICAS)
+    rejoin = start_join(coord, join_req(instance="i-b"))
+    beat = asyncio.ensure_future(hb(coord, a, gen, instance="i-a"))
+    r = await asyncio.wait_for(rejoin, 1)
+    assert (r.error_code, r.member_id) == (ErrorCode.COORDINATOR_NOT_AVAILABLE, "")
+    assert await asyncio.wait_for(beat, 1) == 0
+    # the replacement is reverted: b keeps its old member id, settings and assignment
+    g = coord.group("g")
+    assert g.state is GroupState.STABLE and g.static_members["i-b"] == b and set(g.members) == {a, b}
+    assert g.generation == gen and g.members[b].session_timeout_ms == 10_000
+    assert await asyncio.wait_for(hb(coord, b, gen, instance="i-b"), 1) == 0
+    assert (await asyncio.wait_for(await sync(coord, b, gen), 1)).assignment == b"B"
+    # a write refused at once is answered too (with the code mapped from the refusal)
+    log.fail_durable, log.fail = None, True
+    r = await asyncio.wait_for(coord.join_group(join_req(instance="i-b", session=20_000), JV, "c", "h"), 1)
+    assert (r.error_code, r.member_id) == (ErrorCode.COORDINATOR_NOT_AVAILABLE, "")
+    assert g.static_members["i-b"] == b and g.members[b].session_timeout_ms == 10_000
+    # once the log takes writes again, the rejoin replaces the member id
+    log.fail = False
+    r = await asyncio.wait_for(coord.join_group(join_req(instance="i-b"), JV, "c", "h"), 1)
+    assert r.error_code == 0 and r.member_id not in (b, "") and g.static_members["i-b"] == r.member_id
+    assert await asyncio.wait_for(hb(coord, b, gen, instance="i-b"), 1) == ErrorCode.FENCED_INSTANCE_ID
 
 
 @run

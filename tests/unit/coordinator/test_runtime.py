@@ -17,7 +17,7 @@ from oncelog.coordinator.runtime import (
 )
 from oncelog.protocol.errors import ErrorCode
 
-from .runtime_fakes import ListShard, ManualLog
+from .runtime_fakes import ListShard, ManualLog, NotLeader
 from .txn_fakes import FakeLog
 
 
@@ -452,5 +452,108 @@ def test_the_runtimes_own_work_never_times_out() -> None:
         log.make_durable()
         await marker
         assert shard.entries == [("r", b"o", b"1", 0, 8, 0), ("m", 8, 0, True)]
+        await rt.close()
+    run(main())
+
+
+# ---------------------------------------------------------------------------------------------------- raising hooks
+class HookBroke(RuntimeError):
+    pass
+
+
+def _raise(exc: BaseException) -> Callable[[], None]:
+    def hook() -> None:
+        raise exc
+    return hook
+
+
+def test_an_on_failure_hook_that_raises_still_answers_and_the_queued_operation_runs() -> None:
+    """A failed write whose ``on_failure`` raised used to leave its caller unanswered and the partition's queue
+    stalled forever (the exception escaped the durability callback before the next operation was started)."""
+    async def main() -> None:
+        log = ManualLog()
+        rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard)
+        shard = await rt.load(0, 0, [])
+        assert shard is not None
+        reverted: list[int] = []
+
+        def failing_op(s: ListShard) -> CoordinatorResult[str]:
+            def on_failure() -> None:
+                reverted.append(1)
+                raise HookBroke("revert broke")
+            return CoordinatorResult([(b"k1", b"v")], "first", on_failure=on_failure)
+
+        first = asyncio.ensure_future(rt.run(0, failing_op))
+        second = asyncio.ensure_future(rt.run(0, lambda s: CoordinatorResult([(b"k2", b"v")], "second")))
+        third = asyncio.ensure_future(rt.run(0, lambda s: CoordinatorResult([], "third")))
+        await asyncio.sleep(0)
+        assert log.records == [(b"k1", b"v")]  # the first write is in flight, the others queued behind it
+        log.fail_durability(NotLeader(0, 0))
+        with pytest.raises(CoordinatorError) as e:
+            await asyncio.wait_for(first, 1)
+        assert e.value.code is ErrorCode.NOT_COORDINATOR and reverted == [1]  # the mapped code, not the hook's error
+        await asyncio.sleep(0)
+        assert log.records == [(b"k1", b"v"), (b"k2", b"v")]  # the queued operation ran
+        log.make_durable()
+        assert await asyncio.wait_for(second, 1) == "second"
+        assert await asyncio.wait_for(third, 1) == "third"
+        assert shard.replayed == [(b"k2", b"v", 1)]
+
+        # the same when the write is refused at once (the hook runs in the caller's call)
+        log.fail = NotLeader(0, 0)
+        with pytest.raises(CoordinatorError) as e:
+            await asyncio.wait_for(rt.run(0, failing_op), 1)
+        assert e.value.code is ErrorCode.NOT_COORDINATOR and reverted == [1, 1]
+        log.fail = None
+        assert await asyncio.wait_for(rt.run(0, lambda s: CoordinatorResult([], "after")), 1) == "after"
+
+        # and when the partition was unloaded while the write was in flight
+        inflight = asyncio.ensure_future(rt.run(0, failing_op))
+        await asyncio.sleep(0)
+        assert rt.unload(0)
+        with pytest.raises(CoordinatorError):
+            await asyncio.wait_for(inflight, 1)
+        log.make_durable()  # the late completion runs the hook, which raises into nobody
+        await asyncio.sleep(0)
+        assert reverted == [1, 1, 1]
+        await rt.close()
+    run(main())
+
+
+def test_hooks_and_replays_that_raise_anything_never_stall_the_partition() -> None:
+    """``on_applied`` raising something that is not an Exception (a CancelledError of a future it read), and a
+    replay raising, answer the caller and let the next queued operation run."""
+    async def main() -> None:
+        log = ManualLog()
+        rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(log, ListShard)
+        shard = await rt.load(0, 0, [])
+        assert shard is not None
+
+        first = asyncio.ensure_future(rt.run(0, lambda s: CoordinatorResult(
+            [(b"k1", b"v")], "first", on_applied=_raise(asyncio.CancelledError()))))
+        second = asyncio.ensure_future(rt.run(0, lambda s: CoordinatorResult(
+            [(b"k2", b"v")], "second", on_failure=_raise(asyncio.CancelledError()))))
+        third = asyncio.ensure_future(rt.run(0, lambda s: CoordinatorResult([], "third")))
+        await asyncio.sleep(0)
+        log.make_durable()
+        assert await asyncio.wait_for(first, 1) == "first"  # applied: the hook's error does not undo the answer
+        await asyncio.sleep(0)
+        log.fail_durability(OSError("fsync"))
+        with pytest.raises(CoordinatorError) as e:
+            await asyncio.wait_for(second, 1)
+        assert e.value.code is ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert await asyncio.wait_for(third, 1) == "third"
+
+        def broken_replay(key: bytes | None, value: bytes | None, offset: int, pid: int, epoch: int) -> None:
+            raise HookBroke("replay broke")
+
+        shard.replay = broken_replay  # type: ignore[method-assign]
+        fourth = asyncio.ensure_future(rt.run(0, lambda s: CoordinatorResult([(b"k4", b"v")], "fourth")))
+        fifth = asyncio.ensure_future(rt.run(0, lambda s: CoordinatorResult([], "fifth")))
+        await asyncio.sleep(0)
+        log.make_durable()
+        with pytest.raises(HookBroke):
+            await asyncio.wait_for(fourth, 1)
+        assert await asyncio.wait_for(fifth, 1) == "fifth"
         await rt.close()
     run(main())

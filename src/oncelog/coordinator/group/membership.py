@@ -261,9 +261,16 @@ def _update_static_member(shard: GroupShard, group: ClassicGroup, instance_id: s
                 resp = _join_result(group, member, leader=current_leader or "", members=False)
 
             def revert() -> None:
+                # The new member id could not be stored: the instance keeps its old id and settings (Kafka reverts
+                # the replacement and reschedules the old member's heartbeat). ``fut`` is not touched: it holds the
+                # answer of a durable write and is handed out only then; on a failed write the runtime answers
+                # the caller with the code mapped from the append failure (append_error_code), which the
+                # coordinator turns into a JoinGroup error without a member id, as Kafka answers.
+                if group.static_member_id(instance_id) != new_id:
+                    return
                 member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms = saved
                 group.replace_static_member(instance_id, new_id, old_id)
-                fut.set_result(join_error(ErrorCode.UNKNOWN_SERVER_ERROR, new_id))
+                member.heartbeat_deadline = shard.now() + member.session_timeout_ms
 
             fut.set_result(resp)
             return CoordinatorResult([group_record(group)], fut, on_failure=revert)
