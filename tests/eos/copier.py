@@ -20,6 +20,7 @@ the end of the current transaction, whose outcome then stays unknown.
 
 Usage: python copier.py --client confluent|kafka-python|oncelog --bootstrap H:P --input T --output T
        --output-partitions N --group G --transactional-id ID --name NAME --history FILE [--abort-rate 0.1]
+       [--max-poll-interval-ms 15000]
 """
 
 from __future__ import annotations
@@ -104,7 +105,8 @@ class ConfluentCopier(Copier):
         self.consumer = Consumer({
             "bootstrap.servers": a.bootstrap, "group.id": a.group, "isolation.level": "read_committed",
             "enable.auto.commit": False, "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
-            "heartbeat.interval.ms": 500, "max.poll.interval.ms": 15_000, "reconnect.backoff.max.ms": 500})
+            "heartbeat.interval.ms": 500, "max.poll.interval.ms": a.max_poll_interval_ms,
+            "reconnect.backoff.max.ms": 500})
         self.producer = Producer({
             "bootstrap.servers": a.bootstrap, "transactional.id": a.transactional_id, "linger.ms": 5,
             "transaction.timeout.ms": 20_000, "message.timeout.ms": 15_000, "reconnect.backoff.max.ms": 500})
@@ -415,6 +417,8 @@ def main() -> int:
     ap.add_argument("--history", required=True)
     ap.add_argument("--abort-rate", type=float, default=0.1)
     ap.add_argument("--batch", type=int, default=200)
+    ap.add_argument("--max-poll-interval-ms", type=int, default=15_000,
+                    help="confluent only: librdkafka's max.poll.interval.ms, its JoinGroup rebalance timeout")
     a = ap.parse_args()
     classes: dict[str, type[ConfluentCopier | KafkaPythonCopier | OncelogCopier]] = {
         "confluent": ConfluentCopier, "kafka-python": KafkaPythonCopier, "oncelog": OncelogCopier}

@@ -97,10 +97,10 @@ class Copiers:
     """Supervises the copier processes: start, SIGKILL, restart anything that died, SIGTERM at the end."""
 
     def __init__(self, tmp: Path, client: str, bootstrap: str, input_topic: str, output_topic: str,
-                 output_partitions: int, run: str) -> None:
+                 output_partitions: int, run: str, extra: tuple[str, ...] = ()) -> None:
         self.tmp, self.client, self.bootstrap = tmp, client, bootstrap
         self.args = ["--client", client, "--bootstrap", bootstrap, "--input", input_topic, "--output", output_topic,
-                     "--output-partitions", str(output_partitions), "--group", f"{run}-group"]
+                     "--output-partitions", str(output_partitions), "--group", f"{run}-group", *extra]
         self.run = run
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.hist_dir = tmp / "copier-history"
@@ -170,7 +170,8 @@ def cbroker(tmp_path: Path) -> Iterator[BrokerProcess]:
     proc.kill()
 
 
-def seed_input(h: History, bootstrap: str, topic: str, partitions: int) -> dict[int, list[str]]:
+def seed_input(h: History, bootstrap: str, topic: str, partitions: int,
+               records: int = RECORDS) -> dict[int, list[str]]:
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5})
@@ -182,7 +183,7 @@ def seed_input(h: History, bootstrap: str, topic: str, partitions: int) -> dict[
                 s.outcome, s.offset = OK, msg.offset()
         return cb
 
-    for i in range(RECORDS):
+    for i in range(records):
         s = Send("seeder", topic, i % partitions, str(i))
         h.add(s)
         sends.append(s)
@@ -292,3 +293,114 @@ def run_copy(broker: BrokerProcess, tmp: Path, client: str, in_parts: int, out_p
 def test_exactly_once_copy(cbroker: BrokerProcess, tmp_path: Path, client: str, in_parts: int,
                            out_parts: int) -> None:
     run_copy(cbroker, tmp_path, client, in_parts, out_parts)
+
+
+# ------------------------------------------------------------------------------------------------ kill burst
+# Hardening issue, defect 1: transactional librdkafka copiers (session.timeout.ms=6000, the default
+# max.poll.interval.ms of 5 minutes as rebalance timeout) whose members are SIGKILLed and restarted in quick
+# succession while the broker also restarts. A restarted copier joins as a new member; killed while its JoinGroup is
+# parked, its request task was cancelled with its connection, which cancelled the group's own future: the member
+# stopped counting as joined while its 5-minute new-member timeout kept it in the group, and the live members'
+# JoinGroup waited minutes (the group sat in PreparingRebalance with dead members). Now a parked request belongs to
+# the group whatever happens to the connection (as in Kafka): the copy must finish within LIVENESS_S of the last
+# fault, and the checker must find every input exactly once.
+BURST_RECORDS = 6_000
+BURST_COPIERS = 4
+LIVENESS_S = 60  # after the last fault: a few session timeouts (6 s) and rebalances, and the rest of the copy
+
+
+def run_copy_kill_burst(broker: BrokerProcess, tmp: Path) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    seed = int(os.environ.get("EOS_SEED", int.from_bytes(os.urandom(4), "big")))
+    rnd = random.Random(seed)
+    in_parts, out_parts = 4, 2
+    run = "burst"
+    in_topic, out_topic = f"{run}-in", f"{run}-out"
+    boot = broker.bootstrap
+    admin = AdminClient({"bootstrap.servers": boot})
+    for f in admin.create_topics([NewTopic(in_topic, in_parts, 1), NewTopic(out_topic, out_parts, 1)]).values():
+        f.result(20)
+    h = History()
+    inputs = seed_input(h, boot, in_topic, in_parts, BURST_RECORDS)
+    copiers = Copiers(tmp, "confluent", boot, in_topic, out_topic, out_parts, run,
+                      extra=("--max-poll-interval-ms", "300000", "--batch", "100"))
+    names = [f"copier-{i}" for i in range(BURST_COPIERS)]
+    t0 = time.monotonic()
+    events: list[str] = []
+
+    def note(what: str) -> None:
+        events.append(f"{time.monotonic() - t0:.1f}s {what}")
+
+    def pause(lo: float, hi: float) -> None:
+        end = time.monotonic() + rnd.uniform(lo, hi)
+        while time.monotonic() < end:
+            copiers.revive()
+            time.sleep(0.05)
+
+    def burst(victims: list[str], lo: float = 0.2, hi: float = 0.8) -> None:
+        """SIGKILL the victims one after the other (each restarted at once: a new member joins)."""
+        for v in victims:
+            copiers.kill(v)
+            note(f"{v} killed")
+            pause(lo, hi)
+
+    for n in names:
+        copiers.start(n)
+    ends = {q: len(v) for q, v in inputs.items()}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not any(group_committed(boot, f"{run}-group", in_topic, in_parts)
+                                                  .get(q, -1) > 0 for q in ends):
+        copiers.revive()
+        time.sleep(0.5)
+    note("copying")
+    # wave 1: three members die in quick succession; their restarts join while the group rebalances
+    burst(rnd.sample(names, 3))
+    # wave 2: kill restarted instances again, about when their JoinGroup is parked
+    pause(0.5, 2.0)
+    burst(rnd.sample(names, 2))
+    # the broker dies and comes back while that rebalance is in progress
+    broker.kill()
+    note("broker killed")
+    time.sleep(rnd.uniform(0.2, 1.0))
+    broker.start()
+    note("broker restarted")
+    # wave 3: members die again while the group recovers from the restart
+    pause(1.0, 3.0)
+    burst(rnd.sample(names, 2), 0.1, 0.5)
+    faults_end = time.monotonic()
+    committed: dict[int, int] = {}
+    while time.monotonic() < faults_end + LIVENESS_S:
+        copiers.revive()
+        committed = group_committed(boot, f"{run}-group", in_topic, in_parts)
+        if committed == ends:
+            break
+        time.sleep(0.5)
+    finished_s = round(time.monotonic() - faults_end, 1)
+    note(f"copy finished {finished_s}s after the last fault" if committed == ends else "copy NOT finished")
+    copiers.stop()
+    for n in names:  # settle whatever a killed instance left open
+        Producer({"bootstrap.servers": boot, "transactional.id": copiers.tid(n)}).init_transactions(30)
+    h.extend(copiers.history())
+    for iso in (READ_COMMITTED, READ_UNCOMMITTED):
+        read_to_end(h, boot, out_topic, list(range(out_parts)), iso, f"final-{iso}")
+    rep = check(h, sends_complete=True).merge(
+        check_copy(h, inputs, out_topic, lambda v: v.split("|", 1)[0], ordered=True))
+    rep.stats.update(seed=seed, events=events, committed=committed, input_ends=ends, copier_kills=copiers.kills,
+                     copier_restarts=copiers.restarts, copier_exits=copiers.exits[:10], finished_s=finished_s)
+    h.dump(tmp / "history.jsonl")
+    (tmp / "report.json").write_text(rep.to_json())
+    print(rep.summary(3))
+    assert committed == ends, (f"the copy did not finish within {LIVENESS_S} s of the last fault: committed "
+                               f"{committed}, input ends {ends} (seed {seed}); events {events}; broker log:\n"
+                               f"{broker.log_tail()}\ncopier logs:\n{copiers.log_tail()}")
+    assert rep.ok, f"anomalies (seed {seed}, history in {tmp}):\n{rep.summary()}"
+    # 7 SIGKILLs are sent; one may find its copier already gone (a fenced instance exits by itself)
+    assert copiers.kills >= 4 and any(e.endswith("broker restarted") for e in events), events
+
+
+@pytest.mark.timeout(240)
+def test_exactly_once_copy_members_killed_during_rebalance_and_broker_restart(cbroker: BrokerProcess,
+                                                                              tmp_path: Path) -> None:
+    run_copy_kill_burst(cbroker, tmp_path)

@@ -381,3 +381,73 @@ def test_offsets_survive_restart_and_admin_view(tmp_path: Path, topic_name: str)
         assert group not in {g.group_id for g in a.list_consumer_groups().result(10).valid}
     finally:
         proc.stop()
+
+
+# A member that dies while its JoinGroup is parked (hardening issue, defect 1): a raw client process joins as a new
+# member with librdkafka's default rebalance timeout (max.poll.interval.ms, 5 minutes), prints once the broker holds
+# its JoinGroup, and is SIGKILLed. The broker cancels the closed connection's request; the parked JoinGroup belongs
+# to the group (Kafka's purgatory), so the member still counts as joined, and its session timeout removes it after
+# the join phase. Before the fix the survivors' JoinGroup waited for the 5-minute rebalance timeout.
+PARKED_JOINER = textwrap.dedent("""
+    import asyncio, struct, sys
+    from oncelog.client.connection import BrokerConnection
+    from oncelog.protocol.messages.join_group_request import JoinGroupRequest, JoinGroupRequestProtocol
+
+    host, port = sys.argv[1].rsplit(":", 1)
+    group, topic = sys.argv[2], sys.argv[3]
+    t = topic.encode()
+    subscription = struct.pack(">hih", 0, 1, len(t)) + t + struct.pack(">i", -1)  # ConsumerProtocol v0
+
+    async def main() -> None:
+        conn = BrokerConnection(host, int(port), client_id="parked-joiner")
+        await conn.connect()
+        def join(member_id: str) -> JoinGroupRequest:
+            return JoinGroupRequest(group_id=group, session_timeout_ms=6000, rebalance_timeout_ms=300_000,
+                                    member_id=member_id, protocol_type="consumer",
+                                    protocols=[JoinGroupRequestProtocol(name="range", metadata=subscription)])
+        r = await conn.send(join(""), version=9)
+        assert r.error_code == 79, r  # MEMBER_ID_REQUIRED
+        parked = asyncio.ensure_future(conn.send(join(r.member_id), version=9, timeout=600))
+        await asyncio.sleep(0.5)
+        assert not parked.done(), parked
+        print("parked", flush=True)
+        await asyncio.sleep(600)
+
+    asyncio.run(main())
+""")
+
+
+def test_member_killed_while_its_join_is_parked_does_not_stall_the_group(gbroker: BrokerProcess,
+                                                                          topic_name: str) -> None:
+    bs = gbroker.bootstrap
+    make_topic(bs, topic_name)
+    group = f"g-{topic_name}"
+    seen: list[int] = []
+    # librdkafka's default max.poll.interval.ms: the rebalance timeout the broker would otherwise wait for
+    members = [Member(consumer(bs, group, "range", **{"max.poll.interval.ms": 300_000}), f"m{i}", seen)
+               for i in range(2)]
+    for m in members:
+        m.c.subscribe([topic_name])
+    poll_until(members, lambda: exactly_once_owned(members, topic_name))
+    child = subprocess.Popen([sys.executable, "-c", PARKED_JOINER, bs, group, topic_name], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == b"parked"
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        t0 = time.monotonic()
+        # the survivors learn of the rebalance the joiner started (their assignment as of the last poll is stale)
+        poll_until(members, lambda: not exactly_once_owned(members, topic_name), timeout=10)
+        # the survivors rejoin (answered at once: the dead member counts as joined), get a generation where it owns
+        # partitions too, and once its 6 s session has run out, one without it: all partitions between them
+        poll_until(members, lambda: exactly_once_owned(members, topic_name), timeout=25)
+        assert time.monotonic() - t0 < 6 + 12, "the survivors got their assignment too late"
+        produce(bs, topic_name, 0, 60)
+        poll_until(members, lambda: len(seen) >= 60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        for m in members:
+            m.c.close()
+

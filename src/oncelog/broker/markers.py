@@ -52,7 +52,10 @@ class _Written:
 
     def __await__(self) -> Generator[Any, None, MarkerResults]:
         if self.durable is not None:
-            yield from self.durable.__await__()
+            # shielded: a waiter cancelled because its client's connection closed (a WriteTxnMarkers request) must
+            # not cancel the replay of the markers into the group coordinator, or the producer's transactional
+            # offsets on ``__consumer_offsets`` would stay pending after their marker is durable
+            yield from asyncio.shield(self.durable).__await__()
         return self.results
 
 

@@ -331,8 +331,10 @@ class CoordinatorRuntime(Generic[S]):
         p = self._partitions.get(partition)
         if p is None or p.loading or self._closed:
             raise self._refusal(partition, p)
-        return await self._submit(partition, p, op, NO_PRODUCER_ID, NO_PRODUCER_EPOCH,  # type: ignore[no-any-return]
-                                  self._write_timeout)
+        # shielded: a cancelled caller (its client's connection closed) neither drops its queued operation nor
+        # touches the future the runtime answers; the operation runs as if the caller still waited
+        return await asyncio.shield(self._submit(partition, p, op, NO_PRODUCER_ID,
+                                                 NO_PRODUCER_EPOCH, self._write_timeout))
 
     async def run_transactional(self, partition: int, producer_id: int, producer_epoch: int,
                                 op: Callable[[S], CoordinatorResult[T]]) -> T:
@@ -341,8 +343,8 @@ class CoordinatorRuntime(Generic[S]):
         p = self._partitions.get(partition)
         if p is None or p.loading or self._closed:
             raise self._refusal(partition, p)
-        return await self._submit(partition, p, op, producer_id, producer_epoch,  # type: ignore[no-any-return]
-                                  self._write_timeout)
+        return await asyncio.shield(self._submit(partition, p, op, producer_id,
+                                                 producer_epoch, self._write_timeout))  # shielded: as in run
 
     async def replay_end_transaction_marker(self, partition: int, producer_id: int, producer_epoch: int,
                                             commit: bool, offset: int) -> None:
@@ -382,7 +384,7 @@ class CoordinatorRuntime(Generic[S]):
     def _drain(self, partition: int, p: _Partition) -> None:
         while p.inflight is None and p.pending and self._partitions.get(partition) is p:
             op = p.pending.popleft()
-            if op.fut.done():  # the caller gave up (or timed out) before its operation started: nothing was written
+            if op.fut.done():  # timed out before its operation started: nothing was written
                 continue
             self._start(partition, p, op)
 

@@ -21,6 +21,7 @@ to a partition outside the transaction would never get its marker (KIP-890 part 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -132,14 +133,18 @@ class GroupCoordinator:
                                                                                  client_host))
         except CoordinatorError as e:
             return membership.join_error(e.code, req.member_id)
-        return await fut  # type: ignore[no-any-return]
+        # The future is the member's parked JoinGroup, owned by the group: a caller cancelled because its client's
+        # connection closed must not cancel it (the member would stop counting as joined). As in Kafka's
+        # purgatory, the member stays joined, its answer is dropped, and the next phase's session timeout removes
+        # it if it is gone.
+        return await asyncio.shield(fut)
 
     async def sync_group(self, req: SyncGroupRequest, version: int) -> SyncGroupResponse:
         try:
             fut = await self._run(req.group_id, lambda s: membership.sync_group(s, req, version))
         except CoordinatorError as e:
             return membership.sync_error(e.code)
-        return await fut  # type: ignore[no-any-return]
+        return await asyncio.shield(fut)  # the parked SyncGroup: as in join_group
 
     async def heartbeat(self, req: HeartbeatRequest, version: int) -> HeartbeatResponse:
         instance_id = req.group_instance_id if version >= 3 else None
