@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from oncelog.clock import SYSTEM_CLOCK, Clock
 from oncelog.storage import KafkaStorageError, LogConfig, LogManager
 
-from .cluster_node import ClusterNode, ClusterStartError, ReplicaManagerLike, ViewOnlyReplicaManager
+from .cluster_node import ClusterNode, ClusterStartError, ReplicaManagerLike
 from .cluster_topics import AutoCreator
 from .config import BrokerConfig
 from .connection import Connection
@@ -32,6 +32,7 @@ from .txn_wiring import next_coordinator_epoch, start_transaction_coordinator, s
 from .markers import LocalMarkerWriter
 from .metrics import BrokerMetrics
 from .partition import Partition
+from .replica_manager import ReplicaManager
 from .router import Router
 from .topics import TopicRegistry
 
@@ -176,7 +177,7 @@ class Broker:
         if self.cluster is not None:
             self._join_data_dir(self.cluster)
         self._topics = TopicRegistry(self.logs, durable_per_append=self.durable_per_append,
-                                     mark_dirty=self.flusher.mark_dirty)
+                                     mark_dirty=self.flusher.mark_dirty, replicated=self.cluster is not None)
         writer = LocalMarkerWriter(self._topics, self.clock)
         self._context = context = BrokerContext(cfg, self.clock, self.metrics, self.router, self._topics,
                                                 self.cluster_id, writer)
@@ -192,7 +193,8 @@ class Broker:
             context.cluster = self.cluster
             context.auto_creator = AutoCreator(self.cluster)
             self.cluster.watch(self.metrics)
-            self.replicas = ViewOnlyReplicaManager(cfg.node_id)
+            self.replicas = ReplicaManager(cfg, self._topics, self.cluster.store, self.clock.monotonic_ms,
+                                           self.durable_per_append)
             await self.replicas.start()
             host, port = cfg.advertised
             try:

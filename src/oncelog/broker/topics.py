@@ -32,9 +32,10 @@ class TopicView:
 
 class TopicRegistry:
     def __init__(self, logs: LogManager, *, durable_per_append: bool,
-                 mark_dirty: Callable[[Partition, int, bool], None]) -> None:
+                 mark_dirty: Callable[[Partition, int, bool], None], replicated: bool = False) -> None:
         self.logs = logs
         self.durable_per_append = durable_per_append
+        self.replicated = replicated  # a broker of a cluster: partitions take their roles from the view
         self._mark_dirty = mark_dirty
         self._by_name: dict[str, TopicView] = {}
         self._by_id: dict[uuid.UUID, TopicView] = {}
@@ -48,7 +49,7 @@ class TopicRegistry:
             plog = self.logs.get_log(name, i)
             assert plog is not None, f"log of {name}-{i} missing after open"
             parts.append(Partition(name, i, info.topic_id, plog, durable_per_append=self.durable_per_append,
-                                   mark_dirty=self._mark_dirty))
+                                   mark_dirty=self._mark_dirty, replicated=self.replicated))
         view = TopicView(name, info.topic_id, parts, dict(info.configs))
         self._by_name[name] = view
         self._by_id[info.topic_id] = view
@@ -75,9 +76,11 @@ class TopicRegistry:
     def all_partitions(self) -> list[Partition]:
         return [p for v in self._by_name.values() for p in v.partitions]
 
-    def create(self, name: str, num_partitions: int, configs: dict[str, str] | None = None) -> TopicView:
-        """Create a topic. Raises the storage layer's TopicExistsError/InvalidTopicError/InvalidConfigError."""
-        self.logs.create_topic(name, num_partitions, configs or {})
+    def create(self, name: str, num_partitions: int, configs: dict[str, str] | None = None, *,
+               topic_id: uuid.UUID | None = None) -> TopicView:
+        """Create a topic (``topic_id``: the cluster's, for a replica). Raises the storage layer's
+        TopicExistsError/InvalidTopicError/InvalidConfigError."""
+        self.logs.create_topic(name, num_partitions, configs or {}, topic_id=topic_id)
         view = self._load(name)
         log.info("created topic %s with %d partition(s) (id %s)", name, num_partitions, view.topic_id)
         return view
@@ -107,7 +110,7 @@ class TopicRegistry:
             assert plog is not None
             view.partitions.append(Partition(name, i, view.topic_id, plog,
                                              durable_per_append=self.durable_per_append,
-                                             mark_dirty=self._mark_dirty))
+                                             mark_dirty=self._mark_dirty, replicated=self.replicated))
         log.info("topic %s now has %d partitions", name, new_total)
         return view
 

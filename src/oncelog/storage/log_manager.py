@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import threading
+import uuid
 from pathlib import Path
 
 from oncelog.clock import Clock
@@ -157,7 +158,9 @@ class LogManager:
     def topic_config(self, name: str) -> LogConfig:
         return LogConfig.from_kafka(self.topic(name).configs, self.defaults)
 
-    def create_topic(self, name: str, num_partitions: int, configs: dict[str, str] | None = None) -> TopicInfo:
+    def create_topic(self, name: str, num_partitions: int, configs: dict[str, str] | None = None, *,
+                     topic_id: uuid.UUID | None = None) -> TopicInfo:
+        """``topic_id``: the cluster's id of the topic (a replica creating its log); a new one otherwise."""
         validate_topic_name(name)
         if num_partitions < 1:
             raise InvalidPartitionsError(f"topic {name!r} needs at least 1 partition, got {num_partitions}")
@@ -175,7 +178,7 @@ class LogManager:
                     )
             for p in range(num_partitions):  # leftovers of an older topic of the same name
                 shutil.rmtree(self._dir_of(name, p), ignore_errors=True)
-            info = self.catalog.create(name, num_partitions, overrides)
+            info = self.catalog.create(name, num_partitions, overrides, topic_id=topic_id)
             for p in range(num_partitions):
                 self._logs[(name, p)] = PartitionLog.open(self._dir_of(name, p), name, p, cfg, self.clock,
                                                           clean_shutdown=True)

@@ -2,14 +2,16 @@
 
     protocol  <-  storage  <-  coordinator  <-  cluster  <-  broker  <-  cli
     protocol  <-  client   <-  spark
-                  client.connection  <-  cluster
+                  client.connection  <-  cluster, broker (the replica fetcher's inter-broker requests)
 
 ``protocol`` (sans-I/O codecs, record batches) imports nothing of oncelog; ``storage`` only ``protocol``;
 ``coordinator`` (deterministic state machines) only ``storage`` and ``protocol``; ``cluster`` (metadata, replica
 and controller decisions) those three and, for inter-broker requests, ``client.connection``; ``client`` only
 ``protocol`` (a client is not a broker: nothing of the broker's side may leak into it); ``spark`` only ``client``
 (it reaches the protocol through the client's public API); ``broker`` anything below it; ``cli`` and
-``python -m oncelog`` are on top; ``testing`` (test harness: broker processes, power cuts) may import anything.
+``python -m oncelog`` are on top (``broker``'s replica fetcher also uses ``client.connection`` and the errors
+it raises, ``client.errors``, for the follower's Fetch and OffsetForLeaderEpoch); ``testing`` (test harness:
+broker processes, power cuts) may import anything.
 ``clock`` is a shared leaf (the injected clock): anyone may import it and it imports nothing of oncelog.
 
 Every import counts: module level, inside functions, under ``if TYPE_CHECKING:``, relative ones, and
@@ -35,7 +37,7 @@ ALLOWED: dict[str, set[str]] = {
     "cluster": {"coordinator", "storage", "protocol", "client.connection"},  # a layer, or one module of a layer
     "client": {"protocol"},
     "spark": {"client"},
-    "broker": {"cluster", "coordinator", "storage", "protocol"},
+    "broker": {"cluster", "coordinator", "storage", "protocol", "client.connection", "client.errors"},
     "cli": EVERYTHING,
     "testing": EVERYTHING,
     "__main__": EVERYTHING,  # python -m oncelog: the CLI

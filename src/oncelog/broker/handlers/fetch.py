@@ -1,5 +1,12 @@
 """Fetch (1): whole batches by reference, long-poll until min_bytes or max_wait_ms.
 
+A client (replica id < 0) reads up to the high watermark (the last stable offset for read_committed) of a
+partition this broker leads. In a cluster a follower (replica id >= 0, the replica fetcher of another broker)
+reads up to the log end and long-polls on it: it must be an assigned replica at the leader's epoch
+(FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH otherwise); its fetch offset is its end offset, which the leader
+records (ISR, high watermark); a ``last_fetched_epoch`` whose end here is below the fetch offset is answered with
+``diverging_epoch`` and no records (Fetch v12+, Kafka's Partition.fetchRecords), so the follower truncates first.
+
 Fetch sessions (KIP-227) are not kept: every answer carries session id 0, which tells clients to send full fetch
 requests; that is allowed by the protocol and costs only request size.
 """
@@ -11,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from oncelog.protocol.errors import ErrorCode
-from oncelog.protocol.messages.fetch_request import FetchRequest
+from oncelog.protocol.messages.fetch_request import FetchPartition, FetchRequest
 from oncelog.protocol.messages.fetch_response import (
     AbortedTransaction,
     FetchableTopicResponse,
@@ -20,7 +27,7 @@ from oncelog.protocol.messages.fetch_response import (
 )
 from oncelog.storage import OffsetOutOfRangeError
 
-from ._common import error_for
+from ._common import error_for, leadership_error, missing_partition_error
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
@@ -31,7 +38,6 @@ API_KEY = 1
 MIN_VERSION = 4
 MAX_VERSION = 17
 
-LEADER_EPOCH = 0
 READ_COMMITTED = 1
 
 
@@ -41,12 +47,19 @@ class _Want:
     partition: "Partition | None"
     fetch_offset: int
     max_bytes: int
+    replica: bool = False  # a follower's fetch: up to the log end
+
+
+def _replica_id(request: FetchRequest, version: int) -> int:
+    return request.replica_state.replica_id if version >= 15 else request.replica_id
 
 
 def _plan(broker: "BrokerContext", request: FetchRequest,
           version: int) -> tuple[list[FetchableTopicResponse], list[_Want]]:
     topics: list[FetchableTopicResponse] = []
     wants: list[_Want] = []
+    replica_id = _replica_id(request, version) if broker.cluster is not None else -1
+    broker_epoch = request.replica_state.replica_epoch if version >= 15 else -1
     for t in request.topics:
         if version >= 13:
             view = broker.topics.by_id(t.topic_id)
@@ -60,14 +73,39 @@ def _plan(broker: "BrokerContext", request: FetchRequest,
                                 log_start_offset=-1, aborted_transactions=None, records=b"")
             partition = view.partitions[p.partition] if view and 0 <= p.partition < len(view.partitions) else None
             if partition is None:
-                out.error_code = missing_code
-            elif p.current_leader_epoch > LEADER_EPOCH:
-                out.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
+                out.error_code = missing_partition_error(broker, t.topic, p.partition, missing_code) if t.topic \
+                    else missing_code
+            elif code := leadership_error(partition, p.current_leader_epoch):
+                out.error_code = code
+                partition = None
+            elif replica_id >= 0 and not _replica_fetch(partition, p, out, replica_id, broker_epoch, version):
                 partition = None
             resp.partitions.append(out)
-            wants.append(_Want(out, partition, p.fetch_offset, p.partition_max_bytes))
+            wants.append(_Want(out, partition, p.fetch_offset, p.partition_max_bytes, replica_id >= 0))
         topics.append(resp)
     return topics, wants
+
+
+def _replica_fetch(partition: "Partition", p: FetchPartition, out: PartitionData, replica_id: int,
+                   broker_epoch: int, version: int) -> bool:
+    """A follower's fetch of a partition led here: record its end offset; False when the answer is already
+    complete (an error, or a diverging epoch)."""
+    lr = partition.leader_replicas
+    if lr is None or replica_id not in lr.replicas or replica_id == lr.local_id:
+        out.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return False
+    log = partition.log
+    if version >= 12 and p.last_fetched_epoch >= 0:
+        epoch, end = log.end_offset_for_epoch(p.last_fetched_epoch)
+        if epoch < p.last_fetched_epoch or end < p.fetch_offset:
+            out.diverging_epoch.epoch, out.diverging_epoch.end_offset = epoch, end
+            out.high_watermark = partition.high_watermark
+            out.last_stable_offset = partition.last_stable_offset
+            out.log_start_offset = partition.log_start_offset
+            return False
+    if log.log_start_offset <= p.fetch_offset <= log.log_end_offset:
+        partition.on_replica_fetch(replica_id, p.fetch_offset, p.log_start_offset, broker_epoch)
+    return True
 
 
 def _read(broker: "BrokerContext", wants: list[_Want], max_bytes: int, isolation: int) -> tuple[int, bool]:
@@ -87,7 +125,7 @@ def _read(broker: "BrokerContext", wants: list[_Want], max_bytes: int, isolation
         out.last_stable_offset = lso
         out.log_start_offset = partition.log_start_offset
         out.error_code = ErrorCode.NONE
-        limit = lso if isolation == READ_COMMITTED else hw
+        limit = partition.log_end_offset if want.replica else lso if isolation == READ_COMMITTED else hw
         budget = min(want.max_bytes, max_bytes - total)
         if want.fetch_offset >= limit and want.fetch_offset <= partition.log_end_offset:
             out.records = b""
@@ -111,7 +149,7 @@ def _read(broker: "BrokerContext", wants: list[_Want], max_bytes: int, isolation
             broker.metrics.topic(partition.topic)[2].inc(result.size)
         else:
             out.records = b""
-        if isolation == READ_COMMITTED:
+        if isolation == READ_COMMITTED and not want.replica:
             out.aborted_transactions = [
                 AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
                 for a in partition.log.collect_aborted_txns(want.fetch_offset, limit)
@@ -137,12 +175,12 @@ async def _long_poll(topics: list[FetchableTopicResponse], wants: list[_Want], r
                      max_bytes: int, isolation: int, broker: "BrokerContext") -> FetchResponse:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait_ms / 1000
-    partitions = [w.partition for w in wants if w.partition is not None]
     while True:
         remaining = deadline - loop.time()
         if remaining <= 0:
             break
-        waits = [p.data_available() for p in partitions]
+        waits = [p.log_end_advanced() if w.replica else p.data_available()
+                 for w in wants if (p := w.partition) is not None]
         await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
         total, error = _read(broker, wants, max_bytes, isolation)
         if error or total >= request.min_bytes:

@@ -13,6 +13,8 @@ from oncelog.protocol.messages.list_offsets_response import (
     ListOffsetsTopicResponse,
 )
 
+from ._common import leadership_error, missing_partition_error
+
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
     from oncelog.broker.partition import Partition
@@ -23,7 +25,6 @@ MIN_VERSION = 1
 MAX_VERSION = 9
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
-LEADER_EPOCH = 0
 
 
 def _lookup(partition: "Partition", timestamp: int, read_committed: bool) -> tuple[int, int]:
@@ -63,14 +64,15 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
             partition = view.partitions[p.partition_index] if view and 0 <= p.partition_index < len(
                 view.partitions) else None
             if partition is None:
-                out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif p.current_leader_epoch > LEADER_EPOCH:
-                out.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
+                out.error_code = missing_partition_error(broker, t.name, p.partition_index,
+                                                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            elif code := leadership_error(partition, p.current_leader_epoch):
+                out.error_code = code
             elif (p.timestamp == MAX_TIMESTAMP and ctx.api_version < 7) or p.timestamp < LATEST_TIERED:
                 out.error_code = ErrorCode.UNSUPPORTED_VERSION
             else:
                 out.offset, out.timestamp = _lookup(partition, p.timestamp, read_committed)
-                out.leader_epoch = LEADER_EPOCH if out.offset >= 0 else -1
+                out.leader_epoch = partition.leader_epoch if out.offset >= 0 else -1
             parts.append(out)
         topics.append(ListOffsetsTopicResponse(name=t.name, partitions=parts))
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)

@@ -15,6 +15,8 @@ from oncelog.protocol.messages.offset_for_leader_epoch_response import (
     OffsetForLeaderTopicResult,
 )
 
+from ._common import missing_partition_error
+
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
@@ -35,11 +37,14 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
             parts.append(out)
             partition = view.partitions[p.partition] if view and 0 <= p.partition < len(view.partitions) else None
             if partition is None:
-                out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                out.error_code = missing_partition_error(broker, t.topic, p.partition,
+                                                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             elif p.current_leader_epoch > partition.leader_epoch:
                 out.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
             elif 0 <= p.current_leader_epoch < partition.leader_epoch:
                 out.error_code = ErrorCode.FENCED_LEADER_EPOCH
+            elif not partition.is_leader:  # in a cluster only the leader answers (a single node leads all)
+                out.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
             else:
                 out.leader_epoch, out.end_offset = partition.log.end_offset_for_epoch(p.leader_epoch)
         topics.append(OffsetForLeaderTopicResult(topic=t.topic, partitions=parts))

@@ -1,7 +1,10 @@
 """Produce (0): validate whole batches (sizes, magic, CRC), assign offsets in place, append, then answer.
 
 acks=0 gets no answer, acks=1 is answered once the batch is in the log, acks=-1 (all) once it is on disk (group
-commit, see ``oncelog.broker.durability``). Records are never decoded here; on a compacted topic their key sizes
+commit, see ``oncelog.broker.durability``). In a cluster only the leader appends (NOT_LEADER_OR_FOLLOWER
+otherwise), acks=-1 needs ``min.insync.replicas`` in the ISR before appending (NOT_ENOUGH_REPLICAS) and is answered
+once the high watermark passes the batch (every ISR member has it, on disk in the durable default), or with
+REQUEST_TIMED_OUT after the request's timeout, or NOT_LEADER_OR_FOLLOWER if leadership moved meanwhile. Records are never decoded here; on a compacted topic their key sizes
 are walked (``keyless_records_in``): a batch with records without a key is refused with INVALID_RECORD, the
 records listed in the response's per-record errors (Kafka's LogValidator.validateKey, KIP-467), so a client
 fails exactly those records.
@@ -33,7 +36,7 @@ from oncelog.protocol.records import (
 from oncelog.storage import DuplicateSequenceError, ProducerStateError
 
 from ..router import NO_RESPONSE
-from ._common import error_for
+from ._common import error_for, missing_partition_error
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
@@ -143,6 +146,22 @@ def _every_record_has_a_key(partition: "Partition", records: memoryview | bytes,
     return True
 
 
+def _may_append(partition: "Partition", acks: int, out: PartitionProduceResponse) -> bool:
+    """In a cluster: this broker leads the partition, and for acks=all the ISR has min.insync.replicas."""
+    where = f"{partition.topic}-{partition.index}"
+    if not partition.is_leader:
+        out.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        out.error_message = f"this broker does not lead {where} (leader: {partition.leader_id})"
+        return False
+    lr = partition.leader_replicas
+    if acks == -1 and lr is not None and len(lr.isr) < lr.min_isr:
+        out.error_code = ErrorCode.NOT_ENOUGH_REPLICAS
+        out.error_message = (f"{where} has {len(lr.isr)} in-sync replica(s) {sorted(lr.isr)}, fewer than "
+                             f"min.insync.replicas={lr.min_isr}; nothing was written")
+        return False
+    return True
+
+
 def _verify_transaction(broker: "BrokerContext", partition: "Partition", producer_id: int,
                         producer_epoch: int) -> int:
     """KIP-890 part 1: a transactional write is accepted only for a partition added to the producer's ongoing
@@ -155,7 +174,7 @@ def _verify_transaction(broker: "BrokerContext", partition: "Partition", produce
 
 def handle(broker: "BrokerContext", ctx: "RequestContext", request: ProduceRequest) -> object:
     responses: list[TopicProduceResponse] = []
-    waits: list[tuple[PartitionProduceResponse, asyncio.Future[None]]] = []
+    waits: list[tuple[PartitionProduceResponse, asyncio.Future[None] | asyncio.Future[int]]] = []
     acks = request.acks
     for topic in request.topic_data:
         view = broker.topics.get(topic.name)
@@ -166,35 +185,53 @@ def handle(broker: "BrokerContext", ctx: "RequestContext", request: ProduceReque
             parts.append(out)
             partition = view.partitions[pdata.index] if view and 0 <= pdata.index < len(view.partitions) else None
             if partition is None:
-                out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                out.error_code = missing_partition_error(broker, topic.name, pdata.index,
+                                                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 out.error_message = f"this broker has no partition {topic.name}-{pdata.index}"
                 continue
             if acks not in (0, 1, -1):
                 out.error_code, out.error_message = ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not 0, 1 or -1"
                 continue
+            if partition.replicated and not _may_append(partition, acks, out):
+                continue
             last = _append_one(broker, partition, pdata.records, out)
-            if last is not None and acks == -1 and partition.durable_per_append:
+            if last is None or acks != -1:
+                continue
+            if partition.replicated:
+                waits.append((out, partition.wait_replicated(last)))
+            elif partition.durable_per_append:
                 waits.append((out, partition.wait_durable(last)))
         responses.append(TopicProduceResponse(name=topic.name, partition_responses=parts))
     response = ProduceResponse(responses=responses, throttle_time_ms=0)
     if acks == 0:
         return NO_RESPONSE
     if not waits or all(f.done() for _, f in waits):
+        _settle(waits, request.timeout_ms, broker.cluster is not None)
         return response
-    return _await_durable(response, waits, request.timeout_ms)
+    return _await_durable(response, waits, request.timeout_ms, broker.cluster is not None)
 
 
 async def _await_durable(response: ProduceResponse,
-                         waits: list[tuple[PartitionProduceResponse, asyncio.Future[None]]],
-                         timeout_ms: int) -> ProduceResponse:
+                         waits: list[tuple[PartitionProduceResponse, asyncio.Future[None] | asyncio.Future[int]]],
+                         timeout_ms: int, replicated: bool = False) -> ProduceResponse:
     futures = [f for _, f in waits]
     await asyncio.wait(futures, timeout=max(timeout_ms, 0) / 1000)
+    _settle(waits, timeout_ms, replicated)
+    return response
+
+
+def _settle(waits: list[tuple[PartitionProduceResponse, asyncio.Future[None] | asyncio.Future[int]]],
+            timeout_ms: int, replicated: bool) -> None:
     for out, fut in waits:
         if not fut.done():
             fut.cancel()
             out.error_code = ErrorCode.REQUEST_TIMED_OUT
-            out.error_message = f"not on disk within the request timeout of {timeout_ms} ms"
+            out.error_message = f"not on disk within the request timeout of {timeout_ms} ms" if not replicated \
+                else f"not on every in-sync replica within the request timeout of {timeout_ms} ms"
         elif fut.exception() is not None:
             out.error_code = ErrorCode.KAFKA_STORAGE_ERROR
             out.error_message = str(fut.exception())
-    return response
+        elif (code := fut.result()) is not None and code:
+            out.error_code = code
+            out.error_message = "leadership moved before the write was replicated" \
+                if code == ErrorCode.NOT_LEADER_OR_FOLLOWER else "the ISR shrank below min.insync.replicas"

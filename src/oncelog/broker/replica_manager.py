@@ -1,0 +1,217 @@
+"""The local replicas of a broker in a cluster, kept in line with the view (Kafka's ReplicaManager).
+
+For every partition a view change names, this broker is its leader, a follower of another broker, or not a
+replica (docs/design/cluster.md, "A partition's roles on a broker"):
+
+- a topic with a replica here gets a local log (with the cluster's topic id; created on the first view that shows
+  it), and loses it when the view drops the topic, marks it deleting, or gives it another id (a new topic of the
+  same name); at start-up, local topics the view does not have are strays and deleted;
+- leader at epoch E: :meth:`Partition.make_leader` (the fetcher stops), the same epoch again: a new ISR;
+- follower of L at epoch E: :meth:`Partition.make_follower`, and the fetcher of L truncates, then fetches;
+- the leader's ISR changes (shrink every ``replica.lag.time.max.ms / 2``, expand on a caught-up fetch) are written
+  as a compare-and-swap of the partition key (:func:`oncelog.cluster.partition_change.apply_isr_change`), one in
+  flight per partition; the partition takes the new ISR when the view shows it.
+
+A lost session (the lease may have expired) stops every leadership until a view says otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from oncelog.cluster.changes import ViewChange
+from oncelog.cluster.model import NO_LEADER, BrokerInfo, ClusterView, TopicPartition
+from oncelog.cluster.partition_change import apply_isr_change
+from oncelog.cluster.replica import IsrChange
+from oncelog.cluster.store import MetadataStore, MetadataUnavailableError, PartitionChange
+from oncelog.storage import InvalidConfigError
+
+from .config import BrokerConfig
+from .partition import Partition, Role
+from .replica_fetcher import FetcherConfig, ReplicaFetcherManager
+from .topics import TopicRegistry
+
+__all__ = ["ReplicaManager"]
+
+log = logging.getLogger("oncelog.broker.replication")
+
+
+class ReplicaManager:
+    """Leader and follower replicas of one broker, following the cluster's view."""
+
+    def __init__(self, config: BrokerConfig, topics: TopicRegistry, store: MetadataStore,
+                 now_ms: Callable[[], int], durable: bool) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.topics = topics
+        self.store = store
+        self._now_ms = now_ms
+        self.view = ClusterView()
+        self.fetchers = ReplicaFetcherManager(
+            FetcherConfig(config.node_id, durable, max_wait_ms=config.replica_fetch_wait_max_ms,
+                          min_bytes=config.replica_fetch_min_bytes, max_bytes=config.replica_fetch_max_bytes,
+                          backoff_ms=config.replica_fetch_backoff_ms,
+                          socket_timeout_ms=config.replica_socket_timeout_ms),
+            self._broker)
+        self._listeners: list[Callable[[str, int, int | None], None]] = []
+        self._isr_writes: dict[TopicPartition, asyncio.Task[None]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.session_lost = False
+
+    # ------------------------------------------------------------------------------------------- ReplicaHost
+    def now_ms(self) -> int:
+        return self._now_ms()
+
+    def live_broker_epochs(self) -> dict[int, int]:
+        return {n: b.epoch for n, b in self.view.brokers.items() if not b.shutting_down}
+
+    def _broker(self, node_id: int) -> BrokerInfo | None:
+        return self.view.brokers.get(node_id)
+
+    def write_isr_change(self, partition: Partition, change: IsrChange) -> None:
+        tp = (partition.topic, partition.index)
+        if tp in self._isr_writes:
+            if partition.leader_replicas is not None:
+                partition.leader_replicas.change_failed()
+            return
+        task = asyncio.get_running_loop().create_task(self._write_isr(partition, change), name=f"isr-{tp}")
+        self._isr_writes[tp] = task
+        task.add_done_callback(lambda _t: self._isr_writes.pop(tp, None))
+
+    async def _write_isr(self, partition: Partition, change: IsrChange) -> None:
+        tp = (partition.topic, partition.index)
+        ok = False
+        try:
+            vp = self.store.view.partitions.get(tp)
+            new = None if vp is None else apply_isr_change(vp.state, self.node_id, partition.leader_epoch,
+                                                           change.partition_epoch, change.isr)
+            if vp is not None and new is not None and new is not vp.state:
+                ok = await self.store.update_partitions([PartitionChange(tp, vp.mod_revision, new)])
+                log.info("%s-%d: ISR %s -> %s at leader epoch %d: %s", tp[0], tp[1], list(vp.state.isr),
+                         list(new.isr), partition.leader_epoch, "written" if ok else "lost a race")
+        except MetadataUnavailableError as e:
+            log.warning("%s-%d: ISR change %s not written: %s", tp[0], tp[1], list(change.isr), e)
+        except Exception:
+            log.exception("%s-%d: ISR change %s failed", tp[0], tp[1], list(change.isr))
+        if not ok and partition.leader_replicas is not None and partition.leader_replicas.pending == change:
+            partition.leader_replicas.change_failed()
+
+    # ------------------------------------------------------------------------------------------- ReplicaManagerLike
+    def on_view(self, change: ViewChange) -> None:
+        view = self.view = change.view
+        self.session_lost = False
+        names = set(change.topics) | {t for t, _ in change.partitions}
+        if change.since == 0:  # the whole view: local topics it does not have are strays
+            names |= {v.name for v in self.topics}
+        touched: set[TopicPartition] = set(change.partitions)
+        for name in sorted(names):
+            touched |= self._reconcile_topic(view, name)
+        for tp in sorted(touched):
+            self._reconcile_partition(view, tp)
+        if change.brokers:  # a leader re-registered elsewhere, or a follower's epoch changed
+            for p in self.topics.all_partitions():
+                if p.role is Role.LEADER:
+                    p.maybe_advance_high_watermark()
+
+    def _reconcile_topic(self, view: ClusterView, name: str) -> set[TopicPartition]:
+        """Create, grow, re-configure or delete the local topic; the partitions to reconcile."""
+        meta = view.topics.get(name)
+        mine = meta is not None and not meta.deleting and any(
+            self.node_id in s.replicas for _, s in view.topic_partitions(name))
+        local = self.topics.get(name)
+        if local is not None and (not mine or meta is None or local.topic_id != meta.topic_id):
+            for p in local.partitions:
+                self.fetchers.unfollow((name, p.index))
+                p.stop_replica()
+            log.info("deleting the local log of topic %s (%s)", name,
+                     "not in the view" if meta is None or meta.deleting else
+                     "another topic id" if local.topic_id != meta.topic_id else "no replica here")
+            self.topics.delete(name)
+            local = None
+        if not mine or meta is None:
+            return set()
+        if local is None:
+            local = self.topics.create(name, meta.num_partitions, dict(meta.configs), topic_id=meta.topic_id)
+        elif len(local.partitions) < meta.num_partitions:
+            local = self.topics.add_partitions(name, meta.num_partitions)
+        if dict(local.configs) != dict(meta.configs):
+            try:
+                self.topics.set_configs(name, dict(meta.configs))
+            except InvalidConfigError as e:
+                log.warning("topic %s: configs from the view not applied: %s", name, e)
+        return {(name, i) for i in range(meta.num_partitions)}
+
+    def _reconcile_partition(self, view: ClusterView, tp: TopicPartition) -> None:
+        p = self.topics.partition(*tp)
+        if p is None:
+            self.fetchers.unfollow(tp)
+            return
+        vp = view.partitions.get(tp)
+        state = None if vp is None else vp.state
+        if state is None or self.node_id not in state.replicas:
+            self.fetchers.unfollow(tp)
+            if p.role is not Role.NONE:
+                p.stop_replica()
+            return
+        if state.leader == self.node_id:
+            self.fetchers.unfollow(tp)
+            assert vp is not None
+            became = p.make_leader(self, state.leader_epoch, state.replicas, state.isr, state.partition_epoch,
+                                   vp.mod_revision, self.config.replica_lag_time_max_ms)
+            if became:
+                log.info("%s-%d: leader at epoch %d from offset %d (ISR %s)", tp[0], tp[1], state.leader_epoch,
+                         p.log.log_end_offset, list(state.isr))
+                for cb in self._listeners:
+                    cb(tp[0], tp[1], state.leader_epoch)
+            return
+        was_leader = p.role is Role.LEADER
+        p.make_follower(state.leader, state.leader_epoch)
+        if was_leader:
+            for cb in self._listeners:
+                cb(tp[0], tp[1], None)
+        if state.leader == NO_LEADER or state.leader not in view.brokers:
+            self.fetchers.unfollow(tp)
+        else:
+            self.fetchers.follow(p, state.leader, state.leader_epoch)
+
+    def on_session_lost(self) -> None:
+        self.session_lost = True
+        for p in self.topics.all_partitions():
+            if p.role is Role.LEADER:
+                p.stop_replica()
+                for cb in self._listeners:
+                    cb(p.topic, p.index, None)
+
+    def leader_of(self, topic: str, index: int) -> tuple[int, int] | None:
+        state = self.view.partition(topic, index)
+        return None if state is None else (state.leader, state.leader_epoch)
+
+    def add_leadership_listener(self, cb: Callable[[str, int, int | None], None]) -> None:
+        self._listeners.append(cb)
+
+    async def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._shrink_loop(), name="isr-shrink")
+
+    async def _shrink_loop(self) -> None:
+        interval = max(self.config.replica_lag_time_max_ms / 2, 50) / 1000
+        while True:
+            await asyncio.sleep(interval)
+            for p in self.topics.all_partitions():
+                if p.role is Role.LEADER:
+                    try:
+                        p.maybe_shrink_isr()
+                    except Exception:
+                        log.exception("%s-%d: ISR shrink check failed", p.topic, p.index)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        for task in list(self._isr_writes.values()):
+            task.cancel()
+        await self.fetchers.close()
