@@ -1,0 +1,104 @@
+"""The replica manager against the in-memory metadata store and real logs: local logs follow the view, roles follow
+the leader, and the leader's ISR expansion is written to the store as a compare-and-swap."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from types import MappingProxyType
+
+from oncelog.broker.config import BrokerConfig
+from oncelog.broker.partition import Role
+from oncelog.broker.replica_manager import ReplicaManager
+from oncelog.broker.topics import TopicRegistry
+from oncelog.cluster.changes import diff
+from oncelog.cluster.model import ClusterView, PartitionState, TopicMeta
+from oncelog.protocol.records import RecordBatchBuilder, iter_batch_headers
+from oncelog.storage import LogConfig, LogManager
+from oncelog.testing import MockClock
+from oncelog.testing.memory_store import MemoryMetadataStore
+
+
+def _registry(tmp_path: Path) -> TopicRegistry:
+    logs = LogManager.open(tmp_path / "data", LogConfig(), MockClock())
+    return TopicRegistry(logs, durable_per_append=False, mark_dirty=lambda p, n, lazy: None, replicated=True)
+
+
+async def _settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+def test_replicas_follow_the_view_and_the_leader_writes_its_isr(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = MemoryMetadataStore()
+        epochs = {n: store.register_broker(n, port=1).epoch for n in (1, 2, 3)}
+        topics = _registry(tmp_path)
+        stray = topics.create("stray", 1)  # a local topic the cluster does not have
+        assert stray.partitions[0].role is Role.NONE
+        meta = TopicMeta("t", uuid.uuid4(), 1, MappingProxyType({"min.insync.replicas": "2"}))
+        await store.create_topic(meta, [PartitionState((1, 2, 3), (1, 2), 1, leader_epoch=3, partition_epoch=5)])
+        now = [1_000]
+        rm = ReplicaManager(BrokerConfig.load(None, {"node.id": 1}), topics, store, lambda: now[0], durable=False)
+        seen = store.view
+        rm.on_view(diff(ClusterView(), seen))
+        assert topics.get("stray") is None
+        view = topics.get("t")
+        assert view is not None and view.topic_id == meta.topic_id
+        p = view.partitions[0]
+        assert p.role is Role.LEADER and p.leader_epoch == 3 and p.log.latest_epoch == 3
+
+        b = RecordBatchBuilder()
+        b.append(0, None, b"v")
+        buf = bytearray(b.build())
+        p.append(buf, list(iter_batch_headers(buf)), None)
+        p.on_replica_fetch(2, 1, 0, epochs[2])
+        assert p.high_watermark == 1
+        p.on_replica_fetch(3, 1, 0, epochs[3])  # caught up: the leader adds it (a CAS in the store)
+        await _settle()
+        state = store.view.partition("t", 0)
+        assert state is not None and state.isr == (1, 2, 3) and state.partition_epoch == 6
+        rm.on_view(diff(seen, store.view))
+        seen = store.view
+        assert p.leader_replicas is not None and p.leader_replicas.isr == {1, 2, 3}
+        assert p.leader_replicas.pending is None
+
+        store.put_partition(("t", 0), PartitionState((1, 2, 3), (2, 3), 2, leader_epoch=4, partition_epoch=7))
+        rm.on_view(diff(seen, store.view))
+        seen = store.view
+        assert p.role is Role.FOLLOWER and p.leader_id == 2 and p.leader_epoch == 4
+        assert rm.fetchers.following(("t", 0)) == 2
+
+        await store.mark_topic_deleting("t")
+        rm.on_view(diff(seen, store.view))
+        assert topics.get("t") is None and rm.fetchers.following(("t", 0)) is None
+        assert p.deleted
+        await rm.stop()
+        topics.logs.close()
+
+    asyncio.run(main())
+
+
+def test_a_stale_isr_proposal_is_dropped_not_written(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = MemoryMetadataStore()
+        epochs = {n: store.register_broker(n, port=1).epoch for n in (1, 2)}
+        topics = _registry(tmp_path)
+        await store.create_topic(TopicMeta("t", uuid.uuid4(), 1),
+                                 [PartitionState((1, 2), (1,), 1, leader_epoch=1, partition_epoch=1)])
+        rm = ReplicaManager(BrokerConfig.load(None, {"node.id": 1}), topics, store, lambda: 0, durable=False)
+        rm.on_view(diff(ClusterView(), store.view))
+        p = topics.get("t").partitions[0]  # type: ignore[union-attr]
+        # another writer changes the partition first: the leader's expansion (decided at epoch 1) loses
+        store.interleave(lambda: store.put_partition(
+            ("t", 0), PartitionState((1, 2), (1,), 1, leader_epoch=1, partition_epoch=2)))
+        p.on_replica_fetch(2, 0, 0, epochs[2])
+        await _settle()
+        state = store.view.partition("t", 0)
+        assert state is not None and state.isr == (1,)
+        assert p.leader_replicas is not None and p.leader_replicas.pending is None  # decided again next fetch
+        await rm.stop()
+        topics.logs.close()
+
+    asyncio.run(main())
