@@ -555,7 +555,7 @@ class CoordinatorRuntime(Generic[S]):
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    async def shield(self, task: asyncio.Task[T]) -> T:
+    async def shield(self, task: asyncio.Future[T]) -> T:
         """Await a background task without cancelling it if the caller is cancelled."""
         return await asyncio.shield(task)
 

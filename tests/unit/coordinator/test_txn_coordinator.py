@@ -181,6 +181,31 @@ def test_concurrent_transactions_while_completing() -> None:
 
 
 
+@pytest.mark.parametrize("spins", range(4))
+def test_an_end_txn_caller_resuming_after_its_completion_sends_no_second_markers(spins: int) -> None:
+    """The completion starts when PrepareCommit is replayed; with markers answered at once it can be finished
+    (CompleteCommit applied) before the EndTxn caller runs again. The caller must get NONE, and no second
+    completion may start: it answered INVALID_TXN_STATE (a fatal error for librdkafka, seen in the EOS copy test)
+    and sent the COMMIT marker again, which with the same producer epoch would commit the producer's next
+    transaction on that partition early."""
+    async def main() -> None:
+        log, markers = FakeLog(), FakeMarkers(immediate=True)
+        coord = await started(log, markers=markers)
+        _, pid, epoch = await coord.init_producer_id("t1", 10_000)
+        await coord.add_partitions("t1", pid, epoch, [TP_A])
+        end = asyncio.create_task(coord.end_txn("t1", pid, epoch, True))
+        for _ in range(spins):
+            await asyncio.sleep(0)
+        assert await end is E.NONE
+        await coord.runtime.wait_idle()
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert [(c.commit, c.partitions) for c in markers.calls] == [(True, [TP_A])]
+        assert states_in_log(log, "t1")[-2:] == ["PrepareCommit", "CompleteCommit"]
+        await coord.close()
+    run(main)
+
+
 def test_completion_starts_even_if_the_end_txn_caller_is_gone() -> None:
     """The caller of EndTxn is cancelled (its client disconnected) while the PrepareCommit append is in flight:
     the completion starts when the record is replayed, not when the caller resumes; a late retry finds it."""

@@ -101,6 +101,7 @@ class FakeMarkers:
     requests: list[tuple[int, int]] = field(default_factory=list)  # (broker, markers in the request)
     after_write: Callable[[], None] | None = None
     local_node: int = 0
+    immediate: bool = False  # answer at once (a future already done), as a local append that is already durable
 
     def leader(self, tp: tuple[str, int]) -> int | None:
         return None if tp in self.missing else self.leaders.get(tp, self.local_node)
@@ -110,6 +111,11 @@ class FakeMarkers:
         for m in markers:
             self.calls.append(MarkerCall(m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch,
                                          list(m.partitions), broker))
+        if self.immediate and self.gate is None and not self.raise_next:
+            done: asyncio.Future[MarkerResults] = asyncio.get_running_loop().create_future()
+            done.set_result([{tp: ErrorCode.NONE for tp in m.partitions} for m in markers])
+            self.written += [(tp, m.producer_id, m.producer_epoch, m.commit) for m in markers for tp in m.partitions]
+            return done
         return self._answer(markers)
 
     async def _answer(self, markers: Sequence[TxnMarker]) -> MarkerResults:

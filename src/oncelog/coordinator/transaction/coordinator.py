@@ -346,10 +346,24 @@ class TransactionCoordinator:
             return result
         return op
 
-    def _ensure_completion(self, partition: int, txn_id: str, t: TxnTransitMetadata) -> asyncio.Task[ErrorCode]:
+    def _ensure_completion(self, partition: int, txn_id: str, t: TxnTransitMetadata) -> asyncio.Future[ErrorCode]:
+        """The completion of the prepared transaction ``t``: the running one, or a new one if ``t`` is still the
+        transaction's state. A caller that resumes after the completion finished (it starts when the Prepare record
+        is replayed, and can be done before the EndTxn caller runs again) gets NONE: starting another would send
+        ``t``'s markers a second time, and with the same producer epoch (transactions V1) a late COMMIT/ABORT
+        marker would end the producer's *next* transaction on those partitions; its Complete* write then found the
+        transaction complete and answered INVALID_TXN_STATE, which librdkafka takes as fatal."""
         running = self.markers.running(partition, txn_id)
         if running is not None:
             return running
+        shard = self.runtime.shard(partition)
+        md = shard.txns.get(txn_id) if shard is not None else None
+        if shard is not None and (md is None or md.state is not t.state or md.producer_id != t.producer_id
+                                  or md.producer_epoch != t.producer_epoch
+                                  or md.txn_start_timestamp != t.txn_start_timestamp):
+            done: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+            done.set_result(ErrorCode.NONE)  # completed already: its Prepare record decided it
+            return done
         epoch = self.runtime.epoch(partition)
         pc = PendingCompletion(partition, -1 if epoch is None else epoch, txn_id, t.producer_id, t.producer_epoch,
                                t.state is TxnState.PREPARE_COMMIT, tuple(sorted(t.topic_partitions)))

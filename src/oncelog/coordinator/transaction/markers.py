@@ -163,7 +163,7 @@ class MarkerDriver:
         self._completions[key] = task
         return task
 
-    async def wait(self, task: asyncio.Task[ErrorCode]) -> ErrorCode:
+    async def wait(self, task: asyncio.Future[ErrorCode]) -> ErrorCode:
         """The outcome of a completion; a caller that is cancelled does not stop it."""
         try:
             if task.done():
