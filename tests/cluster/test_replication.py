@@ -16,7 +16,7 @@ from oncelog.cluster.model import ClusterView
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.produce_request import PartitionProduceData, ProduceRequest, TopicProduceData
 from oncelog.protocol.record_batch import iter_batch_headers
-from oncelog.protocol.records import RecordBatchBuilder
+from oncelog.protocol.records import RecordBatchBuilder, decode_records
 from oncelog.testing.cluster import ClusterProcess
 
 TIMEOUT = 30
@@ -211,3 +211,45 @@ def test_leader_killed_mid_stream_keeps_every_acknowledged_record_once(cluster: 
         assert not missing, f"{len(missing)} acknowledged value(s) lost, e.g. {sorted(missing)[:5]}"
     print(f"\nleader {old} killed mid-stream: {len(acked)} acknowledged, {len(failed)} failed (not retried), "
           f"{len(got)} read, none lost or doubled")
+
+
+def _local_values(data_dir: Path, topic: str) -> list[bytes]:
+    out: list[bytes] = []
+    for seg in sorted((data_dir / f"{topic}-0").glob("*.log")):
+        data = seg.read_bytes()
+        for h in iter_batch_headers(data, check_crc=True):
+            if not h.is_control:
+                out += [r.value or b"" for r in decode_records(data, h.position)]
+    return out
+
+
+def test_a_returning_leader_truncates_what_it_alone_had(cluster: ClusterProcess, topic_name: str) -> None:
+    """KIP-101: records only the old leader got (acks=1 while its follower was paused) are cut from its log when it
+    returns as a follower of the new leader, which never had them; both logs end up the same."""
+    view = cluster.view()
+    a, b = sorted(view.brokers)[:2]
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for fut in admin.create_topics([NewTopic(topic_name, 1, replica_assignment=[[a, b]])],
+                                   operation_timeout=TIMEOUT).values():
+        fut.result(TIMEOUT)
+    cluster.wait_for_topic(topic_name, 2)
+    assert _leader(cluster.view(), topic_name) == a
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "1", "enable.idempotence": False})
+    cluster.pause(b)  # its fetcher stops: what a takes now is on a alone
+    try:
+        for i in range(10):
+            p.produce(topic_name, value=f"lost{i}".encode(), partition=0)
+        assert p.flush(TIMEOUT) == 0
+        assert _local_records(cluster.brokers[a].data_dir, topic_name) == (10, 10)
+        cluster.kill(a)
+    finally:
+        cluster.resume(b)
+    cluster.wait_for(lambda v: _leader(v, topic_name) == b, TIMEOUT, f"node {b} leading")
+    kept = [f"kept{i}".encode() for i in range(5)]
+    assert _produce(cluster, topic_name, kept) == kept  # acks=all with ISR {b}: min.insync.replicas is 1 here
+    cluster.start_broker(a)
+    cluster.wait_for(lambda v: a in _isr(v, topic_name), TIMEOUT, f"node {a} back in the ISR")
+    assert _local_values(cluster.brokers[a].data_dir, topic_name) == kept
+    assert _local_values(cluster.brokers[b].data_dir, topic_name) == kept
+    assert _consume(cluster, topic_name, 5, False) == kept
+    assert "truncating from 10 to 0" in cluster.log_tail(a, 200)
