@@ -240,7 +240,9 @@ class ReplicaFetcher:
         if offset < p.log.log_end_offset:
             log.info("%s-%d: truncating from %d to %d (diverged from leader %d)", p.topic, p.index,
                      p.log.log_end_offset, offset, self.leader)
-            await asyncio.to_thread(p.log.truncate_to, offset)
+            # on the event loop, not a thread: nothing else (an election making this replica the leader, an
+            # append) may run in the middle of it; truncations are rare and cost an fsync or two
+            p.log.truncate_to(offset)
             p.reset_after_truncation()
 
     def _on_error(self, key: tuple[str, int], st: _State, code: int) -> None:
@@ -333,7 +335,7 @@ class ReplicaFetcher:
         if 0 <= leader_log_start and end < leader_log_start:
             log.info("%s-%d: the leader's log starts at %d, past this end %d: restarting the log there", p.topic,
                      p.index, leader_log_start, end)
-            await asyncio.to_thread(p.log.truncate_fully_and_start_at, leader_log_start)
+            p.log.truncate_fully_and_start_at(leader_log_start)  # on the loop, as truncate_to
             p.reset_after_truncation()
         else:  # this end is past the leader's: find where the logs agree
             st.truncating = True
