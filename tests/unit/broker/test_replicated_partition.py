@@ -7,10 +7,13 @@ import asyncio
 import uuid
 from pathlib import Path
 
+from oncelog.broker.handlers.fetch import _replica_fetch
 from oncelog.broker.partition import Partition, Role
 from oncelog.broker.replica_fetcher import epoch_end_for, truncation_of
 from oncelog.cluster.replica import IsrChange
 from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.messages.fetch_request import FetchPartition
+from oncelog.protocol.messages.fetch_response import PartitionData
 from oncelog.protocol.records import RecordBatchBuilder, iter_batch_headers
 from oncelog.storage import LogConfig, PartitionLog
 from oncelog.testing import MockClock
@@ -163,5 +166,37 @@ def test_follower_truncates_where_the_epochs_diverge(tmp_path: Path) -> None:
         # the leader's answer is an epoch we do not have (2): back to our end of epoch 1, ask again
         cut = truncation_of(p, 2, 8)
         assert cut.offset == 5 and not cut.done
+
+    asyncio.run(main())
+
+
+def test_replica_fetch_answers_a_diverging_epoch(tmp_path: Path) -> None:
+    """Kafka's Partition.fetchRecords: a follower whose last fetched epoch ends here below its fetch offset gets
+    the epoch and end offset to truncate to, and its fetch offset is not recorded."""
+    async def main() -> None:
+        host = _Host()
+        p = _partition(tmp_path)
+        p.make_leader(host, 1, (1, 2), (1, 2), 1, 100, 30_000)
+        _append(p, 5)  # 0-4 at epoch 1
+        p.make_leader(host, 3, (1, 2), (1, 2), 2, 101, 30_000)
+        _append(p, 3)  # 5-7 at epoch 3
+
+        def fetch(last_epoch: int, offset: int, replica: int = 2) -> tuple[bool, PartitionData]:
+            out = PartitionData()
+            ok = _replica_fetch(p, FetchPartition(partition=0, current_leader_epoch=3, fetch_offset=offset,
+                                                  last_fetched_epoch=last_epoch), out, replica, -1, 15)
+            return ok, out
+
+        ok, out = fetch(2, 7)  # epoch 2 is not here: epoch 1, which ended at 5
+        assert not ok and (out.diverging_epoch.epoch, out.diverging_epoch.end_offset) == (1, 5)
+        ok, out = fetch(1, 6)  # epoch 1 ended at 5, below the fetch offset
+        assert not ok and (out.diverging_epoch.epoch, out.diverging_epoch.end_offset) == (1, 5)
+        ok, out = fetch(3, 9)  # past the log end of the current epoch
+        assert not ok and (out.diverging_epoch.epoch, out.diverging_epoch.end_offset) == (3, 8)
+        assert p.leader_replicas is not None and p.leader_replicas.followers[2].end_offset == -1
+        ok, out = fetch(1, 5)  # consistent: recorded
+        assert ok and out.diverging_epoch.epoch == -1 and p.leader_replicas.followers[2].end_offset == 5
+        ok, out = fetch(3, 8, replica=7)  # not a replica
+        assert not ok and out.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
     asyncio.run(main())
