@@ -4,6 +4,7 @@ holds every acknowledged record, and min.insync.replicas is enforced."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from pathlib import Path
@@ -253,3 +254,20 @@ def test_a_returning_leader_truncates_what_it_alone_had(cluster: ClusterProcess,
     assert _local_values(cluster.brokers[b].data_dir, topic_name) == kept
     assert _consume(cluster, topic_name, 5, False) == kept
     assert "truncating from 10 to 0" in cluster.log_tail(a, 200)
+
+
+def test_delete_records_moves_the_log_start_of_every_replica(cluster: ClusterProcess, topic_name: str) -> None:
+    _create(cluster, topic_name)
+    _produce(cluster, topic_name, [b"%d" % i for i in range(100)])
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for fut in admin.delete_records([TopicPartition(topic_name, 0, 60)]).values():
+        assert fut.result(TIMEOUT).low_watermark == 60
+
+    def log_start(node: int) -> int:
+        ckpt = cluster.brokers[node].data_dir / f"{topic_name}-0" / "partition.checkpoint"
+        return int(json.loads(ckpt.read_text())["log_start_offset"])
+
+    deadline = time.monotonic() + TIMEOUT  # the followers learn it from their next fetch
+    while any(log_start(n) != 60 for n in cluster.node_ids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert {n: log_start(n) for n in cluster.node_ids} == {n: 60 for n in cluster.node_ids}

@@ -12,7 +12,7 @@ from oncelog.protocol.messages.delete_records_response import (
     DeleteRecordsTopicResult,
 )
 
-from ._common import error_for
+from ._common import error_for, missing_partition_error
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
@@ -35,7 +35,11 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
             partition = view.partitions[p.partition_index] if view and 0 <= p.partition_index < len(
                 view.partitions) else None
             if partition is None:
-                out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                out.error_code = missing_partition_error(broker, t.name, p.partition_index,
+                                                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            if not partition.is_leader:  # in a cluster: the leader moves the log start, its followers follow
+                out.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
                 continue
             target = partition.high_watermark if p.offset == -1 else p.offset
             if target < 0 or target > partition.high_watermark:
