@@ -3,15 +3,15 @@
 ``start_group_coordinator`` creates ``__consumer_offsets`` (``offsets.topic.num.partitions``, compacted), loads
 every partition through the coordinator runtime's replay path (offset commits, group snapshots, transactional
 offset batches and the COMMIT/ABORT markers that resolve them) at the broker's coordinator epoch, sets
-``broker.group_coordinator`` and starts the timer task that calls ``GroupCoordinator.tick()`` every 100 ms
-(sessions, join/sync phases, offset retention). A write not durable within ``offsets.commit.timeout.ms`` answers
-COORDINATOR_NOT_AVAILABLE.
+``broker.group_coordinator`` and arms one event-loop timer at the coordinator's earliest deadline (sessions,
+join/sync phases, offset retention), re-armed whenever a sooner one is scheduled; when it fires it calls
+``GroupCoordinator.tick()``, which fires what is due at that moment (a session expires at its deadline, not up to a
+polling period later, and groups without a due deadline cost nothing). A write not durable within
+``offsets.commit.timeout.ms`` answers COORDINATOR_NOT_AVAILABLE.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from typing import TYPE_CHECKING
 
@@ -19,6 +19,7 @@ from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.group.shard import GroupConfig
 from oncelog.protocol.errors import ErrorCode
 
+from .coordinator_timers import DeadlineDriver
 from .internal_log import InternalTopicLog
 
 if TYPE_CHECKING:
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OFFSETS_TOPIC",
-    "TICK_INTERVAL_S",
     "start_group_coordinator",
     "stop_group_coordinator",
 ]
@@ -34,8 +34,7 @@ __all__ = [
 log = logging.getLogger("oncelog.broker.groups")
 
 OFFSETS_TOPIC = "__consumer_offsets"
-TICK_INTERVAL_S = 0.1
-_TICK_ATTR = "_group_coordinator_ticker"
+_TIMER_ATTR = "_group_coordinator_timer"
 
 
 def group_config(broker: Broker) -> GroupConfig:
@@ -72,34 +71,26 @@ async def start_group_coordinator(broker: Broker, epoch: int) -> GroupCoordinato
     coordinator = GroupCoordinator(offsets_log, offsets_log.num_partitions, broker.clock, group_config(broker),
                                    partition_exists=partition_exists, verify_transaction=verify_transaction,
                                    write_timeout_ms=cfg.offsets_commit_timeout_ms)
+    timer = DeadlineDriver("group-timers", broker.clock.monotonic_ms, coordinator.next_deadline, coordinator.tick)
+    coordinator.on_timer = timer.wake
+    setattr(broker, _TIMER_ATTR, timer)
     groups = 0
     for partition in range(offsets_log.num_partitions):
         offsets_log.become_leader(partition, epoch)
         shard = await coordinator.load(partition, epoch, offsets_log.read(partition))
         groups += len(shard.groups) if shard is not None else 0
     broker.group_coordinator = coordinator
-    setattr(broker, _TICK_ATTR, asyncio.get_running_loop().create_task(_tick_loop(coordinator), name="group-timers"))
+    timer.start()
     log.info("group coordinator loaded %d partition(s) of %s, %d group(s)", offsets_log.num_partitions,
              OFFSETS_TOPIC, groups)
     return coordinator
 
 
-async def _tick_loop(coordinator: GroupCoordinator) -> None:
-    while True:
-        await asyncio.sleep(TICK_INTERVAL_S)
-        try:
-            await coordinator.tick()
-        except Exception:
-            log.exception("group coordinator timers failed; will retry")
-
-
 async def stop_group_coordinator(broker: Broker) -> None:
-    task = getattr(broker, _TICK_ATTR, None)
-    if task is not None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        setattr(broker, _TICK_ATTR, None)
+    timer = getattr(broker, _TIMER_ATTR, None)
+    if timer is not None:
+        await timer.close()
+        setattr(broker, _TIMER_ATTR, None)
     coordinator = getattr(broker, "group_coordinator", None)
     if coordinator is not None:
         broker.group_coordinator = None

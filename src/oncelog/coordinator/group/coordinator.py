@@ -7,8 +7,10 @@ JoinGroup and a follower's SyncGroup answer with a future that completes when th
 assignment is durable. The methods take a request message and its version and return the response message; the
 broker handlers only adapt versions.
 
-Time: nothing here sleeps. The broker calls :meth:`GroupCoordinator.tick` every ~100 ms (``group_wiring``);
-tests advance a ``MockClock`` and call ``tick()``.
+Time: nothing here sleeps. Every shard keeps its timers keyed by deadline (``GroupShard.timers``);
+:meth:`GroupCoordinator.next_deadline` is the earliest of them and ``on_timer`` hears of every deadline sooner than
+all the others, so the broker (``group_wiring``) arms one timer at the earliest deadline and calls
+:meth:`GroupCoordinator.tick` when it fires; tests advance a ``MockClock`` and call ``tick()``.
 
 Transactional offsets (TxnOffsetCommit): one transactional operation of the runtime — validated, written as a
 transactional batch with the producer's id and epoch, replayed as *pending* offsets of that producer. The broker
@@ -87,11 +89,17 @@ class GroupCoordinator:
         self.config = config or GroupConfig()
         self.partition_exists = partition_exists
         self.verify_transaction = verify_transaction
+        #: told of a timer deadline (monotonic ms) sooner than every other one scheduled (the broker re-arms)
+        self.on_timer: Callable[[int], None] | None = None
         self.runtime: CoordinatorRuntime[GroupShard] = CoordinatorRuntime(
             group_log, self._make_shard, write_timeout_ms=write_timeout_ms)
 
     def _make_shard(self, partition: int) -> GroupShard:
-        return GroupShard(partition, self.clock, self.config, self.partition_exists)
+        return GroupShard(partition, self.clock, self.config, self.partition_exists, on_timer=self._timer_scheduled)
+
+    def _timer_scheduled(self, deadline: int) -> None:
+        if self.on_timer is not None:
+            self.on_timer(deadline)
 
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)
@@ -113,17 +121,29 @@ class GroupCoordinator:
         await self.runtime.close()
 
     # ------------------------------------------------------------------ timers
+    def next_deadline(self) -> int | None:
+        """The earliest timer deadline (monotonic ms) of the loaded partitions; None when none is scheduled."""
+        deadlines = [d for d in (s.next_deadline() for s in self.runtime.shards().values()) if d is not None]
+        return min(deadlines, default=None)
+
     async def tick(self) -> None:
-        """Fire every deadline that has passed on every loaded partition (call every ~100 ms)."""
-        for partition in list(self.runtime.shards()):
+        """Fire every deadline that has passed, on the partitions that have one (the others cost a heap peek)."""
+        now = self.clock.monotonic_ms()
+        for partition, shard in list(self.runtime.shards().items()):
+            deadline = shard.next_deadline()
+            if deadline is None or deadline > now:
+                continue
             try:
                 await self.runtime.run(partition, lambda s: s.tick())
             except CoordinatorError as e:
                 log.warning("group timers of partition %d: %s", partition, e)
 
     # ------------------------------------------------------------------ helpers
-    async def _run(self, group_id: str, op: Callable[[GroupShard], CoordinatorResult[Any]]) -> Any:
-        return await self.runtime.run(self.partition_for(group_id), op)
+    async def _run(self, group_id: str, op: Callable[[GroupShard], CoordinatorResult[Any]],
+                   member_id: str | None = None) -> Any:
+        """Run ``op`` on the group's partition; its timers are scheduled after it (``GroupShard.run_timed``): only
+        ``member_id``'s when given (an operation that can only push that member's session later)."""
+        return await self.runtime.run(self.partition_for(group_id), lambda s: s.run_timed(group_id, op, member_id))
 
     # ------------------------------------------------------------------ membership
     async def join_group(self, req: JoinGroupRequest, version: int, client_id: str,
@@ -150,7 +170,7 @@ class GroupCoordinator:
         instance_id = req.group_instance_id if version >= 3 else None
         try:
             return await self._run(req.group_id, lambda s: membership.heartbeat(  # type: ignore[no-any-return]
-                s, req.group_id, req.generation_id, req.member_id, instance_id))
+                s, req.group_id, req.generation_id, req.member_id, instance_id), req.member_id)
         except CoordinatorError as e:
             return HeartbeatResponse(error_code=e.code)
 
@@ -166,7 +186,7 @@ class GroupCoordinator:
     async def commit_offsets(self, req: OffsetCommitRequest, version: int) -> OffsetCommitResponse:
         try:
             return await self._run(req.group_id,  # type: ignore[no-any-return]
-                                   lambda s: commit_offsets(s, req, version))
+                                   lambda s: commit_offsets(s, req, version), req.member_id)
         except CoordinatorError as e:
             return OffsetCommitResponse(topics=[OffsetCommitResponseTopic(name=t.name, partitions=[
                 OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=e.code)

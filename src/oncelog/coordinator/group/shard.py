@@ -7,9 +7,15 @@ Group *membership* is in-memory state the operations change directly, as in Kafk
 group snapshot records they write are replayed only while loading (Kafka's ``replayRecords=false``), except that
 the replay of the leader's assignment hands that assignment out. A group tombstone removes the group.
 
-Timers: the coordinator calls :meth:`GroupShard.tick` (through the runtime, so it is serialised with requests)
-every ~100 ms; it fires member session timeouts, pending-member and pending-sync deadlines, the end of join
-phases (rebalance timeout / initial delay) and, every ``offsets.retention.check.interval.ms``, offset expiry.
+Timers (Kafka's ``CoordinatorTimer``: one named timer per deadline): :attr:`GroupShard.timers` holds a key per
+member session, pending member id, join phase and sync phase, plus the offset-retention check (every
+``offsets.retention.check.interval.ms``). Membership operations run through :meth:`GroupShard.run_timed`, which
+schedules what they changed (O(log n) per timer; a heartbeat or offset commit touches only its member's timer). A
+deadline that only moves later (a heartbeat) needs no rescheduling: a key is checked against the state when it
+fires and, if its deadline moved, put back at the new one. The coordinator calls :meth:`GroupShard.tick` (through
+the runtime, so it is serialised with requests) when :meth:`GroupShard.next_deadline` has passed; it pops the due
+keys and runs the expiry of their groups (``membership.expire``), so no group without a due deadline is looked at.
+The broker arms one timer at the earliest deadline (``on_timer`` is told when a sooner one is scheduled).
 """
 
 from __future__ import annotations
@@ -17,9 +23,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from oncelog.clock import Clock
 from oncelog.coordinator.runtime import CoordinatorResult
+from oncelog.coordinator.timers import DeadlineTimers
 from oncelog.protocol.coordinator_records import GroupMetadataKey, GroupMetadataValue, OffsetCommitValue
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.delete_groups_response import DeletableGroupResult
@@ -36,6 +44,13 @@ __all__ = ["GroupConfig", "GroupShard"]
 
 log = logging.getLogger("oncelog.coordinator.group")
 Record = tuple[bytes, "bytes | None"]
+T = TypeVar("T")
+
+#: timer keys: (SESSION, group, member), (PENDING_MEMBER, group, member), (JOIN_PHASE, group), (SYNC_PHASE, group)
+TimerKey = tuple[str, ...]
+SESSION, PENDING_MEMBER, JOIN_PHASE, SYNC_PHASE = "session", "pending-member", "join", "sync"
+_RETENTION: TimerKey = ("offsets-retention",)
+_DEFERRED: TimerKey = ("deferred-records",)
 
 
 @dataclass
@@ -52,7 +67,8 @@ class GroupConfig:
 
 class GroupShard:
     def __init__(self, partition: int, clock: Clock, config: GroupConfig,
-                 partition_exists: Callable[[str, int], bool] | None = None) -> None:
+                 partition_exists: Callable[[str, int], bool] | None = None,
+                 on_timer: Callable[[int], None] | None = None) -> None:
         self.partition = partition
         self.clock = clock
         self.config = config
@@ -63,6 +79,8 @@ class GroupShard:
         self.deferred_records: list[Record] = []  # records an append-failure path could not return
         self.next_retention_check = 0
         self.last_offset = -1
+        #: deadlines (monotonic ms) by key; ``on_timer`` hears of a deadline sooner than every other
+        self.timers: DeadlineTimers[TimerKey] = DeadlineTimers(on_timer)
 
     def now(self) -> int:
         return self.clock.monotonic_ms()
@@ -95,6 +113,7 @@ class GroupShard:
             group = self.groups.get(k.group)
             if self.live and group is not None:
                 membership.on_assignment_durable(group, v.generation, self.clock.wall_ms())
+                self.schedule_group(k.group)  # members no longer parked in SyncGroup: their sessions run
                 return
             self.groups[k.group] = _group_from_record(k.group, v)
             return
@@ -132,21 +151,125 @@ class GroupShard:
         for group in self.groups.values():
             for m in group.members.values():
                 m.heartbeat_deadline = now + m.session_timeout_ms
+        for gid in self.groups:
+            self.schedule_group(gid)
         self.next_retention_check = self.clock.wall_ms() + self.config.offsets_retention_check_interval_ms
+        self.timers.schedule(_RETENTION, now + self.config.offsets_retention_check_interval_ms)
         return CoordinatorResult([], None)
 
     # ------------------------------------------------------------------ timers
+    def next_deadline(self) -> int | None:
+        """The earliest timer deadline (monotonic ms), None when nothing is scheduled."""
+        return self.timers.next_deadline()
+
     def tick(self) -> CoordinatorResult[None]:
+        """Fire the timers due now: the expiry of every group with a due deadline (``membership.expire``, which
+        checks all of that group's deadlines), the offset-retention check when due, and records an append-failure
+        path left behind. Groups without a due deadline are not looked at."""
         records = self.deferred_records
         self.deferred_records = []
         now = self.now()
-        for group in list(self.groups.values()):
-            records += membership.expire(self, group, now)
-        wall = self.clock.wall_ms()
-        if wall >= self.next_retention_check:
+        due_groups: dict[str, None] = {}
+        retention = False
+        for key in self.timers.pop_due(now):
+            if key == _RETENTION:
+                retention = True
+                continue
+            if key == _DEFERRED:
+                continue
+            deadline = self._current_deadline(key)
+            if deadline is None:
+                continue  # nothing of it left (member gone, phase over)
+            if deadline > now:
+                self.timers.schedule_if_earlier(key, deadline)  # moved later (a heartbeat): wait for it
+                continue
+            due_groups[key[1]] = None
+        for gid in due_groups:
+            group = self.groups.get(gid)
+            if group is not None:
+                records += membership.expire(self, group, now)
+                self.schedule_group(gid)
+        if retention:
+            wall = self.clock.wall_ms()
             self.next_retention_check = wall + self.config.offsets_retention_check_interval_ms
+            self.timers.schedule(_RETENTION, now + self.config.offsets_retention_check_interval_ms)
             records += self.expire_offsets(wall)
         return CoordinatorResult(records, None)
+
+    def run_timed(self, group_id: str, op: Callable[[GroupShard], CoordinatorResult[T]],
+                  member_id: str | None = None) -> CoordinatorResult[T]:
+        """Run a membership/offset operation of ``group_id``, then schedule the timers it changed: those of
+        ``member_id`` only when given (a heartbeat, an offset commit), else the whole group's. Its ``on_failure``
+        (which may restore state or start a rebalance) schedules them again after it runs."""
+        result = op(self)
+        if member_id is None:
+            self.schedule_group(group_id)
+        else:
+            self.schedule_member(group_id, member_id)
+        undo = result.on_failure
+        if undo is not None:
+            def on_failure() -> None:
+                try:
+                    undo()
+                finally:
+                    self.schedule_group(group_id)
+                    if self.deferred_records:
+                        self.timers.schedule_if_earlier(_DEFERRED, self.now())
+
+            result.on_failure = on_failure
+        return result
+
+    def schedule_group(self, group_id: str) -> None:
+        """Make sure every deadline of the group has a timer at or before it (O(members + pending) lookups, a
+        heap push only for a deadline that came sooner)."""
+        group = self.groups.get(group_id)
+        if group is None or not self.live or group.state is GroupState.DEAD:
+            return
+        timers = self.timers
+        for m in group.members.values():
+            self._schedule_session(group_id, m)
+        for mid, deadline in group.pending_members.items():
+            timers.schedule_if_earlier((PENDING_MEMBER, group_id, mid), deadline)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            timers.schedule_if_earlier((JOIN_PHASE, group_id), group.join_deadline)
+        if group.pending_sync and group.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+            timers.schedule_if_earlier((SYNC_PHASE, group_id), group.sync_deadline)
+
+    def schedule_member(self, group_id: str, member_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is None or not self.live:
+            return
+        member = group.members.get(member_id)
+        if member is not None:
+            self._schedule_session(group_id, member)
+
+    def _schedule_session(self, group_id: str, m: Member) -> None:
+        # A member parked in JoinGroup/SyncGroup (not new) satisfies its heartbeats (Member.heartbeat_satisfied_until):
+        # no timer, as in Kafka; whatever ends the wait (the join phase's end, the assignment's replay, a removal)
+        # schedules its session again.
+        if m.is_new or not (m.awaiting_join or m.awaiting_sync):
+            self.timers.schedule_if_earlier((SESSION, group_id, m.member_id), m.heartbeat_deadline)
+
+    def _current_deadline(self, key: TimerKey) -> int | None:
+        """What ``key`` stands for in the state now: its deadline, or None when there is nothing left to expire."""
+        group = self.groups.get(key[1])
+        if group is None or group.state is GroupState.DEAD:
+            return None
+        kind = key[0]
+        if kind == SESSION:
+            m = group.members.get(key[2])
+            if m is None or (not m.is_new and (m.awaiting_join or m.awaiting_sync)):
+                return None
+            return m.heartbeat_deadline
+        if kind == PENDING_MEMBER:
+            return group.pending_members.get(key[2])
+        if kind == JOIN_PHASE:
+            return group.join_deadline if group.state is GroupState.PREPARING_REBALANCE else None
+        if kind == SYNC_PHASE:
+            if group.pending_sync and group.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+                return group.sync_deadline
+            return None
+        return None
 
     def expire_offsets(self, wall: int) -> list[Record]:
         records: list[Record] = []
