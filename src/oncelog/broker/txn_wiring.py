@@ -6,17 +6,24 @@ start-up through the same replay path as live operation, at the broker's coordin
 in PrepareCommit/PrepareAbort are finished in the background. The coordinator epoch grows by one at every start (:func:`next_coordinator_epoch`), so
 markers from an older incarnation are fenced. A write not durable within ``request.timeout.ms`` answers
 COORDINATOR_NOT_AVAILABLE (Kafka's TransactionStateManager does the same).
+
+Transaction timeouts and transactional-id expiry are timers keyed by deadline in the coordinator; one event-loop
+timer (``DeadlineDriver``) is armed at the earliest of them and re-armed when a sooner one is scheduled, so a
+transaction is aborted when its timeout passes, not at the next periodic scan. The two cleanup intervals
+(``transaction.abort.timed.out.transaction.cleanup.interval.ms``, ``transaction.remove.expired.transaction.cleanup.
+interval.ms``) now only bound one wait of that timer: the deadlines are wall-clock times, so a step of the wall clock
+is noticed within the shorter interval.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING
 
 from oncelog.coordinator.transaction import FileProducerIdStore, ProducerIdManager, TransactionCoordinator
 from oncelog.storage.files import write_atomic
 
+from .coordinator_timers import DeadlineDriver
 from .internal_log import InternalTopicLog
 from .markers import LocalMarkerChannel
 
@@ -30,6 +37,7 @@ log = logging.getLogger("oncelog.broker.transactions")
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 EPOCH_FILE = "transaction-coordinator.epoch"
+_TIMER_ATTR = "_txn_coordinator_timer"
 
 
 def next_coordinator_epoch(broker: "Broker") -> int:
@@ -54,16 +62,18 @@ async def start_transaction_coordinator(broker: "Broker", epoch: int) -> None:
         cfg, broker.clock, txn_log, LocalMarkerChannel(broker.context.marker_writer, cfg.node_id),
         ProducerIdManager(store.load, store.persist),
         num_partitions=txn_log.num_partitions, write_timeout_ms=cfg.request_timeout_ms)
+    timer = DeadlineDriver("txn-timers", broker.clock.wall_ms, coordinator.next_deadline,
+                           lambda: _fire_timers(coordinator),
+                           max_wait_ms=max(10, min(cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+                                                   cfg.transaction_remove_expired_transaction_cleanup_interval_ms)))
+    coordinator.on_timer = timer.wake
+    setattr(broker, _TIMER_ATTR, timer)
     for partition in range(txn_log.num_partitions):
         txn_log.become_leader(partition, epoch)
         await coordinator.load_partition(partition, epoch, txn_log.read(partition), complete_pending=False)
     broker.txn_coordinator = coordinator
     broker.spawn(_finish_pending(coordinator), "txn-complete-pending")
-    broker.spawn(_every(cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,
-                        coordinator.abort_timed_out_transactions, "abort timed-out transactions"),
-                 "txn-abort-timed-out")
-    broker.spawn(_every(cfg.transaction_remove_expired_transaction_cleanup_interval_ms,
-                        coordinator.expire_transactional_ids, "expire transactional ids"), "txn-expire-ids")
+    timer.start()
 
 
 async def _finish_pending(coordinator: TransactionCoordinator) -> None:
@@ -73,19 +83,17 @@ async def _finish_pending(coordinator: TransactionCoordinator) -> None:
                  ", ".join(finished[:10]))
 
 
-async def _every(interval_ms: int, job, what: str) -> None:  # type: ignore[no-untyped-def]
-    interval = max(interval_ms, 10) / 1000
-    while True:
-        await asyncio.sleep(interval)
-        try:
-            done = await job()
-            if done:
-                log.info("%s: %s", what, ", ".join(done[:10]))
-        except Exception:
-            log.exception("%s failed; will retry in %.1f s", what, interval)
+async def _fire_timers(coordinator: TransactionCoordinator) -> None:
+    done = await coordinator.fire_timers()
+    if done:
+        log.info("aborted timed-out transactions / expired transactional ids: %s", ", ".join(done[:10]))
 
 
 async def stop_transaction_coordinator(broker: "Broker") -> None:
+    timer = getattr(broker, _TIMER_ATTR, None)
+    if timer is not None:
+        await timer.close()
+        setattr(broker, _TIMER_ATTR, None)
     if broker.txn_coordinator is not None:
         await broker.txn_coordinator.close()
         broker.txn_coordinator = None

@@ -23,6 +23,11 @@ KIP-939 (two-phase commit), allowed only with ``transaction.two.phase.commit.ena
 ``keep_prepared_txn`` on an Ongoing transaction keeps it (partitions and all) but bumps the epoch, so the old
 instance is fenced and the new one commits or aborts it; ``init_producer_id_ex`` also returns the kept
 transaction's producer id/epoch (InitProducerId v6 response fields). A plain InitProducerId still aborts it.
+
+Timeouts and expiry are timers keyed by deadline (``TransactionShard.timeouts`` / ``expirations``, wall-clock ms),
+scheduled by the replay of every record: :meth:`TransactionCoordinator.next_deadline` is the earliest; the broker
+arms one timer there (``on_timer`` hears of sooner ones) and calls :meth:`TransactionCoordinator.fire_timers`, which
+aborts the transactions whose timeout is due and expires the idle ids whose expiration is due. Nothing scans every id.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from oncelog.clock import Clock
 from oncelog.protocol.errors import ErrorCode
 
 from ..runtime import CoordinatorError, CoordinatorLog, CoordinatorResult, CoordinatorRuntime, LogEntry
+from ..timers import DeadlineTimers
 from . import operations as ops
 from .markers import MarkerChannel, MarkerDriver, PendingCompletion
 from .metadata import INT_MAX, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TopicPartition, TxnError, TxnTransitMetadata
@@ -61,6 +67,9 @@ log = logging.getLogger("oncelog.coordinator.transaction")
 
 OFFSETS_TOPIC = "__consumer_offsets"
 T = TypeVar("T")
+
+#: a due timeout/expiration that could not be acted on (a write of that id in flight, or a failed write): try again
+TIMER_RETRY_MS = 1_000
 
 
 class TransactionConfig(Protocol):
@@ -108,8 +117,12 @@ class TransactionCoordinator:
         self.producer_ids = producer_ids
         self.num_partitions = num_partitions
         self.pid_index: dict[int, str] = {}
+        #: told of a timer deadline (wall ms) sooner than every other one scheduled (the broker re-arms)
+        self.on_timer: Callable[[int], None] | None = None
         self.runtime: CoordinatorRuntime[TransactionShard] = CoordinatorRuntime(
-            log, lambda p: TransactionShard(p, self.pid_index), sleep=sleep, write_timeout_ms=write_timeout_ms)
+            log, lambda p: TransactionShard(p, self.pid_index, config.transactional_id_expiration_ms,
+                                            on_timer=self._timer_scheduled),
+            sleep=sleep, write_timeout_ms=write_timeout_ms)
         self.markers = MarkerDriver(markers, self.runtime, self._write_completion, retry_backoff_ms,
                                     retry_backoff_max_ms)
 
@@ -374,12 +387,49 @@ class TransactionCoordinator:
             s, pc.transactional_id, pc.producer_id, pc.producer_epoch, pc.commit, self._now()))
 
     # ------------------------------------------------------------------ background: timeouts and expiry
+    def _timer_scheduled(self, deadline: int) -> None:
+        if self.on_timer is not None:
+            self.on_timer(deadline)
+
+    def next_deadline(self) -> int | None:
+        """The earliest timeout or expiration (wall ms) of the loaded partitions; None when none is scheduled."""
+        deadlines = [d for d in (s.next_deadline() for s in self.runtime.shards().values()) if d is not None]
+        return min(deadlines, default=None)
+
+    async def fire_timers(self) -> list[str]:
+        """Abort the transactions whose timeout is due, expire the idle ids whose expiration is due."""
+        return await self.abort_timed_out_transactions() + await self.expire_transactional_ids()
+
+    def _due(self, timers_of: Callable[[TransactionShard], DeadlineTimers[str]], now: int
+             ) -> list[tuple[int, TransactionShard, list[str]]]:
+        out = []
+        for partition, shard in sorted(self.runtime.shards().items()):
+            deadline = timers_of(shard).next_deadline()
+            if deadline is not None and deadline <= now:
+                out.append((partition, shard, timers_of(shard).pop_due(now)))
+        return out
+
+    def _retry_later(self, partition: int, shard: TransactionShard,
+                     timers_of: Callable[[TransactionShard], DeadlineTimers[str]], txn_id: str, now: int) -> None:
+        """A due id was not acted on and no replay rescheduled it (a write of it in flight, a failed write): look
+        again in TIMER_RETRY_MS if its state still calls for it."""
+        timers = timers_of(shard)
+        if self.runtime.shard(partition) is not shard or txn_id in timers:
+            return
+        shard.schedule(txn_id, shard.txns.get(txn_id))
+        deadline = timers.deadline(txn_id)
+        if deadline is not None and deadline <= now:
+            timers.schedule(txn_id, now + TIMER_RETRY_MS)
+
     async def abort_timed_out_transactions(self) -> list[str]:
-        """Ongoing transactions past their timeout: fence the epoch (the producer is fenced) and abort them.
+        """Ongoing transactions whose timeout timer is due: fence the epoch (the producer is fenced) and abort them.
         Returns the ids whose PrepareAbort is durable; markers and CompleteAbort follow in the background."""
         now = self._now()
-        candidates = [(partition, txn_id, pid) for partition, shard in sorted(self.runtime.shards().items())
-                      for txn_id, pid in ops.timed_out(shard, now)]
+        candidates: list[tuple[int, str, int]] = []
+        due: list[tuple[int, TransactionShard, str]] = []
+        for partition, shard, txn_ids in self._due(_timeouts, now):
+            candidates += [(partition, txn_id, pid) for txn_id, pid in ops.timed_out(shard, now, txn_ids)]
+            due += [(partition, shard, txn_id) for txn_id in txn_ids]
         aborted: list[str] = []
         for partition, txn_id, pid in candidates:
             try:
@@ -393,13 +443,20 @@ class TransactionCoordinator:
             log.info("aborting transaction %s (producer %d): it timed out after %d ms", txn_id, pid,
                      t.txn_timeout_ms)
             aborted.append(txn_id)
+        for partition, shard, txn_id in due:
+            self._retry_later(partition, shard, _timeouts, txn_id, now)
         return aborted
 
     async def expire_transactional_ids(self) -> list[str]:
-        """Idle Empty/Complete* ids older than transactional.id.expiration.ms: tombstone, then forget them."""
-        horizon = self._now() - self.config.transactional_id_expiration_ms
-        candidates = [(partition, txn_id) for partition, shard in sorted(self.runtime.shards().items())
-                      for txn_id in ops.expirable(shard, horizon)]
+        """Idle Empty/Complete* ids whose expiration timer is due (transactional.id.expiration.ms after their last
+        update): tombstone, then forget them."""
+        now = self._now()
+        horizon = now - self.config.transactional_id_expiration_ms
+        candidates: list[tuple[int, str]] = []
+        due: list[tuple[int, TransactionShard, str]] = []
+        for partition, shard, txn_ids in self._due(_expirations, now):
+            candidates += [(partition, txn_id) for txn_id in ops.expirable(shard, horizon, txn_ids)]
+            due += [(partition, shard, txn_id) for txn_id in txn_ids]
         expired: list[str] = []
         for partition, txn_id in candidates:
             def op(shard: TransactionShard, txn_id: str = txn_id) -> CoordinatorResult[bool]:
@@ -409,6 +466,8 @@ class TransactionCoordinator:
                     expired.append(txn_id)
             except (CoordinatorError, TxnError) as e:
                 log.warning("expiring transactional id %s failed: %s", txn_id, e)
+        for partition, shard, txn_id in due:
+            self._retry_later(partition, shard, _expirations, txn_id, now)
         return expired
 
     # ------------------------------------------------------------------ Describe / List
@@ -430,3 +489,11 @@ class TransactionCoordinator:
             return TxnListResult(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, [], [])
         shards = [shard for _, shard in sorted(self.runtime.shards().items())]
         return ops.list_transactions(shards, state_filters, producer_id_filters, duration_filter_ms, self._now())
+
+
+def _timeouts(shard: TransactionShard) -> DeadlineTimers[str]:
+    return shard.timeouts
+
+
+def _expirations(shard: TransactionShard) -> DeadlineTimers[str]:
+    return shard.expirations

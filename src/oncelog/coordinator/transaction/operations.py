@@ -324,15 +324,22 @@ def expire(shard: TransactionShard, txn_id: str, horizon: int) -> CoordinatorRes
     return CoordinatorResult(_record(shard, txn_id, t), True, md.abort_pending)
 
 
-def timed_out(shard: TransactionShard, now: int) -> list[tuple[str, int]]:
-    """(transactional id, producer id) of every Ongoing transaction past its timeout (2PC ones never time out)."""
-    return [(txn_id, md.producer_id) for txn_id, md in shard.txns.items()
+def timed_out(shard: TransactionShard, now: int, txn_ids: Iterable[str] | None = None) -> list[tuple[str, int]]:
+    """(transactional id, producer id) of every Ongoing transaction past its timeout (2PC ones never time out),
+    among ``txn_ids`` (the ids whose timeout timer is due) or, without it, all of the shard's."""
+    mds = shard.txns.items() if txn_ids is None else \
+        [(txn_id, md) for txn_id in txn_ids if (md := shard.txns.get(txn_id)) is not None]
+    return [(txn_id, md.producer_id) for txn_id, md in mds
             if md.state is TxnState.ONGOING and not md.pending_transition_in_progress
             and not md.is_distributed_two_phase_commit_txn() and md.txn_start_timestamp + md.txn_timeout_ms < now]
 
 
-def expirable(shard: TransactionShard, horizon: int) -> list[str]:
-    return [txn_id for txn_id, md in shard.txns.items()
+def expirable(shard: TransactionShard, horizon: int, txn_ids: Iterable[str] | None = None) -> list[str]:
+    """Idle Empty/Complete* ids last updated at or before ``horizon``, among ``txn_ids`` (the ids whose
+    expiration timer is due) or, without it, all of the shard's."""
+    mds = shard.txns.items() if txn_ids is None else \
+        [(txn_id, md) for txn_id in txn_ids if (md := shard.txns.get(txn_id)) is not None]
+    return [txn_id for txn_id, md in mds
             if md.state.expiration_allowed and not md.pending_transition_in_progress
             and md.txn_last_update_timestamp <= horizon]
 

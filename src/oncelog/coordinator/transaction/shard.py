@@ -4,12 +4,20 @@
 the metadata that prepared it (the transit carries what the log lacks, such as the last producer epoch); a record
 with no matching pending transit (loading) replaces the metadata with what the record says; a tombstone removes
 the transactional id.
+
+Timers (wall-clock ms, as the timestamps in the records): every replay that changes a transactional id schedules its
+deadlines: ``timeouts`` at the end of an Ongoing transaction's timeout (start + transaction.timeout.ms; a KIP-939
+transaction has none) and ``expirations`` when an idle Empty/Complete* id reaches transactional.id.expiration.ms
+(last update + expiration). Any other state cancels them. The coordinator pops what is due
+(``TransactionCoordinator.abort_timed_out_transactions`` / ``expire_transactional_ids``); nothing scans the ids.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
+from ..timers import DeadlineTimers
 from .metadata import TransactionMetadata, TxnTransitMetadata
 from .records import decode_key, decode_value
 from .state import TxnState
@@ -18,10 +26,18 @@ __all__ = ["TransactionShard"]
 
 log = logging.getLogger("oncelog.coordinator.transaction")
 
+DEFAULT_EXPIRATION_MS = 7 * 24 * 3600 * 1000  # transactional.id.expiration.ms
+
 
 class TransactionShard:
-    def __init__(self, partition: int, pid_index: dict[int, str] | None = None) -> None:
+    def __init__(self, partition: int, pid_index: dict[int, str] | None = None,
+                 expiration_ms: int = DEFAULT_EXPIRATION_MS, on_timer: Callable[[int], None] | None = None) -> None:
         self.partition = partition
+        self.expiration_ms = expiration_ms
+        #: transactional id -> wall ms after which its Ongoing transaction has timed out
+        self.timeouts: DeadlineTimers[str] = DeadlineTimers(on_timer)
+        #: transactional id -> wall ms at which the idle id expires
+        self.expirations: DeadlineTimers[str] = DeadlineTimers(on_timer)
         self.txns: dict[str, TransactionMetadata] = {}
         # metadata created by InitProducerId whose first record is not durable yet (not visible to anyone else)
         self.creating: dict[str, TransactionMetadata] = {}
@@ -41,6 +57,23 @@ class TransactionShard:
 
     def get(self, transactional_id: str) -> TransactionMetadata | None:
         return self.txns.get(transactional_id)
+
+    def next_deadline(self) -> int | None:
+        """The earliest timeout or expiration (wall ms), None when none is scheduled."""
+        deadlines = [d for d in (self.timeouts.next_deadline(), self.expirations.next_deadline()) if d is not None]
+        return min(deadlines, default=None)
+
+    def schedule(self, txn_id: str, md: TransactionMetadata | None) -> None:
+        """Schedule (or cancel) the timers of ``txn_id`` for its metadata as it is now."""
+        if md is not None and md.state is TxnState.ONGOING and not md.is_distributed_two_phase_commit_txn():
+            # timed out once start + timeout < now (Kafka's check is strict)
+            self.timeouts.schedule(txn_id, md.txn_start_timestamp + md.txn_timeout_ms + 1)
+        else:
+            self.timeouts.cancel(txn_id)
+        if md is not None and md.state.expiration_allowed:
+            self.expirations.schedule(txn_id, md.txn_last_update_timestamp + self.expiration_ms)
+        else:
+            self.expirations.cancel(txn_id)
 
     def _unindex(self, md: TransactionMetadata) -> None:
         if self.pid_index.get(md.producer_id) == md.transactional_id:
@@ -74,6 +107,7 @@ class TransactionShard:
             old = self.txns.pop(txn_id, None)
             if old is not None:
                 self._unindex(old)
+            self.schedule(txn_id, None)
             return
         t = decode_value(value)
         pending = md.pending_transit if md is not None else None
@@ -95,9 +129,11 @@ class TransactionShard:
             self.txns.pop(txn_id, None)
             if old_pid >= 0 and self.pid_index.get(old_pid) == txn_id:
                 del self.pid_index[old_pid]
+            self.schedule(txn_id, None)
             return
         self.creating.pop(txn_id, None)
         self.txns[txn_id] = md
+        self.schedule(txn_id, md)
         if old_pid != md.producer_id and old_pid >= 0 and self.pid_index.get(old_pid) == txn_id:
             del self.pid_index[old_pid]
         self.pid_index[md.producer_id] = txn_id
