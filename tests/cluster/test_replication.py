@@ -20,6 +20,8 @@ from oncelog.protocol.record_batch import iter_batch_headers
 from oncelog.protocol.records import RecordBatchBuilder, decode_records
 from oncelog.testing.cluster import ClusterProcess
 
+from cluster_helpers import scrape
+
 TIMEOUT = 30
 
 
@@ -130,6 +132,7 @@ def test_acks_all_reaches_every_replica_and_a_new_leader_has_every_acknowledged_
     cluster.wait_for(lambda v: old in _isr(v, topic_name), TIMEOUT,
                      f"node {old} back in the ISR")
     assert _local_records(cluster.brokers[old].data_dir, topic_name) == (1000, 1000)
+    assert scrape(cluster, new)["oncelog_replica_isr_expands_total"] >= 1
 
 
 async def _raw_produce(host: str, port: int, topic: str) -> int:
@@ -162,6 +165,12 @@ def test_acks_all_needs_min_insync_replicas(cluster: ClusterProcess, topic_name:
     code = asyncio.run(_raw_produce(host, int(port), topic_name))
     assert code == ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode(code).name
     assert _local_records(b.data_dir, topic_name) == (1, 1)  # refused before appending
+    deadline = time.monotonic() + TIMEOUT
+    while (m := scrape(cluster, leader))["oncelog_replica_under_min_isr_partitions"] < 1 \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert m["oncelog_replica_under_min_isr_partitions"] >= 1 and m["oncelog_replica_under_replicated_partitions"] >= 1
+    assert m["oncelog_replica_leader_partitions"] >= 1
 
 
 def test_leader_killed_mid_stream_keeps_every_acknowledged_record_once(cluster: ClusterProcess,

@@ -20,7 +20,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from oncelog.cluster.changes import ViewChange
 from oncelog.cluster.model import NO_LEADER, BrokerInfo, ClusterView, TopicPartition
@@ -30,6 +33,7 @@ from oncelog.cluster.store import MetadataStore, MetadataUnavailableError, Parti
 from oncelog.storage import InvalidConfigError
 
 from .config import BrokerConfig
+from .metrics import BrokerMetrics
 from .partition import Partition, Role
 from .replica_fetcher import FetcherConfig, ReplicaFetcherManager
 from .topics import TopicRegistry
@@ -60,6 +64,8 @@ class ReplicaManager:
         self._isr_writes: dict[TopicPartition, asyncio.Task[None]] = {}
         self._task: asyncio.Task[None] | None = None
         self.session_lost = False
+        self.isr_shrinks = 0  # ISR changes this broker wrote as leader
+        self.isr_expands = 0
 
     # ------------------------------------------------------------------------------------------- ReplicaHost
     def now_ms(self) -> int:
@@ -90,6 +96,10 @@ class ReplicaManager:
                                                            change.partition_epoch, change.isr)
             if vp is not None and new is not None and new is not vp.state:
                 ok = await self.store.update_partitions([PartitionChange(tp, vp.mod_revision, new)])
+                if ok and len(new.isr) < len(vp.state.isr):
+                    self.isr_shrinks += 1
+                elif ok:
+                    self.isr_expands += 1
                 log.info("%s-%d: ISR %s -> %s at leader epoch %d: %s", tp[0], tp[1], list(vp.state.isr),
                          list(new.isr), partition.leader_epoch, "written" if ok else "lost a race")
         except MetadataUnavailableError as e:
@@ -192,6 +202,10 @@ class ReplicaManager:
     def add_leadership_listener(self, cb: Callable[[str, int, int | None], None]) -> None:
         self._listeners.append(cb)
 
+    def watch(self, metrics: BrokerMetrics) -> None:
+        """Export the replicas' state in the broker's metrics (Kafka's ReplicaManager metrics)."""
+        metrics.registry.register(_ReplicaCollector(self))
+
     async def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._shrink_loop(), name="isr-shrink")
 
@@ -215,3 +229,35 @@ class ReplicaManager:
         for task in list(self._isr_writes.values()):
             task.cancel()
         await self.fetchers.close()
+
+
+class _ReplicaCollector(Collector):
+    """Kafka's ``kafka.server:type=ReplicaManager`` gauges and ISR change rates, as counts."""
+
+    def __init__(self, rm: ReplicaManager) -> None:
+        self.rm = rm
+
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        leaders = followers = under = under_min = 0
+        for p in self.rm.topics.all_partitions():
+            if p.role is Role.FOLLOWER:
+                followers += 1
+            lr = p.leader_replicas
+            if p.role is not Role.LEADER or lr is None:
+                continue
+            leaders += 1
+            if len(lr.isr) < len(lr.replicas):
+                under += 1
+            if len(lr.isr) < lr.min_isr:
+                under_min += 1
+        yield GaugeMetricFamily("oncelog_replica_leader_partitions", "Partitions this broker leads", value=leaders)
+        yield GaugeMetricFamily("oncelog_replica_follower_partitions", "Partitions this broker follows (fetching "
+                                "from their leader)", value=followers)
+        yield GaugeMetricFamily("oncelog_replica_under_replicated_partitions", "Partitions led here whose ISR is "
+                                "smaller than their replicas", value=under)
+        yield GaugeMetricFamily("oncelog_replica_under_min_isr_partitions", "Partitions led here whose ISR is "
+                                "smaller than min.insync.replicas (acks=all is refused)", value=under_min)
+        yield CounterMetricFamily("oncelog_replica_isr_shrinks", "ISR shrinks this broker wrote as leader",
+                                  value=self.rm.isr_shrinks)
+        yield CounterMetricFamily("oncelog_replica_isr_expands", "ISR expansions this broker wrote as leader",
+                                  value=self.rm.isr_expands)

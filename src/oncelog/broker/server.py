@@ -193,9 +193,11 @@ class Broker:
             context.cluster = self.cluster
             context.auto_creator = AutoCreator(self.cluster)
             self.cluster.watch(self.metrics)
-            self.replicas = ReplicaManager(cfg, self._topics, self.cluster.store, self.clock.monotonic_ms,
-                                           self.durable_per_append)
-            await self.replicas.start()
+            replicas = ReplicaManager(cfg, self._topics, self.cluster.store, self.clock.monotonic_ms,
+                                      self.durable_per_append)
+            replicas.watch(self.metrics)
+            self.replicas = replicas
+            await replicas.start()
             host, port = cfg.advertised
             try:
                 await self.cluster.join(self.replicas, host, port)
