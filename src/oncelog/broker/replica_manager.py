@@ -117,10 +117,18 @@ class ReplicaManager:
         if change.since == 0:  # the whole view: local topics it does not have are strays
             names |= {v.name for v in self.topics}
         touched: set[TopicPartition] = set(change.partitions)
-        for name in sorted(names):
-            touched |= self._reconcile_topic(view, name)
+        for name in sorted(names):  # one topic's failure (a disk error, a name colliding) spares the others
+            try:
+                touched |= self._reconcile_topic(view, name)
+            except Exception:
+                log.exception("topic %s: the local replicas could not follow the view at revision %d", name,
+                              view.revision)
         for tp in sorted(touched):
-            self._reconcile_partition(view, tp)
+            try:
+                self._reconcile_partition(view, tp)
+            except Exception:
+                log.exception("%s-%d: the local replica could not follow the view at revision %d", tp[0], tp[1],
+                              view.revision)
         if change.brokers:  # a leader re-registered elsewhere, or a follower's epoch changed
             for p in self.topics.all_partitions():
                 if p.role is Role.LEADER:
