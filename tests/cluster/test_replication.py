@@ -7,6 +7,7 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -280,3 +281,32 @@ def test_delete_records_moves_the_log_start_of_every_replica(cluster: ClusterPro
     while any(log_start(n) != 60 for n in cluster.node_ids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert {n: log_start(n) for n in cluster.node_ids} == {n: 60 for n in cluster.node_ids}
+
+
+def test_a_stalled_follower_leaves_the_isr_and_acks_all_goes_on(make_cluster: Callable[..., ClusterProcess],
+                                                                topic_name: str) -> None:
+    """A follower that stops fetching (SIGSTOP: its lease outlives the lag limit) is dropped from the ISR by the
+    leader after replica.lag.time.max.ms (a compare-and-swap in etcd), so acks=all writes are answered again; once
+    it fetches again it catches up and the leader puts it back."""
+    lag_ms = 1500
+    cluster = make_cluster(3, settings={"replica.lag.time.max.ms": lag_ms})
+    _create(cluster, topic_name)
+    assert _produce(cluster, topic_name, [b"before"]) == [b"before"]
+    view = cluster.view()
+    leader = _leader(view, topic_name)
+    follower = next(n for n in cluster.node_ids if n != leader)
+    cluster.pause(follower)
+    try:
+        t0 = time.monotonic()
+        assert _produce(cluster, topic_name, [b"during"]) == [b"during"]  # held until the ISR shrinks
+        took = time.monotonic() - t0
+        isr = _isr(cluster.view(), topic_name)
+        assert follower not in isr and leader in isr, isr
+        assert follower in cluster.view().brokers  # its lease is still alive: the leader shrank the ISR
+    finally:
+        cluster.resume(follower)
+    assert took < lag_ms / 1000 * 3 + 5, f"acks=all answered after {took:.1f} s"
+    assert "written" in cluster.log_tail(leader, 200)
+    cluster.wait_for(lambda v: follower in _isr(v, topic_name), TIMEOUT, f"node {follower} back in the ISR")
+    assert _local_values(cluster.brokers[follower].data_dir, topic_name) == [b"before", b"during"]
+    print(f"\nstalled follower: acks=all answered {took:.2f} s after it stopped (replica.lag.time.max.ms={lag_ms})")
