@@ -508,11 +508,13 @@ _SETTINGS: list[Setting] = [
     Setting("transactional.id.expiration.ms", "transactional_id_expiration_ms", "INT", _int, "A transactional "
             "id with no transaction for this long is forgotten.", at_least(1), _MS),
     Setting("transaction.abort.timed.out.transaction.cleanup.interval.ms",
-            "transaction_abort_timed_out_transaction_cleanup_interval_ms", "INT", _int, "How often the coordinator "
-            "aborts transactions open longer than their timeout.", at_least(1), _MS),
+            "transaction_abort_timed_out_transaction_cleanup_interval_ms", "INT", _int, "Longest the coordinator "
+            "goes without checking its timers (a transaction is aborted at its own timeout, not on this interval; "
+            "the check catches a jump of the wall clock).", at_least(1), _MS),
     Setting("transaction.remove.expired.transaction.cleanup.interval.ms",
-            "transaction_remove_expired_transaction_cleanup_interval_ms", "INT", _int, "How often expired "
-            "transactional ids are removed.", at_least(1), _MS),
+            "transaction_remove_expired_transaction_cleanup_interval_ms", "INT", _int, "Longest the coordinator "
+            "goes without checking its timers (an idle transactional id is removed at its own expiry, not on this "
+            "interval); the smaller of the two cleanup intervals counts.", at_least(1), _MS),
     Setting("transaction.two.phase.commit.enable", "transaction_two_phase_commit_enable", "BOOLEAN", _bool,
             "Allow KIP-939 two-phase-commit transactions (needed by the Spark exactly-once sink). A prepared "
             "transaction never times out: until its producer completes it, it holds back the last stable offset "
