@@ -301,6 +301,28 @@ async def test_sync_hands_out_leader_assignment_after_it_is_durable() -> None:
 
 
 @run
+async def test_a_follower_parked_in_sync_longer_than_its_session_gets_a_fresh_session_with_its_assignment() -> None:
+    """Kafka's propagateAssignment schedules the next heartbeat expiration of every member it answers: a follower
+    that waited in SyncGroup for the leader longer than its session timeout (the leader may take up to the
+    rebalance timeout) must not be expired right after the group becomes Stable."""
+    coord, log, clock = await make()
+    a, b = await new_member_id(coord), await new_member_id(coord)
+    ta = start_join(coord, join_req(member_id=a, session=6000))
+    tb = start_join(coord, join_req(member_id=b, session=6000))
+    await tick(coord, clock)
+    assert (await ta).leader == a and (await tb).error_code == 0
+    follower = await sync(coord, b, 1)
+    for _ in range(4):  # the leader heartbeats but computes its assignment for 8 s (> 6 s session)
+        await tick(coord, clock, 2000)
+        await hb(coord, a, 1)
+    leader = await sync(coord, a, 1, {a: b"A", b: b"B"})
+    assert (await leader).error_code == 0 and (await follower).assignment == b"B"
+    await tick(coord, clock, 1000)  # the follower's first heartbeat comes 1 s later
+    assert await hb(coord, b, 1) == ErrorCode.NONE
+    assert set(coord.group("g").members) == {a, b} and coord.group("g").state is GroupState.STABLE
+
+
+@run
 async def test_failed_assignment_write_fails_the_sync_and_rebalances() -> None:
     coord, log, clock = await make()
     a, b = await new_member_id(coord), await new_member_id(coord)

@@ -430,8 +430,10 @@ def _sync_ok(group: ClassicGroup, member: Member) -> SyncGroupResponse:
                              assignment=member.assignment)
 
 
-def on_assignment_durable(group: ClassicGroup, generation: int, wall_ms: int) -> None:
-    """The leader's assignment of ``generation`` is in the log: hand it out and become Stable."""
+def on_assignment_durable(group: ClassicGroup, generation: int, wall_ms: int, now: int) -> None:
+    """The leader's assignment of ``generation`` is in the log: hand it out and become Stable. Each member answered
+    here gets a fresh session from now (Kafka's propagateAssignment): it may have waited for the leader longer
+    than its session timeout."""
     if group.state is not COMPLETING or group.generation != generation or group.awaiting_persist != generation:
         return
     for mid, m in group.members.items():
@@ -444,6 +446,7 @@ def on_assignment_durable(group: ClassicGroup, generation: int, wall_ms: int) ->
     for m in group.members.values():
         if m.awaiting_sync:
             _complete(m.sync_waiter, _sync_ok(group, m))
+            m.heartbeat_deadline = now + m.session_timeout_ms
 
 
 # ---------------------------------------------------------------------------------------------------- heartbeat

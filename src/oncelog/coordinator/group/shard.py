@@ -112,7 +112,7 @@ class GroupShard:
             assert isinstance(v, GroupMetadataValue)
             group = self.groups.get(k.group)
             if self.live and group is not None:
-                membership.on_assignment_durable(group, v.generation, self.clock.wall_ms())
+                membership.on_assignment_durable(group, v.generation, self.clock.wall_ms(), self.now())
                 self.schedule_group(k.group)  # members no longer parked in SyncGroup: their sessions run
                 return
             self.groups[k.group] = _group_from_record(k.group, v)
