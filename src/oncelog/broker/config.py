@@ -618,6 +618,7 @@ TOPIC_DEFAULTS: dict[str, str] = {
     "message.timestamp.type": "log.message.timestamp.type",
     "flush.messages": "log.flush.interval.messages",
     "flush.ms": "log.flush.interval.ms",
+    "min.insync.replicas": "min.insync.replicas",
 }
 
 assert {s.attr for s in _SETTINGS} | {"given"} == {f.name for f in fields(BrokerConfig)}, "setting table drift"

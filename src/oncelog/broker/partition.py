@@ -290,6 +290,8 @@ class Partition:
         elif self.log.high_watermark > last_offset:
             fut.set_result(self._after_append_code())
         else:
+            if len(self._hw_waiters) >= 256:  # drop the ones that timed out (while the HW could not advance)
+                self._hw_waiters = [w for w in self._hw_waiters if not w[1].done()]
             self._hw_waiters.append((last_offset, fut))
         return fut
 

@@ -11,6 +11,7 @@ from types import MappingProxyType
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.partition import Role
 from oncelog.broker.replica_manager import ReplicaManager
+from oncelog.broker.server import log_defaults
 from oncelog.broker.topics import TopicRegistry
 from oncelog.cluster.changes import diff
 from oncelog.cluster.model import ClusterView, PartitionState, TopicMeta
@@ -102,3 +103,8 @@ def test_a_stale_isr_proposal_is_dropped_not_written(tmp_path: Path) -> None:
         topics.logs.close()
 
     asyncio.run(main())
+
+
+def test_min_insync_replicas_of_the_broker_is_the_topic_default() -> None:
+    assert log_defaults(BrokerConfig.load(None, {"min.insync.replicas": 2})).min_insync_replicas == 2
+    assert log_defaults(BrokerConfig.load(None, {})).min_insync_replicas == 1
