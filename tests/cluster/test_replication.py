@@ -310,3 +310,17 @@ def test_a_stalled_follower_leaves_the_isr_and_acks_all_goes_on(make_cluster: Ca
     cluster.wait_for(lambda v: follower in _isr(v, topic_name), TIMEOUT, f"node {follower} back in the ISR")
     assert _local_values(cluster.brokers[follower].data_dir, topic_name) == [b"before", b"during"]
     print(f"\nstalled follower: acks=all answered {took:.2f} s after it stopped (replica.lag.time.max.ms={lag_ms})")
+
+
+def test_controlled_shutdown_of_the_leader_loses_nothing(cluster: ClusterProcess, topic_name: str) -> None:
+    """SIGTERM: the leader hands its partitions to an in-sync follower before it leaves, which has every record."""
+    _create(cluster, topic_name)
+    first = [f"a{i}".encode() for i in range(200)]
+    assert _produce(cluster, topic_name, first) == first
+    old = _leader(cluster.view(), topic_name)
+    assert cluster.stop_broker(old) == 0
+    new = _leader(cluster.view(), topic_name)
+    assert new not in (old, -1)
+    second = [f"b{i}".encode() for i in range(200)]
+    assert _produce(cluster, topic_name, second) == second
+    assert _consume(cluster, topic_name, 400, False) == first + second
