@@ -25,8 +25,10 @@ Nothing loops over records in Python, except reading a list of ``bytes`` (``map(
 per-record encoder (``records._encode_headers``), the resulting bytes are then placed like a third column.
 
 Inputs: ``values`` (and optional ``keys``) are pyarrow ``binary`` / ``large_binary`` arrays (or chunked
-arrays of them), or sequences of ``bytes``/``None`` (``None`` = a null value/key). ``timestamps`` is one
-timestamp for every record, or one per record (a sequence of ints or an integer numpy array).
+arrays of them), sequences of ``bytes``/``None`` (``None`` = a null value/key), or a :class:`Column` (what
+:func:`as_column` reads them into, which slices cheaply: a producer cuts one column into several batches).
+``timestamps`` is one timestamp for every record, or one per record (a sequence of ints or an integer numpy
+array).
 
 Dependencies: the broker imports :mod:`oncelog.protocol` and its install (``pip install -e .``) has neither
 numpy nor pyarrow (they come with the ``spark`` extra), so this module imports numpy lazily inside its
@@ -64,13 +66,13 @@ if TYPE_CHECKING:
 
     _Arr = np.ndarray[Any, Any]
 
-__all__ = ["ColumnarSection", "build_batch_columnar", "records_section"]
+__all__ = ["Column", "ColumnarSection", "as_column", "build_batch_columnar", "records_section"]
 
 _INT32_MAX = 0x7FFFFFFF
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
 
-#: a column of keys or values: a pyarrow binary/large_binary (chunked) array, or bytes/None per record
+#: a column of keys or values: a pyarrow binary/large_binary (chunked) array, bytes/None per record, or a Column
 BinaryColumn = Any
 #: one header list per record (empty: no headers); header values may be None
 HeadersColumn = Sequence[Sequence[tuple[str, "bytes | bytearray | memoryview | None"]]]
@@ -87,11 +89,33 @@ class ColumnarSection:
 
 
 @dataclass(slots=True)
-class _Column:
-    """Bytes of one binary column: the non-null entries' bytes back to back, per-record lengths (-1: null)."""
+class Column:
+    """A binary column read once (:func:`as_column`): the non-null entries' bytes back to back and the length of
+    every entry (-1: null). Slicing is cheap, so a caller can cut one column into several batches."""
 
     data: _Arr  # uint8
     lens: _Arr  # int64, -1 for null
+    _offsets: _Arr | None = None  # where each entry starts in data (n + 1), made by the first slice
+
+    def __len__(self) -> int:
+        return len(self.lens)
+
+    def byte_sizes(self) -> _Arr:
+        """Bytes of each entry (0 for null)."""
+        sizes: _Arr = _np().maximum(self.lens, 0)
+        return sizes
+
+    def slice(self, start: int, stop: int) -> Column:
+        """Entries ``start`` to ``stop`` (exclusive)."""
+        np = _np()
+        if self._offsets is None:
+            offsets = np.zeros(len(self.lens) + 1, np.int64)
+            np.cumsum(np.maximum(self.lens, 0), out=offsets[1:])
+            self._offsets = offsets
+        o = self._offsets
+        a, b = int(o[start]), int(o[stop])
+        return Column(self.data[a:b], self.lens[start:stop], o[start : stop + 1] - a)
+
 
 
 def _np() -> Any:
@@ -104,8 +128,17 @@ def _np() -> Any:
     return numpy
 
 
-def _column(col: BinaryColumn, n: int | None, what: str) -> _Column:
+def as_column(col: BinaryColumn, what: str = "column") -> Column:
+    """Read a pyarrow binary/large_binary (chunked) array or a sequence of bytes/None into a :class:`Column`."""
+    return _column(col, None, what)
+
+
+def _column(col: BinaryColumn, n: int | None, what: str) -> Column:
     np = _np()
+    if isinstance(col, Column):
+        if n is not None and len(col) != n:
+            raise ValueError(f"{what} has {len(col)} entries for {n} records")
+        return col
     if hasattr(col, "combine_chunks") and hasattr(col, "num_chunks"):  # pyarrow.ChunkedArray
         col = col.combine_chunks()
     if hasattr(col, "buffers") and hasattr(col, "type"):  # pyarrow.Array
@@ -127,10 +160,10 @@ def _column(col: BinaryColumn, n: int | None, what: str) -> _Column:
                 ) from None
         lens = np.array([-1 if v is None else len(v) for v in items], np.int64)
         data = b"".join([v for v in items if v is not None])
-    return _Column(np.frombuffer(data, np.uint8), lens)
+    return Column(np.frombuffer(data, np.uint8), lens)
 
 
-def _arrow_column(np: Any, arr: Any, n: int | None, what: str) -> _Column:
+def _arrow_column(np: Any, arr: Any, n: int | None, what: str) -> Column:
     type_id = str(arr.type)
     if type_id == "binary":
         off_dtype = np.int32
@@ -143,7 +176,7 @@ def _arrow_column(np: Any, arr: Any, n: int | None, what: str) -> _Column:
         raise ValueError(f"{what} has {count} entries for {n} records")
     validity, offsets_buf, data_buf = arr.buffers()
     if count == 0:
-        return _Column(np.zeros(0, np.uint8), np.zeros(0, np.int64))
+        return Column(np.zeros(0, np.uint8), np.zeros(0, np.int64))
     offsets = np.frombuffer(offsets_buf, off_dtype, count + 1, arr.offset * off_dtype().itemsize)
     offsets = offsets.astype(np.int64)
     raw = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
@@ -157,7 +190,7 @@ def _arrow_column(np: Any, arr: Any, n: int | None, what: str) -> _Column:
             data = data[_runs_mask(np, offsets[:-1] - offsets[0], keep, len(data))]
         lens = lens.copy()
         lens[nulls] = -1
-    return _Column(np.ascontiguousarray(data), lens)
+    return Column(np.ascontiguousarray(data), lens)
 
 
 def _runs_mask(np: Any, starts: _Arr, lens: _Arr, total: int) -> _Arr:
@@ -262,7 +295,7 @@ def _encode_section(
         if len(headers) != n:
             raise ValueError(f"headers has {len(headers)} entries for {n} records")
         hdr_blobs = [_encode_headers(h) if h else b"\x00" for h in headers]
-        hdr: _Column | None = _Column(
+        hdr: Column | None = Column(
             np.frombuffer(b"".join(hdr_blobs), np.uint8), np.fromiter(map(len, hdr_blobs), np.int64, n)
         )
         if hdr is not None and len(hdr.data) == n:  # every record without headers

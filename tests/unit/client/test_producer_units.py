@@ -120,6 +120,43 @@ def test_batch_complete_assigns_offsets_and_errors() -> None:
     assert not err.retriable and KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER).retriable
 
 
+def test_prebuilt_batches_queue_after_the_open_batch_and_report_once() -> None:
+    """produce_batch's path: the open batch is closed and goes first, the pre-encoded batches follow in order,
+    count their records (for sequences and pending_records), are stamped like built ones and report once."""
+    from oncelog.client.producer.accumulator import BatchMessage
+    from oncelog.client.producer.idempotence import stamp_batch
+    from oncelog.protocol.record_batch_columnar import build_batch_columnar
+
+    clock = FakeClock()
+    acc = RecordAccumulator(batch_size=10_000, linger_ms=1000, compression=0, monotonic=clock)
+    acc.append(("t", 0), 7, None, b"one", [], None)
+    raw1 = build_batch_columnar([b"a", b"b"], timestamps=11)
+    raw2 = build_batch_columnar([b"c"], [b"k"], timestamps=[12])
+    seen: list = []
+    acc.append_prebuilt(("t", 0), [(raw1, 2, 11), (raw2, 1, 12)], lambda e, m: seen.append((e, m)))
+    assert acc.pending_records == 4
+    assert acc.ready(set())[0] == [("t", 0)]  # closed batches: no linger
+    acc.append(("t", 0), 8, None, b"two", [], None)  # a new open batch after them
+    first, b1, b2, last = (acc.drain([("t", 0)])[0] for _ in range(4))
+    assert [x.record_count for x in (first, b1, b2, last)] == [1, 2, 1, 1]
+    assert first.prebuilt is None and last.prebuilt is None and b1.size == len(raw1)
+    assert b1.build() == raw1
+    b1.set_producer(42, 3, 100, True)
+    ref = RecordBatchBuilder(producer_id=42, producer_epoch=3, base_sequence=100, is_transactional=True)
+    ref.append(11, None, b"a")
+    ref.append(11, None, b"b")
+    assert b1.build() == stamp_batch(raw1, 42, 3, 100, True) == ref.build()
+    assert [r.sequence for r in decode_records(b1.build())] == [100, 101]
+    for cb, err, msg in b1.complete(500, -1, None) + b2.complete(-1, -1, KafkaError(ErrorCode.MESSAGE_TOO_LARGE)):
+        cb(err, msg)
+    (e1, m1), (e2, m2) = seen
+    assert isinstance(m1, BatchMessage) and (e1, m1.offset, m1.count, m1.timestamp) == (None, 500, 2, 11)
+    assert isinstance(m2, BatchMessage) and e2 is not None and m2.error is e2 and m2.offset == -1 and m2.count == 1
+    for b in (first, b1, b2, last):
+        acc.done(b)
+    assert acc.pending_records == 0
+
+
 def test_producer_config_validation() -> None:
     c = parse_producer_config({"bootstrap.servers": "h:1", "acks": "all", "linger.ms": "7",
                                "compression.type": "zstd", "enable.idempotence": False})

@@ -243,3 +243,15 @@ def test_iterables_and_compression_names() -> None:
     assert build_batch_columnar(_gen(), timestamps=7, compression=Compression.LZ4) == _reference(
         [b"a", b"b"], None, 7, compression=Compression.LZ4
     )
+
+
+def test_column_slices_encode_like_the_records_they_hold() -> None:
+    values: list[bytes | None] = [None if i % 7 == 0 else b"v" * (i % 300) for i in range(1000)]
+    col = columnar.as_column(pa.array(values, pa.binary()))
+    assert len(col) == 1000 and int(col.byte_sizes().sum()) == sum(len(v or b"") for v in values)
+    for a, b in [(0, 1000), (0, 1), (10, 400), (400, 401), (999, 1000), (500, 1000)]:
+        part = col.slice(a, b)
+        assert build_batch_columnar(part, timestamps=5) == _reference(values[a:b], None, 5)
+        assert build_batch_columnar(col.slice(0, 1000).slice(a, b), timestamps=5) == _reference(values[a:b], None, 5)
+    with pytest.raises(ValueError, match="entries"):
+        build_batch_columnar(col, col.slice(0, 10), timestamps=0)

@@ -3,6 +3,11 @@
 Idempotence: the sender gives a batch its producer id, epoch and base sequence when it first drains it
 (:meth:`ProducerBatch.set_producer`); a retry sends the same bytes, so the sequence is kept.
 
+A batch may also come pre-encoded (``Producer.produce_batch``: built from columns by
+:mod:`oncelog.protocol.record_batch_columnar`, without producer fields): it is queued closed, after the
+partition's open batch (which is closed too, so the records keep their order), stamped by the sender like any
+other batch, and reported once, with a :class:`BatchMessage`.
+
 Thread-safe: the sync facade appends from the caller's thread while the sender drains on the event loop thread.
 A batch is *ready* when it is full (``batch.size``), older than ``linger.ms``, or a flush is in progress.
 """
@@ -21,10 +26,19 @@ from ..errors import KafkaError
 from ..message import Header, Message
 from .idempotence import stamp_batch
 
-__all__ = ["DeliveryCallback", "ProducerBatch", "RecordAccumulator", "TopicPartition"]
+__all__ = ["BatchMessage", "DeliveryCallback", "ProducerBatch", "RecordAccumulator", "TopicPartition"]
 
 TopicPartition = tuple[str, int]
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
+
+
+@dataclass(slots=True)
+class BatchMessage(Message):
+    """The delivery report of a pre-encoded batch (``produce_batch``): ``offset`` is its first record's offset
+    (-1 if not known), ``count`` its number of records; ``key`` and ``value`` are None, ``timestamp`` is the
+    first record's (or the log append time)."""
+
+    count: int = 0
 
 
 #: a queued record: (key, value, headers, timestamp, callback); its Message is made only when it is reported
@@ -34,7 +48,7 @@ _Pending = tuple[bytes | None, bytes | None, list[Header], int, DeliveryCallback
 @dataclass(slots=True)
 class ProducerBatch:
     tp: TopicPartition
-    builder: RecordBatchBuilder
+    builder: RecordBatchBuilder | None  # None: a pre-encoded batch
     created: float
     records: list[_Pending] = field(default_factory=list)
     closed: bool = False
@@ -48,14 +62,20 @@ class ProducerBatch:
     base_sequence: int = -1  # -1: not yet assigned (or not idempotent)
     transactional: bool = False
     _built: bytes | None = None
+    prebuilt: bytes | None = None  # a pre-encoded batch (no producer id, epoch, sequence yet)
+    prebuilt_count: int = 0
+    prebuilt_timestamp: int = -1  # its first record's timestamp
+    prebuilt_callback: DeliveryCallback | None = None
 
     @property
     def size(self) -> int:
+        if self.builder is None:
+            return len(self.prebuilt or b"")
         return self.builder.size_in_bytes
 
     @property
     def record_count(self) -> int:
-        return len(self.records)
+        return len(self.records) if self.prebuilt is None else self.prebuilt_count
 
     def set_producer(self, producer_id: int, epoch: int, base_sequence: int, transactional: bool) -> None:
         self.producer_id, self.producer_epoch, self.base_sequence = producer_id, epoch, base_sequence
@@ -64,7 +84,11 @@ class ProducerBatch:
 
     def build(self) -> bytes:
         if self._built is None:
-            raw = self.builder.build()
+            if self.prebuilt is not None:
+                raw = self.prebuilt
+            else:
+                assert self.builder is not None
+                raw = self.builder.build()
             if self.producer_id >= 0:
                 raw = stamp_batch(raw, self.producer_id, self.producer_epoch, self.base_sequence,
                                   self.transactional)
@@ -76,6 +100,19 @@ class ProducerBatch:
         """Fill offsets (or the error) into the batch's messages; return the callbacks to run."""
         out: list[tuple[DeliveryCallback, KafkaError | None, Message]] = []
         topic, partition = self.tp
+        if self.prebuilt is not None:
+            cb = self.prebuilt_callback
+            if cb is not None:
+                bm = BatchMessage(topic, partition, -1, None, None, [], self.prebuilt_timestamp,
+                                  count=self.prebuilt_count)
+                if error is None:
+                    bm.offset = base_offset if base_offset >= 0 else -1
+                    if log_append_time >= 0:
+                        bm.timestamp = log_append_time
+                else:
+                    bm.error = error
+                out.append((cb, error, bm))
+            return out
         for i, (key, value, headers, ts, cb) in enumerate(self.records):
             if cb is None:
                 continue
@@ -121,6 +158,7 @@ class RecordAccumulator:
                 q.append(batch)
                 new = True
             builder = batch.builder
+            assert builder is not None  # an open batch is never a pre-encoded one
             builder.append(timestamp_ms, key, value, headers)
             batch.records.append((key, value, hs, timestamp_ms, on_complete))
             self.pending_records += 1
@@ -128,6 +166,23 @@ class RecordAccumulator:
             if size >= limit:
                 batch.closed = True
             return batch.closed, new
+
+    def append_prebuilt(self, tp: TopicPartition, batches: Sequence[tuple[bytes, int, int]],
+                        on_complete: DeliveryCallback | None) -> None:
+        """Queue pre-encoded batches ``(raw, record count, first record's timestamp)``, in order, after everything
+        appended to ``tp`` so far (its open batch is closed: it goes first). The sender gives each its producer
+        id, epoch and sequences, as to any batch."""
+        with self._lock:
+            q = self._batches.get(tp)
+            if q is None:
+                q = self._batches[tp] = deque()
+            if q and not q[-1].closed:
+                q[-1].closed = True
+            now = self._monotonic()
+            for raw, count, first_timestamp in batches:
+                q.append(ProducerBatch(tp, None, now, closed=True, prebuilt=raw, prebuilt_count=count,
+                                       prebuilt_timestamp=first_timestamp, prebuilt_callback=on_complete))
+                self.pending_records += count
 
     def batch_open(self, topic: str, partition: int) -> bool:
         q = self._batches.get((topic, partition))
@@ -201,7 +256,7 @@ class RecordAccumulator:
 
     def done(self, batch: ProducerBatch) -> None:
         with self._lock:
-            self.pending_records -= len(batch.records)
+            self.pending_records -= batch.record_count
 
     def abort_all(self) -> list[ProducerBatch]:
         with self._lock:

@@ -1,0 +1,139 @@
+"""``Producer.produce_batch``: records given as columns, encoded column-wise into pre-built batches, queued behind
+the records produced one by one, and sent with the same idempotent/transactional sequences: read back in order
+(native consumer), and every record's producer sequence equals its offset (raw fetch of the stored batches)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from _rawclient import RawClient
+
+from oncelog.client import OFFSET_BEGINNING, Admin, Consumer, KafkaError, Message, Producer
+from oncelog.client.producer import BatchMessage
+
+pytestmark = pytest.mark.timeout(180)
+N = 10_000
+T = 30.0
+
+
+def _columns(n: int, tag: str) -> tuple[list[bytes], list[bytes | None], np.ndarray]:
+    values = [f"{tag}-{i:06d}-".encode() + b"x" * 88 for i in range(n)]  # 100 bytes each
+    keys: list[bytes | None] = [None if i % 5 == 0 else f"k{i}".encode() for i in range(n)]
+    timestamps = np.arange(n, dtype=np.int64) + 1_700_000_000_000
+    return values, keys, timestamps
+
+
+def _consume(bootstrap: str, topic: str, want: int, isolation: str = "read_uncommitted") -> list[Message]:
+    with Consumer({"bootstrap.servers": bootstrap, "isolation.level": isolation}) as c:
+        c.assign([(topic, 0, OFFSET_BEGINNING)])
+        got: list[Message] = []
+        deadline = time.monotonic() + T
+        while len(got) < want and time.monotonic() < deadline:
+            got += c.consume(2000, 1.0)
+        assert c.poll(0.5) is None  # nothing more
+    return got
+
+
+def _check_sequences(bootstrap: str, topic: str, offsets: list[int]) -> None:
+    """A fresh producer on a fresh partition: its records (at ``offsets``; transaction markers, which carry no
+    sequence, aside) have the sequences 0, 1, 2... exactly as if produced one by one."""
+    with RawClient(bootstrap) as raw:
+        records = [r for r in raw.fetch_all(topic, 0) if r.sequence >= 0]
+    assert [r.offset for r in records] == offsets
+    assert [r.sequence for r in records] == list(range(len(offsets)))
+
+
+@pytest.mark.parametrize("compression", ["none", "lz4"])
+def test_idempotent_produce_batch_between_single_records(bootstrap: str, topic_name: str, compression: str) -> None:
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics(topic_name, 1)
+    values, keys, ts = _columns(N, "b")
+    reports: list[tuple[KafkaError | None, Message]] = []
+    errors: list[KafkaError] = []
+    conf = {"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": compression,
+            "message.max.bytes": 300_000}  # several batches of the 10k records
+    with Producer(conf) as p:
+        assert p.config.enable_idempotence
+        for i in range(3):
+            p.produce(topic_name, f"before-{i}", partition=0,
+                      on_delivery=lambda e, m: errors.append(e) if e else None)
+        batches = p.produce_batch(topic_name, pa.array(values, pa.binary()), keys, partition=0, timestamps=ts,
+                                  on_delivery=lambda e, m: reports.append((e, m)))
+        for i in range(3):
+            p.produce(topic_name, f"after-{i}", partition=0,
+                      on_delivery=lambda e, m: errors.append(e) if e else None)
+        assert p.flush(T) == 0
+    assert not errors
+    assert batches >= 4 and len(reports) == batches
+    assert all(e is None and isinstance(m, BatchMessage) for e, m in reports)
+    firsts = [(m.offset, m.count) for _, m in reports if isinstance(m, BatchMessage)]
+    assert sum(c for _, c in firsts) == N
+    offset = 3
+    for first, count in firsts:  # consecutive, in order, after the 3 records before
+        assert first == offset
+        offset += count
+
+    got = _consume(bootstrap, topic_name, N + 6)
+    assert [m.offset for m in got] == list(range(N + 6))
+    assert [m.value for m in got] == [f"before-{i}".encode() for i in range(3)] + values + [
+        f"after-{i}".encode() for i in range(3)]
+    assert [m.key for m in got[3:-3]] == keys
+    assert [m.timestamp for m in got[3:-3]] == ts.tolist()
+    _check_sequences(bootstrap, topic_name, list(range(N + 6)))
+
+
+def test_transactional_produce_batch_commit_and_abort(bootstrap: str, topic_name: str) -> None:
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics(topic_name, 1)
+    committed, _, ts = _columns(N, "c")
+    aborted, _, _ = _columns(100, "a")
+    errors: list[KafkaError] = []
+    with Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{uuid.uuid4().hex}",
+                   "linger.ms": 5}) as p:
+        p.init_transactions(T)
+        p.begin_transaction()
+        p.produce(topic_name, b"first", partition=0)
+        assert p.produce_batch(topic_name, committed, partition=0, timestamps=ts,
+                               on_delivery=lambda e, m: errors.append(e) if e else None) >= 2
+        p.produce(topic_name, b"last", partition=0)
+        p.commit_transaction(T)
+        p.begin_transaction()
+        p.produce_batch(topic_name, aborted, partition=0, timestamps=5)
+        assert p.flush(T) == 0  # written, then aborted
+        p.abort_transaction(T)
+    assert not errors
+    got = _consume(bootstrap, topic_name, N + 2, isolation="read_committed")
+    assert [m.value for m in got] == [b"first", *committed, b"last"]
+    assert [m.offset for m in got] == list(range(N + 2))
+    assert [m.key for m in got] == [None] * (N + 2)
+    # the aborted records were written after the commit marker (offset N + 2), with the sequences that follow
+    _check_sequences(bootstrap, topic_name, list(range(N + 2)) + list(range(N + 3, N + 103)))
+
+
+def test_produce_batch_rejects_bad_input_before_queueing(bootstrap: str, topic_name: str) -> None:
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics(topic_name, 1)
+    with Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 1000}) as p:
+        with pytest.raises(KafkaError, match="message.max.bytes"):
+            p.produce_batch(topic_name, [b"x" * 10, b"y" * 1001], partition=0)
+        with pytest.raises(KafkaError, match="partition 3"):
+            p.produce_batch(topic_name, [b"x"], partition=3)
+        with pytest.raises(ValueError, match="keys"):
+            p.produce_batch(topic_name, [b"x"], [b"a", b"b"], partition=0)
+        assert len(p) == 0
+        assert p.produce_batch(topic_name, [], partition=0) == 0
+
+
+def test_produce_batch_waits_for_records_waiting_for_the_topic(bootstrap: str, topic_name: str) -> None:
+    """A record produced to a topic whose metadata is being looked up (here: auto-created) is queued first."""
+    with Producer({"bootstrap.servers": bootstrap, "linger.ms": 5}) as p:
+        p.produce(topic_name, b"w0", partition=0)
+        assert p.produce_batch(topic_name, [b"w1", None, b"w3"], partition=0, timestamps=[3, 1, 2]) == 1
+        assert p.flush(T) == 0
+    got = _consume(bootstrap, topic_name, 4)
+    assert [m.value for m in got] == [b"w0", b"w1", None, b"w3"]
+    assert [m.timestamp for m in got[1:]] == [3, 1, 2]
