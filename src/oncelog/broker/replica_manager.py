@@ -143,7 +143,7 @@ class ReplicaManager:
         if local is not None and (not mine or meta is None or local.topic_id != meta.topic_id):
             for p in local.partitions:
                 self.fetchers.unfollow((name, p.index))
-                p.stop_replica()
+                self._stop(p)
             log.info("deleting the local log of topic %s (%s)", name,
                      "not in the view" if meta is None or meta.deleting else
                      "another topic id" if local.topic_id != meta.topic_id else "no replica here")
@@ -172,7 +172,7 @@ class ReplicaManager:
         if state is None or self.node_id not in state.replicas:
             self.fetchers.unfollow(tp)
             if p.role is not Role.NONE:
-                p.stop_replica()
+                self._stop(p)
             return
         if state.leader == self.node_id:
             self.fetchers.unfollow(tp)
@@ -199,9 +199,15 @@ class ReplicaManager:
         self.session_lost = True
         for p in self.topics.all_partitions():
             if p.role is Role.LEADER:
-                p.stop_replica()
-                for cb in self._listeners:
-                    cb(p.topic, p.index, None)
+                self._stop(p)
+
+    def _stop(self, p: Partition) -> None:
+        """Stop serving ``p`` (listeners hear that this broker no longer leads it, if it did)."""
+        was_leader = p.role is Role.LEADER
+        p.stop_replica()
+        if was_leader:
+            for cb in self._listeners:
+                cb(p.topic, p.index, None)
 
     def leader_of(self, topic: str, index: int) -> tuple[int, int] | None:
         state = self.view.partition(topic, index)

@@ -42,8 +42,11 @@ def test_replicas_follow_the_view_and_the_leader_writes_its_isr(tmp_path: Path) 
         await store.create_topic(meta, [PartitionState((1, 2, 3), (1, 2), 1, leader_epoch=3, partition_epoch=5)])
         now = [1_000]
         rm = ReplicaManager(BrokerConfig.load(None, {"node.id": 1}), topics, store, lambda: now[0], durable=False)
+        heard: list[tuple[str, int, int | None]] = []
+        rm.add_leadership_listener(lambda t, i, e: heard.append((t, i, e)))
         seen = store.view
         rm.on_view(diff(ClusterView(), seen))
+        assert heard == [("t", 0, 3)]
         assert topics.get("stray") is None
         view = topics.get("t")
         assert view is not None and view.topic_id == meta.topic_id
@@ -69,6 +72,7 @@ def test_replicas_follow_the_view_and_the_leader_writes_its_isr(tmp_path: Path) 
         rm.on_view(diff(seen, store.view))
         seen = store.view
         assert p.role is Role.FOLLOWER and p.leader_id == 2 and p.leader_epoch == 4
+        assert heard == [("t", 0, 3), ("t", 0, None)]
         assert rm.fetchers.following(("t", 0)) == 2
 
         await store.mark_topic_deleting("t")
