@@ -11,7 +11,15 @@ partition ``int(input) % output partitions``), then either
 
 A rebalance revoking partitions aborts an open transaction. Errors that require an abort are aborted and
 sought back; fatal ones (fenced, unknown commit outcome...) exit with status 3 so the test restarts the copier.
-SIGTERM: finish (abort an open transaction), leave the group, exit 0.
+SIGTERM: finish (abort an open transaction), leave the group, exit 0. SIGUSR1: print every thread's stack.
+
+librdkafka's ``send_offsets_to_transaction()`` can block past its timeout (librdkafka #5456, open in 2.16: the
+coordinator request's timeout is never checked; #5511: a cached coordinator that does not come back up is never
+looked up again); seen here after the broker restarted under a running copier, blocking it for minutes and, since
+its consumer keeps heartbeating, holding the group's rebalance for its whole rebalance timeout. The confluent
+copier's transactional calls therefore run under a watchdog: one still blocked ``WATCHDOG_GRACE_S`` after its own
+timeout ends the process the way a crash would (exit status 4, outcome unknown, restarted by the test), as a
+liveness probe would in production.
 
 Everything observable goes to ``--history`` (JSON lines of the checker's events, flushed per transaction): each
 input record polled (Poll, read_committed), each seek/rebalance (Seek), each output send (Send, outcome
@@ -26,11 +34,14 @@ Usage: python copier.py --client confluent|kafka-python|oncelog --bootstrap H:P 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import random
 import signal
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +49,39 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from checker.history import ABORT, COMMIT, READ_COMMITTED, UNKNOWN, History, Poll, Seek, Send, TxnEnd
 
 FATAL_EXIT = 3
+HUNG_EXIT = 4
+TXN_CALL_TIMEOUT_S = 15.0
+WATCHDOG_GRACE_S = 5.0
+
+
+class Watchdog:
+    """Ends the process (status HUNG_EXIT) if a call it guards is still running ``timeout + grace`` seconds after
+    it started: a blocked C call cannot be interrupted from Python, not even by SIGTERM."""
+
+    def __init__(self, log: Callable[[str], None]) -> None:
+        self.log = log
+        self.lock = threading.Lock()
+        self.current: tuple[str, float] | None = None  # (what, deadline on the monotonic clock)
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def call(self, what: str, timeout: float, fn: Callable[[], Any]) -> Any:
+        with self.lock:
+            self.current = (what, time.monotonic() + timeout + WATCHDOG_GRACE_S)
+        try:
+            return fn()
+        finally:
+            with self.lock:
+                self.current = None
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(0.5)
+            with self.lock:
+                cur = self.current
+            if cur is not None and time.monotonic() > cur[1]:
+                self.log(f"{cur[0]} is still blocked {WATCHDOG_GRACE_S:g} s after its own timeout (librdkafka "
+                         f"#5456); exiting as a crash would")
+                os._exit(HUNG_EXIT)
 
 
 class Recorder:
@@ -67,6 +111,7 @@ class Copier:
         self.committed_txns = 0
         self.aborted_txns = 0
         signal.signal(signal.SIGTERM, self._on_term)
+        faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks a stuck copier where it is
 
     def _on_term(self, *_: object) -> None:
         self.stop = True
@@ -111,6 +156,7 @@ class ConfluentCopier(Copier):
             "bootstrap.servers": a.bootstrap, "transactional.id": a.transactional_id, "linger.ms": 5,
             "transaction.timeout.ms": 20_000, "message.timeout.ms": 15_000, "reconnect.backoff.max.ms": 500})
         self.producer.init_transactions(30)
+        self.watchdog = Watchdog(self.log)
         self.consumer.subscribe([a.input], on_assign=self.on_assign, on_revoke=self.on_revoke)
         self.log("started")
         try:
@@ -164,8 +210,10 @@ class ConfluentCopier(Copier):
             self.seek_back()
             return
         positions = [tp for tp in c.position(c.assignment()) if tp.offset >= 0]
-        p.send_offsets_to_transaction(positions, c.consumer_group_metadata(), 30)
-        p.commit_transaction(30)
+        meta = c.consumer_group_metadata()
+        self.watchdog.call("send_offsets_to_transaction", TXN_CALL_TIMEOUT_S,
+                           lambda: p.send_offsets_to_transaction(positions, meta, TXN_CALL_TIMEOUT_S))
+        self.watchdog.call("commit_transaction", 30, lambda: p.commit_transaction(30))
         self.in_txn = False
         self.end(txn, COMMIT)
 

@@ -137,6 +137,13 @@ class Copiers:
                 self.restarts += 1
                 self.start(name)
 
+    def dump_stacks(self) -> None:
+        """Each live copier prints its threads' stacks into its log (SIGUSR1), to show where it is stuck."""
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)
+
     def stop(self) -> None:
         for p in self.procs.values():
             if p.poll() is None:
@@ -155,7 +162,7 @@ class Copiers:
             out.extend(History.load_lines(f))
         return out
 
-    def log_tail(self, n: int = 15) -> str:
+    def log_tail(self, n: int = 30) -> str:
         return "\n".join(f"--- {f.name}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-n:])
                          for f in sorted(self.tmp.glob("copier-*.log")))
 
@@ -379,6 +386,8 @@ def run_copy_kill_burst(broker: BrokerProcess, tmp: Path) -> None:
         time.sleep(0.5)
     finished_s = round(time.monotonic() - faults_end, 1)
     note(f"copy finished {finished_s}s after the last fault" if committed == ends else "copy NOT finished")
+    if committed != ends:
+        copiers.dump_stacks()
     copiers.stop()
     for n in names:  # settle whatever a killed instance left open
         Producer({"bootstrap.servers": boot, "transactional.id": copiers.tid(n)}).init_transactions(30)
