@@ -192,8 +192,8 @@ MEMBER = textwrap.dedent("""
 def assignments(broker: BrokerProcess, topic: str, seconds: float, control: SkewControl | None) -> int:
     """Run a group member for ``seconds``; once it has its assignment, hold it (SIGSTOP) for 0.5 s, and with
     ``control`` jump the broker's monotonic clock 60 s forward meanwhile. Returns how many times it was assigned
-    partitions. (The hold makes the broker's session timer, which runs every 100 ms, look at the member before
-    its next heartbeat could renew the session from the jumped clock.)"""
+    partitions. (The hold makes the broker's session timer, which looks at its clock at least every 200 ms, see
+    the member before its next heartbeat could renew the session from the jumped clock.)"""
     group = f"g-{uuid.uuid4().hex[:8]}"
     member = subprocess.Popen([sys.executable, "-c", MEMBER, broker.bootstrap, group, topic, str(seconds)],
                               stdout=subprocess.PIPE, text=True)

@@ -35,6 +35,7 @@ log = logging.getLogger("oncelog.broker.groups")
 
 OFFSETS_TOPIC = "__consumer_offsets"
 _TIMER_ATTR = "_group_coordinator_timer"
+GROUP_TIMER_MAX_WAIT_MS = 200
 
 
 def group_config(broker: Broker) -> GroupConfig:
@@ -71,7 +72,11 @@ async def start_group_coordinator(broker: Broker, epoch: int) -> GroupCoordinato
     coordinator = GroupCoordinator(offsets_log, offsets_log.num_partitions, broker.clock, group_config(broker),
                                    partition_exists=partition_exists, verify_transaction=verify_transaction,
                                    write_timeout_ms=cfg.offsets_commit_timeout_ms)
-    timer = DeadlineDriver("group-timers", broker.clock.monotonic_ms, coordinator.next_deadline, coordinator.tick)
+    # at most GROUP_TIMER_MAX_WAIT_MS between two looks at the clock, as Kafka's SystemTimer reaper advances its wheel
+    # every 200 ms: deadlines are on the broker's clock, the event loop's timer on the process's monotonic one, so a
+    # step of the broker's clock (a VM resumed, a test's skew) is noticed within that time, not a session later
+    timer = DeadlineDriver("group-timers", broker.clock.monotonic_ms, coordinator.next_deadline, coordinator.tick,
+                           max_wait_ms=GROUP_TIMER_MAX_WAIT_MS)
     coordinator.on_timer = timer.wake
     setattr(broker, _TIMER_ATTR, timer)
     groups = 0
