@@ -292,7 +292,9 @@ def run_copy(broker: BrokerProcess, tmp: Path, client: str, in_parts: int, out_p
                                f"(seed {seed}); copier logs:\n{copiers.log_tail()}")
     assert rep.ok, f"anomalies (seed {seed}, history in {tmp}):\n{rep.summary()}"
     assert broker_killed and copiers.kills >= 3, events
-    assert rep.stats["txns"]["abort"] >= 3, rep.stats["txns"]
+    # some transactions were aborted on purpose (abort rate 0.1 of ~100): the checker had aborted data to see.
+    # At least one, not three: the preflight once drew 2 aborts in 102 transactions (p ~ 0.2%), a false alarm
+    assert rep.stats["txns"]["abort"] >= 1, rep.stats["txns"]
 
 
 @pytest.mark.parametrize("client", ["confluent", "kafka-python", "oncelog"])
