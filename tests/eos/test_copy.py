@@ -223,7 +223,6 @@ def group_committed(bootstrap: str, group: str, topic: str, partitions: int) -> 
 
 
 def run_copy(broker: BrokerProcess, tmp: Path, client: str, in_parts: int, out_parts: int) -> None:
-    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     seed = int(os.environ.get("EOS_SEED", int.from_bytes(os.urandom(4), "big")))
@@ -274,15 +273,7 @@ def run_copy(broker: BrokerProcess, tmp: Path, client: str, in_parts: int, out_p
             break
         time.sleep(1.0)
     timings["drain_s"] = round(time.monotonic() - t0 - timings["chaos_s"], 1)
-    copiers.stop()
-    for n in names:  # settle whatever a killed instance left open
-        Producer({"bootstrap.servers": boot, "transactional.id": copiers.tid(n)}).init_transactions(30)
-    h.extend(copiers.history())
-    for iso in (READ_COMMITTED, READ_UNCOMMITTED):
-        read_to_end(h, boot, out_topic, list(range(out_parts)), iso, f"final-{iso}")
-
-    rep = check(h, sends_complete=True).merge(
-        check_copy(h, inputs, out_topic, lambda v: v.split("|", 1)[0], ordered=True))
+    rep = stop_and_check(copiers, names, h, boot, out_topic, out_parts, inputs)
     rep.stats.update(seed=seed, timings=timings, events=events, committed=committed, input_ends=ends,
                      copier_kills=copiers.kills, copier_restarts=copiers.restarts, copier_exits=copiers.exits[:10])
     h.dump(tmp / "history.jsonl")
@@ -295,6 +286,21 @@ def run_copy(broker: BrokerProcess, tmp: Path, client: str, in_parts: int, out_p
     # some transactions were aborted on purpose (abort rate 0.1 of ~100): the checker had aborted data to see.
     # At least one, not three: the preflight once drew 2 aborts in 102 transactions (p ~ 0.2%), a false alarm
     assert rep.stats["txns"]["abort"] >= 1, rep.stats["txns"]
+
+
+def stop_and_check(copiers: Copiers, names: list[str], h: History, boot: str, out_topic: str, out_parts: int,
+                   inputs: dict[int, list[str]]) -> Any:
+    """Stop the copiers, settle what killed instances left open, read the output back both ways and check it."""
+    from confluent_kafka import Producer
+
+    copiers.stop()
+    for n in names:  # settle whatever a killed instance left open
+        Producer({"bootstrap.servers": boot, "transactional.id": copiers.tid(n)}).init_transactions(30)
+    h.extend(copiers.history())
+    for iso in (READ_COMMITTED, READ_UNCOMMITTED):
+        read_to_end(h, boot, out_topic, list(range(out_parts)), iso, f"final-{iso}")
+    return check(h, sends_complete=True).merge(
+        check_copy(h, inputs, out_topic, lambda v: v.split("|", 1)[0], ordered=True))
 
 
 @pytest.mark.parametrize("client", ["confluent", "kafka-python", "oncelog"])
@@ -319,7 +325,6 @@ LIVENESS_S = 60  # after the last fault: a few session timeouts (6 s) and rebala
 
 
 def run_copy_kill_burst(broker: BrokerProcess, tmp: Path) -> None:
-    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     seed = int(os.environ.get("EOS_SEED", int.from_bytes(os.urandom(4), "big")))
@@ -390,14 +395,7 @@ def run_copy_kill_burst(broker: BrokerProcess, tmp: Path) -> None:
     note(f"copy finished {finished_s}s after the last fault" if committed == ends else "copy NOT finished")
     if committed != ends:
         copiers.dump_stacks()
-    copiers.stop()
-    for n in names:  # settle whatever a killed instance left open
-        Producer({"bootstrap.servers": boot, "transactional.id": copiers.tid(n)}).init_transactions(30)
-    h.extend(copiers.history())
-    for iso in (READ_COMMITTED, READ_UNCOMMITTED):
-        read_to_end(h, boot, out_topic, list(range(out_parts)), iso, f"final-{iso}")
-    rep = check(h, sends_complete=True).merge(
-        check_copy(h, inputs, out_topic, lambda v: v.split("|", 1)[0], ordered=True))
+    rep = stop_and_check(copiers, names, h, boot, out_topic, out_parts, inputs)
     rep.stats.update(seed=seed, events=events, committed=committed, input_ends=ends, copier_kills=copiers.kills,
                      copier_restarts=copiers.restarts, copier_exits=copiers.exits[:10], finished_s=finished_s)
     h.dump(tmp / "history.jsonl")
