@@ -116,6 +116,25 @@ class Column:
         a, b = int(o[start]), int(o[stop])
         return Column(self.data[a:b], self.lens[start:stop], o[start : stop + 1] - a)
 
+    def take(self, rows: _Arr) -> Column:
+        """The entries at ``rows`` (an integer array), in that order: one gather of the bytes (a 2-D one when
+        every entry has the same size, else through a per-byte index built with ``np.repeat``)."""
+        np = _np()
+        lens = self.lens[rows]
+        sizes = np.maximum(lens, 0)
+        n = len(self.lens)
+        width = int(self.lens[0]) if n else 0
+        if n and len(self.data) == n * width and (self.lens == width).all():
+            data = self.data.reshape(n, width)[rows].reshape(-1) if width else self.data[:0]
+            return Column(data, lens)
+        if self._offsets is None:
+            self.slice(0, 0)
+        assert self._offsets is not None
+        starts = self._offsets[:-1][rows]
+        out_starts = np.cumsum(sizes) - sizes
+        index = np.repeat(starts - out_starts, sizes) + np.arange(int(sizes.sum()), dtype=np.int64)
+        return Column(self.data[index], lens)
+
 
 
 def _np() -> Any:
