@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -14,6 +15,7 @@ from _rawclient import RawClient
 
 from oncelog.client import OFFSET_BEGINNING, Admin, Consumer, KafkaError, Message, Producer
 from oncelog.client.producer import BatchMessage
+from oncelog.protocol.murmur2 import partition_for_key
 
 pytestmark = pytest.mark.timeout(180)
 N = 10_000
@@ -137,3 +139,64 @@ def test_produce_batch_waits_for_records_waiting_for_the_topic(bootstrap: str, t
     got = _consume(bootstrap, topic_name, 4)
     assert [m.value for m in got] == [b"w0", b"w1", None, b"w3"]
     assert [m.timestamp for m in got[1:]] == [3, 1, 2]
+
+
+def _get(m: Message, name: str) -> Any:
+    """A Message field, whether the Message has attributes or confluent-kafka's accessor methods."""
+    v = getattr(m, name)
+    return v() if callable(v) else v
+
+
+def _read_all(bootstrap: str, topic: str, partitions: int, want: int) -> list[Message]:
+    with Consumer({"bootstrap.servers": bootstrap}) as c:
+        c.assign([(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        got: list[Message] = []
+        deadline = time.monotonic() + T
+        while len(got) < want and time.monotonic() < deadline:
+            got += c.consume(2000, 1.0)
+    assert len(got) == want
+    return got
+
+
+def test_keyed_produce_batch_partitions_as_produce_does(bootstrap: str, topic_name: str) -> None:
+    """No partition given: a keyed record goes where produce() puts the same key (murmur2 of the key column),
+    null keys go together to one (sticky) partition, and every partition keeps the records' order."""
+    bulk, single = f"{topic_name}-bulk", f"{topic_name}-single"
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([bulk, single], 5)
+    n = 3000
+    values = [f"v{i:05d}".encode() for i in range(n)]
+    keys: list[bytes | None] = [None if i % 10 == 3 else f"key-{i * 7919 % 1000}".encode() for i in range(n)]
+    with Producer({"bootstrap.servers": bootstrap, "linger.ms": 5}) as p:
+        assert p.produce_batch(bulk, pa.array(values, pa.binary()), pa.array(keys, pa.binary())) >= 2
+        for k, v in zip(keys, values, strict=True):
+            if k is not None:
+                p.produce(single, v, k)
+        assert p.flush(T) == 0
+    got = _read_all(bootstrap, bulk, 5, n)
+    where = {_get(m, "value"): (_get(m, "partition"), _get(m, "offset")) for m in got}
+    per_record = {_get(m, "value"): _get(m, "partition") for m in _read_all(bootstrap, single, 5, n - n // 10)}
+    for k, v in zip(keys, values, strict=True):
+        if k is not None:
+            assert where[v][0] == per_record[v] == partition_for_key(k, 5), (k, v)
+    assert len({where[v][0] for k, v in zip(keys, values, strict=True) if k is None}) == 1
+    for part in range(5):  # in order within each partition
+        offsets = [where[v][1] for v in values if where[v][0] == part]
+        assert offsets == sorted(offsets)
+
+
+def test_produce_batch_with_a_partition_per_record(bootstrap: str, topic_name: str) -> None:
+    """A partition per record (negative: not given, so by key) wins over the key."""
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics(topic_name, 3)
+    values = [f"r{i}".encode() for i in range(300)]
+    keys = [b"same-key"] * 300
+    parts = np.array([i % 3 if i % 2 else -1 for i in range(300)], np.int32)
+    with Producer({"bootstrap.servers": bootstrap, "linger.ms": 5}) as p:
+        p.produce_batch(topic_name, values, keys, partition=parts)
+        with pytest.raises(KafkaError, match="partition 7"):
+            p.produce_batch(topic_name, [b"x", b"y"], partition=[0, 7])
+        assert p.flush(T) == 0
+    by_value = {_get(m, "value"): _get(m, "partition") for m in _read_all(bootstrap, topic_name, 3, 300)}
+    keyed = partition_for_key(b"same-key", 3)
+    assert [by_value[v] for v in values] == [i % 3 if i % 2 else keyed for i in range(300)]

@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import operator
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Self
 
-from oncelog.protocol import record_batch_columnar as _columnar
 from oncelog.protocol.errors import ErrorCode
-from oncelog.protocol.records import BATCH_HEADER_SIZE
 
 from .._sync import LoopThread
 from ..cluster import Cluster
@@ -34,6 +31,7 @@ from ..config import ProducerConfig, parse_producer_config
 from ..errors import ConfigError, KafkaError, KafkaTimeoutError
 from ..message import Header, Message
 from .accumulator import BatchMessage, DeliveryCallback, RecordAccumulator
+from .bulk import append_columns
 from .partitioner import Partitioner
 from .sender import Reports, Sender
 from .transaction_manager import OffsetsLike, TransactionManager
@@ -42,8 +40,6 @@ from .txn_state import IllegalTxnStateError, PreparedTxnState, TxnState
 __all__ = ["AsyncProducer", "BatchMessage", "HeadersLike", "Producer"]
 
 HeadersLike = Mapping[str, "str | bytes | None"] | Sequence[tuple[str, "str | bytes | None"]] | None
-#: an upper bound of a record's bytes besides its key and value (varints, attributes, headerCount)
-_RECORD_OVERHEAD = 32
 
 
 def _as_bytes(what: str, v: Any) -> bytes | None:
@@ -174,78 +170,29 @@ class AsyncProducer:
             self.sender.wakeup()
         return fut
 
-    def append_batch(self, topic: str, values: Any, keys: Any = None, *, partition: int,
+    def append_batch(self, topic: str, values: Any, keys: Any = None, *, partition: Any = None,
                      timestamps: Any = None, headers: Sequence[HeadersLike] | None = None,
                      on_complete: DeliveryCallback | None = None) -> int:
-        """Encode records given as columns into record batches and queue them for ``partition`` (topic metadata
-        must be loaded); returns how many batches. Thread-safe.
+        """Encode records given as columns into record batches and queue them (topic metadata must be loaded);
+        returns how many batches. Thread-safe. The work is column-wise (:mod:`.bulk`).
 
-        ``values`` (and ``keys``): pyarrow binary/large_binary arrays or sequences of bytes/None; ``timestamps``:
-        None (now), one int for all records, or one per record; ``headers``: None or one header list per record
-        (those records are encoded one by one). The records are split into batches of at most
-        ``message.max.bytes`` (uncompressed estimate), each built by
-        :func:`oncelog.protocol.record_batch_columnar.build_batch_columnar` with ``compression.type``, queued
-        after what was appended to the partition before, and given its producer id, epoch and sequences by the
-        sender as any batch. ``on_complete(err, msg)`` runs once per batch with a :class:`BatchMessage`.
-        Needs numpy (the ``spark`` extra). Raises KafkaError UNKNOWN_TOPIC_OR_PARTITION / MESSAGE_TOO_LARGE
-        (a record above ``message.max.bytes``) before anything is queued.
+        ``values`` (and ``keys``): pyarrow binary/large_binary arrays or sequences of bytes/None; ``partition``:
+        one partition for all records, one per record (an int array; negative: not given), or None; a record
+        without a partition goes where Kafka's default partitioner puts its key (murmur2, as :meth:`append`),
+        or, with a null key, to the topic's sticky partition. ``timestamps``: None (now), one int for all
+        records, or one per record; ``headers``: None or one header list per record (those records are encoded
+        one by one). Each partition's records are split into batches of at most ``message.max.bytes``
+        (uncompressed estimate), each built by :func:`oncelog.protocol.record_batch_columnar.build_batch_columnar`
+        with ``compression.type``, queued after what was appended to the partition before, and given its
+        producer id, epoch and sequences by the sender as any batch. ``on_complete(err, msg)`` runs once per
+        batch with a :class:`BatchMessage`. Needs numpy (the ``spark`` extra). Raises KafkaError
+        UNKNOWN_TOPIC_OR_PARTITION / MESSAGE_TOO_LARGE (a record above ``message.max.bytes``) before anything
+        is queued.
         """
-        import numpy as np
-
-        txn = self.txn
-        if txn is not None and (self._transactional or txn.has_error):
-            txn.check_can_send()
-        info = self.cluster.topics.get(topic)
-        if info is None:
-            raise KafkaError(3, f"topic {topic!r} is unknown (call ensure_topic first or create it)")
-        if partition not in info.partitions:
-            raise KafkaError(3, f"partition {partition} of {topic!r} does not exist (it has "
-                                f"{len(info.partitions)})")
-        vcol = _columnar.as_column(values, "values")
-        n = len(vcol)
-        kcol = _columnar.as_column(keys, "keys") if keys is not None else None
-        if kcol is not None and len(kcol) != n:
-            raise ValueError(f"keys has {len(kcol)} entries for {n} values")
         hs = None if headers is None else [_headers(h) for h in headers]
-        if hs is not None and len(hs) != n:
-            raise ValueError(f"headers has {len(hs)} entries for {n} values")
-        if n == 0:
-            return 0
-        ts: Any
-        if timestamps is None:
-            ts = int(time.time() * 1000)
-        elif np.ndim(timestamps) == 0:
-            ts = operator.index(timestamps)
-        else:
-            ts = np.asarray(timestamps)
-            if ts.shape != (n,) or ts.dtype.kind not in "iu":
-                raise ValueError(f"timestamps must be one int or {n} ints, got {ts.dtype} of shape {ts.shape}")
-            ts = ts.astype(np.int64, copy=False)
-        sizes = vcol.byte_sizes() if kcol is None else vcol.byte_sizes() + kcol.byte_sizes()
-        largest = int(sizes.max())
-        if largest > self._max_bytes:
-            raise KafkaError(10, f"a record of {largest} bytes for {topic!r} exceeds message.max.bytes="
-                                 f"{self.config.message_max_bytes}")
-        est = sizes + _RECORD_OVERHEAD
-        if hs is not None:
-            est += np.fromiter((sum(len(k) + len(v or b"") + 10 for k, v in h) for h in hs), np.int64, n)
-        cum = np.cumsum(est)
-        limit = max(1, self._max_bytes - BATCH_HEADER_SIZE)
-        built: list[tuple[bytes, int, int]] = []
-        start = 0
-        while start < n:
-            base = int(cum[start - 1]) if start else 0
-            end = min(n, max(start + 1, int(np.searchsorted(cum, base + limit, side="right"))))
-            raw = _columnar.build_batch_columnar(
-                vcol.slice(start, end), None if kcol is None else kcol.slice(start, end),
-                timestamps=ts if isinstance(ts, int) else ts[start:end],
-                headers=None if hs is None else hs[start:end], compression=self.config.compression)
-            built.append((raw, end - start, ts if isinstance(ts, int) else int(ts[start])))
-            start = end
-        self.accumulator.append_prebuilt((topic, partition), built, on_complete)
-        return len(built)
+        return append_columns(self, topic, values, keys, partition, timestamps, hs, on_complete)
 
-    async def produce_batch(self, topic: str, values: Any, keys: Any = None, *, partition: int,
+    async def produce_batch(self, topic: str, values: Any, keys: Any = None, *, partition: Any = None,
                             timestamps: Any = None, headers: Sequence[HeadersLike] | None = None,
                             on_delivery: DeliveryCallback | None = None) -> int:
         """:meth:`append_batch` after loading the topic's metadata; wakes the sender. Returns the number of
@@ -456,11 +403,11 @@ class Producer:
         if wake and a.sender is not None:
             self._runner.call_soon(a.sender.wakeup)
 
-    def produce_batch(self, topic: str, values: Any, keys: Any = None, *, partition: int,
+    def produce_batch(self, topic: str, values: Any, keys: Any = None, *, partition: Any = None,
                       timestamps: Any = None, headers: Sequence[HeadersLike] | None = None,
                       on_delivery: DeliveryCallback | None = None) -> int:
         """Queue records given as columns (values, keys: pyarrow binary arrays or sequences of bytes/None) for
-        ``partition``, encoded column-wise into batches of at most ``message.max.bytes`` (see
+        ``partition`` (one for all, one per record, or None: by key as :meth:`produce`), encoded column-wise into batches of at most ``message.max.bytes`` (see
         :meth:`AsyncProducer.append_batch`); they follow every record produced to the partition before, with
         the same idempotent/transactional sequences as records produced one by one. Returns the number of
         batches; ``on_delivery(err, msg)`` runs in ``poll()``/``flush()`` once per batch, ``msg`` a
