@@ -13,6 +13,7 @@ polling period later, and groups without a due deadline cost nothing). A write n
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from oncelog.coordinator.group.coordinator import GroupCoordinator
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OFFSETS_TOPIC",
+    "build_group_coordinator",
+    "start_group_timers",
     "start_group_coordinator",
     "stop_group_coordinator",
 ]
@@ -51,22 +54,22 @@ def group_config(broker: Broker) -> GroupConfig:
     )
 
 
-async def start_group_coordinator(broker: Broker, epoch: int) -> GroupCoordinator:
+def build_group_coordinator(broker: Broker, offsets_log: InternalTopicLog,
+                            partition_exists: Callable[[str, int], bool]) -> GroupCoordinator:
+    """The coordinator over ``offsets_log`` with its timer driver (started by :func:`start_group_timers`); no
+    partition loaded yet."""
     cfg = broker.config
-    offsets_log = InternalTopicLog(broker, OFFSETS_TOPIC, cfg.offsets_topic_num_partitions,
-                                   {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})
-    offsets_log.ensure()
-
-    def partition_exists(topic: str, partition: int) -> bool:
-        view = broker.topics.get(topic)
-        return view is not None and 0 <= partition < len(view.partitions)
 
     def verify_transaction(transactional_id: str, producer_id: int, producer_epoch: int, partition: int) -> int:
         """TxnOffsetCommit writes only into the producer's ongoing transaction, once AddOffsetsToTxn added this
-        ``__consumer_offsets`` partition to it: otherwise no marker would ever end what it writes."""
+        ``__consumer_offsets`` partition to it: otherwise no marker would ever end what it writes. In a cluster the
+        transaction's coordinator may be another broker: checked only where it is this one (Kafka's behaviour
+        without KIP-890's verification request)."""
         txn = broker.txn_coordinator
         if txn is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if broker.cluster is not None and not txn.owns(txn.partition_for(transactional_id)):
+            return ErrorCode.NONE
         return txn.verify_partition(producer_id, producer_epoch, OFFSETS_TOPIC, partition, transactional_id)
 
     coordinator = GroupCoordinator(offsets_log, offsets_log.num_partitions, broker.clock, group_config(broker),
@@ -79,13 +82,34 @@ async def start_group_coordinator(broker: Broker, epoch: int) -> GroupCoordinato
                            max_wait_ms=GROUP_TIMER_MAX_WAIT_MS)
     coordinator.on_timer = timer.wake
     setattr(broker, _TIMER_ATTR, timer)
+    return coordinator
+
+
+def start_group_timers(broker: Broker) -> None:
+    timer: DeadlineDriver | None = getattr(broker, _TIMER_ATTR, None)
+    if timer is not None:
+        timer.start()
+
+
+async def start_group_coordinator(broker: Broker, epoch: int) -> GroupCoordinator:
+    """A single node: it leads every ``__consumer_offsets`` partition, at the epoch of this start."""
+    cfg = broker.config
+    offsets_log = InternalTopicLog(broker, OFFSETS_TOPIC, cfg.offsets_topic_num_partitions,
+                                   {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})
+    offsets_log.ensure()
+
+    def partition_exists(topic: str, partition: int) -> bool:
+        view = broker.topics.get(topic)
+        return view is not None and 0 <= partition < len(view.partitions)
+
+    coordinator = build_group_coordinator(broker, offsets_log, partition_exists)
     groups = 0
     for partition in range(offsets_log.num_partitions):
         offsets_log.become_leader(partition, epoch)
         shard = await coordinator.load(partition, epoch, offsets_log.read(partition))
         groups += len(shard.groups) if shard is not None else 0
     broker.group_coordinator = coordinator
-    timer.start()
+    start_group_timers(broker)
     log.info("group coordinator loaded %d partition(s) of %s, %d group(s)", offsets_log.num_partitions,
              OFFSETS_TOPIC, groups)
     return coordinator

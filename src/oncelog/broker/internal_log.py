@@ -10,6 +10,13 @@ internal partition with the coordinator epoch of its start (``become_leader``), 
 so markers of an older run are fenced, while the partitions themselves stay at leader epoch 0; in a cluster the
 coordinator epoch is the partition's leader epoch (``broker.Partition.leader_epoch``) and this check becomes that
 partition's own. (Transaction markers are written by ``markers.py``.)
+
+In a cluster (the partition is ``replicated``) a coordinator write is a leader append at the coordinator epoch, as
+Kafka's coordinators append with ``acks=-1``: refused unless this broker leads the partition at that leader epoch
+(NOT_LEADER_OR_FOLLOWER) and the ISR has ``min.insync.replicas`` members (NOT_ENOUGH_REPLICAS, which the caller sees
+as COORDINATOR_NOT_AVAILABLE), and its future is done once the high watermark passes it (every ISR member has it,
+durably in the durable default): a coordinator answers nothing that a failover could take back. The topic itself
+is created through the cluster (``cluster_topics.AutoCreator``), not here.
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ class InternalTopicLog:
         self._leader_epochs: dict[int, int] = {}  # partition -> epoch this broker leads it with
 
     def ensure(self) -> None:
-        """Create the internal topic on first use; an existing one keeps its partition count."""
+        """Create the internal topic on first use (single node); an existing one keeps its partition count."""
         view = self.broker.topics.get(self.topic)
         if view is None:
             view = self.broker.topics.create(self.topic, self.num_partitions, self.configs)
@@ -81,6 +88,8 @@ class InternalTopicLog:
                 f"{self.topic}-{partition} is not led by this broker with coordinator epoch {epoch} (current: "
                 f"{self._leader_epochs.get(partition)}); the write is refused", ErrorCode.NOT_LEADER_OR_FOLLOWER)
         p = self._partition(partition)
+        if p.replicated:
+            self._check_leader(p, epoch)
         builder = RecordBatchBuilder(producer_id=producer_id, producer_epoch=producer_epoch,
                                      base_sequence=-1, is_transactional=producer_id >= 0)
         now = self.broker.clock.wall_ms()
@@ -89,7 +98,20 @@ class InternalTopicLog:
         payload = bytearray(builder.build())
         headers = [parse_batch_header(payload, 0)]  # built here, one batch: no CRC check needed
         result = p.append(payload, headers, None, origin="coordinator", lazy=lazy)
+        if p.replicated:
+            return result.first_offset, _committed(p, result.last_offset)
         return result.first_offset, p.wait_durable(result.last_offset)
+
+    def _check_leader(self, p: "Partition", epoch: int) -> None:
+        if not p.is_leader or p.leader_epoch != epoch:
+            raise CoordinatorLogError(
+                f"{self.topic}-{p.index} is not led by this broker at leader epoch {epoch} (role {p.role.value}, "
+                f"epoch {p.leader_epoch}); the write is refused", ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        lr = p.leader_replicas
+        if lr is not None and len(lr.isr) < lr.min_isr:
+            raise CoordinatorLogError(
+                f"{self.topic}-{p.index} has {len(lr.isr)} in-sync replica(s) {sorted(lr.isr)}, fewer than "
+                f"min.insync.replicas={lr.min_isr}; the write is refused", ErrorCode.NOT_ENOUGH_REPLICAS)
 
     def read(self, partition: int) -> Iterator[LogEntry]:
         """Every entry of one partition in log order, for loading: records (with the producer id/epoch of a
@@ -110,3 +132,26 @@ class InternalTopicLog:
             else:
                 for rec in decode_records(data):
                     yield LoadedRecord(rec.key, rec.value, rec.offset)
+
+
+def _committed(p: "Partition", last_offset: int) -> "asyncio.Future[None]":
+    """A future done once the high watermark passes ``last_offset``; failed with the partition's error code if
+    leadership moves first or the ISR fell below min ISR meanwhile."""
+    replicated = p.wait_replicated(last_offset)
+    out: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def done(f: "asyncio.Future[int]") -> None:
+        if out.done():
+            return
+        code = f.result()
+        if code == ErrorCode.NONE:
+            out.set_result(None)
+        else:
+            out.set_exception(CoordinatorLogError(
+                f"{p.topic}-{p.index}: the write was not replicated ({ErrorCode(code).name})", ErrorCode(code)))
+
+    if replicated.done():
+        done(replicated)
+    else:
+        replicated.add_done_callback(done)
+    return out

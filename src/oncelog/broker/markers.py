@@ -7,6 +7,11 @@ marker on a ``__consumer_offsets`` partition is durable, the group coordinator r
 ``GroupCoordinator.onTransactionCompleted``): the producer's pending offsets there become visible or are dropped
 before anyone is answered. The WriteTxnMarkers handler and the local channel both write through it.
 
+In a cluster a marker is written only by the partition's leader (NOT_LEADER_OR_FOLLOWER otherwise), with
+``min.insync.replicas`` in the ISR (NOT_ENOUGH_REPLICAS), as Kafka appends markers with ``acks=-1``; its answer
+waits until the high watermark passes it (every ISR member has it), and a partition whose leadership moves meanwhile
+answers NOT_LEADER_OR_FOLLOWER, so the coordinator sends it again to the new leader.
+
 ``LocalMarkerChannel`` is the transaction coordinator's :class:`~oncelog.coordinator.transaction.MarkerChannel` on a
 single node: this broker leads every partition, so each marker is written here, inside the ``send`` call (no
 event-loop hop before the write), and the answer is ready once the markers are durable (one group-commit round).
@@ -24,6 +29,7 @@ from oncelog.coordinator.transaction import MarkerResults, TxnMarker
 from oncelog.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from .partition import Partition
     from .topics import TopicRegistry
 
 __all__ = ["LocalMarkerChannel", "LocalMarkerWriter", "OffsetsMarkerSink"]
@@ -71,7 +77,9 @@ class LocalMarkerWriter:
         once every written marker is durable (and replayed by the group coordinator on ``__consumer_offsets``)."""
         results: MarkerResults = []
         waits: list[asyncio.Future[None]] = []
+        replicated: list[tuple[dict[tuple[str, int], int], tuple[str, int], asyncio.Future[int]]] = []
         offsets_markers: list[tuple[TxnMarker, int, int]] = []  # (marker, partition, offset)
+        offsets_errors: list[dict[tuple[str, int], int]] = []  # each one's marker's answers
         now = self.clock.wall_ms()
         for m in markers:
             errors: dict[tuple[str, int], int] = {}
@@ -81,6 +89,10 @@ class LocalMarkerWriter:
                 if p is None:
                     errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     continue
+                refusal = _not_writable(p) if p.replicated else None
+                if refusal is not None:
+                    errors[tp] = refusal
+                    continue
                 try:
                     written = p.append_marker(m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch, now)
                 except Exception as e:
@@ -89,11 +101,18 @@ class LocalMarkerWriter:
                                 "COMMIT" if m.commit else "ABORT", m.producer_id, m.producer_epoch, tp[0], tp[1], e)
                     errors[tp] = int(code)
                     continue
-                waits.append(p.wait_durable(written.last_offset))
                 errors[tp] = ErrorCode.NONE
                 if tp[0] == OFFSETS_TOPIC:
                     offsets_markers.append((m, tp[1], written.first_offset))
+                    offsets_errors.append(errors)
+                if p.replicated:
+                    replicated.append((errors, tp, p.wait_replicated(written.last_offset)))
+                    continue
+                waits.append(p.wait_durable(written.last_offset))
         sink = self.offsets_sink() if offsets_markers else None
+        if replicated:
+            return _Written(results, asyncio.ensure_future(
+                self._when_replicated(replicated, offsets_markers, offsets_errors, sink)))
         if sink is not None:
             return _Written(results, asyncio.ensure_future(self._then_replay(waits, offsets_markers, sink)))
         if not waits:
@@ -110,6 +129,33 @@ class LocalMarkerWriter:
         await asyncio.gather(*waits)
         for m, partition, offset in offsets_markers:
             await sink.replay_end_transaction_marker(partition, m.producer_id, m.producer_epoch, m.commit, offset)
+
+    @staticmethod
+    async def _when_replicated(replicated: list[tuple[dict[tuple[str, int], int], tuple[str, int],
+                                                      asyncio.Future[int]]],
+                               offsets_markers: list[tuple[TxnMarker, int, int]],
+                               offsets_errors: list[dict[tuple[str, int], int]],
+                               sink: OffsetsMarkerSink | None) -> None:
+        """In a cluster: each partition's answer is known once the high watermark passed its marker (or leadership
+        moved); the group coordinator replays a ``__consumer_offsets`` marker only once it is committed."""
+        for errors, tp, fut in replicated:
+            errors[tp] = await fut
+        if sink is None:
+            return
+        for (m, partition, offset), answers in zip(offsets_markers, offsets_errors):
+            if answers.get((OFFSETS_TOPIC, partition)) == ErrorCode.NONE:
+                await sink.replay_end_transaction_marker(partition, m.producer_id, m.producer_epoch, m.commit,
+                                                         offset)
+
+
+def _not_writable(p: "Partition") -> int | None:
+    """Why a replicated partition cannot take a marker now (None: it can)."""
+    if not p.is_leader:
+        return int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    lr = p.leader_replicas
+    if lr is not None and len(lr.isr) < lr.min_isr:
+        return int(ErrorCode.NOT_ENOUGH_REPLICAS)
+    return None
 
 
 class LocalMarkerChannel:

@@ -2,8 +2,9 @@
 
 One node by default; with ``metadata`` set (``--metadata etcd://...``) one broker of a cluster: the same broker
 wired to a :class:`~oncelog.broker.cluster_node.ClusterNode` (etcd, registration, the controller role) and a
-replica manager that keeps the local replicas in line with the cluster's view. In a cluster the coordinators are
-not started here (they follow the leadership of their internal partitions).
+replica manager that keeps the local replicas in line with the cluster's view. In a cluster the coordinators load
+and unload their partitions as this broker gains and loses the leadership of the internal partitions
+(``cluster_coordinators.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from oncelog.clock import SYSTEM_CLOCK, Clock
 from oncelog.storage import KafkaStorageError, LogConfig, LogManager
 
+from .cluster_coordinators import ClusterCoordinators
 from .cluster_node import ClusterNode, ClusterStartError, ReplicaManagerLike
 from .cluster_topics import AutoCreator
 from .config import BrokerConfig
@@ -118,6 +120,7 @@ class Broker:
         self.cluster_id = ""
         self._context: BrokerContext | None = None
         self.cluster: ClusterNode | None = None  # in a cluster (config.metadata set)
+        self.cluster_coordinators: ClusterCoordinators | None = None  # in a cluster: they follow leadership
         self.replicas: ReplicaManagerLike | None = None
         self._sock: socket.socket | None = None  # the bound port until the listener takes it
 
@@ -197,6 +200,9 @@ class Broker:
                                       self.durable_per_append)
             replicas.watch(self.metrics)
             self.replicas = replicas
+            coordinators = self.cluster_coordinators = ClusterCoordinators(self, self.cluster)
+            replicas.add_leadership_listener(coordinators.on_leadership)
+            coordinators.start()
             await replicas.start()
             host, port = cfg.advertised
             try:
@@ -327,6 +333,9 @@ class Broker:
                 await task
         await stop_group_coordinator(self)
         await stop_transaction_coordinator(self)
+        if self.cluster_coordinators is not None:
+            await self.cluster_coordinators.close()
+            self.cluster_coordinators = None
         await self.flusher.close()
         if self.logs is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.logs.close)

@@ -20,7 +20,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from oncelog.coordinator.transaction import FileProducerIdStore, ProducerIdManager, TransactionCoordinator
+from oncelog.coordinator.transaction import (
+    FileProducerIdStore,
+    MarkerChannel,
+    ProducerIdManager,
+    TransactionCoordinator,
+)
 from oncelog.storage.files import write_atomic
 
 from .coordinator_timers import DeadlineDriver
@@ -30,8 +35,8 @@ from .markers import LocalMarkerChannel
 if TYPE_CHECKING:
     from .server import Broker
 
-__all__ = ["next_coordinator_epoch", "start_transaction_coordinator", "stop_transaction_coordinator",
-           "TRANSACTION_STATE_TOPIC"]
+__all__ = ["build_transaction_coordinator", "next_coordinator_epoch", "start_transaction_coordinator",
+           "start_transaction_timers", "stop_transaction_coordinator", "TRANSACTION_STATE_TOPIC"]
 
 log = logging.getLogger("oncelog.broker.transactions")
 
@@ -52,28 +57,45 @@ def next_coordinator_epoch(broker: "Broker") -> int:
     return epoch
 
 
-async def start_transaction_coordinator(broker: "Broker", epoch: int) -> None:
+def build_transaction_coordinator(broker: "Broker", txn_log: InternalTopicLog, channel: MarkerChannel,
+                                  producer_ids: ProducerIdManager) -> TransactionCoordinator:
+    """The coordinator over ``txn_log`` with its timer driver (started by :func:`start_transaction_timers`); no
+    partition loaded yet."""
     cfg = broker.config
-    txn_log = InternalTopicLog(broker, TRANSACTION_STATE_TOPIC, cfg.transaction_state_log_num_partitions,
-                               {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})
-    txn_log.ensure()
-    store = FileProducerIdStore(str(cfg.data_dir / "producer-ids"))
-    coordinator = TransactionCoordinator(
-        cfg, broker.clock, txn_log, LocalMarkerChannel(broker.context.marker_writer, cfg.node_id),
-        ProducerIdManager(store.load, store.persist),
-        num_partitions=txn_log.num_partitions, write_timeout_ms=cfg.request_timeout_ms)
+    coordinator = TransactionCoordinator(cfg, broker.clock, txn_log, channel, producer_ids,
+                                         num_partitions=txn_log.num_partitions,
+                                         write_timeout_ms=cfg.request_timeout_ms)
     timer = DeadlineDriver("txn-timers", broker.clock.wall_ms, coordinator.next_deadline,
                            lambda: _fire_timers(coordinator),
                            max_wait_ms=max(10, min(cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,
                                                    cfg.transaction_remove_expired_transaction_cleanup_interval_ms)))
     coordinator.on_timer = timer.wake
     setattr(broker, _TIMER_ATTR, timer)
+    return coordinator
+
+
+def start_transaction_timers(broker: "Broker") -> None:
+    timer: DeadlineDriver | None = getattr(broker, _TIMER_ATTR, None)
+    if timer is not None:
+        timer.start()
+
+
+async def start_transaction_coordinator(broker: "Broker", epoch: int) -> None:
+    """A single node: it leads every ``__transaction_state`` partition, at the epoch of this start."""
+    cfg = broker.config
+    txn_log = InternalTopicLog(broker, TRANSACTION_STATE_TOPIC, cfg.transaction_state_log_num_partitions,
+                               {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})
+    txn_log.ensure()
+    store = FileProducerIdStore(str(cfg.data_dir / "producer-ids"))
+    coordinator = build_transaction_coordinator(
+        broker, txn_log, LocalMarkerChannel(broker.context.marker_writer, cfg.node_id),
+        ProducerIdManager(store.load, store.persist))
     for partition in range(txn_log.num_partitions):
         txn_log.become_leader(partition, epoch)
         await coordinator.load_partition(partition, epoch, txn_log.read(partition), complete_pending=False)
     broker.txn_coordinator = coordinator
     broker.spawn(_finish_pending(coordinator), "txn-complete-pending")
-    timer.start()
+    start_transaction_timers(broker)
 
 
 async def _finish_pending(coordinator: TransactionCoordinator) -> None:

@@ -1,13 +1,21 @@
-"""FindCoordinator (10): this broker coordinates every group (key type 0) and transactional id (key type 1).
+"""FindCoordinator (10): which broker coordinates a group (key type 0) or a transactional id (key type 1).
 
-Batched lookups (v4+) answer each key separately. The internal topic behind the coordinator is created on first
-use, as Kafka does.
+On a single node: this broker, for every key. In a cluster: the leader of the key's partition of
+``__consumer_offsets`` / ``__transaction_state`` (Kafka's ``partitionFor``: Java's String.hashCode of the key, modulo
+the topic's partition count), from this broker's view; COORDINATOR_NOT_AVAILABLE while that partition has no live
+leader. The internal topic behind the coordinator is created on first use, as Kafka does (in a cluster with its
+replication settings: ``offsets.topic.replication.factor``, ``transaction.state.log.replication.factor`` and
+``transaction.state.log.min.isr``; fewer live brokers than the factor: COORDINATOR_NOT_AVAILABLE, as Kafka).
+Batched lookups (v4+) answer each key separately.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, NamedTuple
 
+from oncelog.cluster.model import NO_LEADER
+from oncelog.coordinator.transaction.partitioner import partition_for
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.find_coordinator_request import FindCoordinatorRequest
 from oncelog.protocol.messages.find_coordinator_response import Coordinator, FindCoordinatorResponse
@@ -21,33 +29,85 @@ MIN_VERSION = 0
 MAX_VERSION = 6
 
 GROUP, TRANSACTION = 0, 1
+_TOPIC = {GROUP: "__consumer_offsets", TRANSACTION: "__transaction_state"}
 
 
-def _check(broker: "BrokerContext", key_type: int, key: str) -> tuple[int, str | None]:
+class _Answer(NamedTuple):
+    code: int
+    message: str | None
+    node: int = -1
+    host: str = ""
+    port: int = -1
+
+
+def _check(key_type: int, key: str) -> _Answer | None:
     if key_type not in (GROUP, TRANSACTION):
-        return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
+        return _Answer(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}")
     if not key:
-        return ErrorCode.INVALID_REQUEST, "coordinator key must not be empty"
-    if broker.cluster is not None:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, ("the coordinators do not run in a cluster yet (they follow "
-                                                     "the leaders of the internal partitions in a later version)")
+        return _Answer(ErrorCode.INVALID_REQUEST, "coordinator key must not be empty")
+    return None
+
+
+def _local(broker: "BrokerContext", key_type: int, key: str) -> _Answer:
+    refused = _check(key_type, key)
+    if refused is not None:
+        return refused
     if not broker.coordinator_available(key_type):
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator is loading; retry shortly"
-    return ErrorCode.NONE, None
+        return _Answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator is loading; retry shortly")
+    host, port = broker.config.advertised
+    return _Answer(ErrorCode.NONE, None, broker.config.node_id, host, port)
+
+
+async def _in_cluster(broker: "BrokerContext", key_type: int, keys: list[str]) -> list[_Answer]:
+    node, creator = broker.cluster, broker.auto_creator
+    assert node is not None and creator is not None
+    topic = _TOPIC.get(key_type)
+    if topic is not None and topic not in node.view.topics and any(_check(key_type, k) is None for k in keys):
+        error = await creator.create(topic, broker.log_defaults)
+        if error is not None:
+            why = f"{topic} could not be created: {error.message or error.code.name}"
+            return [_check(key_type, k) or _Answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, why) for k in keys]
+    view = node.view
+    answers = []
+    for key in keys:
+        refused = _check(key_type, key)
+        if refused is not None or topic is None:
+            answers.append(refused or _Answer(ErrorCode.INVALID_REQUEST, "unknown key type"))
+            continue
+        meta = view.topics.get(topic)
+        if meta is None:
+            answers.append(_Answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{topic} is being created; retry"))
+            continue
+        index = partition_for(key, meta.num_partitions)
+        state = view.partition(topic, index)
+        leader = state.leader if state is not None else NO_LEADER
+        info = view.brokers.get(leader) if leader != NO_LEADER else None
+        if info is None:
+            answers.append(_Answer(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                   f"{topic}-{index} has no live leader now; retry"))
+        else:
+            answers.append(_Answer(ErrorCode.NONE, None, info.node_id, info.host, info.port))
+    return answers
+
+
+def _response(ctx: "RequestContext", keys: list[str], answers: list[_Answer]) -> FindCoordinatorResponse:
+    if ctx.api_version >= 4:
+        return FindCoordinatorResponse(throttle_time_ms=0, coordinators=[
+            Coordinator(key=k, node_id=a.node, host=a.host, port=a.port, error_code=a.code, error_message=a.message)
+            for k, a in zip(keys, answers)])
+    a = answers[0]
+    return FindCoordinatorResponse(throttle_time_ms=0, error_code=a.code, error_message=a.message, node_id=a.node,
+                                   host=a.host, port=a.port)
+
+
+async def _answer_in_cluster(broker: "BrokerContext", ctx: "RequestContext", key_type: int,
+                             keys: list[str]) -> FindCoordinatorResponse:
+    return _response(ctx, keys, await _in_cluster(broker, key_type, keys))
 
 
 def handle(broker: "BrokerContext", ctx: "RequestContext",
-           request: FindCoordinatorRequest) -> FindCoordinatorResponse:
-    host, port = broker.config.advertised
-    node = broker.config.node_id
-    if ctx.api_version >= 4:
-        coordinators = []
-        for key in request.coordinator_keys:
-            code, message = _check(broker, request.key_type, key)
-            coordinators.append(Coordinator(key=key, node_id=node if not code else -1, host=host if not code else "",
-                                            port=port if not code else -1, error_code=code, error_message=message))
-        return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
-    code, message = _check(broker, request.key_type, request.key)
-    return FindCoordinatorResponse(throttle_time_ms=0, error_code=code, error_message=message,
-                                   node_id=node if not code else -1, host=host if not code else "",
-                                   port=port if not code else -1)
+           request: FindCoordinatorRequest) -> FindCoordinatorResponse | Awaitable[FindCoordinatorResponse]:
+    keys = list(request.coordinator_keys) if ctx.api_version >= 4 else [request.key]
+    if broker.cluster is not None:
+        return _answer_in_cluster(broker, ctx, request.key_type, keys)
+    return _response(ctx, keys, [_local(broker, request.key_type, k) for k in keys])

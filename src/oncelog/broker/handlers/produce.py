@@ -49,7 +49,7 @@ MAX_VERSION = 11
 
 
 def _append_one(broker: "BrokerContext", partition: "Partition", records: memoryview | bytes | None,
-                out: PartitionProduceResponse) -> int | None:
+                out: PartitionProduceResponse, transactional_id: str | None = None) -> int | None:
     """Validate and append one partition's batches; fill ``out``; return the last offset appended or None."""
     if not records:
         out.error_code, out.error_message = ErrorCode.CORRUPT_MESSAGE, "produce request carries no record batch"
@@ -76,7 +76,7 @@ def _append_one(broker: "BrokerContext", partition: "Partition", records: memory
         return None
     first = headers[0]
     if first.is_transactional:
-        code = _verify_transaction(broker, partition, first.producer_id, first.producer_epoch)
+        code = _verify_transaction(broker, partition, first.producer_id, first.producer_epoch, transactional_id)
         if code == ErrorCode.PRODUCER_FENCED:
             # Kafka answers a Produce with a stale epoch INVALID_PRODUCER_EPOCH (AddPartitionsToTxnManager)
             out.error_code = ErrorCode.INVALID_PRODUCER_EPOCH
@@ -163,13 +163,19 @@ def _may_append(partition: "Partition", acks: int, out: PartitionProduceResponse
 
 
 def _verify_transaction(broker: "BrokerContext", partition: "Partition", producer_id: int,
-                        producer_epoch: int) -> int:
+                        producer_epoch: int, transactional_id: str | None) -> int:
     """KIP-890 part 1: a transactional write is accepted only for a partition added to the producer's ongoing
-    transaction, so a late or stray write can never open a transaction that nobody will end."""
+    transaction, so a late or stray write can never open a transaction that nobody will end. In a cluster the
+    transaction's coordinator may live on another broker: the write is checked only when it lives here (Kafka's
+    behaviour with ``transaction.partition.verification.enable=false``; the remote check is not implemented)."""
     coordinator = broker.txn_coordinator
     if coordinator is None:
         return int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    return int(coordinator.verify_partition(producer_id, producer_epoch, partition.topic, partition.index))
+    if broker.cluster is not None:
+        if not transactional_id or not coordinator.owns(coordinator.partition_for(transactional_id)):
+            return int(ErrorCode.NONE)
+    return int(coordinator.verify_partition(producer_id, producer_epoch, partition.topic, partition.index,
+                                            transactional_id))
 
 
 def handle(broker: "BrokerContext", ctx: "RequestContext", request: ProduceRequest) -> object:
@@ -194,7 +200,7 @@ def handle(broker: "BrokerContext", ctx: "RequestContext", request: ProduceReque
                 continue
             if partition.replicated and not _may_append(partition, acks, out):
                 continue
-            last = _append_one(broker, partition, pdata.records, out)
+            last = _append_one(broker, partition, pdata.records, out, request.transactional_id)
             if last is None or acks != -1:
                 continue
             if partition.replicated:

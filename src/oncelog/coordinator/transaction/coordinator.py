@@ -219,6 +219,11 @@ class TransactionCoordinator:
         def err(code: ErrorCode) -> InitProducerIdResult:
             return InitProducerIdResult(_fenced(code, version, 4))
 
+        try:
+            await self.producer_ids.ensure_available()
+        except Exception as e:  # noqa: BLE001 - the cluster's producer id counter cannot be reached
+            log.warning("could not fetch a block of producer ids: %s", e)
+            return err(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         if transactional_id is None:
             if enable_2pc or keep_prepared_txn:
                 return err(ErrorCode.INVALID_REQUEST)

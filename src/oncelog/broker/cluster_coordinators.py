@@ -1,0 +1,118 @@
+"""The coordinators of a broker in a cluster: they follow the leadership of the internal partitions.
+
+Kafka's ``TransactionCoordinator.onElection`` / ``onResignation`` and ``GroupCoordinator.onElection`` /
+``onResignation``, driven by the replica manager's leadership listener:
+
+- this broker becomes leader of ``__transaction_state-p`` / ``__consumer_offsets-p`` at leader epoch E: the
+  coordinator loads p at coordinator epoch E (its requests get COORDINATOR_LOAD_IN_PROGRESS meanwhile) by replaying
+  the partition's log, and the transaction coordinator then finishes every PrepareCommit/PrepareAbort it found;
+- it stops leading p (another broker leads it, the partition went offline, the etcd session was lost): the
+  coordinator unloads p at once, and every request for p gets NOT_COORDINATOR.
+
+Every write a coordinator makes is a leader append at epoch E (``InternalTopicLog``), refused once the partition is
+led with another epoch; every marker it sends carries E and is fenced at the data partition. A coordinator paused
+past its leadership therefore cannot make anything visible: its writes are refused where they land.
+
+Both coordinators exist on every broker from start-up (with nothing loaded). Producer ids come in blocks from the
+cluster-wide counter in etcd. Markers reach each data partition's current leader through
+:class:`~oncelog.broker.cluster_markers.ClusterMarkerChannel`. The internal topics are created through the cluster
+on first use (FindCoordinator), with their replication settings.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from oncelog.coordinator.transaction import ProducerIdManager
+
+from .cluster_markers import ClusterMarkerChannel
+from .group_wiring import OFFSETS_TOPIC, build_group_coordinator, start_group_timers
+from .internal_log import InternalTopicLog
+from .txn_wiring import TRANSACTION_STATE_TOPIC, build_transaction_coordinator, start_transaction_timers
+
+if TYPE_CHECKING:
+    from .cluster_node import ClusterNode
+    from .server import Broker
+
+__all__ = ["ClusterCoordinators"]
+
+log = logging.getLogger("oncelog.broker.coordinator")
+
+
+class ClusterCoordinators:
+    """Loads and unloads the partitions of both coordinators as this broker's leaderships change."""
+
+    def __init__(self, broker: Broker, node: ClusterNode) -> None:
+        self.broker = broker
+        self.node = node
+        cfg = broker.config
+        view = node.view
+        txn_meta, offsets_meta = view.topics.get(TRANSACTION_STATE_TOPIC), view.topics.get(OFFSETS_TOPIC)
+        self.txn_log = InternalTopicLog(
+            broker, TRANSACTION_STATE_TOPIC,
+            txn_meta.num_partitions if txn_meta is not None else cfg.transaction_state_log_num_partitions, {})
+        self.offsets_log = InternalTopicLog(
+            broker, OFFSETS_TOPIC,
+            offsets_meta.num_partitions if offsets_meta is not None else cfg.offsets_topic_num_partitions, {})
+        self.channel = ClusterMarkerChannel(broker.context.marker_writer, cfg.node_id, lambda: node.view,
+                                            cfg.request_timeout_ms)
+        self.txn = build_transaction_coordinator(
+            broker, self.txn_log, self.channel, ProducerIdManager.from_allocator(node.store.allocate_producer_ids))
+        self.groups = build_group_coordinator(broker, self.offsets_log, self._partition_exists)
+        self.loads = 0  # partitions loaded (both coordinators), for metrics and tests
+
+    def _partition_exists(self, topic: str, partition: int) -> bool:
+        meta = self.node.view.topics.get(topic)
+        return meta is not None and not meta.deleting and 0 <= partition < meta.num_partitions
+
+    def start(self) -> None:
+        """Serve (nothing loaded until a leadership arrives) and arm the timers."""
+        self.broker.txn_coordinator = self.txn
+        self.broker.group_coordinator = self.groups
+        start_transaction_timers(self.broker)
+        start_group_timers(self.broker)
+
+    def on_leadership(self, topic: str, index: int, leader_epoch: int | None) -> None:
+        """The replica manager's listener: this broker leads ``topic-index`` at ``leader_epoch`` now (None: no
+        longer). Called synchronously, before the next request for the partition is served."""
+        if topic == TRANSACTION_STATE_TOPIC:
+            log_, unload = self.txn_log, self.txn.unload_partition
+        elif topic == OFFSETS_TOPIC:
+            log_, unload = self.offsets_log, self.groups.unload
+        else:
+            return
+        if leader_epoch is None:
+            log_.resign(index)
+            unload(index)
+            log.info("%s-%d: no longer led here; its coordinator partition is unloaded", topic, index)
+            return
+        log_.become_leader(index, leader_epoch)
+        self.broker.spawn(self._load(topic, index, leader_epoch), f"load-{topic}-{index}")
+
+    def _still_leader(self, topic: str, index: int, epoch: int) -> bool:
+        p = self.broker.topics.partition(topic, index)
+        return p is not None and p.is_leader and p.leader_epoch == epoch
+
+    async def _load(self, topic: str, index: int, epoch: int) -> None:
+        if not self._still_leader(topic, index, epoch):
+            return  # the leadership moved on before the load could start: a later notice says what to do
+        start = self.broker.clock.monotonic_ms()
+        try:
+            if topic == TRANSACTION_STATE_TOPIC:
+                await self.txn.load_partition(index, epoch, self.txn_log.read(index))
+                held = self.txn.owns(index)
+            else:
+                await self.groups.load(index, epoch, self.offsets_log.read(index))
+                held = self.groups.runtime.owns(index, epoch)
+        except Exception:
+            log.exception("%s-%d: loading the coordinator at epoch %d failed; its requests get NOT_COORDINATOR "
+                          "until the partition is led here again", topic, index, epoch)
+            return
+        if held:
+            self.loads += 1
+            log.info("%s-%d: coordinator loaded at epoch %d in %d ms", topic, index, epoch,
+                     self.broker.clock.monotonic_ms() - start)
+
+    async def close(self) -> None:
+        await self.channel.close()
