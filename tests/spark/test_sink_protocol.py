@@ -9,14 +9,18 @@ from __future__ import annotations
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
+import confluent_kafka as ck
 import pyarrow as pa
 import pytest
 from _sink_util import open_txns, read_committed
 
 from oncelog.client import Admin, Producer
 from oncelog.spark.commit_log import Decision, SinkCommitLog
+from oncelog.protocol.murmur2 import partition_for_key
 from oncelog.spark.sink import SinkCommitMessage, SinkCommitter, parse_sink_options
+from oncelog.spark.sink_rows import SinkRowError
 from oncelog.spark.sink_txn import StagingTxn, make_txn_id, parse_txn_batch, txn_prefix
 from oncelog.testing.broker_process import BrokerProcess
 
@@ -217,3 +221,70 @@ def test_sink_options_and_schema_are_checked_before_anything_runs(monkeypatch: p
     assert fault_points() == {"kill-worker": "1", "kill-after-decision": "2", "sleep-in-write": "0.5"}
     monkeypatch.delenv("ONCELOG_SPARK_SINK_FAULT")
     assert fault_points() == {}
+
+
+def _read_rows(bs: str, topics: list[str], partitions: int, want: int) -> dict[bytes, tuple[Any, ...]]:
+    """value -> (topic, partition, key, headers) of what a read_committed confluent-kafka consumer sees."""
+    c = ck.Consumer({"bootstrap.servers": bs, "group.id": f"g-{uuid.uuid4().hex}",
+                     "isolation.level": "read_committed", "enable.auto.commit": False})
+    try:
+        c.assign([ck.TopicPartition(t, p, ck.OFFSET_BEGINNING) for t in topics for p in range(partitions)])
+        seen: dict[bytes, tuple[Any, ...]] = {}
+        deadline = time.monotonic() + 30
+        while len(seen) < want and time.monotonic() < deadline:
+            for m in c.consume(1000, 0.2):
+                if m.error() is None:
+                    seen[m.value()] = (m.topic(), m.partition(), m.key(), list(m.headers() or []))
+        return seen
+    finally:
+        c.close()
+
+
+def test_staged_rows_go_where_produce_would_put_them(opts: dict[str, str]) -> None:
+    """The bulk path keeps produce()'s choices: a row's partition column if set, else murmur2 of its key, else
+    one (sticky) partition; the topic column (null: the option) splits rows by topic; headers and string
+    columns are kept."""
+    bs, topic, sink = opts["kafka.bootstrap.servers"], opts["topic"], f"q-{uuid.uuid4().hex[:8]}"
+    other = f"{topic}-other"
+    with Admin({"bootstrap.servers": bs}) as a:
+        a.create_topics(other, 3)
+    cfg = parse_sink_options(opts)
+    n = 600
+    keys = [None if i % 7 == 0 else f"key-{i % 50}" for i in range(n)]
+    parts = [i % 3 if i % 5 == 0 else None for i in range(n)]
+    topics = [other if i % 2 else None for i in range(n)]
+    headers = [[{"key": "h", "value": f"{i}".encode()}] if i % 3 == 0 else None for i in range(n)]
+    header_type = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+    rb = pa.record_batch({"value": pa.array([f"v{i}" for i in range(n)], pa.string()),
+                          "key": pa.array(keys, pa.string()), "topic": pa.array(topics, pa.string()),
+                          "partition": pa.array(parts, pa.int32()), "headers": pa.array(headers, header_type)})
+    s = StagingTxn(cfg.producer_conf, make_txn_id(cfg.txn_id_prefix, sink, 0, 0, 0), cfg.topic)
+    s.write(rb)
+    msg = SinkCommitMessage(sink, 0, 0, 0, s.prepare())
+    assert msg.txn is not None and msg.txn.rows == n and set(msg.txn.topics) == {topic, other}
+    SinkCommitter(cfg).commit(sink, 0, [msg])
+    seen = _read_rows(bs, [topic, other], 3, n)
+    assert len(seen) == n
+    sticky: dict[str, set[int]] = {topic: set(), other: set()}
+    for i in range(n):
+        t, p, k, hs = seen[f"v{i}".encode()]
+        assert t == (other if i % 2 else topic)
+        assert k == (None if keys[i] is None else keys[i].encode())
+        assert hs == ([("h", f"{i}".encode())] if i % 3 == 0 else [])
+        if parts[i] is not None:
+            assert p == parts[i]
+        elif k is not None:
+            assert p == partition_for_key(k, 3)
+        else:
+            sticky[t].add(p)
+    assert all(len(ps) == 1 for ps in sticky.values())
+
+
+def test_a_row_without_topic_fails_the_task(spark_bootstrap: str, spark_topic: str) -> None:
+    cfg = parse_sink_options({"kafka.bootstrap.servers": spark_bootstrap})
+    s = StagingTxn(cfg.producer_conf, make_txn_id(cfg.txn_id_prefix, "q-nt", 0, 0, 0), None)
+    try:
+        with pytest.raises(SinkRowError, match="row 1 has no topic"):
+            s.write(pa.record_batch({"value": [b"a", b"b"], "topic": pa.array([spark_topic, None], pa.string())}))
+    finally:
+        s.discard()

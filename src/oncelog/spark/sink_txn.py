@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from oncelog.client import Admin, KafkaError, PreparedTxnState, Producer
 
 from .commit_log import StagedTxn
+from .sink_rows import stage_batch
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -102,38 +103,9 @@ class StagingTxn:
         # delivered is falsy, and a second producer with the same transactional.id would fence the first
         # and abort the rows it staged
         p = self._producer if self._producer is not None else self._start()
-        names = batch.schema.names
-        values = batch.column(names.index("value")).to_pylist()
-        keys = batch.column(names.index("key")).to_pylist() if "key" in names else None
-        topics = batch.column(names.index("topic")).to_pylist() if "topic" in names else None
-        parts = batch.column(names.index("partition")).to_pylist() if "partition" in names else None
-        headers = batch.column(names.index("headers")).to_pylist() if "headers" in names else None
-        produce = p.produce
-        if topics is None and parts is None and headers is None:
-            topic = self._topic(None, self.rows)
-            if keys is None:
-                for v in values:
-                    produce(topic, v)
-            else:
-                for k, v in zip(keys, values, strict=True):
-                    produce(topic, v, k)
-            self.topics.add(topic)
-        else:
-            for i in range(n):
-                topic = self._topic(topics[i] if topics is not None else None, self.rows + i)
-                hs = headers[i] if headers is not None else None
-                produce(topic, values[i], keys[i] if keys is not None else None,
-                        parts[i] if parts is not None else None,
-                        [(h["key"], h["value"]) for h in hs] if hs else None)
-                self.topics.add(topic)
+        self.topics |= stage_batch(p, batch, self.default_topic, self.rows)
         self.rows += n
         p.poll(0)  # drop delivery reports as we go
-
-    def _topic(self, row_topic: str | None, row: int) -> str:
-        topic = row_topic or self.default_topic
-        if not topic:
-            raise SinkTxnError(f"row {row} has no topic: add a 'topic' column or set the option 'topic'")
-        return topic
 
     def flush(self) -> None:
         if self._producer is not None:
