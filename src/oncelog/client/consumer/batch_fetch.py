@@ -34,7 +34,7 @@ from ..config import ConsumerConfig, parse_consumer_config
 from ..errors import KafkaError, KafkaTimeoutError
 from .fetcher import make_batch_filter
 
-__all__ = ["AsyncBatchFetcher", "BatchFetcher", "FetchedBatch"]
+__all__ = ["AsyncBatchFetcher", "BatchFetcher", "FetchedBatch", "accepted_batches"]
 
 _I = struct.Struct(">i")
 
@@ -108,36 +108,41 @@ class AsyncBatchFetcher:
                         return [], offset
                     raise err
                 try:
-                    return self._batches(rp.records, offset, make_batch_filter(c.isolation_level,
-                                                                               rp.aborted_transactions))
+                    return accepted_batches(rp.records, offset,
+                                            make_batch_filter(c.isolation_level, rp.aborted_transactions),
+                                            c.check_crcs)
                 except CorruptRecordError as e:
                     raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{topic}[{partition}] at {offset}: {e}",
                                      retriable=False) from None
         return [], offset
 
-    def _batches(self, records: Any, offset: int, batch_filter: Any) -> tuple[list[FetchedBatch], int]:
-        out: list[FetchedBatch] = []
-        next_offset = offset
-        if not records:
-            return out, next_offset
-        buf = records if isinstance(records, (bytes, bytearray)) else bytes(records)
-        pos, end = 0, len(buf)
-        check = self.config.check_crcs
-        while end - pos >= LOG_OVERHEAD + 5:
-            (length,) = _I.unpack_from(buf, pos + 8)
-            if pos + LOG_OVERHEAD + length > end:
-                break  # partial trailing batch: the next fetch starts there
-            h = parse_batch_header(buf, pos)
-            if h.next_offset > offset and batch_filter.accept(h) and h.records_count:
-                if check and compute_crc(buf, pos, h.size) != h.crc:
-                    raise CorruptRecordError(f"record batch at offset {h.base_offset} fails its CRC32C")
-                section = memoryview(buf)[pos + BATCH_HEADER_SIZE:pos + h.size]
-                data = bytes(section) if h.compression == 0 else _compression.decompress(h.compression, section)
-                out.append(FetchedBatch(h.base_offset, h.last_offset, h.base_timestamp, h.max_timestamp,
-                                        bool(h.attributes & ATTR_TIMESTAMP_TYPE), h.records_count, data))
-            next_offset = max(next_offset, h.next_offset)
-            pos += h.size
+
+def accepted_batches(records: Any, offset: int, batch_filter: Any, check_crcs: bool = True
+                     ) -> tuple[list[FetchedBatch], int]:
+    """The data batches of a fetched records blob that end at or after ``offset`` and that ``batch_filter``
+    accepts (checked, decompressed), and the next offset to fetch; a batch cut short at the end is left for the
+    next fetch. Raises CorruptRecordError."""
+    out: list[FetchedBatch] = []
+    next_offset = offset
+    if not records:
         return out, next_offset
+    buf = records if isinstance(records, (bytes, bytearray)) else bytes(records)
+    pos, end = 0, len(buf)
+    while end - pos >= LOG_OVERHEAD + 5:
+        (length,) = _I.unpack_from(buf, pos + 8)
+        if pos + LOG_OVERHEAD + length > end:
+            break  # partial trailing batch: the next fetch starts there
+        h = parse_batch_header(buf, pos)
+        if h.next_offset > offset and batch_filter.accept(h) and h.records_count:
+            if check_crcs and compute_crc(buf, pos, h.size) != h.crc:
+                raise CorruptRecordError(f"record batch at offset {h.base_offset} fails its CRC32C")
+            section = memoryview(buf)[pos + BATCH_HEADER_SIZE:pos + h.size]
+            data = bytes(section) if h.compression == 0 else _compression.decompress(h.compression, section)
+            out.append(FetchedBatch(h.base_offset, h.last_offset, h.base_timestamp, h.max_timestamp,
+                                    bool(h.attributes & ATTR_TIMESTAMP_TYPE), h.records_count, data))
+        next_offset = max(next_offset, h.next_offset)
+        pos += h.size
+    return out, next_offset
 
 
 class BatchFetcher:

@@ -374,6 +374,15 @@ class AsyncConsumer:
         """Up to ``num_messages``: returns as soon as some are available (or empty after ``timeout``)."""
         return await self._fetch_round(time.monotonic() + timeout, num_messages)
 
+    async def consume_arrow(self, timeout: float = 1.0) -> list[Any]:
+        """What one fetch round brings, as pyarrow RecordBatches (one per partition; columns topic, partition,
+        offset, timestamp, timestamp_type, key, value, headers), decoded column-wise; [] after ``timeout``.
+        Honours the isolation level, assignment, pause and offset store as :meth:`consume` does (see
+        :mod:`.columnar`; needs numpy and pyarrow)."""
+        from .columnar import consume_arrow
+
+        return await consume_arrow(self, timeout)
+
     # ------------------------------------------------------------------ offsets
 
     def store_offsets(self, message: Message | None = None,
@@ -550,6 +559,11 @@ class Consumer:
     def consume(self, num_messages: int = 1, timeout: float = 1.0) -> list[Message]:
         result: list[Message] = self._runner.run(self._async.consume(num_messages, timeout),
                                                  timeout + self._timeout)
+        return result
+
+    def consume_arrow(self, timeout: float = 1.0) -> list[Any]:
+        """See :meth:`AsyncConsumer.consume_arrow`: a list of pyarrow RecordBatches ([] after ``timeout``)."""
+        result: list[Any] = self._runner.run(self._async.consume_arrow(timeout), timeout + self._timeout)
         return result
 
     def store_offsets(self, message: Message | None = None,

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import struct
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from oncelog.protocol.errors import ErrorCode
@@ -37,6 +37,7 @@ from .txn_filter import AbortedTransactionFilter
 
 __all__ = [
     "BatchFilter",
+    "Decode",
     "Fetcher",
     "ReadCommittedFilter",
     "ReadUncommittedFilter",
@@ -49,6 +50,10 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 _EARLIEST, _LATEST = -2, -1
 _I = struct.Struct(">i")
+
+
+#: (topic, partition, records, fetch offset, batch filter, check_crcs) -> (what they become, next offset)
+Decode = Callable[[str, int, Any, int, "BatchFilter", bool], tuple[list[Any], int]]
 
 
 class BatchFilter(Protocol):
@@ -169,8 +174,12 @@ class Fetcher:
                         del self.resets[tp]
                         self.positions[tp] = rp.offset
 
-    async def fetch(self, max_wait_ms: int) -> list[Message]:
-        """One round of Fetch requests (one per leader, concurrently); returns the new messages in order."""
+    async def fetch(self, max_wait_ms: int, decode: Decode | None = None) -> list[Any]:
+        """One round of Fetch requests (one per leader, concurrently); returns the new messages in order.
+
+        ``decode(topic, partition, records, fetch_offset, batch_filter, check_crcs)`` returns what a partition's
+        fetched records become and the next offset to fetch (default :func:`decode_fetched`: Messages; the
+        columnar path asks for whole batches)."""
         if not self.resets and all(tp in self.paused for tp in self.positions):
             await asyncio.sleep(max_wait_ms / 1000)
             return []
@@ -193,9 +202,9 @@ class Fetcher:
                 by_node[self.cluster.leader_for(*tp)].append(tp)
             except KafkaError:
                 await self.cluster.refresh()
-        results = await asyncio.gather(*(self._fetch_node(n, tps, max_wait_ms) for n, tps in by_node.items()),
-                                       return_exceptions=True)
-        out: list[Message] = []
+        results = await asyncio.gather(*(self._fetch_node(n, tps, max_wait_ms, decode or decode_fetched)
+                                         for n, tps in by_node.items()), return_exceptions=True)
+        out: list[Any] = []
         for r in results:
             if isinstance(r, KafkaError) and r.retriable:
                 log.debug("fetch failed: %s", r)
@@ -207,7 +216,8 @@ class Fetcher:
                 out.extend(r)
         return out
 
-    async def _fetch_node(self, node: int, tps: list[TopicPartition], max_wait_ms: int) -> list[Message]:
+    async def _fetch_node(self, node: int, tps: list[TopicPartition], max_wait_ms: int, decode: Decode
+                          ) -> list[Any]:
         conn = await self.cluster.connection(node)
         version = conn.version_for(1)
         c = self.config
@@ -226,7 +236,7 @@ class Fetcher:
         resp = await conn.send(req, timeout=conn.request_timeout + max_wait_ms / 1000)
         if resp.error_code:
             raise KafkaError(resp.error_code, f"fetch from node {node} failed")
-        out: list[Message] = []
+        out: list[Any] = []
         for rt in resp.responses:
             topic = rt.topic if version < 13 else (self.cluster.topic_name(rt.topic_id) or rt.topic)
             for rp in rt.partitions:
@@ -246,7 +256,7 @@ class Fetcher:
                 self.high_watermarks[tp] = rp.high_watermark
                 batch_filter = make_batch_filter(c.isolation_level, rp.aborted_transactions)
                 try:
-                    msgs, nxt = decode_fetched(tp[0], tp[1], rp.records, fetch_offset, batch_filter, c.check_crcs)
+                    msgs, nxt = decode(tp[0], tp[1], rp.records, fetch_offset, batch_filter, c.check_crcs)
                 except CorruptRecordError as e:
                     raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{tp[0]}[{tp[1]}] at {fetch_offset}: {e}",
                                      retriable=False) from None
