@@ -4,6 +4,7 @@
 
     python bench/client_bench.py                         # 1M x 100 B, 3 rounds
     python bench/client_bench.py --messages 200000 --rounds 3 --clients oncelog,confluent
+    python bench/client_bench.py --messages 300000 --clients oncelog,oncelog-columnar,confluent
 
 One oncelog broker (bench/brokers.py: fresh data dir, free 127.0.0.1 port) serves the whole run. For each
 round and scenario the clients take turns in rotating order (A B C, B C A, C A B...), each in its own child
@@ -14,6 +15,11 @@ process with a hard time cap, on a fresh 3-partition topic:
   every record is acknowledged.
 * consume: the topic is preloaded by confluent-kafka (not timed); the client assigns all partitions from offset 0
   and is timed until it has received every record.
+
+``oncelog-columnar`` is oncelog's bulk paths: ``Producer.produce_batch()`` of a ready Arrow binary column of
+65,536 values at a time (no partition: each call goes to the sticky partition, which moves on after it), and
+``Consumer.consume_arrow()`` (Arrow record batches). The table gives each client's ratio to confluent-kafka
+(librdkafka, per record) in the same run when confluent is among the clients.
 
 The table gives the median over the rounds (msg/s and MB/s of values). A failed round is reported, not hidden.
 """
@@ -39,7 +45,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 PARTITIONS = 3
 POOL = 1 << 16
-CLIENTS = ["oncelog", "confluent", "aiokafka"]
+CLIENTS = ["oncelog", "oncelog-columnar", "confluent", "aiokafka"]
 SCENARIOS = ["produce", "consume"]
 MAX_QUEUED = 200_000  # producer back-pressure for the clients without a bounded queue
 
@@ -117,6 +123,40 @@ def produce_oncelog(bootstrap: str, topic: str, n: int, vals: list[bytes]) -> fl
     return secs
 
 
+def produce_oncelog_columnar(bootstrap: str, topic: str, n: int, vals: list[bytes]) -> float:
+    import pyarrow as pa
+
+    from oncelog.client import Producer
+
+    failed: list[Any] = []
+
+    def report(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failed.append(err)
+
+    column = pa.array(vals, pa.binary())  # a ready Arrow column, as an Arrow/Spark pipeline hands it over
+    with Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5}) as p:
+        for i in range(PARTITIONS):
+            p.produce(topic, vals[i], partition=i)
+        if p.flush(30):
+            raise RuntimeError("warm-up not delivered")
+        t0 = time.perf_counter()
+        done = 0
+        while done < n:
+            take = min(POOL, n - done)
+            p.produce_batch(topic, column if take == POOL else column.slice(0, take), on_delivery=report)
+            done += take
+            p.poll(0)
+            while len(p) > MAX_QUEUED:
+                p.poll(0.01)
+        if p.flush(600):
+            raise RuntimeError("records still undelivered after flush")
+        secs = time.perf_counter() - t0
+    if failed:
+        raise RuntimeError(f"{len(failed)} deliveries failed, first: {failed[0]}")
+    return secs
+
+
 def produce_confluent(bootstrap: str, topic: str, n: int, vals: list[bytes]) -> float:
     from confluent_kafka import Producer
 
@@ -185,6 +225,18 @@ def consume_oncelog(bootstrap: str, topic: str, n: int) -> float:
         return time.perf_counter() - t0
 
 
+def consume_oncelog_columnar(bootstrap: str, topic: str, n: int) -> float:
+    from oncelog.client import Consumer
+
+    with Consumer({"bootstrap.servers": bootstrap}) as c:
+        t0 = time.perf_counter()
+        c.assign([(topic, p, 0) for p in range(PARTITIONS)])
+        got = 0
+        while got < n:
+            got += sum(rb.num_rows for rb in c.consume_arrow(1.0))
+        return time.perf_counter() - t0
+
+
 def consume_confluent(bootstrap: str, topic: str, n: int) -> float:
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -233,11 +285,13 @@ def child(a: argparse.Namespace) -> int:
         vals = values(a.value_size)
         create_topic(a.bootstrap, a.topic)
         if a.scenario == "produce":
-            fn = {"oncelog": produce_oncelog, "confluent": produce_confluent, "aiokafka": produce_aiokafka}
+            fn = {"oncelog": produce_oncelog, "oncelog-columnar": produce_oncelog_columnar,
+                  "confluent": produce_confluent, "aiokafka": produce_aiokafka}
             secs = fn[a.client](a.bootstrap, a.topic, a.messages, vals)
         else:
             preload(a.bootstrap, a.topic, a.messages, vals)
-            fc = {"oncelog": consume_oncelog, "confluent": consume_confluent, "aiokafka": consume_aiokafka}
+            fc = {"oncelog": consume_oncelog, "oncelog-columnar": consume_oncelog_columnar,
+                  "confluent": consume_confluent, "aiokafka": consume_aiokafka}
             secs = fc[a.client](a.bootstrap, a.topic, a.messages)
         print(json.dumps({"ok": True, "seconds": secs}), flush=True)
     except Exception as e:  # noqa: BLE001 - reported to the parent, which marks the round failed
@@ -274,6 +328,7 @@ def markdown(results: list[dict[str, Any]], a: argparse.Namespace) -> str:
     lines = [head, "|" + "---|" * (len(a.clients) + 1)]
     for sc in a.scenarios:
         cells = []
+        base = [r["seconds"] for r in results if r["client"] == "confluent" and r["scenario"] == sc and r.get("ok")]
         for cl in a.clients:
             rs = [r for r in results if r["client"] == cl and r["scenario"] == sc]
             ok = [r["seconds"] for r in rs if r.get("ok")]
@@ -283,6 +338,8 @@ def markdown(results: list[dict[str, Any]], a: argparse.Namespace) -> str:
             med = statistics.median(ok)
             msg_s = a.messages / med
             cell = f"{fmt(msg_s)} msg/s, {msg_s * a.value_size / 1e6:.1f} MB/s"
+            if base and cl != "confluent":
+                cell += f", {statistics.median(base) / med:.2f}x"
             if len(ok) < len(rs):
                 cell += f" ({len(rs) - len(ok)} of {len(rs)} rounds failed)"
             cells.append(cell)

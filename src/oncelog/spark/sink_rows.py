@@ -48,6 +48,8 @@ def stage_batch(p: Producer, batch: pa.RecordBatch, default_topic: str | None, f
     names = batch.schema.names
     values = _bytes(batch.column(names.index("value")))
     keys = _bytes(batch.column(names.index("key"))) if "key" in names else None
+    if keys is not None and keys.null_count == len(keys):
+        keys = None  # no key at all: nothing to hash
     parts: Any = None
     if "partition" in names:
         col = batch.column(names.index("partition"))
