@@ -103,6 +103,9 @@ def test_transactions_span_three_brokers(cluster: ClusterProcess, topic_name: st
     txn_id, group = f"{topic_name}-tx", f"{topic_name}-group"
     txn_coordinator = _coordinator(cluster, txn_id, 1)
     group_coordinator = _coordinator(cluster, group, 0)
+    with TxnClient(_address(cluster, cluster.node_ids[0])) as c:  # bad lookups are refused, not answered
+        assert c.find_coordinator(txn_id, key_type=5).error_code == ErrorCode.INVALID_REQUEST
+        assert c.find_coordinator("", key_type=0).error_code == ErrorCode.INVALID_REQUEST
 
     p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": txn_id, "acks": "all"})
     p.init_transactions(TIMEOUT)

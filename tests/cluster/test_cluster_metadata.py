@@ -16,10 +16,8 @@ from kafka.admin import KafkaAdminClient
 
 from oncelog.client.admin import AsyncAdmin
 from oncelog.client.cluster import Cluster
-from oncelog.client.connection import BrokerConnection
 from oncelog.client.errors import KafkaError
 from oncelog.protocol.errors import ErrorCode
-from oncelog.protocol.messages.find_coordinator_request import FindCoordinatorRequest
 from oncelog.testing.cluster import ClusterProcess
 
 TIMEOUT = 30
@@ -188,20 +186,6 @@ def test_metadata_auto_creates_with_the_default_replication_factor(cluster: Clus
 
     assert asyncio.run(no_auto()) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert topic_name + "-none" not in cluster.view().topics
-
-
-def test_find_coordinator_is_not_available_in_a_cluster_yet(cluster: ClusterProcess) -> None:
-    async def ask() -> int:
-        b = cluster.brokers[1]
-        conn = BrokerConnection(b.host, b.port)
-        await conn.connect()
-        try:
-            resp = await conn.send(FindCoordinatorRequest(key="g", key_type=0, coordinator_keys=["g"]))
-            return resp.coordinators[0].error_code if resp.coordinators else resp.error_code
-        finally:
-            await conn.close()
-
-    assert asyncio.run(ask()) == ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
 def test_create_partitions_and_delete_topics_are_cluster_wide(cluster: ClusterProcess, topic_name: str) -> None:
