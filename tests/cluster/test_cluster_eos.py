@@ -143,3 +143,32 @@ def test_random_workload_on_a_cluster_with_kills_and_pauses(make_cluster: Callab
     assert all(r.count > 0 for r in readers), rep.stats["live_polls"]
     # liveness: transactions kept committing once the last fault healed
     assert committed_after_heal >= 3, (committed_after_heal, faults, commits_at[-20:])
+
+
+class _OneBrokerOf:
+    """What the copy test's chaos kills and restarts (``kill()`` / ``start()`` / ``bootstrap``): a random broker of
+    the cluster (whichever it leads: data partitions, the group's or a transaction's coordinator, the controller)."""
+
+    def __init__(self, cluster: ClusterProcess, rnd: random.Random) -> None:
+        self.cluster, self.rnd = cluster, rnd
+        self.bootstrap = cluster.bootstrap
+        self.victims: list[int] = []
+
+    def kill(self) -> None:
+        self.victims.append(self.rnd.choice(self.cluster.node_ids))
+        self.cluster.kill(self.victims[-1])
+
+    def start(self) -> None:
+        self.cluster.start_broker(self.victims[-1])
+
+
+def test_exactly_once_copy_on_a_cluster(cluster: ClusterProcess, tmp_path: Path) -> None:
+    """The exactly-once copy of ``tests/eos/test_copy.py`` (confluent copiers SIGKILLed every few seconds, input 2
+    partitions, output 3) on the three-broker cluster with replication factor 3, one broker SIGKILLed and restarted
+    in the middle; the checker judges the output."""
+    from test_copy import run_copy
+
+    rnd = random.Random(int(os.environ.get("EOS_SEED", int.from_bytes(os.urandom(4), "big"))))
+    target = _OneBrokerOf(cluster, rnd)
+    run_copy(target, tmp_path, "confluent", 2, 3, replication=3)  # type: ignore[arg-type]
+    assert len(target.victims) == 1

@@ -222,7 +222,10 @@ def group_committed(bootstrap: str, group: str, topic: str, partitions: int) -> 
         c.close()
 
 
-def run_copy(broker: BrokerProcess, tmp: Path, client: str, in_parts: int, out_parts: int) -> None:
+def run_copy(broker: BrokerProcess, tmp: Path, client: str, in_parts: int, out_parts: int,
+             replication: int = 1) -> None:
+    """``broker``: what the chaos kills once and restarts (a broker, or in the cluster tests one broker of a
+    cluster, ``replication`` being the topics' replication factor there)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     seed = int(os.environ.get("EOS_SEED", int.from_bytes(os.urandom(4), "big")))
@@ -231,7 +234,8 @@ def run_copy(broker: BrokerProcess, tmp: Path, client: str, in_parts: int, out_p
     in_topic, out_topic = f"{run}-in", f"{run}-out"
     boot = broker.bootstrap
     admin = AdminClient({"bootstrap.servers": boot})
-    for f in admin.create_topics([NewTopic(in_topic, in_parts, 1), NewTopic(out_topic, out_parts, 1)]).values():
+    for f in admin.create_topics([NewTopic(in_topic, in_parts, replication),
+                                  NewTopic(out_topic, out_parts, replication)]).values():
         f.result(20)
     h = History()
     t_seed = time.monotonic()
