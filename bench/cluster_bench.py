@@ -1,0 +1,301 @@
+#!/usr/bin/env python3
+"""A three-broker cluster on one box: throughput at replication factor 1 vs 3, latency at 3, and failover times.
+
+    python bench/cluster_bench.py                        # 3 rounds, 300k x 100 B, 5 failovers of each kind
+    python bench/cluster_bench.py --rounds 5 --messages 500000 --failovers 10 --json out.json
+
+One cluster (etcd + 3 oncelog brokers on 127.0.0.1, default settings but the replication factors) serves every
+round. Throughput rounds alternate RF=1 and RF=3 (a fresh 3-partition topic each, ``acks=all``, confluent-kafka, the
+same client settings as ``bench/run.py``), so both see the same box in the same run. Latency: one record at a time,
+``acks=all``, RF=3, ``min.insync.replicas=2``.
+
+Failover, with default broker settings (``broker.session.timeout.ms``, ``replica.lag.time.max.ms``):
+
+- **leader**: an idempotent ``acks=all`` producer writes one record at a time to a partition (RF=3) led by the
+  victim; the victim is SIGKILLed; the time is from the kill to the first write acknowledged after it (by the new
+  leader). The victim is restarted and back in the ISR before the next round.
+- **coordinator**: a transactional producer commits one-record transactions in a loop; the broker leading its
+  ``__transaction_state`` partition is SIGKILLed; the time is from the kill to the first ``commit_transaction``
+  that returns after it (through the new coordinator, which loaded the partition).
+
+Output: a markdown table (medians with min-max) and the exact command; ``--json`` writes every sample.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from oncelog.coordinator.transaction.partitioner import partition_for
+from oncelog.testing.cluster import ClusterProcess
+
+PARTITIONS = 3
+TXN_TOPIC = "__transaction_state"
+
+
+def log(msg: str) -> None:
+    print(f"[cluster-bench] {msg}", file=sys.stderr, flush=True)
+
+
+def create(boot: str, topic: str, partitions: int, rf: int, configs: dict[str, str] | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": boot})
+    for f in admin.create_topics([NewTopic(topic, partitions, rf, config=configs or {})],
+                                 operation_timeout=30).values():
+        f.result(30)
+
+
+def producer_conf(boot: str, **extra: Any) -> dict[str, Any]:
+    return {"bootstrap.servers": boot, "acks": "all", "linger.ms": 5, "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
+            "enable.idempotence": False, **extra}
+
+
+def produce_round(boot: str, topic: str, n: int, size: int) -> float:
+    value = b"x" * size
+    errors: list[str] = []
+
+    def done(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    p = Producer({**producer_conf(boot), "on_delivery": done})
+    for i in range(1000):  # warm-up: metadata, connections
+        p.produce(topic, value, partition=i % PARTITIONS)
+    p.flush(30)
+    t0 = time.perf_counter()
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, value, partition=i % PARTITIONS)
+                break
+            except BufferError:
+                p.poll(0.01)
+        if i & 1023 == 0:
+            p.poll(0)
+    if p.flush(120):
+        raise RuntimeError("produce did not finish in 120 s")
+    secs = time.perf_counter() - t0
+    if errors:
+        raise RuntimeError(f"{len(errors)} delivery errors: {errors[:3]}")
+    return n / secs
+
+
+def consume_round(boot: str, topic: str, n: int) -> float:
+    c = Consumer({"bootstrap.servers": boot, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.queue.backoff.ms": 10})
+    c.assign([TopicPartition(topic, i, 0) for i in range(PARTITIONS)])
+    got = 0
+    t0 = time.perf_counter()
+    deadline = time.monotonic() + 120
+    while got < n + 1000:
+        for m in c.consume(10000, 1.0):
+            if m.error() is None:
+                got += 1
+            elif m.error().code() != KafkaError._PARTITION_EOF:
+                raise KafkaException(m.error())
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"consumed {got} of {n + 1000}")
+    secs = time.perf_counter() - t0
+    c.close()
+    return got / secs
+
+
+def latency(boot: str, topic: str, samples: int) -> dict[str, float]:
+    p = Producer(producer_conf(boot, **{"linger.ms": 0}))
+    for i in range(200):
+        p.produce(topic, b"w", partition=i % PARTITIONS)
+        p.flush(30)
+    out = []
+    for i in range(samples):
+        t0 = time.perf_counter()
+        p.produce(topic, b"x" * 100, partition=i % PARTITIONS)
+        if p.flush(30):
+            raise RuntimeError("single-record flush timed out")
+        out.append((time.perf_counter() - t0) * 1000)
+    out.sort()
+    return {"p50_ms": out[len(out) // 2], "p99_ms": out[int(len(out) * 0.99)], "max_ms": out[-1]}
+
+
+def wait_isr(cluster: ClusterProcess, topic: str) -> None:
+    cluster.wait_for(lambda v: all(len(s.isr) == len(s.replicas) and s.leader in v.brokers
+                                   for _, s in v.topic_partitions(topic)), 120, f"{topic} fully in sync")
+
+
+def leader_failover(cluster: ClusterProcess, topic: str) -> float:
+    """Seconds from SIGKILL of partition 0's leader to the first write acknowledged after it."""
+    victim = cluster.leaders(topic)[0]
+    p = Producer(producer_conf(cluster.bootstrap, **{"enable.idempotence": True, "linger.ms": 0,
+                                                     "message.timeout.ms": 60_000}))
+    acked: list[float] = []
+
+    def done(err: Any, _msg: Any) -> None:
+        if err is None:
+            acked.append(time.monotonic())
+
+    for _ in range(20):
+        p.produce(topic, b"before", partition=0, on_delivery=done)
+        p.flush(30)
+    stop = threading.Event()
+
+    def writer() -> None:
+        while not stop.is_set():
+            p.produce(topic, b"r", partition=0, on_delivery=done)
+            p.flush(60)
+
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    time.sleep(0.5)
+    killed = time.monotonic()
+    cluster.kill(victim)
+    deadline = killed + 60
+    while time.monotonic() < deadline and not any(a > killed + 0.001 for a in acked[-50:]):
+        time.sleep(0.005)
+    stop.set()
+    t.join(60)
+    after = [a for a in acked if a > killed]
+    cluster.start_broker(victim)
+    wait_isr(cluster, topic)
+    if not after:
+        raise RuntimeError("no write acknowledged within 60 s of the leader's SIGKILL")
+    return after[0] - killed
+
+
+def coordinator_failover(cluster: ClusterProcess, topic: str, txn_id: str) -> float:
+    """Seconds from SIGKILL of the transaction coordinator's broker to the first commit returning after it."""
+    p = Producer(producer_conf(cluster.bootstrap, **{"transactional.id": txn_id, "enable.idempotence": True,
+                                                     "linger.ms": 0,
+                                                     "transaction.timeout.ms": 60_000}))
+    p.init_transactions(60)
+    view = cluster.view()
+    state = view.partition(TXN_TOPIC, partition_for(txn_id, view.topics[TXN_TOPIC].num_partitions))
+    assert state is not None
+    victim = state.leader
+    commits: list[float] = []
+    stop = threading.Event()
+    errors: list[str] = []
+
+    def loop() -> None:
+        while not stop.is_set():
+            try:
+                p.begin_transaction()
+                p.produce(topic, b"t", partition=0)
+                p.commit_transaction(60)
+                commits.append(time.monotonic())
+            except KafkaException as e:
+                errors.append(str(e))
+                err = e.args[0]
+                if err.txn_requires_abort():
+                    try:
+                        p.abort_transaction(60)
+                    except KafkaException as e2:
+                        errors.append(str(e2))
+                elif not err.retriable():
+                    return
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    time.sleep(1.0)
+    killed = time.monotonic()
+    cluster.kill(victim)
+    deadline = killed + 60
+    while time.monotonic() < deadline and not any(c > killed for c in commits[-20:]):
+        time.sleep(0.005)
+    stop.set()
+    t.join(90)
+    after = [c for c in commits if c > killed]
+    cluster.start_broker(victim)
+    wait_isr(cluster, TXN_TOPIC)
+    if not after:
+        raise RuntimeError(f"no commit within 60 s of the coordinator's SIGKILL; errors {errors[:3]}")
+    return after[0] - killed
+
+
+def spread(xs: list[float], unit: str = "", digits: int = 2) -> str:
+    if not xs:
+        return "-"
+    fmt = (lambda x: f"{x:,.0f}") if digits == 0 else (lambda x: f"{x:.{digits}f}")
+    return f"{fmt(statistics.median(xs))}{unit} ({fmt(min(xs))}-{fmt(max(xs))})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--messages", type=int, default=300_000)
+    ap.add_argument("--value-size", type=int, default=100)
+    ap.add_argument("--latency-samples", type=int, default=2000)
+    ap.add_argument("--failovers", type=int, default=5)
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args(argv)
+
+    base = Path(tempfile.mkdtemp(prefix="oncelog-cluster-bench-"))
+    cluster = ClusterProcess(base, 3, cluster_name=f"bench-{uuid.uuid4().hex[:6]}")
+    cluster.start()
+    samples: dict[str, list[float]] = {k: [] for k in ("produce_rf1", "produce_rf3", "consume_rf1", "consume_rf3",
+                                                       "leader_failover_s", "coordinator_failover_s")}
+    lat: dict[str, float] = {}
+    try:
+        boot = cluster.bootstrap
+        for r in range(a.rounds):
+            for rf in (1, 3) if r % 2 == 0 else (3, 1):
+                topic = f"bench-rf{rf}-{r}"
+                create(boot, topic, PARTITIONS, rf, {"min.insync.replicas": "2"} if rf == 3 else None)
+                wait_isr(cluster, topic)
+                rate = produce_round(boot, topic, a.messages, a.value_size)
+                samples[f"produce_rf{rf}"].append(rate)
+                crate = consume_round(boot, topic, a.messages)
+                samples[f"consume_rf{rf}"].append(crate)
+                log(f"round {r} RF={rf}: produce {rate:,.0f} msg/s, consume {crate:,.0f} msg/s")
+        create(boot, "bench-latency", PARTITIONS, 3, {"min.insync.replicas": "2"})
+        wait_isr(cluster, "bench-latency")
+        lat = latency(boot, "bench-latency", a.latency_samples)
+        log(f"latency RF=3: {lat}")
+        create(boot, "bench-failover", 1, 3, {"min.insync.replicas": "2"})
+        wait_isr(cluster, "bench-failover")
+        for i in range(a.failovers):
+            s = leader_failover(cluster, "bench-failover")
+            samples["leader_failover_s"].append(s)
+            log(f"leader failover {i}: {s:.2f} s")
+        for i in range(a.failovers):
+            s = coordinator_failover(cluster, "bench-failover", f"bench-txn-{i}")
+            samples["coordinator_failover_s"].append(s)
+            log(f"coordinator failover {i}: {s:.2f} s")
+    finally:
+        cluster.stop()
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parent).stdout.strip()
+    ratio = statistics.median(samples["produce_rf3"]) / statistics.median(samples["produce_rf1"])
+    rows = [
+        ("produce acks=all, RF=1, msg/s", spread(samples["produce_rf1"], digits=0)),
+        ("produce acks=all, RF=3 (min ISR 2), msg/s", spread(samples["produce_rf3"], digits=0)),
+        ("RF=3 / RF=1 produce", f"{ratio:.2f}x"),
+        ("consume, RF=1, msg/s", spread(samples["consume_rf1"], digits=0)),
+        ("consume, RF=3, msg/s", spread(samples["consume_rf3"], digits=0)),
+        ("latency RF=3 p50 / p99 / max, ms", f"{lat['p50_ms']:.2f} / {lat['p99_ms']:.2f} / {lat['max_ms']:.2f}"),
+        ("leader failover (SIGKILL -> first ack), s", spread(samples["leader_failover_s"])),
+        ("coordinator failover (SIGKILL -> first commit), s", spread(samples["coordinator_failover_s"])),
+    ]
+    cmd = "python bench/cluster_bench.py " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:]))
+    print(f"\n`{cmd.strip()}` (git {rev}, {a.rounds} rounds of {a.messages} x {a.value_size} B, medians with min-max)\n")
+    print("| measure | value |\n|---|---|")
+    for name, value in rows:
+        print(f"| {name} | {value} |")
+    if a.json:
+        a.json.write_text(json.dumps({"samples": samples, "latency": lat, "git": rev, "command": cmd}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
