@@ -69,47 +69,72 @@ def _varint(buf: np.ndarray[Any, Any], pos: np.ndarray[Any, Any], strict: bool =
     return val, pos + size
 
 
-def _record_starts(data: bytes, count: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """(start of each record's body, end of each record) for ``count`` records.
+def _record_starts(data: bytes, sections: list[Section]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(start of each record's body, end of each record) of every section of ``data`` (the sections back to back).
 
     Records come in runs of equal size (fixed-size payloads: a record's size changes only where its offset or
-    timestamp delta needs one more varint byte, at 64, 8192, ...): from a record's size, the heads of the next
-    ``window`` records are guessed at multiples of it and checked all at once; the run ends at the first wrong
-    guess, and the walk goes on from there. Runs of a few records (sizes that vary) switch to a plain walk.
+    timestamp delta needs one more varint byte, at 64, 8192, ...). For every section at once: from the size of the
+    record at its current position, the heads of all its remaining records are guessed at multiples of that size
+    and checked in one vector pass; each section's run ends at its first wrong guess, and the next pass goes on
+    from there (a few passes in all, not a few per section). A section whose runs stay short (sizes that vary)
+    is walked record by record.
     """
-    n = len(data)
     buf = np.frombuffer(data, np.uint8)
-    if count == 0:
+    lengths = np.array([len(s.data) for s in sections], np.int64)
+    counts = np.array([s.count for s in sections], np.int64)
+    ends_of = np.cumsum(lengths)
+    pos = ends_of - lengths  # where each section's next record starts
+    left = counts.copy()
+    short = np.zeros(len(sections), np.int64)
+    starts_l: list[np.ndarray[Any, Any]] = []
+    ends_l: list[np.ndarray[Any, Any]] = []
+    active = np.flatnonzero(left > 0)
+    while len(active):
+        p, end = pos[active], ends_of[active]
+        if (p >= end).any():
+            i = int(active[np.argmax(p >= end)])
+            raise RecordFormatError(f"records section ends after {int(counts[i] - left[i])} of {int(counts[i])} "
+                                    "records")
+        length, body = _varint(buf, p)
+        step = body + length - p
+        bad = (length < 0) | (p + step > end)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise RecordFormatError(f"a record at byte {int(p[i])} has a bad length {int(length[i])}")
+        m = np.minimum(left[active], (end - p - 1) // step + 1)
+        first = np.cumsum(m) - m
+        within = np.arange(int(m.sum()), dtype=np.int64) - np.repeat(first, m)
+        steps = np.repeat(step, m)
+        heads = np.repeat(p, m) + within * steps
+        lens, bodies = _varint(buf, heads, strict=False)
+        wrong = (bodies + lens != heads + steps) | (lens < 0)
+        k = m.copy()
+        np.minimum.at(k, np.repeat(np.arange(len(active)), m)[wrong], within[wrong])
+        k = np.maximum(k, 1)
+        take = within < np.repeat(k, m)
+        starts_l.append(bodies[take])
+        ends_l.append(bodies[take] + lens[take])
+        pos[active] = p + k * step
+        left[active] -= k
+        short[active] = np.where((k < 8) & (left[active] > 0), short[active] + 1, 0)
+        active = np.flatnonzero((left > 0) & (short < 4))
+    for i in np.flatnonzero(left > 0).tolist():
+        st, en, after = _walk(data, int(pos[i]), int(left[i]), int(counts[i] - left[i]), int(counts[i]))
+        starts_l.append(np.array(st, np.int64))
+        ends_l.append(np.array(en, np.int64))
+        pos[i] = after
+    if (pos != ends_of).any():
+        i = int(np.argmax(pos != ends_of))
+        raise RecordFormatError(f"records section has {int(ends_of[i] - pos[i])} bytes after its {int(counts[i])} "
+                                "records")
+    if not starts_l:
         empty = np.zeros(0, np.int64)
         return empty, empty
-    starts: list[np.ndarray[Any, Any]] = []
-    ends: list[np.ndarray[Any, Any]] = []
-    p, done, window, short = 0, 0, 64, 0
-    while done < count and short < 4:
-        if p >= n:
-            raise RecordFormatError(f"records section ends after {done} of {count} records")
-        length, body = _varint(buf, np.array([p], np.int64))
-        step = int(body[0]) + int(length[0]) - p
-        if int(length[0]) < 0 or p + step > n:
-            raise RecordFormatError(f"record {done} at byte {p} has a bad length {int(length[0])}")
-        m = min(count - done, window, (n - p - 1) // step + 1)
-        heads = p + np.arange(m, dtype=np.int64) * step
-        lens, bodies = _varint(buf, heads, strict=False)
-        ok = (bodies + lens == heads + step) & (lens >= 0)
-        k = m if ok.all() else max(1, int(np.argmin(ok)))
-        starts.append(bodies[:k])
-        ends.append(bodies[:k] + lens[:k])
-        p += k * step
-        done += k
-        window = min(window * 2, 1 << 20) if k == m else 64
-        short = short + 1 if k < 8 and done < count else 0
-    if done < count:
-        rest_starts, rest_ends, p = _walk(data, p, count - done, done, count)
-        starts.append(np.array(rest_starts, np.int64))
-        ends.append(np.array(rest_ends, np.int64))
-    if p != n:
-        raise RecordFormatError(f"records section has {n - p} bytes after its {count} records")
-    return np.concatenate(starts), np.concatenate(ends)
+    starts, ends = np.concatenate(starts_l), np.concatenate(ends_l)
+    if len(starts_l) > 1 and (np.diff(starts) <= 0).any():
+        order = np.argsort(starts, kind="stable")  # body starts grow through the sections: back in record order
+        starts, ends = starts[order], ends[order]
+    return starts, ends
 
 
 def _walk(data: bytes, p: int, todo: int, done: int, count: int) -> tuple[list[int], list[int], int]:
@@ -217,19 +242,12 @@ def decode_sections(sections: list[Section], include_headers: bool) -> DecodedCo
     """Decode many records sections at once (numpy work is per call, so one call per fetch, not per batch)."""
     data = b"".join(s.data for s in sections)
     buf = np.frombuffer(data, np.uint8)
-    starts_l, ends_l = [], []
-    pos = 0
     for s in sections:
         if s.count > len(s.data) // 6:
             raise RecordFormatError(f"{s.count} records cannot fit in {len(s.data)} bytes")
-        st, en = _record_starts(s.data, s.count)
-        starts_l.append(st + pos)
-        ends_l.append(en + pos)
-        pos += len(s.data)
+    starts, ends = _record_starts(data, sections)
     counts = np.array([s.count for s in sections], np.int64)
     count = int(counts.sum())
-    starts = np.concatenate(starts_l) if starts_l else np.zeros(0, np.int64)
-    ends = np.concatenate(ends_l) if ends_l else np.zeros(0, np.int64)
     if count and (ends - starts < 6).any():
         raise RecordFormatError("a record is shorter than the 6 bytes every record needs")
     ts_delta, p = _varint(buf, starts + 1)  # + attributes byte

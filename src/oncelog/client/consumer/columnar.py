@@ -59,6 +59,19 @@ class _Fetched:
     batches: list[FetchedBatch]
 
 
+def _numeric(values: np.ndarray[Any, Any], dtype: Any, arrow_type: pa.DataType) -> pa.Array:
+    """An Arrow array over a numpy array's buffer (``pa.array(ndarray)`` would import pandas on first use)."""
+    data = np.ascontiguousarray(values, dtype)
+    return pa.Array.from_buffers(arrow_type, len(data), [None, pa.py_buffer(data)])
+
+
+def _constant_string(value: str, n: int) -> pa.Array:
+    """``n`` times ``value`` as an Arrow string array (``pa.scalar`` would import pandas on first use)."""
+    b = value.encode()
+    offsets = np.arange(n + 1, dtype=np.int32) * len(b)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b * n)])
+
+
 def _decode_raw(topic: str, partition: int, records: Any, fetch_offset: int, batch_filter: BatchFilter,
                 check_crcs: bool) -> tuple[list[Any], int]:
     """The fetcher's decode step for the columnar path: accepted batches, not records."""
@@ -75,17 +88,17 @@ def _record_batch(f: _Fetched) -> pa.RecordBatch | None:
     ts_type = np.repeat(np.array([_LOG_APPEND_TIME if b.log_append_time else _CREATE_TIME for b in batches],
                                  np.int8), [b.records_count for b in batches])
     rb = pa.RecordBatch.from_arrays([
-        pa.repeat(pa.scalar(f.topic, pa.string()), n),
-        pa.repeat(pa.scalar(f.partition, pa.int32()), n),
-        pa.array(cols.offsets, pa.int64()),
-        pa.array(cols.timestamps, pa.int64()),
-        pa.array(ts_type, pa.int8()),
+        _constant_string(f.topic, n),
+        _numeric(np.full(n, f.partition), np.int32, pa.int32()),
+        _numeric(cols.offsets, np.int64, pa.int64()),
+        _numeric(cols.timestamps, np.int64, pa.int64()),
+        _numeric(ts_type, np.int8, pa.int8()),
         cols.keys,
         cols.values,
         cols.headers,
     ], schema=ARROW_SCHEMA)
     if n and int(cols.offsets[0]) < f.fetch_offset:
-        rb = rb.filter(pa.array(cols.offsets >= f.fetch_offset))
+        rb = rb.slice(int(np.searchsorted(cols.offsets, f.fetch_offset)))  # offsets grow: cut the head
     return rb if rb.num_rows else None
 
 
