@@ -157,18 +157,18 @@ def main() -> int:
                 print(f"the spark job exited with {job.returncode}; see {job_log}", file=sys.stderr)
                 return 1
             enriched = read_all(bs, "clicks-enriched", idle=1.0)
-            if len({json.loads(m.value)["id"] for m in enriched}) >= sent:
+            if len({json.loads(m.value())["id"] for m in enriched}) >= sent:
                 break
             time.sleep(2)
         time.sleep(8)  # let the last page-view windows (closed by the tick) commit
         enriched = read_all(bs, "clicks-enriched")
-        views = [json.loads(m.value) for m in read_all(bs, "page-views")]
+        views = [json.loads(m.value()) for m in read_all(bs, "page-views")]
     finally:
         for proc in (gen, job):
             if proc is not None:
                 stop(proc)
         broker.stop()
-    ids = Counter(json.loads(m.value)["id"] for m in enriched)
+    ids = Counter(json.loads(m.value())["id"] for m in enriched)
     dup_ids = sum(1 for n in ids.values() if n > 1)
     windows = Counter((v["window"], v["page"]) for v in views)
     dup_windows = sum(1 for n in windows.values() if n > 1)

@@ -408,8 +408,8 @@ class OncelogCopier(Copier):
         p.begin_transaction()
         self.in_txn = True
         for m in msgs:
-            value = m.value.decode()
-            self.poll_event(m.topic, m.partition, m.offset, value)
+            value = m.value().decode()
+            self.poll_event(m.topic(), m.partition(), m.offset(), value)
             part, out = self.output(value, txn)
             self.rec.add(Send(self.instance, self.a.output, part, out, UNKNOWN, txn=txn))
             p.produce(self.a.output, value=out.encode(), partition=part)
@@ -421,34 +421,34 @@ class OncelogCopier(Copier):
             self.end(txn, ABORT)
             self.seek_back()
             return
-        positions = [tpo for tpo in c.position(c.assignment()) if tpo[2] >= 0]
+        positions = [tp for tp in c.position(c.assignment()) if tp.offset >= 0]
         p.send_offsets_to_transaction(positions, c.consumer_group_metadata(), 30)
         p.commit_transaction(30)
         self.in_txn = False
         self.end(txn, COMMIT)
 
     def seek_back(self) -> None:
-        from oncelog.client import OFFSET_BEGINNING
+        from oncelog.client import OFFSET_BEGINNING, TopicPartition
 
-        for topic, partition, off in self.consumer.committed(self.consumer.assignment(), 30):
-            self.consumer.seek(topic, partition, off if off >= 0 else OFFSET_BEGINNING)
-            self.seek_event(topic, partition)
+        for tp in self.consumer.committed(self.consumer.assignment(), 30):
+            self.consumer.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
+            self.seek_event(tp.topic, tp.partition)
         self.rec.flush()
 
-    def on_assign(self, consumer: Any, partitions: list[tuple[str, int]]) -> None:
+    def on_assign(self, consumer: Any, partitions: list[Any]) -> None:
         self.seek_event(self.a.input, None)
-        self.log(f"assigned {[p for _, p in partitions]}")
+        self.log(f"assigned {[tp.partition for tp in partitions]}")
 
-    def on_revoke(self, consumer: Any, partitions: list[tuple[str, int]], what: str = "revoked") -> None:
+    def on_revoke(self, consumer: Any, partitions: list[Any], what: str = "revoked") -> None:
         if self.in_txn:
             self.producer.abort_transaction(30)
             self.in_txn = False
             self.end(f"{self.instance}.{self.n}", ABORT)
         self.seek_event(self.a.input, None)
         self.rec.flush()
-        self.log(f"{what} {[p for _, p in partitions]}")
+        self.log(f"{what} {[tp.partition for tp in partitions]}")
 
-    def on_lost(self, consumer: Any, partitions: list[tuple[str, int]]) -> None:
+    def on_lost(self, consumer: Any, partitions: list[Any]) -> None:
         self.on_revoke(consumer, partitions, "lost")
 
 

@@ -197,10 +197,10 @@ def test_active_group_refuses_reset_and_delete(bootstrap: str, topic_name: str) 
         with Admin({"bootstrap.servers": bootstrap}) as a:
             with pytest.raises(KafkaError) as e:
                 a.alter_group_offsets(group, {(topic_name, 0): 0})
-            assert e.value.code == ErrorCode.UNKNOWN_MEMBER_ID
+            assert e.value.code() == ErrorCode.UNKNOWN_MEMBER_ID
             with pytest.raises(KafkaError) as e:
                 a.delete_group_offsets(group, [(topic_name, 0)])
-            assert e.value.code == ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+            assert e.value.code() == ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
     finally:
         c.close()
     assert committed(bootstrap, group, topic_name, [0, 1]) == {0: 4, 1: 2}

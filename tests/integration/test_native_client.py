@@ -57,20 +57,20 @@ def test_native_producer_to_confluent_consumer(bootstrap: str, admin: Admin, top
                       on_delivery=lambda e, m: reports.append((e, m)))
         assert p.flush(30) == 0
     assert len(reports) == 300 and all(e is None for e, _ in reports)
-    assert all(m.offset >= 0 for _, m in reports)
-    offsets = {(m.partition, m.offset) for _, m in reports}
+    assert all(m.offset() >= 0 for _, m in reports)
+    offsets = {(m.partition(), m.offset()) for _, m in reports}
     assert len(offsets) == 300  # distinct positions
 
     got = _ck_consume_all(bootstrap, topic_name, 4, 300)
     assert len(got) == 300
     by_value = {m.value().decode(): m for m in got}
     for e, m in reports:
-        c = by_value[m.value.decode()]
-        assert (c.partition(), c.offset()) == (m.partition, m.offset)
-        assert c.key() == m.key
-        assert dict(c.headers()) == {"i": m.value.decode().split("-")[1].encode(), "n": None}
-        if m.key is not None:
-            assert m.partition == partition_for_key(m.key, 4)
+        c = by_value[m.value().decode()]
+        assert (c.partition(), c.offset()) == (m.partition(), m.offset())
+        assert c.key() == m.key()
+        assert dict(c.headers()) == {"i": m.value().decode().split("-")[1].encode(), "n": None}
+        if m.key() is not None:
+            assert m.partition() == partition_for_key(m.key(), 4)
     # keys land where librdkafka's murmur2_random puts them
     other = topic_name + "-ck"
     admin.create_topics(other, 4)
@@ -81,7 +81,7 @@ def test_native_producer_to_confluent_consumer(bootstrap: str, admin: Admin, top
         key = f"user-{k}".encode()
         ckp.produce(other, b"x", key=key, on_delivery=lambda e, m: ck_parts.__setitem__(m.key(), m.partition()))
     assert ckp.flush(20) == 0
-    native_parts = {m.key: m.partition for _, m in reports if m.key is not None}
+    native_parts = {m.key(): m.partition() for _, m in reports if m.key() is not None}
     assert native_parts == {k: v for k, v in ck_parts.items() if k in native_parts}
     assert len(native_parts) == 37
 
@@ -91,7 +91,7 @@ def test_null_keys_are_sticky(bootstrap: str, admin: Admin, topic_name: str) -> 
     parts: list[int] = []
     with Producer({"bootstrap.servers": bootstrap, "linger.ms": 1000, "batch.size": 100000}) as p:
         for i in range(50):
-            p.produce(topic_name, b"x" * 10, on_delivery=lambda e, m: parts.append(m.partition))
+            p.produce(topic_name, b"x" * 10, on_delivery=lambda e, m: parts.append(m.partition()))
         p.flush(10)
     assert len(parts) == 50 and len(set(parts)) == 1  # one open batch takes them all
 
@@ -114,12 +114,12 @@ def test_confluent_producer_to_native_consumer(bootstrap: str, admin: Admin, top
         assert c.poll(0.3) is None  # nothing more
     assert len(got) == 250
     for m in got:
-        assert sent[m.value.decode()] == (m.partition, m.offset)
-        assert m.partition == partition_for_key(m.key, 3)
-        assert m.headers == [("h", b"x")] and m.timestamp > 0
+        assert sent[m.value().decode()] == (m.partition(), m.offset())
+        assert m.partition() == partition_for_key(m.key(), 3)
+        assert m.headers() == [("h", b"x")] and m.timestamp()[1] > 0
     per_part = {}
     for m in got:
-        per_part.setdefault(m.partition, []).append(m.offset)
+        per_part.setdefault(m.partition(), []).append(m.offset())
     assert all(offs == sorted(offs) for offs in per_part.values())
 
 
@@ -130,7 +130,7 @@ def test_auto_offset_reset_and_async_api(bootstrap: str, admin: Admin, topic_nam
         async with AsyncProducer({"bootstrap.servers": bootstrap, "linger.ms": 0}) as p:
             futs = [await p.produce(topic_name, f"old{i}") for i in range(5)]
             msgs = await asyncio.gather(*futs)
-            assert [m.offset for m in msgs] == [0, 1, 2, 3, 4]
+            assert [m.offset() for m in msgs] == [0, 1, 2, 3, 4]
             async with AsyncConsumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "latest"}) as latest, \
                     AsyncConsumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest"}) as earliest:
                 latest.assign([(topic_name, 0)])
@@ -139,9 +139,9 @@ def test_auto_offset_reset_and_async_api(bootstrap: str, admin: Admin, topic_nam
                 assert latest.position(topic_name, 0) == 5
                 await (await p.produce(topic_name, "new"))
                 m = await latest.poll(5)
-                assert m is not None and (m.value, m.offset) == (b"new", 5)
+                assert m is not None and (m.value(), m.offset()) == (b"new", 5)
                 first = await earliest.consume(10, 5)
-                assert [x.value for x in first][:1] == [b"old0"]
+                assert [x.value() for x in first][:1] == [b"old0"]
 
     asyncio.run(main())
 
@@ -151,7 +151,7 @@ def test_admin_operations(bootstrap: str, admin: Admin, topic_name: str) -> None
     assert any(t.name == topic_name and t.partitions == 2 for t in admin.list_topics())
     with pytest.raises(KafkaError) as exc:
         admin.create_topics(topic_name, 2)
-    assert exc.value.code == ErrorCode.TOPIC_ALREADY_EXISTS and not exc.value.retriable
+    assert exc.value.code() == ErrorCode.TOPIC_ALREADY_EXISTS and not exc.value.retriable()
 
     cfg = admin.describe_configs(topic_name)
     assert cfg["retention.ms"].value == "3600000" and not cfg["retention.ms"].is_default
@@ -177,13 +177,13 @@ def test_admin_operations(bootstrap: str, admin: Admin, topic_name: str) -> None
     with Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest"}) as c:
         c.assign([(topic_name, 3, 2)])  # deleted: out of range -> earliest
         m = c.poll(5)
-        assert m is not None and (m.offset, m.value) == (6, b"r6")
+        assert m is not None and (m.offset(), m.value()) == (6, b"r6")
 
     admin.delete_topics(topic_name)
     assert all(t.name != topic_name for t in admin.list_topics())
     with pytest.raises(KafkaError) as exc:
         admin.describe_topic(topic_name)
-    assert exc.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert exc.value.code() == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 def test_connection_negotiates_and_pipelines(broker) -> None:
@@ -212,4 +212,4 @@ def test_producer_reports_unknown_partition_and_bad_broker(bootstrap: str, admin
         p.produce(topic_name, "x", partition=5)
     with pytest.raises(KafkaError) as exc:
         Producer({"bootstrap.servers": "127.0.0.1:1", "socket.connection.setup.timeout.ms": 1000})
-    assert exc.value.retriable and "127.0.0.1:1" in exc.value.message
+    assert exc.value.retriable() and "127.0.0.1:1" in exc.value.message

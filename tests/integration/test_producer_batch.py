@@ -72,7 +72,7 @@ def test_idempotent_produce_batch_between_single_records(bootstrap: str, topic_n
     assert not errors
     assert batches >= 4 and len(reports) == batches
     assert all(e is None and isinstance(m, BatchMessage) for e, m in reports)
-    firsts = [(m.offset, m.count) for _, m in reports if isinstance(m, BatchMessage)]
+    firsts = [(m.offset(), m.count) for _, m in reports if isinstance(m, BatchMessage)]
     assert sum(c for _, c in firsts) == N
     offset = 3
     for first, count in firsts:  # consecutive, in order, after the 3 records before
@@ -80,11 +80,11 @@ def test_idempotent_produce_batch_between_single_records(bootstrap: str, topic_n
         offset += count
 
     got = _consume(bootstrap, topic_name, N + 6)
-    assert [m.offset for m in got] == list(range(N + 6))
-    assert [m.value for m in got] == [f"before-{i}".encode() for i in range(3)] + values + [
+    assert [m.offset() for m in got] == list(range(N + 6))
+    assert [m.value() for m in got] == [f"before-{i}".encode() for i in range(3)] + values + [
         f"after-{i}".encode() for i in range(3)]
-    assert [m.key for m in got[3:-3]] == keys
-    assert [m.timestamp for m in got[3:-3]] == ts.tolist()
+    assert [m.key() for m in got[3:-3]] == keys
+    assert [m.timestamp()[1] for m in got[3:-3]] == ts.tolist()
     _check_sequences(bootstrap, topic_name, list(range(N + 6)))
 
 
@@ -109,9 +109,9 @@ def test_transactional_produce_batch_commit_and_abort(bootstrap: str, topic_name
         p.abort_transaction(T)
     assert not errors
     got = _consume(bootstrap, topic_name, N + 2, isolation="read_committed")
-    assert [m.value for m in got] == [b"first", *committed, b"last"]
-    assert [m.offset for m in got] == list(range(N + 2))
-    assert [m.key for m in got] == [None] * (N + 2)
+    assert [m.value() for m in got] == [b"first", *committed, b"last"]
+    assert [m.offset() for m in got] == list(range(N + 2))
+    assert [m.key() for m in got] == [None] * (N + 2)
     # the aborted records were written after the commit marker (offset N + 2), with the sequences that follow
     _check_sequences(bootstrap, topic_name, list(range(N + 2)) + list(range(N + 3, N + 103)))
 
@@ -137,8 +137,8 @@ def test_produce_batch_waits_for_records_waiting_for_the_topic(bootstrap: str, t
         assert p.produce_batch(topic_name, [b"w1", None, b"w3"], partition=0, timestamps=[3, 1, 2]) == 1
         assert p.flush(T) == 0
     got = _consume(bootstrap, topic_name, 4)
-    assert [m.value for m in got] == [b"w0", b"w1", None, b"w3"]
-    assert [m.timestamp for m in got[1:]] == [3, 1, 2]
+    assert [m.value() for m in got] == [b"w0", b"w1", None, b"w3"]
+    assert [m.timestamp()[1] for m in got[1:]] == [3, 1, 2]
 
 
 def _get(m: Message, name: str) -> Any:

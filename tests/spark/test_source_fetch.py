@@ -65,4 +65,4 @@ def test_fetching_below_the_log_start_raises_offset_out_of_range(spark_bootstrap
         admin.delete_records({(spark_topic, 0): 3})
     with BatchFetcher({"bootstrap.servers": spark_bootstrap}) as f, pytest.raises(KafkaError) as e:
         list(f.read_range(spark_topic, 0, 1, 13))
-    assert e.value.name == "OFFSET_OUT_OF_RANGE"
+    assert e.value.name() == "OFFSET_OUT_OF_RANGE"

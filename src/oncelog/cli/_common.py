@@ -66,7 +66,7 @@ def fail(message: str, hint: str | None = None, code: int = 1) -> NoReturn:
 
 
 def is_unreachable(e: KafkaError) -> bool:
-    return isinstance(e, (KafkaConnectionError, KafkaTimeoutError)) or int(e.code) in UNREACHABLE
+    return isinstance(e, (KafkaConnectionError, KafkaTimeoutError)) or int(e.code()) in UNREACHABLE
 
 
 @contextlib.contextmanager
@@ -77,7 +77,7 @@ def user_errors(action: str, bootstrap: str) -> Iterator[None]:
     except KafkaError as e:
         if is_unreachable(e):
             fail(f"{action}: {e.message}", unreachable_hint(bootstrap))
-        fail(f"{action}: {e.message}", _HINTS.get(int(e.code)))
+        fail(f"{action}: {e.message}", _HINTS.get(int(e.code())))
     except ConfigError as e:
         fail(f"{action}: {e}", code=2)
 

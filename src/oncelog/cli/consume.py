@@ -31,11 +31,12 @@ def _json_field(out: dict[str, Any], name: str, b: bytes | None) -> None:
 
 
 def as_json(m: Message) -> dict[str, Any]:
-    out: dict[str, Any] = {"topic": m.topic, "partition": m.partition, "offset": m.offset, "timestamp": m.timestamp}
-    _json_field(out, "key", m.key)
-    _json_field(out, "value", m.value)
+    out: dict[str, Any] = {"topic": m.topic(), "partition": m.partition(), "offset": m.offset(),
+                           "timestamp": m._timestamp}
+    _json_field(out, "key", m.key())
+    _json_field(out, "value", m.value())
     headers = []
-    for k, v in m.headers:
+    for k, v in m.headers() or ():
         h: dict[str, Any] = {"key": k}
         _json_field(h, "value", v)
         headers.append(h)
@@ -111,9 +112,11 @@ def consume(topic: str, from_beginning: bool, offset: int | None, partitions: tu
                         echo_json(as_json(m))
                         continue
                     if print_key:
-                        out.write(NULL if m.key is None else m.key)
+                        key = m.key()
+                        out.write(NULL if key is None else key)
                         out.write(sep)
-                    out.write(NULL if m.value is None else m.value)
+                    value = m.value()
+                    out.write(NULL if value is None else value)
                     out.write(b"\n")
                 count += len(batch)
                 sys.stdout.flush()

@@ -44,7 +44,7 @@ def _describe_one(admin: Admin, group: str) -> GroupDescription:
     try:
         desc = admin.describe_groups([group])[group]
     except KafkaError as e:
-        if e.code == ErrorCode.GROUP_ID_NOT_FOUND:
+        if e.code() == ErrorCode.GROUP_ID_NOT_FOUND:
             fail(f"consumer group {group!r} does not exist", "list the groups with 'oncelog group list'")
         raise
     if not _known(desc):
@@ -165,12 +165,12 @@ def delete(groups: tuple[str, ...], bootstrap_server: str, as_json: bool) -> Non
                     admin.delete_groups([g])
                     results[g] = None
                 except KafkaError as e:
-                    if e.code == ErrorCode.NON_EMPTY_GROUP:
+                    if e.code() == ErrorCode.NON_EMPTY_GROUP:
                         results[g] = "the group still has active members; stop its consumers first"
-                    elif e.code == ErrorCode.GROUP_ID_NOT_FOUND:
+                    elif e.code() == ErrorCode.GROUP_ID_NOT_FOUND:
                         results[g] = "the group does not exist"
                     else:
-                        results[g] = f"{e.message} ({e.name})"
+                        results[g] = f"{e.message} ({e.name()})"
         finally:
             admin.close()
     if as_json:
@@ -232,7 +232,7 @@ def reset_offsets(group_id: str, topic: str, partition: tuple[int, ...], to_earl
                 desc = admin.describe_groups([group])[group]
                 state = desc.state
             except KafkaError as e:
-                if e.code != ErrorCode.GROUP_ID_NOT_FOUND:
+                if e.code() != ErrorCode.GROUP_ID_NOT_FOUND:
                     raise
                 state = "Dead"
             if state not in _RESETTABLE:

@@ -137,7 +137,7 @@ def _partitions(producer: Producer, topic: str) -> list[int]:
     try:
         return producer.partitions_for(topic, 5.0)
     except KafkaError as e:
-        if e.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+        if e.code() != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
             raise
     fail(f"topic {topic!r} does not exist, and the broker does not create topics on first use "
          f"(auto.create.topics.enable=false)", f"create it with 'oncelog topic create {topic}'")

@@ -29,7 +29,7 @@ def _exists_or_fail(admin: Admin, name: str) -> None:
     try:
         admin.describe_topic(name)
     except KafkaError as e:
-        if e.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+        if e.code() == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
             fail(f"topic {name!r} does not exist", "check the name with 'oncelog topic list'")
         raise
 
@@ -54,7 +54,7 @@ def create(name: str, partitions: int, replication_factor: int, configs: tuple[s
             try:
                 admin.create_topics(name, partitions, cfg, replication_factor=replication_factor)
             except KafkaError as e:
-                if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                if e.code() != ErrorCode.TOPIC_ALREADY_EXISTS:
                     raise
                 if not if_not_exists:
                     fail(f"topic {name!r} already exists",
@@ -100,7 +100,7 @@ def describe(name: str, all_configs: bool, bootstrap_server: str, as_json: bool)
             try:
                 desc = admin.describe_topic(name)
             except KafkaError as e:
-                if e.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                if e.code() == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                     fail(f"topic {name!r} does not exist", "check the name with 'oncelog topic list'")
                 raise
             configs = admin.describe_configs(name)
@@ -185,7 +185,7 @@ def delete(names: tuple[str, ...], if_exists: bool, bootstrap_server: str, as_js
                     admin.delete_topics(name)
                     deleted.append(name)
                 except KafkaError as e:
-                    if e.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    if e.code() != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                         raise
                     missing.append(name)
     if as_json:

@@ -11,15 +11,27 @@ from .admin import (
 )
 from .cluster import Cluster
 from .connection import BrokerConnection
-from .consumer import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, AsyncConsumer, Consumer
-from .errors import ConfigError, KafkaConnectionError, KafkaError, KafkaTimeoutError, UnsupportedVersionError
-from .message import Message
+from .consumer import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSET_STORED, AsyncConsumer, Consumer
+from .errors import (
+    ConfigError,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaException,
+    KafkaTimeoutError,
+    UnsupportedVersionError,
+)
+from .message import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE, Message
 from .producer import AsyncProducer, PreparedTxnState, Producer
+from .topic_partition import TopicPartition
 
 __all__ = [
     "OFFSET_BEGINNING",
     "OFFSET_END",
     "OFFSET_INVALID",
+    "OFFSET_STORED",
+    "TIMESTAMP_CREATE_TIME",
+    "TIMESTAMP_LOG_APPEND_TIME",
+    "TIMESTAMP_NOT_AVAILABLE",
     "Admin",
     "AsyncAdmin",
     "AsyncConsumer",
@@ -31,6 +43,7 @@ __all__ = [
     "Consumer",
     "KafkaConnectionError",
     "KafkaError",
+    "KafkaException",
     "KafkaTimeoutError",
     "ListedOffset",
     "Message",
@@ -39,5 +52,6 @@ __all__ = [
     "Producer",
     "TopicDescription",
     "TopicListing",
+    "TopicPartition",
     "UnsupportedVersionError",
 ]

@@ -413,7 +413,7 @@ class AsyncAdmin:
             try:
                 groups[self.cluster.leader_for(t, p)].append((t, p))
             except KafkaError as e:
-                raise KafkaError(int(e.code), f"{t}[{p}]: {e.message}") from None
+                raise KafkaError(int(e.code()), f"{t}[{p}]: {e.message}") from None
         return groups
 
     async def list_offsets(self, specs: Mapping[TopicPartition, OffsetSpec], *,
@@ -475,7 +475,7 @@ class AsyncAdmin:
             try:
                 return await op()
             except KafkaError as e:
-                if e.code not in COORDINATOR_RETRIABLE or time.monotonic() + delay > deadline:
+                if e.code() not in COORDINATOR_RETRIABLE or time.monotonic() + delay > deadline:
                     raise
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
@@ -678,7 +678,7 @@ class AsyncAdmin:
                    for t in await self.list_transactions(producer_ids=pids) if t.producer_id in pids}
         descriptions = await self._describe_transactions(sorted(set(txn_ids.values())))
         for d in descriptions.values():
-            if isinstance(d, KafkaError) and d.code != ErrorCode.TRANSACTIONAL_ID_NOT_FOUND:
+            if isinstance(d, KafkaError) and d.code() != ErrorCode.TRANSACTIONAL_ID_NOT_FOUND:
                 raise d
         max_timeout = await self._transaction_max_timeout_ms()
         hanging: list[HangingTransaction] = []

@@ -245,7 +245,7 @@ class Cluster:
                 node = (await self.find_coordinators(key_type, [key]))[key]
                 return await self.connection(node)
             except KafkaError as e:
-                if e.code not in COORDINATOR_RETRIABLE or time.monotonic() + delay > deadline:
+                if e.code() not in COORDINATOR_RETRIABLE or time.monotonic() + delay > deadline:
                     raise
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)

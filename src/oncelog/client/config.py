@@ -73,6 +73,18 @@ def _idempotence(key: str, v: Any) -> bool:
     return _bool(key, v)
 
 
+def _callback(key: str, v: Any) -> Any:
+    if v is not None and not callable(v):
+        raise ConfigError(f"{key} must be a callable, got {v!r}")
+    return v
+
+
+def _false_only(key: str, v: Any) -> bool:
+    if _bool(key, v):
+        raise ConfigError(f"{key}=true is not supported by oncelog.client (no end-of-partition events)")
+    return False
+
+
 def _optional_str(key: str, v: Any) -> str | None:
     if v is None:
         return None
@@ -109,6 +121,9 @@ _PRODUCER: dict[str, tuple[str, Callable[[str, Any], Any], Any]] = {
     "topic.metadata.propagation.max.ms": ("topic_metadata_propagation_max_ms", _int(0), 30000),
     "allow.auto.create.topics": ("allow_auto_create_topics", _bool, True),
     "message.max.bytes": ("message_max_bytes", _int(1), 1048576),
+    #: confluent-kafka's: the default delivery callback of produce(), and whether it runs for failures only
+    "on_delivery": ("on_delivery", _callback, None),
+    "delivery.report.only.error": ("delivery_report_only_error", _bool, False),
 }
 
 #: assignor names (``partition.assignment.strategy``); Java class names map to them
@@ -179,6 +194,8 @@ _CONSUMER: dict[str, tuple[str, Callable[[str, Any], Any], Any]] = {
     "auto.commit.interval.ms": ("auto_commit_interval_ms", _int(0), 5000),
     "enable.auto.offset.store": ("enable_auto_offset_store", _bool, True),
     "retry.backoff.ms": ("retry_backoff_ms", _int(0), 100),
+    #: librdkafka's default (false); end-of-partition events are not emitted
+    "enable.partition.eof": ("enable_partition_eof", _false_only, False),
 }
 
 _ADMIN = dict(_COMMON)
@@ -226,6 +243,8 @@ class ProducerConfig(AdminConfig):
     transactional_id: str | None = None
     transaction_timeout_ms: int = 60000
     transaction_two_phase_commit_enable: bool = False
+    on_delivery: Any = None
+    delivery_report_only_error: bool = False
     max_block_ms: int = 60000  # default timeout of init_transactions/commit/abort/send_offsets_to_transaction
     #: librdkafka's: how long records of a topic that does not exist (yet) wait for it before failing
     topic_metadata_propagation_max_ms: int = 30000
@@ -270,6 +289,7 @@ class ConsumerConfig(AdminConfig):
     max_poll_interval_ms: int = 300000
     auto_commit_interval_ms: int = 5000
     enable_auto_offset_store: bool = True
+    enable_partition_eof: bool = False
 
 
 def parse_admin_config(conf: Mapping[str, Any]) -> AdminConfig:

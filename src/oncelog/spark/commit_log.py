@@ -106,7 +106,7 @@ class SinkCommitLog:
         try:
             admin.create_topics(self.topic, 1, TOPIC_CONFIGS)
         except KafkaError as e:
-            if int(e.code) != _TOPIC_ALREADY_EXISTS:
+            if int(e.code()) != _TOPIC_ALREADY_EXISTS:
                 raise SinkCommitLogError(
                     f"cannot create the sink-commit topic {self.topic!r} at {self.conf.get('bootstrap.servers')}: "
                     f"{e}; create it yourself (compacted) or set the option 'sinkCommitTopic'") from e
@@ -131,14 +131,15 @@ class SinkCommitLog:
                         f"reading the sink-commit topic {self.topic!r} did not reach its end offsets {todo} within "
                         f"{self.timeout:g} s; is the broker at {self.conf.get('bootstrap.servers')} healthy?")
                 for m in consumer.consume(10_000, 0.5):
-                    if m.key is not None and m.key.startswith(prefix):
-                        if m.value is None:  # a tombstone
-                            out.pop(int(m.key[len(prefix):]), None)
+                    key, value, partition = m.key(), m.value(), m._partition
+                    if key is not None and key.startswith(prefix):
+                        if value is None:  # a tombstone
+                            out.pop(int(key[len(prefix):]), None)
                         else:
-                            d = Decision.decode(m.value)
+                            d = Decision.decode(value)
                             out[d.batch_id] = d
-                    if m.offset + 1 >= todo.get(m.partition, 0):
-                        todo.pop(m.partition, None)
+                    if m._offset + 1 >= todo.get(partition, 0):
+                        todo.pop(partition, None)
                 for p in list(todo):
                     pos = consumer.position(self.topic, p)
                     if pos is not None and pos >= todo[p]:

@@ -138,7 +138,7 @@ def read_range(rng: OffsetRange, consumer_conf: dict[str, Any], include_headers:
                             f"{consumer_conf.get('bootstrap.servers')} up?")
                 start = rng.end  # the fetch position reached the end (past markers / aborted records)
             except KafkaError as e:
-                if e.name != "OFFSET_OUT_OF_RANGE":
+                if e.name() != "OFFSET_OUT_OF_RANGE":
                     raise
                 if fail_on_data_loss:
                     raise RuntimeError(

@@ -83,7 +83,7 @@ class StagingTxn:
             p.begin_transaction()
         except KafkaError as e:
             p.close(5)
-            if int(e.code) == _TXN_ID_AUTHORIZATION_FAILED:
+            if int(e.code()) == _TXN_ID_AUTHORIZATION_FAILED:
                 raise SinkTxnError(
                     f"the broker at {self._conf.get('bootstrap.servers')} refused a two-phase-commit transaction "
                     f"({e}); the exactly-once sink needs KIP-939: start the broker with "

@@ -60,8 +60,8 @@ def ours_first_offset(bootstrap: str, topic: str, start: int, policy: str) -> in
             m = c.poll(APPENDED_WAIT)
         if m is None:
             return None
-        assert c.position(topic, 0) == m.offset + 1
-        return m.offset
+        assert c.position(topic, 0) == m.offset() + 1
+        return m.offset()
 
 
 def ck_first_offset(bootstrap: str, topic: str, start: int, policy: str) -> int | None:
@@ -127,7 +127,7 @@ def test_out_of_range_with_reset_error_is_reported(bootstrap: str, topic_name: s
             deadline = time.monotonic() + TIMEOUT
             while time.monotonic() < deadline:
                 c.poll(0.5)
-        assert err.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
+        assert err.value.code() == ErrorCode.OFFSET_OUT_OF_RANGE
         assert "auto.offset.reset" in str(err.value)
     c2 = ck.Consumer({"bootstrap.servers": any_bootstrap, "group.id": "unused", "auto.offset.reset": "error",
                       "enable.auto.commit": False})
@@ -158,7 +158,7 @@ def test_seek_and_position_match_librdkafka(any_bootstrap: str, topic: str) -> N
                 got: list[int] = []
                 deadline = time.monotonic() + TIMEOUT
                 while len(got) < arg and time.monotonic() < deadline:
-                    got += [m.offset for m in c.consume(arg - len(got), 1.0)]
+                    got += [m.offset() for m in c.consume(arg - len(got), 1.0)]
                 trace.append((got, c.position(topic, 0)))
         return trace
 
@@ -220,7 +220,7 @@ def test_start_inside_a_compressed_batch(any_bootstrap: str, topic_name: str, co
         ours: list[tuple[int, bytes | None]] = []
         deadline = time.monotonic() + TIMEOUT
         while len(ours) < N - 7 and time.monotonic() < deadline:
-            ours += [(m.offset, m.value) for m in c.consume(100, 0.5)]
+            ours += [(m.offset(), m.value()) for m in c.consume(100, 0.5)]
     c2 = ck.Consumer({"bootstrap.servers": any_bootstrap, "group.id": "unused", "enable.auto.commit": False})
     try:
         c2.assign([ck.TopicPartition(topic_name, 0, 7)])

@@ -25,7 +25,7 @@ def test_keyed_partitions_match_librdkafka_murmur2_random(any_bootstrap: str, to
     ours: dict[bytes, int] = {}
     with Producer({"bootstrap.servers": any_bootstrap, "linger.ms": 5}) as p:
         for k in KEYS:
-            p.produce(topic_name, b"ours", key=k, on_delivery=lambda e, m: ours.__setitem__(m.key, m.partition))
+            p.produce(topic_name, b"ours", key=k, on_delivery=lambda e, m: ours.__setitem__(m.key(), m.partition()))
         assert p.flush(TIMEOUT) == 0
     theirs: dict[bytes, int] = {}
     ckp = ck.Producer({"bootstrap.servers": any_bootstrap, "partitioner": "murmur2_random", "linger.ms": 5})
@@ -44,9 +44,9 @@ def test_explicit_partition_wins_over_key_and_null_keys_stay_in_range(any_bootst
     got: list[tuple[bytes | None, int]] = []
     with Producer({"bootstrap.servers": any_bootstrap}) as p:
         for k in KEYS[:20]:
-            p.produce(topic_name, b"x", key=k, partition=3, on_delivery=lambda e, m: got.append((m.key, m.partition)))
+            p.produce(topic_name, b"x", key=k, partition=3, on_delivery=lambda e, m: got.append((m.key(), m.partition())))
         for _ in range(20):
-            p.produce(topic_name, b"y", on_delivery=lambda e, m: got.append((m.key, m.partition)))
+            p.produce(topic_name, b"y", on_delivery=lambda e, m: got.append((m.key(), m.partition())))
         assert p.flush(TIMEOUT) == 0
     assert [pt for k, pt in got if k is not None] == [3] * 20
     assert len([pt for k, pt in got if k is None and 0 <= pt < PARTITIONS]) == 20

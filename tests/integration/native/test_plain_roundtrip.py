@@ -65,7 +65,7 @@ def _our_read(bootstrap: str, topic: str, want: int) -> dict[int, list[Rec]]:
         n = 0
         while n < want and time.monotonic() < deadline:
             for m in c.consume(500, 0.3):
-                out[m.partition].append((m.offset, m.key, m.value, list(m.headers), m.timestamp))
+                out[m.partition()].append((m.offset(), m.key(), m.value(), list(m.headers() or []), m.timestamp()[1]))
                 n += 1
         assert c.poll(0.3) is None  # nothing more
     return out
@@ -87,9 +87,9 @@ def test_our_producer_to_confluent_consumer(any_bootstrap: str, topic_name: str,
     # what we sent, per partition, in offset order (delivery reports give offsets and the create times used)
     expected: dict[int, list[Rec]] = {p: [] for p in range(PARTITIONS)}
     for i, (k, v, hs, ts) in enumerate(recs):
-        m = next(m for _, m in reports if m.partition == i % PARTITIONS and m.value == v and m.key == k)
-        assert ts is None or m.timestamp == ts
-        expected[i % PARTITIONS].append((m.offset, k, v, hs, m.timestamp))
+        m = next(m for _, m in reports if m.partition() == i % PARTITIONS and m.value() == v and m.key() == k)
+        assert ts is None or m.timestamp()[1] == ts
+        expected[i % PARTITIONS].append((m.offset(), k, v, hs, m.timestamp()[1]))
     for rs in expected.values():
         rs.sort(key=lambda r: r[0])
         assert [r[0] for r in rs] == list(range(len(rs)))  # produce order = offset order

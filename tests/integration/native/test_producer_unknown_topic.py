@@ -25,8 +25,8 @@ def test_produce_to_a_missing_topic_returns_at_once_and_fails_in_the_callback(tm
         assert time.monotonic() - started < 1.0, "produce() blocked on the topic's metadata"
         assert len(p) == 3
         assert p.flush(30) == 0
-        assert [m.value for _, m in reports] == [b"v0", b"v1", b"v2"]
-        assert all(err is not None and err.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for err, _ in reports)
+        assert [m.value() for _, m in reports] == [b"v0", b"v1", b"v2"]
+        assert all(err is not None and err.code() == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for err, _ in reports)
         assert "missing" in str(reports[0][0]) and time.monotonic() - started < 15
         p.close()
     finally:
@@ -44,4 +44,4 @@ def test_records_for_a_topic_being_created_keep_their_order(bootstrap: str, topi
     assert time.monotonic() - started < 1.0
     assert p.flush(30) == 0
     p.close()
-    assert [m.value for m in sorted(delivered, key=lambda m: m.offset)] == [f"{i}".encode() for i in range(200)]
+    assert [m.value() for m in sorted(delivered, key=lambda m: m.offset())] == [f"{i}".encode() for i in range(200)]

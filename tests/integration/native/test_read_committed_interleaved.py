@@ -89,7 +89,7 @@ def read_ours(bootstrap: str, topic: str, ends: dict[int, int], fetch_bytes: int
         while any((c.position(topic, p) or 0) < ends[p] for p in range(PARTITIONS)):
             assert time.monotonic() < deadline, "our consumer did not reach the end of the log"
             for m in c.consume(500, 0.2):
-                out[m.partition].append((m.offset, m.key, m.value, list(m.headers or [])))
+                out[m.partition()].append((m.offset(), m.key(), m.value(), list(m.headers() or [])))
     return out
 
 
@@ -136,5 +136,5 @@ def test_read_committed_matches_confluent_and_model(bootstrap: str, topic_name: 
         seen: set[bytes] = set()
         deadline = time.monotonic() + TIMEOUT
         while not (visible | aborted) <= seen and time.monotonic() < deadline:
-            seen.update(m.value for m in c.consume(500, 0.2) if m.value is not None)
+            seen.update(m.value() for m in c.consume(500, 0.2) if m.value() is not None)
         assert seen == visible | aborted

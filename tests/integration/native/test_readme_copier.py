@@ -70,10 +70,10 @@ def test_readme_copier_loop(bootstrap: str) -> None:
                 continue
             producer.begin_transaction()
             for m in batch:
-                assert m.value is not None
-                producer.produce(dst, m.value.upper(), key=m.key)
+                assert m.value() is not None
+                producer.produce(dst, m.value().upper(), key=m.key())
             producer.send_offsets_to_transaction(
-                {(m.topic, m.partition): m.offset + 1 for m in batch}, consumer.consumer_group_metadata())
+                {(m.topic(), m.partition()): m.offset() + 1 for m in batch}, consumer.consumer_group_metadata())
             producer.commit_transaction()
             copied += len(batch)
     finally:

@@ -46,7 +46,7 @@ def test_a_write_after_the_peer_reset_the_socket_is_a_connection_error(loop_name
             req = ApiVersionsRequest(client_software_name="t", client_software_version="1")
             with pytest.raises(KafkaConnectionError) as e:
                 await conn.send(req, version=3)
-            assert e.value.retriable
+            assert e.value.retriable()
             assert not conn.connected and conn.in_flight == 0
             with pytest.raises(KafkaConnectionError):  # and every later request fails the same way at once
                 await conn.send(req, version=3)

@@ -94,7 +94,7 @@ def test_join_fatal_errors_name_the_group(code: ErrorCode) -> None:
     m.join_request(PROTOS)
     with pytest.raises(KafkaError) as ei:
         m.on_join_response(code)
-    assert ei.value.code == code and not ei.value.retriable and "group 'g'" in str(ei.value)
+    assert ei.value.code() == code and not ei.value.retriable() and "group 'g'" in str(ei.value)
 
 
 def test_join_of_a_non_consumer_group_is_fatal() -> None:
@@ -102,7 +102,7 @@ def test_join_of_a_non_consumer_group_is_fatal() -> None:
     m.join_request(PROTOS)
     with pytest.raises(KafkaError) as ei:
         m.on_join_response(0, generation_id=1, member_id="a", leader="a", protocol_type="connect")
-    assert ei.value.code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    assert ei.value.code() == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
 
 
 def test_sync_errors() -> None:

@@ -8,6 +8,7 @@ from oncelog.client.consumer import AsyncConsumer
 from oncelog.client.consumer.subscription import SubscriptionMode, SubscriptionState
 from oncelog.client.errors import ConfigError
 from oncelog.client.message import Message
+from oncelog.client.topic_partition import TopicPartition
 
 
 def test_subscribe_names_and_patterns() -> None:
@@ -63,8 +64,8 @@ def test_consumer_positions_stored_offsets_and_pause_rewind() -> None:
     assert c.assignment() == [("t", 0), ("t", 1)]
     c.fetcher.positions[("t", 0)] = 8  # as if offsets 5..7 were fetched
     c._buffer.extend([_msg(0, 5), _msg(0, 6), _msg(0, 7)])
-    assert c.position("t", 0) == 5 and c.position([("t", 0), ("t", 1), ("t", 2)]) == [
-        ("t", 0, 5), ("t", 1, 7), ("t", 2, -1001)]
+    assert c.position("t", 0) == 5 and [(tp.topic, tp.partition, tp.offset) for tp in c.position(
+        [("t", 0), ("t", 1), TopicPartition("t", 2)])] == [("t", 0, 5), ("t", 1, 7), ("t", 2, -1001)]
     c.pause([("t", 0)])
     assert not c._buffer and c.fetcher.positions[("t", 0)] == 5  # fetched again after resume
     c.resume([("t", 0)])

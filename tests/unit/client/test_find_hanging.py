@@ -95,6 +95,6 @@ def test_other_describe_errors_are_raised() -> None:
     try:
         asyncio.run(admin.find_hanging_transactions(0, ["t"]))
     except KafkaError as e:
-        assert e.code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        assert e.code() == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
     else:
         raise AssertionError("expected a KafkaError")

@@ -114,10 +114,10 @@ def test_batch_complete_assigns_offsets_and_errors() -> None:
     (b,) = acc.drain([("t", 0)])
     for cb, err, msg in b.complete(40, -1, None):
         cb(err, msg)
-    assert [m.offset for _, m in seen] == [40, 41, 42]
+    assert [m.offset() for _, m in seen] == [40, 41, 42]
     err = KafkaError(ErrorCode.MESSAGE_TOO_LARGE)
     assert all(e is err for _, e, _ in b.complete(-1, -1, err))
-    assert not err.retriable and KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER).retriable
+    assert not err.retriable() and KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER).retriable()
 
 
 def test_prebuilt_batches_queue_after_the_open_batch_and_report_once() -> None:
@@ -150,8 +150,8 @@ def test_prebuilt_batches_queue_after_the_open_batch_and_report_once() -> None:
     for cb, err, msg in b1.complete(500, -1, None) + b2.complete(-1, -1, KafkaError(ErrorCode.MESSAGE_TOO_LARGE)):
         cb(err, msg)
     (e1, m1), (e2, m2) = seen
-    assert isinstance(m1, BatchMessage) and (e1, m1.offset, m1.count, m1.timestamp) == (None, 500, 2, 11)
-    assert isinstance(m2, BatchMessage) and e2 is not None and m2.error is e2 and m2.offset == -1 and m2.count == 1
+    assert isinstance(m1, BatchMessage) and (e1, m1.offset(), m1.count, m1.timestamp()[1]) == (None, 500, 2, 11)
+    assert isinstance(m2, BatchMessage) and e2 is not None and m2.error() is e2 and m2.offset() is None and m2.count == 1
     for b in (first, b1, b2, last):
         acc.done(b)
     assert acc.pending_records == 0
@@ -204,6 +204,6 @@ def test_decode_fetched_skips_control_earlier_offsets_and_partial_tail() -> None
     tail = b2.build()
     blob = bytes(data + marker + tail[:-3])  # last batch cut short, as brokers may send
     msgs, nxt = decode_fetched("t", 0, blob, 2, ReadUncommittedFilter())
-    assert [m.offset for m in msgs] == [2, 3]
-    assert [m.value for m in msgs] == [b"v2", b"v3"]
+    assert [m.offset() for m in msgs] == [2, 3]
+    assert [m.value() for m in msgs] == [b"v2", b"v3"]
     assert nxt == 5  # past the control batch, before the partial one

@@ -54,7 +54,7 @@ def layout(batches: list[Batch], start: int = 0) -> tuple[bytes, list[int]]:
 def consume(blob: bytes, fetch_offset: int, aborted: list[tuple[int, int]], level: int = READ_COMMITTED
             ) -> list[bytes]:
     msgs, _ = decode_fetched("t", 0, blob, fetch_offset, make_batch_filter(level, aborted))
-    return [m.value for m in msgs if m.value is not None]
+    return [m.value() for m in msgs if m.value() is not None]
 
 
 # --------------------------------------------------------------------------- three interleaved transactions

@@ -89,7 +89,7 @@ class AsyncBatchFetcher:
                                                   partition_max_bytes=c.max_partition_fetch_bytes)])])
             resp = await conn.send(req, timeout=conn.request_timeout + max_wait_ms / 1000)
         except KafkaError as e:
-            if not e.retriable:
+            if not e.retriable():
                 raise
             await asyncio.sleep(c.retry_backoff_ms / 1000)
             await self.cluster.refresh([topic])
@@ -102,7 +102,7 @@ class AsyncBatchFetcher:
                     continue
                 if rp.error_code:
                     err = KafkaError(rp.error_code, f"fetch {topic}[{partition}] at offset {offset}")
-                    if err.retriable and rp.error_code != ErrorCode.OFFSET_OUT_OF_RANGE:
+                    if err.retriable() and rp.error_code != ErrorCode.OFFSET_OUT_OF_RANGE:
                         await asyncio.sleep(c.retry_backoff_ms / 1000)
                         await self.cluster.refresh([topic])
                         return [], offset

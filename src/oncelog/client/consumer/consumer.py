@@ -1,6 +1,7 @@
 """``AsyncConsumer`` (asyncio) and ``Consumer`` (sync facade): subscribe (group-managed) or assign, poll/consume,
-commit, pause/resume, seek. Names follow confluent-kafka; partitions are ``(topic, partition)`` tuples and
-offsets ``(topic, partition, offset)`` tuples.
+commit, pause/resume, seek. Names, arguments and results follow confluent-kafka: partitions are
+:class:`TopicPartition` objects (``(topic, partition[, offset])`` tuples are accepted too); inside, partitions
+are ``(topic, partition)`` tuples.
 
 Membership and offsets live in :mod:`.group` (driver), :mod:`.membership` (state machine) and :mod:`.offsets`;
 this module holds the message buffer, what the application consumed (the offsets ``commit()`` commits: the last
@@ -22,47 +23,26 @@ from oncelog.protocol.errors import ErrorCode
 from .._sync import LoopThread
 from ..cluster import Cluster
 from ..config import ConsumerConfig, parse_consumer_config
-from ..errors import ConfigError, KafkaError
+from ..errors import LOCAL_CODES, ConfigError, KafkaError
 from ..group_metadata import ConsumerGroupMetadata
 from ..message import Message
+from ..topic_partition import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSET_STORED, split, to_offsets, tp_list
+from ..topic_partition import TopicPartition as TP
 from .fetcher import Fetcher, TopicPartition
 from .group import ConsumerCoordinator, RebalanceHooks
 from .subscription import SubscriptionMode, SubscriptionState
 
 __all__ = ["OFFSET_BEGINNING", "OFFSET_END", "OFFSET_INVALID", "OFFSET_STORED", "Assignment", "AsyncConsumer",
-           "Consumer", "TopicPartitionOffset"]
+           "Consumer"]
 
 log = logging.getLogger(__name__)
 
-OFFSET_BEGINNING = -2
-OFFSET_END = -1
-OFFSET_STORED = -1000  # the group's committed offset (confluent-kafka's value)
-OFFSET_INVALID = -1001  # no offset: committed offset if there is a group, else auto.offset.reset
-
-#: (topic, partition) or (topic, partition, offset); offset OFFSET_BEGINNING / OFFSET_END / OFFSET_INVALID / >= 0
-Assignment = tuple[str, int] | tuple[str, int, int | None]
-TopicPartitionOffset = tuple[str, int, int]
-#: on_assign / on_revoke / on_lost: (consumer, [(topic, partition), ...]); may be a coroutine function
-RebalanceCallback = Callable[[Any, list[TopicPartition]], Any]
-
-
-def _split(item: Any) -> tuple[TopicPartition, int | None]:
-    if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
-        raise TypeError(f"expected (topic, partition) or (topic, partition, offset), got {item!r}")
-    offset = item[2] if len(item) == 3 else None
-    return (str(item[0]), int(item[1])), (None if offset is None else int(offset))
-
-
-def _offsets_arg(offsets: Iterable[Any] | Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
-    if isinstance(offsets, Mapping):
-        return {(t, p): int(o) for (t, p), o in offsets.items()}
-    out = {}
-    for item in offsets:
-        tp, off = _split(item)
-        if off is None or off < 0:
-            raise ValueError(f"commit needs an offset >= 0 for {tp[0]}[{tp[1]}], got {off!r}")
-        out[tp] = off
-    return out
+#: a TopicPartition (offset OFFSET_BEGINNING / OFFSET_END / OFFSET_INVALID / >= 0), or (topic, partition[, offset])
+Assignment = TP | tuple[str, int] | tuple[str, int, int | None]
+#: on_assign / on_revoke / on_lost: (consumer, [TopicPartition, ...]); may be a coroutine function
+RebalanceCallback = Callable[[Any, list[TP]], Any]
+_split = split
+_offsets_arg = to_offsets
 
 
 class AsyncConsumer:
@@ -141,7 +121,7 @@ class AsyncConsumer:
             return
         self._in_callback = True
         try:
-            result = cb(self, list(tps))
+            result = cb(self, tp_list(tps))
             if inspect.isawaitable(result):
                 await result
         except Exception:
@@ -185,7 +165,7 @@ class AsyncConsumer:
         self.subscription.unassign(gone)
         self.fetcher.unassign(gone)
         if self._buffer:
-            self._buffer = collections.deque(m for m in self._buffer if (m.topic, m.partition) not in gone)
+            self._buffer = collections.deque(m for m in self._buffer if (m._topic, m._partition) not in gone)
         for tp in gone:
             self._stored.pop(tp, None)
 
@@ -209,9 +189,9 @@ class AsyncConsumer:
         keep: collections.deque[Message] = collections.deque()
         first: dict[TopicPartition, int] = {}
         for m in self._buffer:
-            tp = (m.topic, m.partition)
+            tp = (m._topic, m._partition)
             if tp in drop:
-                first.setdefault(tp, m.offset)
+                first.setdefault(tp, m._offset)
             else:
                 keep.append(m)
         self._buffer = keep
@@ -258,13 +238,13 @@ class AsyncConsumer:
         self._check_manual("incremental_unassign()")
         self._remove([_split(i)[0] for i in partitions])
 
-    def assignment(self) -> list[TopicPartition]:
-        return self.subscription.assignment()
+    def assignment(self) -> list[TP]:
+        return tp_list(self.subscription.assignment())
 
     # ------------------------------------------------------------------ positions
 
     def seek(self, topic: str | Assignment, partition: int | None = None, offset: int | None = None) -> None:
-        """``seek(topic, partition, offset)`` or ``seek((topic, partition, offset))``."""
+        """``seek(TopicPartition(topic, partition, offset))`` (or ``seek(topic, partition, offset)``)."""
         if not isinstance(topic, str):
             tp, off = _split(topic)
         else:
@@ -282,11 +262,11 @@ class AsyncConsumer:
         self._add(tp, off)
 
     def position(self, topic: str | Iterable[Any], partition: int | None = None) -> Any:
-        """``position(topic, partition)`` -> offset of the next record poll() returns (None until known), or
-        ``position([(topic, partition), ...])`` -> [(topic, partition, offset or OFFSET_INVALID)]."""
+        """``position([TopicPartition, ...])`` -> [TopicPartition] with the offset of the next record poll()
+        returns (OFFSET_INVALID until known); also ``position(topic, partition)`` -> offset or None."""
         firsts: dict[TopicPartition, int] = {}
         for m in self._buffer:
-            firsts.setdefault((m.topic, m.partition), m.offset)
+            firsts.setdefault((m._topic, m._partition), m._offset)
 
         def one(tp: TopicPartition) -> int | None:
             return firsts.get(tp, self.fetcher.positions.get(tp))
@@ -299,7 +279,7 @@ class AsyncConsumer:
         for item in topic:
             tp, _ = _split(item)
             pos = one(tp)
-            out.append((tp[0], tp[1], OFFSET_INVALID if pos is None else pos))
+            out.append(TP(tp[0], tp[1], OFFSET_INVALID if pos is None else pos))
         return out
 
     def pause(self, partitions: Iterable[Assignment]) -> None:
@@ -314,8 +294,8 @@ class AsyncConsumer:
     def resume(self, partitions: Iterable[Assignment]) -> None:
         self.subscription.resume(_split(i)[0] for i in partitions)
 
-    def paused(self) -> list[TopicPartition]:
-        return sorted(self.subscription.paused)
+    def paused(self) -> list[TP]:
+        return tp_list(self.subscription.paused)
 
     # ------------------------------------------------------------------ poll
 
@@ -357,11 +337,11 @@ class AsyncConsumer:
         assigned, paused = self.subscription.assigned, self.subscription.paused
         while self._buffer and len(out) < max_messages:
             m = self._buffer.popleft()
-            tp = (m.topic, m.partition)
+            tp = (m._topic, m._partition)
             if tp in assigned and tp not in paused:
                 out.append(m)
                 if self.config.enable_auto_offset_store:
-                    self._stored[tp] = m.offset + 1
+                    self._stored[tp] = m._offset + 1
         return out
 
     async def poll(self, timeout: float = 1.0) -> Message | None:
@@ -386,10 +366,10 @@ class AsyncConsumer:
     # ------------------------------------------------------------------ offsets
 
     def store_offsets(self, message: Message | None = None,
-                      offsets: Iterable[Any] | Mapping[TopicPartition, int] | None = None) -> None:
+                      offsets: Iterable[Any] | Mapping[Any, int] | None = None) -> None:
         """Set what commit() / auto commit will commit (with enable.auto.offset.store=false)."""
         if message is not None:
-            self._stored[(message.topic, message.partition)] = message.offset + 1
+            self._stored[(message._topic, message._partition)] = message._offset + 1
         if offsets is not None:
             self._stored.update(_offsets_arg(offsets))
 
@@ -419,35 +399,37 @@ class AsyncConsumer:
         self._last_committed.update(offsets)
 
     async def commit(self, message: Message | None = None,
-                     offsets: Iterable[Any] | Mapping[TopicPartition, int] | None = None,
-                     asynchronous: bool = True) -> list[TopicPartitionOffset] | None:
-        """Commit ``message.offset + 1``, or ``offsets`` ([(topic, partition, offset)] or {tp: offset}), or by
-        default the position after the last record poll() returned for each assigned partition. Synchronous:
-        returns the committed [(topic, partition, offset)]; raises CommitFailedError if the group moved on."""
+                     offsets: Iterable[Any] | Mapping[Any, int] | None = None,
+                     asynchronous: bool = True) -> list[TP] | None:
+        """Commit ``message.offset() + 1``, or ``offsets`` ([TopicPartition], [(topic, partition, offset)] or
+        {tp: offset}), or by default the position after the last record poll() returned for each assigned
+        partition. Synchronous: returns the committed [TopicPartition]; raises CommitFailedError if the group
+        moved on, KafkaException(_NO_OFFSET) if there is nothing to commit (as confluent-kafka)."""
         self._group("commit()")
         await self.start()
         if message is not None:
-            todo = {(message.topic, message.partition): message.offset + 1}
+            todo = {(message._topic, message._partition): message._offset + 1}
         elif offsets is not None:
             todo = _offsets_arg(offsets)
         else:
             todo = {tp: o for tp, o in self._stored.items() if tp in self.subscription.assigned}
         if not todo:
-            return None if asynchronous else []
+            if asynchronous:
+                return None
+            raise KafkaError(LOCAL_CODES["_NO_OFFSET"], "no offset to commit", retriable=False)
         if asynchronous:
             self._spawn_commit(todo)
             return None
         await self._commit_now(todo)
-        return sorted((t, p, o) for (t, p), o in todo.items())
+        return tp_list(todo, todo)
 
-    async def committed(self, partitions: Iterable[Any], timeout: float | None = None
-                        ) -> list[TopicPartitionOffset]:
-        """The group's committed offsets: [(topic, partition, offset or OFFSET_INVALID)]."""
+    async def committed(self, partitions: Iterable[Any], timeout: float | None = None) -> list[TP]:
+        """The group's committed offsets: [TopicPartition] (offset OFFSET_INVALID where none is committed)."""
         co = self._group("committed()")
         await self.start()
         tps = [_split(i)[0] for i in partitions]
         got = await co.fetch_committed(tps, self.config.request_timeout_ms / 1000 if timeout is None else timeout)
-        return [(t, p, got.get((t, p), -1) if got.get((t, p), -1) >= 0 else OFFSET_INVALID) for t, p in tps]
+        return [TP(t, p, got.get((t, p), -1) if got.get((t, p), -1) >= 0 else OFFSET_INVALID) for t, p in tps]
 
     def consumer_group_metadata(self) -> ConsumerGroupMetadata:
         """For ``Producer.send_offsets_to_transaction``: group id, generation, member id, instance id."""
@@ -509,7 +491,7 @@ class Consumer:
         if cb is None:
             return None
 
-        async def run(_: AsyncConsumer, tps: list[TopicPartition]) -> None:
+        async def run(_: AsyncConsumer, tps: list[TP]) -> None:
             await asyncio.get_running_loop().run_in_executor(None, cb, self, tps)
         return run
 
@@ -532,8 +514,8 @@ class Consumer:
     def incremental_unassign(self, partitions: Iterable[Assignment]) -> None:
         self._do(self._async.incremental_unassign, list(partitions))
 
-    def assignment(self) -> list[TopicPartition]:
-        result: list[TopicPartition] = self._do(self._async.assignment)
+    def assignment(self) -> list[TP]:
+        result: list[TP] = self._do(self._async.assignment)
         return result
 
     def seek(self, topic: str | Assignment, partition: int | None = None, offset: int | None = None) -> None:
@@ -548,8 +530,8 @@ class Consumer:
     def resume(self, partitions: Iterable[Assignment]) -> None:
         self._do(self._async.resume, list(partitions))
 
-    def paused(self) -> list[TopicPartition]:
-        result: list[TopicPartition] = self._do(self._async.paused)
+    def paused(self) -> list[TP]:
+        result: list[TP] = self._do(self._async.paused)
         return result
 
     def poll(self, timeout: float = 1.0) -> Message | None:
@@ -567,21 +549,21 @@ class Consumer:
         return result
 
     def store_offsets(self, message: Message | None = None,
-                      offsets: Iterable[Any] | Mapping[TopicPartition, int] | None = None) -> None:
+                      offsets: Iterable[Any] | Mapping[Any, int] | None = None) -> None:
         self._do(self._async.store_offsets, message, offsets if offsets is None or isinstance(offsets, Mapping)
                  else list(offsets))
 
     def commit(self, message: Message | None = None,
-               offsets: Iterable[Any] | Mapping[TopicPartition, int] | None = None,
-               asynchronous: bool = True) -> list[TopicPartitionOffset] | None:
+               offsets: Iterable[Any] | Mapping[Any, int] | None = None,
+               asynchronous: bool = True) -> list[TP] | None:
         if offsets is not None and not isinstance(offsets, Mapping):
             offsets = list(offsets)
-        result: list[TopicPartitionOffset] | None = self._runner.run(
+        result: list[TP] | None = self._runner.run(
             self._async.commit(message, offsets, asynchronous), self._timeout)
         return result
 
-    def committed(self, partitions: Iterable[Any], timeout: float | None = None) -> list[TopicPartitionOffset]:
-        result: list[TopicPartitionOffset] = self._runner.run(
+    def committed(self, partitions: Iterable[Any], timeout: float | None = None) -> list[TP]:
+        result: list[TP] = self._runner.run(
             self._async.committed(list(partitions), timeout), (timeout or self._timeout) + 5)
         return result
 

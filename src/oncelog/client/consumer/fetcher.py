@@ -104,7 +104,7 @@ def decode_fetched(topic: str, partition: int, records: Any, fetch_offset: int, 
             else:  # the fetch starts inside this batch (e.g. a compressed one): drop the records before it
                 part: list[Message] = []
                 decode_batch_into(buf, h, Message, topic, partition, part, check_crc=check_crcs)
-                out += [m for m in part if m.offset >= fetch_offset]
+                out += [m for m in part if m._offset >= fetch_offset]
         next_offset = max(next_offset, nxt)
         pos += LOG_OVERHEAD + length
     return out, next_offset
@@ -189,7 +189,7 @@ class Fetcher:
                     await self.cluster.wait_for_topic(t, self.config.request_timeout_ms / 1000)
             await self._resolve_resets()
         except KafkaError as e:
-            if not e.retriable:
+            if not e.retriable():
                 raise
             log.debug("consumer: %s; retrying", e)
             await asyncio.sleep(self.config.retry_backoff_ms / 1000)
@@ -206,7 +206,7 @@ class Fetcher:
                                          for n, tps in by_node.items()), return_exceptions=True)
         out: list[Any] = []
         for r in results:
-            if isinstance(r, KafkaError) and r.retriable:
+            if isinstance(r, KafkaError) and r.retriable():
                 log.debug("fetch failed: %s", r)
                 await asyncio.sleep(self.config.retry_backoff_ms / 1000)
                 await self.cluster.refresh()
@@ -249,7 +249,7 @@ class Fetcher:
                     continue
                 if rp.error_code:
                     err = KafkaError(rp.error_code, f"fetch {tp[0]}[{tp[1]}] at offset {fetch_offset}")
-                    if err.retriable:
+                    if err.retriable():
                         await self.cluster.refresh()
                         continue
                     raise err

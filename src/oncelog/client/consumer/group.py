@@ -213,7 +213,7 @@ class ConsumerCoordinator:
                 if await self._join_once():
                     return
             except KafkaError as e:
-                if not e.retriable and e.code not in COORDINATOR_RETRIABLE:
+                if not e.retriable() and e.code() not in COORDINATOR_RETRIABLE:
                     raise
                 log.info("group %r: rebalance interrupted (%s); joining again", self.group_id, e)
                 self.coordinator_dead(str(e))
@@ -358,7 +358,7 @@ class ConsumerCoordinator:
             conn = await self.coordinator()
             resp = await conn.send(m.heartbeat_request())
         except KafkaError as e:
-            if not e.retriable:
+            if not e.retriable():
                 raise
             m.on_heartbeat_failure()
             self.coordinator_dead(f"heartbeat: {e}")
@@ -439,7 +439,7 @@ class ConsumerCoordinator:
                 codes = await commit_offsets(conn, self.group_id, pending, generation_id=generation,
                                              member_id=member, group_instance_id=self.membership.group_instance_id)
             except KafkaError as e:
-                if not e.retriable or time.monotonic() >= deadline:
+                if not e.retriable() or time.monotonic() >= deadline:
                     raise
                 self.coordinator_dead(f"OffsetCommit: {e}")
                 await asyncio.sleep(self.config.retry_backoff_ms / 1000)
@@ -472,12 +472,12 @@ class ConsumerCoordinator:
                 conn = await self.coordinator()
                 return await fetch_committed(conn, self.group_id, tps)
             except KafkaError as e:
-                if e.code not in _RETRY_CODES and not isinstance(e, KafkaConnectionError):
+                if e.code() not in _RETRY_CODES and not isinstance(e, KafkaConnectionError):
                     raise
                 if time.monotonic() >= deadline:
                     raise KafkaTimeoutError(f"committed offsets of group {self.group_id!r} not available within "
                                             f"{timeout:g} s: {e}") from None
-                if e.code != ErrorCode.UNSTABLE_OFFSET_COMMIT:
+                if e.code() != ErrorCode.UNSTABLE_OFFSET_COMMIT:
                     self.coordinator_dead(f"OffsetFetch: {e}")
                 await asyncio.sleep(self.config.retry_backoff_ms / 1000)
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from oncelog.protocol.records import RecordBatchBuilder
 
 from ..errors import KafkaError
-from ..message import Header, Message
+from ..message import TIMESTAMP_LOG_APPEND_TIME, Header, Message
 from .idempotence import stamp_batch
 
 __all__ = ["BatchMessage", "DeliveryCallback", "ProducerBatch", "RecordAccumulator", "TopicPartition"]
@@ -32,13 +32,16 @@ TopicPartition = tuple[str, int]
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
 
 
-@dataclass(slots=True)
 class BatchMessage(Message):
-    """The delivery report of a pre-encoded batch (``produce_batch``): ``offset`` is its first record's offset
-    (-1 if not known), ``count`` its number of records; ``key`` and ``value`` are None, ``timestamp`` is the
-    first record's (or the log append time)."""
+    """The delivery report of a pre-encoded batch (``produce_batch``): ``offset()`` is its first record's offset
+    (None if not known), ``count`` its number of records; ``key()`` and ``value()`` are None, ``timestamp()`` is
+    the first record's (or the log append time)."""
 
-    count: int = 0
+    __slots__ = ("count",)
+
+    def __init__(self, topic: str, partition: int, offset: int, timestamp: int, count: int) -> None:
+        Message.__init__(self, topic, partition, offset, None, None, (), timestamp)
+        self.count = count
 
 
 #: a queued record: (key, value, headers, timestamp, callback); its Message is made only when it is reported
@@ -103,26 +106,24 @@ class ProducerBatch:
         if self.prebuilt is not None:
             cb = self.prebuilt_callback
             if cb is not None:
-                bm = BatchMessage(topic, partition, -1, None, None, [], self.prebuilt_timestamp,
-                                  count=self.prebuilt_count)
+                bm = BatchMessage(topic, partition, -1, self.prebuilt_timestamp, self.prebuilt_count)
                 if error is None:
-                    bm.offset = base_offset if base_offset >= 0 else -1
+                    bm._offset = base_offset if base_offset >= 0 else -1
                     if log_append_time >= 0:
-                        bm.timestamp = log_append_time
+                        bm._timestamp = log_append_time
+                        bm._tstype = TIMESTAMP_LOG_APPEND_TIME
                 else:
-                    bm.error = error
+                    bm._error = error
                 out.append((cb, error, bm))
             return out
         for i, (key, value, headers, ts, cb) in enumerate(self.records):
             if cb is None:
                 continue
-            m = Message(topic, partition, -1, key, value, headers, ts)
-            if error is None:
-                m.offset = base_offset + i if base_offset >= 0 else -1
-                if log_append_time >= 0:
-                    m.timestamp = log_append_time
-            else:
-                m.error = error
+            m = Message(topic, partition, base_offset + i if base_offset >= 0 and error is None else -1, key,
+                        value, headers, ts, error)
+            if error is None and log_append_time >= 0:
+                m._timestamp = log_append_time
+                m._tstype = TIMESTAMP_LOG_APPEND_TIME
             out.append((cb, error, m))
         return out
 

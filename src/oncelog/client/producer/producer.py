@@ -365,6 +365,8 @@ class Producer:
         self._lock = threading.Lock()
         self._waiting: dict[str, list[_Waiting]] = {}  # topic -> records waiting for its metadata (under _lock)
         self._lookups: set[asyncio.Task[None]] = set()
+        self._default_cb: DeliveryCallback | None = self._async.config.on_delivery
+        self._only_errors = self._async.config.delivery_report_only_error
         try:
             self._runner.run(self._async.start(), self._async.config.request_timeout_ms / 1000 + 5)
         except BaseException:
@@ -376,11 +378,19 @@ class Producer:
         return self._async.config
 
     def produce(self, topic: str, value: Any = None, key: Any = None, partition: int | None = None,
-                headers: HeadersLike = None, on_delivery: DeliveryCallback | None = None,
-                timestamp: int | None = None) -> None:
-        """Queue one record. ``on_delivery(err, msg)`` runs in a later ``poll()``/``flush()`` call."""
+                on_delivery: DeliveryCallback | None = None, timestamp: int | None = None,
+                headers: HeadersLike = None, *, callback: DeliveryCallback | None = None) -> None:
+        """Queue one record (confluent-kafka's arguments: ``partition`` -1 or None: by key, ``timestamp`` 0 or None:
+        now). ``on_delivery(err, msg)`` (or ``callback=``, or the ``on_delivery`` configuration) runs in a later
+        ``poll()``/``flush()`` call."""
         if self._closed:
             raise ConfigError("producer is closed")
+        if on_delivery is None:
+            on_delivery = callback or self._default_cb
+        if partition is not None and partition < 0:
+            partition = None
+        if not timestamp:
+            timestamp = None
         a = self._async
         with self._lock:
             waiting = self._waiting.get(topic)
@@ -435,8 +445,8 @@ class Producer:
             try:
                 await a.cluster.wait_for_topic(topic, wait)
             except KafkaError as e:
-                if e.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                    raise KafkaError(e.code, f"topic {topic!r} does not exist and was not created within "
+                if e.code() == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    raise KafkaError(e.code(), f"topic {topic!r} does not exist and was not created within "
                                      f"topic.metadata.propagation.max.ms={a.config.topic_metadata_propagation_max_ms}"
                                      ) from e
                 raise
@@ -456,8 +466,8 @@ class Producer:
             await a.cluster.wait_for_topic(topic, a.config.topic_metadata_propagation_max_ms / 1000)
         except KafkaError as e:
             err = e
-            if e.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                err = KafkaError(e.code, f"topic {topic!r} does not exist and was not created within "
+            if e.code() == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                err = KafkaError(e.code(), f"topic {topic!r} does not exist and was not created within "
                                  f"topic.metadata.propagation.max.ms={a.config.topic_metadata_propagation_max_ms} "
                                  f"(is auto.create.topics.enable off on the broker?)")
         self._release(topic, err)
@@ -505,9 +515,10 @@ class Producer:
             if sender is not None:
                 self._runner.run(sender.wait_progress(timeout), timeout + 5)
         n = 0
+        only_errors = self._only_errors
         while self._reports:
             cb, err, msg = self._reports.popleft()
-            if cb is not _ignore:
+            if cb is not _ignore and (err is not None or not only_errors):
                 cb(err, msg)
                 n += 1
         return n

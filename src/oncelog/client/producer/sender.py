@@ -222,8 +222,8 @@ class Sender:
             # of the partition meets a gap (OUT_OF_ORDER_SEQUENCE_NUMBER) or a duplicate the broker cannot see
             outcome_unknown = failure is not None
             if failure is not None:
-                err = KafkaError(int(failure.code), f"{where}: {failure.message}",
-                                                    retriable=failure.retriable)
+                err = KafkaError(int(failure.code()), f"{where}: {failure.message}",
+                                                    retriable=failure.retriable())
             elif acks == 0:
                 reports += self._finish(b, -1, -1, None)
                 continue
@@ -254,13 +254,13 @@ class Sender:
                         reports += self._finish(b, -1, -1, err)
                         self.txn.batch_failed(err, unresolved_sequence=True)
                         continue
-                    if not err.retriable and self.txn is not None and b.base_sequence >= 0:
+                    if not err.retriable() and self.txn is not None and b.base_sequence >= 0:
                         self._rejected(self.txn, b)
                 else:
                     reports += self._finish(b, p.base_offset, p.log_append_time_ms, None)
                     continue
-            if err.retriable:
-                if int(err.code) in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            if err.retriable():
+                if int(err.code()) in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                 ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NETWORK_EXCEPTION):
                     self._refresh_metadata()
                 reports += self._retry_or_fail(b, err)

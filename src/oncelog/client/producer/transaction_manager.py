@@ -34,6 +34,7 @@ from ..cluster import COORDINATOR_GROUP, COORDINATOR_TRANSACTION, Cluster
 from ..config import ProducerConfig
 from ..connection import BrokerConnection
 from ..errors import KafkaError, KafkaTimeoutError, UnsupportedVersionError
+from ..topic_partition import split
 from .idempotence import ProducerIdAndEpoch, SequenceNumbers
 from .txn_state import PreparedTxnState, TxnState, TxnStateMachine, classify
 
@@ -42,7 +43,8 @@ __all__ = ["OffsetsLike", "TransactionManager", "normalize_offsets"]
 log = logging.getLogger(__name__)
 S = TxnState
 TopicPartition = tuple[str, int]
-OffsetsLike = Mapping[TopicPartition, int] | Iterable[tuple[str, int, int]]
+#: [TopicPartition] (confluent-kafka's), [(topic, partition, offset)], or {(topic, partition) or TopicPartition: offset}
+OffsetsLike = Mapping[Any, int] | Iterable[Any]
 _BACKOFF = 0.02
 _REFIND = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NETWORK_EXCEPTION})
 _INIT_PRODUCER_ID = 22
@@ -52,7 +54,7 @@ def normalize_offsets(offsets: OffsetsLike) -> dict[TopicPartition, int]:
     """``{(topic, partition): offset}`` or ``[(topic, partition, offset), ...]`` (or objects with .topic,
     .partition, .offset) -> ``{(topic, partition): offset}``."""
     if isinstance(offsets, Mapping):
-        return {(str(t), int(p)): int(o) for (t, p), o in offsets.items()}
+        return {split(k)[0]: int(o) for k, o in offsets.items()}
     out: dict[TopicPartition, int] = {}
     for item in offsets:
         if isinstance(item, tuple):
@@ -140,9 +142,9 @@ class TransactionManager:
                 resp = await send(conn)
                 code = error_of(resp)
             except KafkaError as e:
-                if not e.retriable:
+                if not e.retriable():
                     raise
-                code, resp = int(e.code), None
+                code, resp = int(e.code()), None
                 if time.monotonic() + _BACKOFF > deadline:
                     raise KafkaTimeoutError(f"{what} did not succeed before the timeout (last error: {e})") \
                         from None
@@ -215,7 +217,7 @@ class TransactionManager:
             await self._init_pid(self._deadline(timeout), keep_prepared_txn, ProducerIdAndEpoch())
         except KafkaError as e:
             if self.fsm.state is S.INITIALIZING:
-                if classify(int(e.code)) == "fatal" or not e.retriable:
+                if classify(int(e.code())) == "fatal" or not e.retriable():
                     self.fsm.fail(e, fatal=True)
                 else:
                     self.fsm.transition(S.UNINITIALIZED)  # e.g. a timeout: init_transactions() may be called again
@@ -318,14 +320,14 @@ class TransactionManager:
         Idempotent: an unresolved sequence (OUT_OF_ORDER, UNKNOWN_PRODUCER_ID, expiry) needs a new epoch."""
         if self.transactional:
             if self.fsm.state in (S.IN_TRANSACTION, S.COMMITTING_TRANSACTION, S.ABORTABLE_ERROR,
-                                  S.PREPARED_TRANSACTION, S.ABORTING_TRANSACTION) or classify(int(error.code)) == "fatal":
+                                  S.PREPARED_TRANSACTION, S.ABORTING_TRANSACTION) or classify(int(error.code())) == "fatal":
                 if unresolved_sequence:
                     self.fsm.epoch_bump_needed = True
                 if self.fsm.state in (S.PREPARED_TRANSACTION, S.ABORTING_TRANSACTION) \
-                        and classify(int(error.code)) != "fatal":
+                        and classify(int(error.code())) != "fatal":
                     return  # nothing is produced in these states; the error reached the record's callback
                 self.fsm.fail(error)
-        elif classify(int(error.code)) == "fatal" and error.code != ErrorCode.INVALID_PRODUCER_EPOCH:
+        elif classify(int(error.code())) == "fatal" and error.code() != ErrorCode.INVALID_PRODUCER_EPOCH:
             self.fsm.fail(error, fatal=True)
         elif unresolved_sequence:
             self.bump_requested = True
@@ -340,7 +342,9 @@ class TransactionManager:
             generation = getattr(group_metadata, "generation_id", -1)
             member = getattr(group_metadata, "member_id", "")
             instance = getattr(group_metadata, "group_instance_id", None)
-        offs = normalize_offsets(offsets)
+        offs = {tp: o for tp, o in normalize_offsets(offsets).items() if o >= 0}
+        if not offs:
+            return  # as librdkafka: partitions without a valid offset (OFFSET_INVALID positions) are skipped
         deadline = self._deadline(timeout)
         pid = self.pid
         try:
@@ -403,7 +407,7 @@ class TransactionManager:
         except KafkaTimeoutError:
             raise  # may be retried: the state stays COMMITTING/ABORTING
         except KafkaError as e:
-            if classify(int(e.code)) == "fatal" or not commit:
+            if classify(int(e.code())) == "fatal" or not commit:
                 self.fsm.fail(e, fatal=True)
             else:
                 self.fsm.fail(e)

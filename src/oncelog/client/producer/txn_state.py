@@ -156,7 +156,7 @@ class TxnStateMachine:
     def fail(self, error: KafkaError, *, fatal: bool | None = None) -> None:
         """Record a failure: FATAL_ERROR for fatal codes (or ``fatal=True``), else ABORTABLE_ERROR when in a
         transaction. Errors while no transaction is open (READY...) only become fatal when fatal."""
-        is_fatal = classify(int(error.code)) == "fatal" if fatal is None else fatal
+        is_fatal = classify(int(error.code())) == "fatal" if fatal is None else fatal
         if is_fatal:
             if self.state is not S.FATAL_ERROR:
                 self.transition(S.FATAL_ERROR, error)
@@ -165,17 +165,17 @@ class TxnStateMachine:
 
     def fatal_error(self) -> KafkaError:
         err = self.last_error
-        detail = f"{err.name}: {err.message}" if err is not None else "an earlier fatal error"
-        return KafkaError(int(err.code) if err is not None else ErrorCode.INVALID_TXN_STATE,
+        detail = f"{err.name()}: {err.message}" if err is not None else "an earlier fatal error"
+        return KafkaError(int(err.code()) if err is not None else ErrorCode.INVALID_TXN_STATE,
                           f"transactional producer {self.transactional_id!r} failed fatally ({detail}); "
-                          "close it and create a new producer", retriable=False)
+                          "close it and create a new producer", fatal=True, retriable=False)
 
     def abortable_error(self) -> KafkaError:
         err = self.last_error
-        detail = f"{err.name}: {err.message}" if err is not None else "an earlier error"
-        return KafkaError(int(err.code) if err is not None else ErrorCode.INVALID_TXN_STATE,
+        detail = f"{err.name()}: {err.message}" if err is not None else "an earlier error"
+        return KafkaError(int(err.code()) if err is not None else ErrorCode.INVALID_TXN_STATE,
                           f"the transaction of {self.transactional_id!r} failed ({detail}); call "
-                          "abort_transaction() and start a new one", retriable=False)
+                          "abort_transaction() and start a new one", retriable=False, txn_requires_abort=True)
 
     def require(self, what: str, *allowed: TxnState) -> None:
         """Raise the right error unless the state is one of ``allowed``."""
