@@ -1,0 +1,60 @@
+"""AlterPartitionReassignments (45): start, replace or cancel moves of partitions' replicas (KIP-455); in a cluster
+decided by the controller (see :mod:`oncelog.broker.cluster_reassign`), the data copied by replication."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Mapping
+from typing import TYPE_CHECKING
+
+from oncelog.cluster.api_error import ApiError
+from oncelog.protocol.messages.alter_partition_reassignments_request import AlterPartitionReassignmentsRequest
+from oncelog.protocol.messages.alter_partition_reassignments_response import (
+    AlterPartitionReassignmentsResponse,
+    ReassignablePartitionResponse,
+    ReassignableTopicResponse,
+)
+from oncelog.protocol.errors import ErrorCode
+
+from ..cluster_reassign import alter, by_topic, forward, is_forwarded
+
+if TYPE_CHECKING:
+    from oncelog.broker.context import BrokerContext
+    from oncelog.broker.router import RequestContext
+
+API_KEY = 45
+MIN_VERSION = 0
+MAX_VERSION = 0
+
+
+def handle(broker: "BrokerContext", ctx: "RequestContext", request: AlterPartitionReassignmentsRequest,
+           ) -> Awaitable[AlterPartitionReassignmentsResponse] | AlterPartitionReassignmentsResponse:
+    return _handle(broker, ctx, request)
+
+
+async def _handle(broker: "BrokerContext", ctx: "RequestContext",
+                  request: AlterPartitionReassignmentsRequest) -> AlterPartitionReassignmentsResponse:
+    targets = [((t.name, p.partition_index), None if p.replicas is None else tuple(p.replicas))
+               for t in request.topics for p in t.partitions]
+    timeout = max(0.0, request.timeout_ms / 1000)
+    node = broker.cluster
+    if node is not None and not node.is_controller():
+        if is_forwarded(ctx.client_id):
+            error = ApiError(ErrorCode.NOT_CONTROLLER, "this broker is not the controller; retry")
+            return _response({tp: error for tp, _ in targets})
+        got = await forward(node, request, ctx.api_version, timeout)
+        if isinstance(got, AlterPartitionReassignmentsResponse):
+            return got
+        assert isinstance(got, ApiError)
+        return _response({tp: got for tp, _ in targets})
+    outcome = await alter(broker, targets, timeout)
+    if isinstance(outcome, ApiError):
+        return _response({tp: outcome for tp, _ in targets})
+    return _response(outcome)
+
+
+def _response(results: Mapping[tuple[str, int], ApiError]) -> AlterPartitionReassignmentsResponse:
+    return AlterPartitionReassignmentsResponse(throttle_time_ms=0, error_code=0, error_message=None, responses=[
+        ReassignableTopicResponse(name=topic, partitions=[
+            ReassignablePartitionResponse(partition_index=index, error_code=int(e.code), error_message=e.message)
+            for index, e in parts])
+        for topic, parts in by_topic(results).items()])
