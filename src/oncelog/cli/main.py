@@ -91,9 +91,11 @@ def serve(data_dir: Path | None, listen: str | None, config_file: Path | None, s
 
 
 def _register() -> None:
-    from . import consume, group, produce, topic, txn
+    from . import cluster, consume, group, produce, reassign, topic, txn
 
     cli.add_command(topic.topic)
+    topic.topic.add_command(reassign.reassign)  # a module of its own: topic.py is the admin client's commands
+    cli.add_command(cluster.cluster)
     cli.add_command(produce.produce)
     cli.add_command(consume.consume)
     cli.add_command(group.group)

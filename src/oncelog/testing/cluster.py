@@ -70,6 +70,7 @@ class ClusterProcess:
         self.etcd = EtcdProcess(self.base_dir / "etcd", client_port=etcd_port,
                                 log_path=self.base_dir / "etcd.log")
         self.settings = dict(settings or {})
+        self.new_session = new_session
         self.brokers: dict[int, BrokerProcess] = {}
         for i, node in enumerate(ids):
             own = {**self.settings, **dict((broker_settings or {}).get(node, {})),
@@ -144,6 +145,19 @@ class ClusterProcess:
         if wait_registered:
             self.wait_for(lambda v: node in v.brokers, timeout, f"node {node} registered")
         return b
+
+    def add_broker(self, node: int, settings: Mapping[str, object] | None = None, *, port: int | None = None,
+                   start: bool = True, timeout: float = 60.0) -> BrokerProcess:
+        """A new broker joining the cluster (scale out): the cluster's settings plus ``settings``, its data under
+        ``base_dir/broker-<node>``; started and registered unless ``start=False``."""
+        if node in self.brokers:
+            raise ValueError(f"node {node} is already a broker of this cluster")
+        own = {**self.settings, **dict(settings or {}), "node.id": node, "metadata": f"etcd://{self.etcd.endpoint}",
+               "cluster.name": self.cluster_name}
+        self.brokers[node] = BrokerProcess(self.base_dir / f"broker-{node}", port=port or free_port(), settings=own,
+                                           log_path=self.base_dir / f"broker-{node}.log",
+                                           new_session=self.new_session)
+        return self.start_broker(node, timeout) if start else self.brokers[node]
 
     def restart(self, node: int, timeout: float = 60.0) -> BrokerProcess:
         self.brokers[node].stop()
