@@ -32,7 +32,8 @@ def _stop(cluster: ClusterProcess) -> None:
 def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterProcess]:
     etcd_or_skip()
     cluster = ClusterProcess(tmp_path_factory.mktemp("cluster"), 3, cluster_name=f"shared-{uuid.uuid4().hex[:6]}",
-                             settings={"default.replication.factor": 3},
+                             settings={"default.replication.factor": 3,
+                                       "transaction.two.phase.commit.enable": "true"},  # the Spark sink's 2PC
                              broker_settings={n: {"metrics.listen": f"127.0.0.1:{free_port()}"} for n in (1, 2, 3)})
     cluster.start()
     yield cluster
