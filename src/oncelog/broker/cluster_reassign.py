@@ -70,6 +70,7 @@ __all__ = [
     "forward",
     "is_forwarded",
     "list_ongoing",
+    "request_timeout",
     "single_node_view",
 ]
 
@@ -77,10 +78,17 @@ log = logging.getLogger("oncelog.broker.reassign")
 
 #: the client id of a request one broker forwards to the controller
 FORWARDED_CLIENT_PREFIX = "oncelog-forwarded-by-"
+MIN_TIMEOUT_S = 5.0
 _WAIT_MESSAGE = "waiting for the controller to act on a restarted broker"
 
 #: per-partition results, or one error for the whole request (the controller could not be reached in time)
 Outcome = Mapping[TopicPartition, ApiError] | ApiError
+
+
+def request_timeout(timeout_ms: int) -> float:
+    """The request's ``timeout_ms`` in seconds, at least :data:`MIN_TIMEOUT_S`: a write to etcd that is cut short
+    may still land, and the answer would then be wrong (a timeout for a change that was made)."""
+    return max(MIN_TIMEOUT_S, timeout_ms / 1000)
 
 
 def is_forwarded(client_id: str | None) -> bool:

@@ -15,7 +15,7 @@ from oncelog.protocol.messages.alter_partition_reassignments_response import (
 )
 from oncelog.protocol.errors import ErrorCode
 
-from ..cluster_reassign import alter, by_topic, forward, is_forwarded
+from ..cluster_reassign import alter, by_topic, forward, is_forwarded, request_timeout
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
@@ -35,7 +35,7 @@ async def _handle(broker: "BrokerContext", ctx: "RequestContext",
                   request: AlterPartitionReassignmentsRequest) -> AlterPartitionReassignmentsResponse:
     targets = [((t.name, p.partition_index), None if p.replicas is None else tuple(p.replicas))
                for t in request.topics for p in t.partitions]
-    timeout = max(0.0, request.timeout_ms / 1000)
+    timeout = request_timeout(request.timeout_ms)
     node = broker.cluster
     if node is not None and not node.is_controller():
         if is_forwarded(ctx.client_id):

@@ -16,7 +16,7 @@ from oncelog.protocol.messages.elect_leaders_response import (
     ReplicaElectionResult,
 )
 
-from ..cluster_reassign import Outcome, by_topic, elect, forward, is_forwarded
+from ..cluster_reassign import Outcome, by_topic, elect, forward, is_forwarded, request_timeout
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
@@ -40,7 +40,7 @@ async def _handle(broker: "BrokerContext", ctx: "RequestContext", request: Elect
     except ValueError:
         return _response(asked, ApiError(ErrorCode.INVALID_REQUEST,
                                          f"unknown election type {request.election_type}"), top_level=True)
-    timeout = max(0.0, request.timeout_ms / 1000)
+    timeout = request_timeout(request.timeout_ms)
     node = broker.cluster
     if node is not None and not node.is_controller():
         if is_forwarded(ctx.client_id):
