@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, ElectionType, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.client.connection import BrokerConnection
@@ -57,6 +57,15 @@ async def _send(cluster: ClusterProcess, node: int, request: Any) -> Any:
     await conn.connect()
     try:
         return await conn.send(request)
+    finally:
+        await conn.close()
+
+
+async def _versions(cluster: ClusterProcess, node: int) -> dict[int, tuple[int, int]]:
+    conn = BrokerConnection("127.0.0.1", cluster.brokers[node].port)
+    await conn.connect()
+    try:
+        return dict(conn.broker_versions)
     finally:
         await conn.close()
 
@@ -264,6 +273,11 @@ def test_elect_leaders_moves_leadership_back_to_the_preferred_replica_after_a_fa
     assert _state(view, topic_name, 0).leader_epoch >= 2
     for node in cluster.node_ids:
         assert elect(cluster, node, topic_name, [0]) == {(topic_name, 0): ErrorCode.ELECTION_NOT_NEEDED}
+    # librdkafka's admin client (it sends ElectLeaders to the controller it finds in Metadata)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    got = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic_name, 0)]).result(TIMEOUT)
+    assert [(tp.topic, tp.partition, e.code() if e is not None else None) for tp, e in got.items()] == [
+        (topic_name, 0, ErrorCode.ELECTION_NOT_NEEDED)], got
 
 
 def test_bad_requests_get_kafkas_error_codes(cluster: ClusterProcess, topic_name: str) -> None:
@@ -272,6 +286,8 @@ def test_bad_requests_get_kafkas_error_codes(cluster: ClusterProcess, topic_name
     y, z = (n for n in cluster.node_ids if n != ctrl)  # z is paused below: never the controller
     _create(cluster, topic_name, 1, 2, assignment=[[ctrl, y]])
     t = topic_name
+    versions = asyncio.run(_versions(cluster, y))
+    assert {k: versions.get(k) for k in (43, 45, 46)} == {43: (0, 2), 45: (0, 0), 46: (0, 0)}  # ApiVersions
     for node in cluster.node_ids:  # the controller and the brokers that forward to it answer alike
         got = alter(cluster, node, t, {0: [ctrl, 99], 1: [ctrl, y], 2: None})
         assert got == {(t, 0): ErrorCode.INVALID_REPLICA_ASSIGNMENT, (t, 1): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
