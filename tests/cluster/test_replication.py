@@ -35,7 +35,7 @@ def _create(cluster: ClusterProcess, topic: str, min_isr: int = 2) -> None:
 
 
 def _produce(cluster: ClusterProcess, topic: str, values: list[bytes]) -> list[bytes]:
-    """acks=all (no idempotence: the coordinators do not run in a cluster yet); the values acknowledged."""
+    """acks=all, plain (the idempotent and transactional paths: test_cluster_eos.py); the values acknowledged."""
     acked: list[bytes] = []
     errors: list[object] = []
 
