@@ -365,3 +365,34 @@ def test_cli_cluster_status_partitions_reassign_and_elect(cluster: ClusterProces
     errors = {row["partition"]: row["error"] for row in json.loads(r.stdout)}
     assert errors[1] == "ELECTION_NOT_NEEDED" and errors[0] in (None, "ELECTION_NOT_NEEDED"), errors
     cluster.wait_for(lambda v: _state(v, topic_name, 0).leader == 3, TIMEOUT, "the preferred replica 3 leads")
+
+
+def test_kafka_python_admin_reassigns_lists_and_elects(cluster: ClusterProcess, topic_name: str) -> None:
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KTopicPartition
+
+    ctrl = cluster.controller()
+    assert ctrl is not None
+    y, z = (n for n in cluster.node_ids if n != ctrl)
+    _create(cluster, topic_name, 1, 2, assignment=[[y, ctrl]])
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=TIMEOUT * 1000)
+    try:
+        tp = KTopicPartition(topic_name, 0)
+        cluster.pause(z)  # the new replica cannot catch up while paused: the move stays listed
+        try:
+            admin.alter_partition_reassignments({tp: [z, y]})
+            listed = admin.list_partition_reassignments([tp])
+            assert list(listed) == [tp], listed
+            entry = listed[tp]
+            assert sorted(entry["replicas"]) == sorted([z, y, ctrl]), entry
+            assert entry["adding_replicas"] == [z] and entry["removing_replicas"] == [ctrl], entry
+        finally:
+            cluster.resume(z)
+        view = cluster.wait_for(lambda v: _state(v, topic_name, 0).replicas == (z, y)
+                                and set(_state(v, topic_name, 0).isr) == {z, y}, TIMEOUT, "the move completed")
+        _wait(lambda: admin.list_partition_reassignments([tp]) == {}, "the move no longer listed")
+        if _state(view, topic_name, 0).leader != z:
+            admin.elect_leaders(0, {topic_name: [0]})
+        cluster.wait_for(lambda v: _state(v, topic_name, 0).leader == z, TIMEOUT, "the preferred replica leads")
+    finally:
+        admin.close()
