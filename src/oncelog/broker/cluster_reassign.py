@@ -217,8 +217,9 @@ def list_ongoing(broker: BrokerContext, partitions: Iterable[TopicPartition] | N
 
 
 # ------------------------------------------------------------------------------------------------ forwarding
-async def forward(node: ClusterNode, request: Any, api_version: int, timeout: float) -> Any | ApiError:
-    """Send ``request`` to the controller the view names and return its response (or the error to answer with)."""
+async def forward(node: ClusterNode, request: Any, api_version: int, timeout: float) -> Any | ApiError | None:
+    """Send ``request`` to the controller the view names and return its response (or the error to answer with);
+    None when this broker has become the controller meanwhile (decide here)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     view = node.view
@@ -229,7 +230,7 @@ async def forward(node: ClusterNode, request: Any, api_version: int, timeout: fl
             return ApiError(ErrorCode.NOT_CONTROLLER, "no active controller in the cluster now; retry")
         view = await node.store.wait_for_change(view.revision, timeout=min(left, 1.0))
         if node.is_controller():
-            return ApiError(ErrorCode.NOT_CONTROLLER, "this broker just became the controller; retry")
+            return None
     target = view.controller.node_id
     info = view.brokers.get(target)
     if info is None:

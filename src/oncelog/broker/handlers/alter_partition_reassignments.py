@@ -44,8 +44,9 @@ async def _handle(broker: "BrokerContext", ctx: "RequestContext",
         got = await forward(node, request, ctx.api_version, timeout)
         if isinstance(got, AlterPartitionReassignmentsResponse):
             return got
-        assert isinstance(got, ApiError)
-        return _response({tp: got for tp, _ in targets})
+        if got is not None:  # None: this broker is the controller now
+            assert isinstance(got, ApiError)
+            return _response({tp: got for tp, _ in targets})
     outcome = await alter(broker, targets, timeout)
     if isinstance(outcome, ApiError):
         return _response({tp: outcome for tp, _ in targets})

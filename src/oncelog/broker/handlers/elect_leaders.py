@@ -48,8 +48,9 @@ async def _handle(broker: "BrokerContext", ctx: "RequestContext", request: Elect
         got = await forward(node, request, ctx.api_version, timeout)
         if isinstance(got, ElectLeadersResponse):
             return got
-        assert isinstance(got, ApiError)
-        return _response(asked, got)
+        if got is not None:  # None: this broker is the controller now
+            assert isinstance(got, ApiError)
+            return _response(asked, got)
     return _response(asked, await elect(broker, election_type, asked, timeout))
 
 
