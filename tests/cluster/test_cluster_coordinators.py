@@ -282,3 +282,75 @@ def test_group_coordinator_failover_keeps_members_and_offsets(cluster: ClusterPr
     duplicates = len(seen["a"]) + len(seen["b"]) - len(everything)
     print(f"\ngroup coordinator failover: assignments {assigns} (before the kill {assigns_before}), "
           f"{duplicates} record(s) consumed twice (uncommitted when a partition moved), commit errors {errors[:3]}")
+
+
+def test_coordinator_killed_before_during_and_after_end_txn(cluster: ClusterProcess, topic_name: str) -> None:
+    """Transactions whose coordinators are all on one broker, each with a record on three partitions (led by three
+    brokers): one still open (before EndTxn), one committed and answered (after), four whose EndTxn(commit) was just
+    sent, unanswered, when the broker is SIGKILLed (during: PrepareCommit not yet written, written with markers
+    partly sent, or complete). The new coordinators (the new leaders of their ``__transaction_state`` partitions)
+    load what was decided: a prepared commit is completed without any client, an open transaction stays open (its
+    producer commits it through the new coordinator), a completed one stands. Every transaction ends visible whole
+    to read_committed, none twice."""
+    _create(cluster, topic_name, 3)
+    view = cluster.view()
+    leaders = cluster.leaders(topic_name)
+    _coordinator(cluster, f"{topic_name}-probe", 1)  # __transaction_state exists
+    view = cluster.view()
+    victim = view.partition(TXN_TOPIC, 0).leader  # type: ignore[union-attr]
+    ids: list[str] = []
+    i = 0
+    while len(ids) < 6:  # transactional ids whose coordinator is the victim
+        tid = f"{topic_name}-tx{i}"
+        if _internal_leader(view, TXN_TOPIC, tid)[0] == victim:
+            ids.append(tid)
+        i += 1
+    before, after, during = ids[0], ids[1], ids[2:]
+    producers: dict[str, tuple[int, int]] = {}
+    with TxnClient(_address(cluster, victim)) as coord:
+        for tid in ids:
+            pid, epoch = coord.init_txn(tid)
+            producers[tid] = (pid, epoch)
+            assert coord.add_partitions(tid, pid, epoch, [(topic_name, p) for p in range(3)]) == {
+                (topic_name, p): 0 for p in range(3)}
+            for p in range(3):
+                with TxnClient(_address(cluster, leaders[p])) as d:
+                    r = d.produce_batch(topic_name, p, txn_batch([f"{tid}/{p}".encode()], pid, epoch, 0), txn_id=tid)
+                    assert r.error_code == 0, (tid, p, r)
+        assert coord.end_txn(after, *producers[after], True) == 0
+        for tid in during:  # sent, not awaited: the kill lands somewhere in their completion
+            coord.send_end_txn(tid, *producers[tid], True)
+            time.sleep(0.002)
+        cluster.kill(victim)
+
+    def moved(v: ClusterView) -> bool:
+        return all(_internal_leader(v, TXN_TOPIC, tid)[0] not in (victim, -1) for tid in ids)
+
+    cluster.wait_for(moved, TIMEOUT, "new leaders for the transactions' __transaction_state partitions")
+    cluster.start_broker(victim)
+    states: dict[str, str] = {}
+    first_seen: dict[str, str] = {}
+    for tid in ids:
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            node = _coordinator(cluster, tid, 1)
+            with TxnClient(_address(cluster, node)) as coord:
+                d = coord.describe_txn(tid)
+                state = d.transaction_state if d.error_code == 0 else ""
+                if state:
+                    first_seen.setdefault(tid, state)
+                if state == "Ongoing":  # the EndTxn never reached the log (before, or a lost send): commit now
+                    code = coord.end_txn(tid, *producers[tid], True)
+                    assert code in (0, ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                                    ErrorCode.NOT_COORDINATOR), (tid, code)
+                elif state in ("CompleteCommit", "CompleteAbort"):
+                    states[tid] = state
+                    break
+            assert time.monotonic() < deadline, f"{tid} stuck in state {state!r}"
+            time.sleep(0.1)
+    assert first_seen[before] == "Ongoing", first_seen  # the open transaction survived the move, still open
+    assert first_seen[after] == "CompleteCommit", first_seen
+    assert states == {tid: "CompleteCommit" for tid in ids}, (states, first_seen)
+    print(f"\nstates first seen after the failover: {first_seen}")
+    got = _read_committed(cluster, topic_name, 3, 3 * len(ids))
+    assert sorted(got) == sorted(f"{tid}/{p}".encode() for tid in ids for p in range(3)), got

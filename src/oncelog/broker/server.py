@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import io
 import logging
 import signal
 import socket
@@ -352,10 +353,19 @@ async def _main(config: BrokerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, broker.request_stop)
+    loop.add_signal_handler(signal.SIGUSR1, _log_tasks)
     try:
         await broker.serve_forever()
     finally:
         await broker.stop()
+
+
+def _log_tasks() -> None:
+    """SIGUSR1: log where every asyncio task of the broker is waiting (for a broker that does not stop or answer)."""
+    for task in asyncio.all_tasks():
+        buf = io.StringIO()
+        task.print_stack(limit=12, file=buf)
+        log.warning("task %s:\n%s", task.get_name(), buf.getvalue())
 
 
 def run_broker(config: BrokerConfig) -> None:

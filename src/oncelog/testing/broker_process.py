@@ -124,6 +124,8 @@ class BrokerProcess:
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
+                self.proc.send_signal(signal.SIGUSR1)  # the broker logs where each of its tasks waits
+                time.sleep(1.0)
                 self.proc.kill()
                 self.proc.wait()
         rc = self.proc.returncode
