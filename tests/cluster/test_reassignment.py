@@ -396,3 +396,22 @@ def test_kafka_python_admin_reassigns_lists_and_elects(cluster: ClusterProcess, 
         cluster.wait_for(lambda v: _state(v, topic_name, 0).leader == z, TIMEOUT, "the preferred replica leads")
     finally:
         admin.close()
+
+
+def test_cli_reassign_spreads_a_topic_over_brokers(cluster: ClusterProcess, topic_name: str) -> None:
+    boot = ["-b", cluster.bootstrap]
+    _create(cluster, topic_name, 3, 1, assignment=[[1], [1], [1]])
+    r = _oncelog("topic", "reassign", topic_name, "--brokers", "1,2,3", "--replication-factor", "2", "--wait", "60",
+                 "--json", *boot)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = json.loads(r.stdout)
+    assert out["still_moving"] == [] and all(row["error"] is None for row in out["results"]), out
+    assert {row["partition"]: row["replicas"] for row in out["results"]} == {0: [1, 2], 1: [2, 3], 2: [3, 1]}
+    view = cluster.view()
+    assert [_state(view, topic_name, i).replicas for i in range(3)] == [(1, 2), (2, 3), (3, 1)]
+    r = _oncelog("cluster", "elect-leaders", "-t", topic_name, *boot)
+    assert r.returncode == 0, r.stdout + r.stderr
+    cluster.wait_for(lambda v: [_state(v, topic_name, i).leader for i in range(3)] == [1, 2, 3], TIMEOUT,
+                     "leaders spread over the three brokers")
+    r = _oncelog("topic", "reassign", topic_name, "--brokers", "1,2", "--replication-factor", "3", *boot)
+    assert r.returncode == 1 and "has 3 replicas but --brokers names 2" in r.stderr, r.stderr
