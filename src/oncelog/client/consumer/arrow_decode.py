@@ -49,10 +49,13 @@ def _varint(buf: np.ndarray[Any, Any], pos: np.ndarray[Any, Any], strict: bool =
     """Zig-zag varints (up to 10 bytes) at every position of ``pos``: (values int64, positions after them).
     ``strict=False`` (guessed positions): a varint running past 10 bytes reads as -1 instead of raising."""
     last = len(buf) - 1
-    b = buf[np.minimum(pos, last)].astype(np.uint64)
-    raw = b & 0x7F
-    size = np.ones(len(pos), np.int64)
+    b = buf[np.minimum(pos, last)]
     cont = b >= 0x80
+    if not cont.any():  # one byte each (small lengths and deltas): no 64-bit work
+        small = b.astype(np.int64)
+        return (small >> 1) ^ -(small & 1), pos + 1
+    raw = (b & 0x7F).astype(np.uint64)
+    size = np.ones(len(pos), np.int64)
     k = 1
     while cont.any():
         if k >= 10:
