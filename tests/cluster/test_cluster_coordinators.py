@@ -354,3 +354,46 @@ def test_coordinator_killed_before_during_and_after_end_txn(cluster: ClusterProc
     print(f"\nstates first seen after the failover: {first_seen}")
     got = _read_committed(cluster, topic_name, 3, 3 * len(ids))
     assert sorted(got) == sorted(f"{tid}/{p}".encode() for tid in ids for p in range(3)), got
+
+
+def test_native_client_transactions_and_group_on_the_cluster(cluster: ClusterProcess, topic_name: str) -> None:
+    """oncelog's own client finds the coordinators of a cluster: a transactional producer over partitions led by
+    three brokers, and a read_committed group consumer that commits its offsets."""
+    from oncelog.client import Consumer as NativeConsumer
+    from oncelog.client import Producer as NativeProducer
+    from oncelog.client import TopicPartition as NativeTopicPartition
+
+    _create(cluster, topic_name, 6)
+    p = NativeProducer({"bootstrap.servers": cluster.bootstrap, "transactional.id": f"{topic_name}-native"})
+    p.init_transactions(TIMEOUT)
+    expected = []
+    for i in range(6):
+        p.begin_transaction()
+        values = [f"{i}-{j}".encode() for j in range(6)]
+        for j, v in enumerate(values):
+            p.produce(topic_name, v, partition=j)
+        if i % 3 == 2:
+            p.abort_transaction(TIMEOUT)
+        else:
+            p.commit_transaction(TIMEOUT)
+            expected += values
+    p.close()
+    c = NativeConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"{topic_name}-native",
+                        "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                        "enable.auto.commit": False})
+    c.subscribe([topic_name])
+    got: list[bytes] = []
+    last: dict[int, int] = {}
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        while len(got) < len(expected) and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+                last[m.partition()] = m.offset()
+        c.commit(asynchronous=False)
+        committed = c.committed([NativeTopicPartition(topic_name, j) for j in range(6)], TIMEOUT)
+    finally:
+        c.close()
+    assert sorted(got) == sorted(expected)
+    assert {tp.partition: tp.offset for tp in committed} == {j: last[j] + 1 for j in range(6)}, (committed, last)
