@@ -53,14 +53,16 @@ def topic_ready(view: ClusterView, topic: str, replication_factor: int | None = 
 class ClusterProcess:
     """etcd + ``size`` brokers (node ids 1..size unless ``node_ids``) under ``base_dir``.
 
-    ``settings`` go to every broker, ``broker_settings[node]`` to one; ``ports`` / ``etcd_port`` fix the ports
+    ``settings`` go to every broker, ``broker_settings[node]`` to one (and ``broker_env[node]`` to its environment:
+    fault hooks such as the power-cut trace); ``ports`` / ``etcd_port`` fix the ports
     (free ones otherwise). Data: ``base_dir/etcd``, ``base_dir/broker-<id>``; logs next to them (``*.log``).
     """
 
     def __init__(self, base_dir: Path, size: int = 3, *, settings: Mapping[str, object] | None = None,
                  broker_settings: Mapping[int, Mapping[str, object]] | None = None,
                  node_ids: Sequence[int] | None = None, ports: Sequence[int] | None = None,
-                 etcd_port: int | None = None, cluster_name: str = "oncelog", new_session: bool = False) -> None:
+                 etcd_port: int | None = None, cluster_name: str = "oncelog", new_session: bool = False,
+                 broker_env: Mapping[int, Mapping[str, str]] | None = None) -> None:
         self.base_dir = Path(base_dir)
         self.cluster_name = cluster_name
         self.keys = Keys(cluster_name)
@@ -78,6 +80,7 @@ class ClusterProcess:
             port = ports[i] if ports is not None else free_port()
             self.brokers[node] = BrokerProcess(self.base_dir / f"broker-{node}", port=port, settings=own,
                                                log_path=self.base_dir / f"broker-{node}.log",
+                                               env=dict((broker_env or {}).get(node, {})),
                                                new_session=new_session)
 
     # ----------------------------------------------------------------------------------------- whole cluster
