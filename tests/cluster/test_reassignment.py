@@ -375,9 +375,12 @@ def test_kafka_python_admin_reassigns_lists_and_elects(cluster: ClusterProcess, 
     assert ctrl is not None
     y, z = (n for n in cluster.node_ids if n != ctrl)
     _create(cluster, topic_name, 1, 2, assignment=[[y, ctrl]])
-    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=TIMEOUT * 1000)
+    # z is paused below: the admin client must know the controller by then (it looks it up through any broker)
+    admin = KafkaAdminClient(bootstrap_servers=",".join(cluster.brokers[n].bootstrap for n in (ctrl, y)),
+                             request_timeout_ms=TIMEOUT * 1000)
     try:
         tp = KTopicPartition(topic_name, 0)
+        assert admin.list_partition_reassignments([tp]) == {}
         cluster.pause(z)  # the new replica cannot catch up while paused: the move stays listed
         try:
             admin.alter_partition_reassignments({tp: [z, y]})
