@@ -25,6 +25,7 @@ from oncelog.testing.cluster import ClusterProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "integration"))
 from _txn_raw import READ_COMMITTED, TxnClient, txn_batch  # noqa: E402
+from cluster_helpers import scrape  # noqa: E402
 
 TIMEOUT = 30
 TXN_TOPIC, OFFSETS_TOPIC = "__transaction_state", "__consumer_offsets"
@@ -142,6 +143,10 @@ def test_transactions_span_three_brokers(cluster: ClusterProcess, topic_name: st
                 assert code == 0
                 ids.add(pid)
     assert len(ids) == 3 * len(cluster.node_ids), ids
+    metrics = {n: scrape(cluster, n) for n in cluster.node_ids}
+    assert sum(m["oncelog_coordinator_loads_total"] for m in metrics.values()) >= 2, metrics
+    # the transaction's partitions are led by all three brokers: its coordinator sent markers to the other two
+    assert metrics[txn_coordinator]["oncelog_txn_marker_requests_total"] > 0, metrics[txn_coordinator]
     print(f"\ntransaction coordinator: node {txn_coordinator}, group coordinator: node {group_coordinator}, "
           f"partition leaders {cluster.leaders(topic_name)}, producer ids {sorted(ids)}")
 

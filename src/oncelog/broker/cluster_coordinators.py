@@ -22,7 +22,11 @@ on first use (FindCoordinator), with their replication settings.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from oncelog.coordinator.transaction import ProducerIdManager
 
@@ -33,6 +37,7 @@ from .txn_wiring import TRANSACTION_STATE_TOPIC, build_transaction_coordinator, 
 
 if TYPE_CHECKING:
     from .cluster_node import ClusterNode
+    from .metrics import BrokerMetrics
     from .server import Broker
 
 __all__ = ["ClusterCoordinators"]
@@ -61,6 +66,8 @@ class ClusterCoordinators:
             broker, self.txn_log, self.channel, ProducerIdManager.from_allocator(node.store.allocate_producer_ids))
         self.groups = build_group_coordinator(broker, self.offsets_log, self._partition_exists)
         self.loads = 0  # partitions loaded (both coordinators), for metrics and tests
+        self.unloads = 0
+        self.last_load_ms = 0  # how long the last load took (replaying the partition's log)
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
         meta = self.node.view.topics.get(topic)
@@ -85,6 +92,7 @@ class ClusterCoordinators:
         if leader_epoch is None:
             log_.resign(index)
             unload(index)
+            self.unloads += 1
             log.info("%s-%d: no longer led here; its coordinator partition is unloaded", topic, index)
             return
         log_.become_leader(index, leader_epoch)
@@ -111,8 +119,34 @@ class ClusterCoordinators:
             return
         if held:
             self.loads += 1
-            log.info("%s-%d: coordinator loaded at epoch %d in %d ms", topic, index, epoch,
-                     self.broker.clock.monotonic_ms() - start)
+            self.last_load_ms = self.broker.clock.monotonic_ms() - start
+            log.info("%s-%d: coordinator loaded at epoch %d in %d ms", topic, index, epoch, self.last_load_ms)
+
+    def watch(self, metrics: BrokerMetrics) -> None:
+        """Export the coordinators' partitions and loads in the broker's metrics."""
+        metrics.registry.register(_CoordinatorCollector(self))
 
     async def close(self) -> None:
         await self.channel.close()
+
+
+class _CoordinatorCollector(Collector):
+    """Kafka's coordinator partition gauges (``kafka.coordinator.*``): partitions served, loads, marker requests."""
+
+    def __init__(self, c: ClusterCoordinators) -> None:
+        self.c = c
+
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        served = GaugeMetricFamily("oncelog_coordinator_partitions", "Internal partitions whose coordinator runs on "
+                                   "this broker (loaded: it leads them)", labels=["coordinator"])
+        served.add_metric(["transaction"], len(self.c.txn.runtime.shards()))
+        served.add_metric(["group"], len(self.c.groups.runtime.shards()))
+        yield served
+        yield CounterMetricFamily("oncelog_coordinator_loads", "Coordinator partitions loaded here (this broker "
+                                  "became their leader)", value=self.c.loads)
+        yield CounterMetricFamily("oncelog_coordinator_unloads", "Coordinator partitions unloaded here (their "
+                                  "leadership moved away)", value=self.c.unloads)
+        yield GaugeMetricFamily("oncelog_coordinator_last_load_seconds", "How long the last load of a coordinator "
+                                "partition took", value=self.c.last_load_ms / 1000)
+        yield CounterMetricFamily("oncelog_txn_marker_requests", "WriteTxnMarkers requests sent to other brokers",
+                                  value=self.c.channel.requests_sent)

@@ -202,6 +202,7 @@ class Broker:
             replicas.watch(self.metrics)
             self.replicas = replicas
             coordinators = self.cluster_coordinators = ClusterCoordinators(self, self.cluster)
+            coordinators.watch(self.metrics)
             replicas.add_leadership_listener(coordinators.on_leadership)
             coordinators.start()
             await replicas.start()
