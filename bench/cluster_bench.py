@@ -18,6 +18,11 @@ Failover, with default broker settings (``broker.session.timeout.ms``, ``replica
   ``__transaction_state`` partition is SIGKILLed; the time is from the kill to the first ``commit_transaction``
   that returns after it (through the new coordinator, which loaded the partition).
 
+Memory (``--memory``): the resident set size of each broker process when idle, after a topic of 1,000 partitions
+(replication factor 3) is created, and after 10,000 idempotent producer ids have each written one record (to
+partition ``id % 1000``): what a broker holds per partition (segment and index files are mapped, not read in) and per
+producer id (one entry in the partition's producer state, forgotten after ``producer.id.expiration.ms``).
+
 Output: a markdown table (medians with min-max) and the exact command; ``--json`` writes every sample.
 """
 
@@ -223,6 +228,66 @@ def coordinator_failover(cluster: ClusterProcess, topic: str, txn_id: str) -> fl
     return after[0] - killed
 
 
+def rss_mb(cluster: ClusterProcess) -> dict[int, float]:
+    """Resident set size of each broker process, MB (from /proc)."""
+    out = {}
+    for node, b in cluster.brokers.items():
+        assert b.proc is not None
+        for line in Path(f"/proc/{b.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                out[node] = int(line.split()[1]) / 1024
+    return out
+
+
+def memory(cluster: ClusterProcess, partitions: int = 1000, producers: int = 10_000) -> dict[str, dict[int, float]]:
+    """RSS per broker: idle, with ``partitions`` partitions at RF=3, and with ``producers`` idempotent producer ids."""
+    from oncelog.client.connection import BrokerConnection
+    from oncelog.protocol.messages.init_producer_id_request import InitProducerIdRequest
+    from oncelog.protocol.messages.produce_request import PartitionProduceData, ProduceRequest, TopicProduceData
+    from oncelog.protocol.records import RecordBatchBuilder
+
+    import asyncio
+
+    out = {"idle": rss_mb(cluster)}
+    topic = "bench-memory"
+    create(cluster.bootstrap, topic, partitions, 3)
+    wait_isr(cluster, topic)
+    time.sleep(2.0)
+    out[f"{partitions}_partitions"] = rss_mb(cluster)
+
+    async def write() -> None:
+        view = cluster.view()
+        conns: dict[int, BrokerConnection] = {}
+        for node, info in view.brokers.items():
+            conns[node] = BrokerConnection(info.host, info.port)
+            await conns[node].connect()
+        leaders = cluster.leaders(topic, view)
+        any_conn = conns[min(conns)]
+        sem = asyncio.Semaphore(64)
+
+        async def one(i: int) -> None:
+            async with sem:
+                r = await any_conn.send(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60_000))
+                b = RecordBatchBuilder(producer_id=r.producer_id, producer_epoch=r.producer_epoch, base_sequence=0)
+                b.append(0, None, b"x" * 100)
+                part = i % partitions
+                resp = await conns[leaders[part]].send(ProduceRequest(acks=-1, timeout_ms=30_000, topic_data=[
+                    TopicProduceData(name=topic, partition_data=[PartitionProduceData(index=part,
+                                                                                      records=b.build())])]))
+                code = resp.responses[0].partition_responses[0].error_code
+                if code:
+                    raise RuntimeError(f"produce to {topic}-{part} failed with error {code}")
+
+        await asyncio.gather(*(one(i) for i in range(producers)))
+        for c in conns.values():
+            await c.close()
+
+    asyncio.run(write())
+    time.sleep(2.0)
+    out[f"{producers}_producer_ids"] = rss_mb(cluster)
+    return out
+
+
 def spread(xs: list[float], unit: str = "", digits: int = 2) -> str:
     if not xs:
         return "-"
@@ -238,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-samples", type=int, default=2000)
     ap.add_argument("--failovers", type=int, default=5)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--memory", action="store_true", help="also measure RSS with 1,000 partitions and 10,000 "
+                    "producer ids (after the other rounds)")
     a = ap.parse_args(argv)
 
     base = Path(tempfile.mkdtemp(prefix="oncelog-cluster-bench-"))
@@ -246,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     samples: dict[str, list[float]] = {k: [] for k in ("produce_rf1", "produce_rf3", "consume_rf1", "consume_rf3",
                                                        "leader_failover_s", "coordinator_failover_s")}
     lat: dict[str, float] = {}
+    mem: dict[str, dict[int, float]] = {}
     try:
         boot = cluster.bootstrap
         for r in range(a.rounds):
@@ -272,6 +340,9 @@ def main(argv: list[str] | None = None) -> int:
             s = coordinator_failover(cluster, "bench-failover", f"bench-txn-{i}")
             samples["coordinator_failover_s"].append(s)
             log(f"coordinator failover {i}: {s:.2f} s")
+        if a.memory:
+            mem = memory(cluster)
+            log(f"RSS MB per broker: {mem}")
     finally:
         cluster.stop()
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -287,13 +358,17 @@ def main(argv: list[str] | None = None) -> int:
         ("leader failover (SIGKILL -> first ack), s", spread(samples["leader_failover_s"])),
         ("coordinator failover (SIGKILL -> first commit), s", spread(samples["coordinator_failover_s"])),
     ]
+    for stage, per_broker in mem.items():
+        rows.append((f"RSS per broker, {stage.replace('_', ' ')}, MB",
+                     " / ".join(f"{v:.0f}" for _, v in sorted(per_broker.items()))))
     cmd = "python bench/cluster_bench.py " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:]))
     print(f"\n`{cmd.strip()}` (git {rev}, {a.rounds} rounds of {a.messages} x {a.value_size} B, medians with min-max)\n")
     print("| measure | value |\n|---|---|")
     for name, value in rows:
         print(f"| {name} | {value} |")
     if a.json:
-        a.json.write_text(json.dumps({"samples": samples, "latency": lat, "git": rev, "command": cmd}, indent=1))
+        a.json.write_text(json.dumps({"samples": samples, "latency": lat, "memory": mem, "git": rev,
+                                      "command": cmd}, indent=1))
     return 0
 
 
