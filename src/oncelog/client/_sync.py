@@ -11,6 +11,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -33,15 +34,15 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 
 
 class LoopThread:
+    """An event loop in a daemon thread. It is stopped by :meth:`stop` (a client's close()), when the object is
+    garbage collected, or at interpreter exit (``weakref.finalize``): a client the program never closed leaves
+    no "Task was destroyed but it is pending!" behind, as a confluent-kafka client leaves nothing."""
+
     def __init__(self, name: str) -> None:
         self.loop = _new_loop()
-        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._thread = threading.Thread(target=_main, args=(self.loop,), name=name, daemon=True)
         self._thread.start()
-
-    def _main(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-        self.loop.close()
+        self._finalizer = weakref.finalize(self, _shutdown, self.loop, self._thread)
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the loop and wait for it; on timeout cancel it and raise KafkaTimeoutError."""
@@ -61,20 +62,33 @@ class LoopThread:
     def stop(self) -> None:
         """Cancel whatever is still running on the loop (as ``asyncio.run`` does at its end), then stop it.
 
-        A client's close() normally leaves nothing behind; this covers a close() that failed or timed out and a
-        constructor that failed half way. Stopping a loop with pending tasks would leave them to be garbage
-        collected as "Task was destroyed but it is pending!"."""
-        if self.loop.is_closed():
-            return
-        if threading.current_thread() is not self._thread and self._thread.is_alive():
-            try:
-                asyncio.run_coroutine_threadsafe(_cancel_pending(self._thread.name), self.loop).result(5)
-            except (concurrent.futures.TimeoutError, RuntimeError):  # a task ignoring cancellation; loop stopped
-                log.warning("%s: tasks still pending after 5 s of cancellation; stopping the loop anyway",
-                            self._thread.name)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        if threading.current_thread() is not self._thread:
-            self._thread.join(10)
+        A client's close() normally leaves nothing behind; this covers a close() that failed or timed out, a
+        constructor that failed half way, and a client never closed. Stopping a loop with pending tasks would
+        leave them to be garbage collected as "Task was destroyed but it is pending!"."""
+        self._finalizer()
+
+
+def _main(loop: asyncio.AbstractEventLoop) -> None:
+    asyncio.set_event_loop(loop)
+    loop.run_forever()
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
+
+
+def _shutdown(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    if loop.is_closed():
+        return
+    if threading.current_thread() is not thread and thread.is_alive():
+        try:
+            asyncio.run_coroutine_threadsafe(_cancel_pending(thread.name), loop).result(5)
+        except (concurrent.futures.TimeoutError, RuntimeError):  # a task ignoring cancellation; loop stopped
+            log.warning("%s: tasks still pending after 5 s of cancellation; stopping the loop anyway", thread.name)
+    try:
+        loop.call_soon_threadsafe(loop.stop)
+    except RuntimeError:  # closed in the meantime
+        return
+    if threading.current_thread() is not thread:
+        thread.join(10)
 
 
 async def _cancel_pending(name: str) -> None:

@@ -73,6 +73,11 @@ from .errors import KafkaError, UnsupportedVersionError, raise_for_code
 
 __all__ = [
     "RESOURCE_BROKER",
+    "AdminClient",
+    "ConfigResource",
+    "NewPartitions",
+    "NewTopic",
+    "OffsetSpec",
     "RESOURCE_TOPIC",
     "Admin",
     "AsyncAdmin",
@@ -82,7 +87,7 @@ __all__ = [
     "GroupMember",
     "HangingTransaction",
     "ListedOffset",
-    "OffsetSpec",
+    "Spec",
     "PartitionDescription",
     "ProducerState",
     "TopicDescription",
@@ -99,7 +104,8 @@ _SOURCES = {-1: "unknown", 1: "dynamic_topic", 2: "dynamic_broker", 3: "dynamic_
             4: "static_broker", 5: "default", 6: "dynamic_broker_logger", 7: "client_metrics", 8: "group"}
 
 #: ``"earliest"``, ``"latest"``, ``"max_timestamp"`` or a timestamp in ms (first offset at or after it).
-OffsetSpec = str | int
+#: "earliest", "latest", "max_timestamp" or a timestamp in ms (or an admin_client.OffsetSpec)
+Spec = str | int
 TopicPartition = tuple[str, int]
 
 #: Transaction states as Kafka's admin APIs name them (ListTransactions state filters, DescribeTransactions).
@@ -148,6 +154,11 @@ class ConfigEntry:
     is_default: bool
     read_only: bool
     is_sensitive: bool
+
+    @property
+    def is_read_only(self) -> bool:
+        """confluent-kafka's name of ``read_only``."""
+        return self.read_only
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +273,8 @@ def decode_consumer_assignment(data: bytes) -> list[TopicPartition]:
         return []
 
 
-def _spec_ts(spec: OffsetSpec) -> int:
+def _spec_ts(spec: Spec | Any) -> int:
+    spec = getattr(spec, "value", spec)  # confluent-kafka's OffsetSpec
     if isinstance(spec, int):
         return spec
     try:
@@ -416,7 +428,7 @@ class AsyncAdmin:
                 raise KafkaError(int(e.code()), f"{t}[{p}]: {e.message}") from None
         return groups
 
-    async def list_offsets(self, specs: Mapping[TopicPartition, OffsetSpec], *,
+    async def list_offsets(self, specs: Mapping[TopicPartition, Spec], *,
                            isolation_level: int = 0) -> dict[TopicPartition, ListedOffset]:
         """Offsets by spec per partition; offset -1 when no record matches a timestamp."""
         groups = await self._by_leader(specs)
@@ -957,7 +969,7 @@ class Admin:
         self._run(self._async.alter_configs(name, set, delete, resource_type=resource_type,
                                             validate_only=validate_only))
 
-    def list_offsets(self, specs: Mapping[TopicPartition, OffsetSpec], *,
+    def list_offsets(self, specs: Mapping[TopicPartition, Spec], *,
                      isolation_level: int = 0) -> dict[TopicPartition, ListedOffset]:
         result: dict[TopicPartition, ListedOffset] = self._run(
             self._async.list_offsets(specs, isolation_level=isolation_level))
@@ -1028,3 +1040,7 @@ class Admin:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# confluent_kafka.admin's names (defined in .admin_client, which builds on this module)
+from .admin_client import AdminClient, ConfigResource, NewPartitions, NewTopic, OffsetSpec  # noqa: E402

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 from .errors import KafkaError
 
-__all__ = ["TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME", "TIMESTAMP_NOT_AVAILABLE", "Header", "Message"]
+__all__ = ["TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME", "TIMESTAMP_NOT_AVAILABLE", "Header", "Message",
+           "ReportMessage"]
 
 Header = tuple[str, bytes | None]
 
@@ -24,10 +25,7 @@ TIMESTAMP_LOG_APPEND_TIME = 2
 
 
 class Message:
-    _tstype: int
-    _latency: float
-    __slots__ = ("_error", "_headers", "_key", "_latency", "_offset", "_partition", "_timestamp", "_topic",
-                 "_tstype", "_value")
+    __slots__ = ("_error", "_headers", "_key", "_offset", "_partition", "_timestamp", "_topic", "_value")
 
     def __init__(self, topic: str = "", partition: int = -1, offset: int = -1,
                  key: bytes | None = None, value: bytes | None = None, headers: Sequence[Header] = (),
@@ -41,7 +39,10 @@ class Message:
         self._headers = headers
         self._timestamp = timestamp
         self._error = error
-        # _tstype and _latency are left unset (read with a default): two stores fewer per consumed record
+
+    #: class-level defaults; a record with a log append time or a latency is a :class:`ReportMessage`
+    _tstype = TIMESTAMP_CREATE_TIME
+    _latency: float | None = None
 
     def value(self) -> bytes | None:
         return self._value
@@ -71,15 +72,14 @@ class Message:
         """``(TIMESTAMP_CREATE_TIME or TIMESTAMP_LOG_APPEND_TIME, ms)``, or ``(TIMESTAMP_NOT_AVAILABLE, 0)``."""
         if self._timestamp < 0:
             return (TIMESTAMP_NOT_AVAILABLE, 0)
-        return (getattr(self, "_tstype", TIMESTAMP_CREATE_TIME), self._timestamp)
+        return (self._tstype, self._timestamp)
 
     def error(self) -> KafkaError | None:
         return self._error
 
     def latency(self) -> float | None:
         """Seconds from ``produce()`` to the delivery report (None on consumed messages)."""
-        latency: float | None = getattr(self, "_latency", None)
-        return latency
+        return self._latency
 
     def leader_epoch(self) -> int | None:
         return None
@@ -117,3 +117,17 @@ class Message:
                                                   other._error)
 
     __hash__ = None  # type: ignore[assignment]
+
+
+class ReportMessage(Message):
+    """A Message whose timestamp type or latency differs from the defaults (delivery reports): consumed records
+    stay at eight slots, the cheapest object to build."""
+
+    __slots__ = ("_latency", "_tstype")
+
+    def __init__(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
+                 headers: Sequence[Header], timestamp: int, error: KafkaError | None, tstype: int,
+                 latency: float | None = None) -> None:
+        Message.__init__(self, topic, partition, offset, key, value, headers, timestamp, error)
+        self._tstype = tstype
+        self._latency = latency

@@ -26,6 +26,7 @@ from ..config import ConsumerConfig, parse_consumer_config
 from ..errors import LOCAL_CODES, ConfigError, KafkaError
 from ..group_metadata import ConsumerGroupMetadata
 from ..message import Message
+from ..metadata import ClusterMetadata, list_topics
 from ..topic_partition import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSET_STORED, split, to_offsets, tp_list
 from ..topic_partition import TopicPartition as TP
 from .fetcher import Fetcher, TopicPartition
@@ -435,6 +436,38 @@ class AsyncConsumer:
         """For ``Producer.send_offsets_to_transaction``: group id, generation, member id, instance id."""
         return self._group("consumer_group_metadata()").group_metadata()
 
+    # ------------------------------------------------------------------ metadata and offsets lookups
+
+    async def _list_offsets(self, specs: Mapping[tuple[str, int], int | str]) -> dict[tuple[str, int], Any]:
+        from ..admin import AsyncAdmin  # the admin's ListOffsets per leader, on this consumer's connections
+
+        await self.start()
+        admin = AsyncAdmin(self.config)
+        admin.cluster, admin._started = self.cluster, True
+        result: dict[tuple[str, int], Any] = await admin.list_offsets(specs,
+                                                                      isolation_level=self.config.isolation_level)
+        return result
+
+    async def list_topics(self, topic: str | None = None) -> ClusterMetadata:
+        await self.start()
+        return await list_topics(self.cluster, topic)
+
+    async def get_watermark_offsets(self, partition: Any) -> tuple[int, int]:
+        """(low, high) offsets of ``partition`` (high: the last stable offset with read_committed)."""
+        tp = split(partition)[0]
+        low = await self._list_offsets({tp: "earliest"})
+        high = await self._list_offsets({tp: "latest"})
+        return low[tp].offset, high[tp].offset
+
+    async def offsets_for_times(self, partitions: Iterable[Any]) -> list[TP]:
+        """For each TopicPartition whose ``offset`` is a timestamp (ms): the first offset at or after it (-1: none)."""
+        specs = {}
+        for item in partitions:
+            tp, ts = split(item)
+            specs[tp] = ts if ts is not None else OFFSET_END
+        got = await self._list_offsets(specs)
+        return [TP(t, p, got[(t, p)].offset) for t, p in specs]
+
     # ------------------------------------------------------------------ close
 
     async def close(self) -> None:
@@ -569,6 +602,23 @@ class Consumer:
 
     def consumer_group_metadata(self) -> ConsumerGroupMetadata:
         result: ConsumerGroupMetadata = self._do(self._async.consumer_group_metadata)
+        return result
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
+        result: ClusterMetadata = self._runner.run(self._async.list_topics(topic),
+                                                   self._timeout if timeout < 0 else timeout)
+        return result
+
+    def get_watermark_offsets(self, partition: Any, timeout: float | None = None,
+                              cached: bool = False) -> tuple[int, int]:
+        """(low, high) offsets of a TopicPartition, asked of its leader (``cached`` is ignored: always fresh)."""
+        result: tuple[int, int] = self._runner.run(self._async.get_watermark_offsets(partition),
+                                                   timeout or self._timeout)
+        return result
+
+    def offsets_for_times(self, partitions: Iterable[Any], timeout: float | None = None) -> list[TP]:
+        result: list[TP] = self._runner.run(self._async.offsets_for_times(list(partitions)),
+                                            timeout or self._timeout)
         return result
 
     def close(self) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from oncelog.protocol.records import RecordBatchBuilder
 
 from ..errors import KafkaError
-from ..message import TIMESTAMP_LOG_APPEND_TIME, Header, Message
+from ..message import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Header, Message, ReportMessage
 from .idempotence import stamp_batch
 
 __all__ = ["BatchMessage", "DeliveryCallback", "ProducerBatch", "RecordAccumulator", "TopicPartition"]
@@ -37,10 +37,11 @@ class BatchMessage(Message):
     (None if not known), ``count`` its number of records; ``key()`` and ``value()`` are None, ``timestamp()`` is
     the first record's (or the log append time)."""
 
-    __slots__ = ("count",)
+    __slots__ = ("_tstype", "count")
 
     def __init__(self, topic: str, partition: int, offset: int, timestamp: int, count: int) -> None:
         Message.__init__(self, topic, partition, offset, None, None, (), timestamp)
+        self._tstype = TIMESTAMP_CREATE_TIME
         self.count = count
 
 
@@ -119,11 +120,12 @@ class ProducerBatch:
         for i, (key, value, headers, ts, cb) in enumerate(self.records):
             if cb is None:
                 continue
-            m = Message(topic, partition, base_offset + i if base_offset >= 0 and error is None else -1, key,
-                        value, headers, ts, error)
+            offset = base_offset + i if base_offset >= 0 and error is None else -1
             if error is None and log_append_time >= 0:
-                m._timestamp = log_append_time
-                m._tstype = TIMESTAMP_LOG_APPEND_TIME
+                m: Message = ReportMessage(topic, partition, offset, key, value, headers, log_append_time, None,
+                                           TIMESTAMP_LOG_APPEND_TIME)
+            else:
+                m = Message(topic, partition, offset, key, value, headers, ts, error)
             out.append((cb, error, m))
         return out
 

@@ -30,6 +30,7 @@ from ..cluster import Cluster
 from ..config import ProducerConfig, parse_producer_config
 from ..errors import ConfigError, KafkaError, KafkaTimeoutError
 from ..message import Header, Message
+from ..metadata import ClusterMetadata, list_topics
 from .accumulator import BatchMessage, DeliveryCallback, RecordAccumulator
 from .bulk import append_columns
 from .partitioner import Partitioner
@@ -507,6 +508,13 @@ class Producer:
         wait = a.config.delivery_timeout_ms / 1000 if timeout is None else timeout
         self._runner.run(a.cluster.wait_for_topic(topic, wait), wait + 10)
         return a.cluster.partitions_for(topic)
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
+        """confluent-kafka's: fresh metadata of every topic, or of ``topic`` (see :mod:`oncelog.client.metadata`)."""
+        result: ClusterMetadata = self._runner.run(list_topics(self._async.cluster, topic),
+                                                   self._async.config.request_timeout_ms / 1000 + 5
+                                                   if timeout < 0 else timeout)
+        return result
 
     def poll(self, timeout: float = 0.0) -> int:
         """Run pending delivery callbacks (waiting up to ``timeout`` s for one); returns how many ran."""
