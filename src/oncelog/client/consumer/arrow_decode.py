@@ -54,21 +54,31 @@ def _varint(buf: np.ndarray[Any, Any], pos: np.ndarray[Any, Any], strict: bool =
     if not cont.any():  # one byte each (small lengths and deltas): no 64-bit work
         small = b.astype(np.int64)
         return (small >> 1) ^ -(small & 1), pos + 1
-    raw = (b & 0x7F).astype(np.uint64)
+    raw = (b & 0x7F).astype(np.uint32)  # 32 bits hold varints of up to 4 bytes: half the memory traffic
     size = np.ones(len(pos), np.int64)
     k = 1
+    while k < 4 and cont.any():
+        b = buf[np.minimum(pos + k, last)]
+        raw |= np.where(cont, (b & 0x7F).astype(np.uint32) << np.uint32(7 * k), np.uint32(0))
+        size += cont
+        cont &= b >= 0x80
+        k += 1
+    if not cont.any():
+        r = raw.astype(np.int64)
+        return (r >> 1) ^ -(r & 1), pos + size
+    raw64 = raw.astype(np.uint64)  # longer varints (timestamp deltas past 2**27 ms, big values): 64 bits
     while cont.any():
         if k >= 10:
             if strict:
                 raise RecordFormatError("a varint runs past 10 bytes")
-            raw = np.where(cont, np.uint64(1), raw)  # zig-zag 1 = -1: rejected by the caller
+            raw64 = np.where(cont, np.uint64(1), raw64)  # zig-zag 1 = -1: rejected by the caller
             break
         b = buf[np.minimum(pos + k, last)].astype(np.uint64)
-        raw = np.where(cont, raw | ((b & 0x7F) << np.uint64(7 * k)), raw)
+        raw64 = np.where(cont, raw64 | ((b & 0x7F) << np.uint64(7 * k)), raw64)
         size += cont
         cont &= b >= 0x80
         k += 1
-    val = (raw >> np.uint64(1)).astype(np.int64) ^ -(raw & np.uint64(1)).astype(np.int64)
+    val = (raw64 >> np.uint64(1)).astype(np.int64) ^ -(raw64 & np.uint64(1)).astype(np.int64)
     return val, pos + size
 
 
