@@ -60,9 +60,13 @@ def test_cli_tour_runs_as_written(make_serve: str, tmp_path: Path) -> None:
     assert "Traceback" not in r.stderr and "error:" not in r.stderr
 
 
-def test_python_copier_runs_as_written(make_serve: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("client", ["oncelog.client", "confluent_kafka"])
+def test_python_copier_runs_as_written(make_serve: str, tmp_path: Path, client: str) -> None:
+    """As written, and with confluent-kafka's imports instead (the README's drop-in claim)."""
     script = tmp_path / "copier.py"
-    script.write_text(block("python-copier").replace("127.0.0.1:9092", make_serve))
+    text = block("python-copier").replace("127.0.0.1:9092", make_serve)
+    assert "from oncelog.client import " in text and "from oncelog.client.admin import " in text
+    script.write_text(text.replace("oncelog.client", client))
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr
     assert sum(int(x.split()[1]) for x in r.stdout.splitlines() if x.startswith("copied ")) == 1000

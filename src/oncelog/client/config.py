@@ -123,6 +123,10 @@ _PRODUCER: dict[str, tuple[str, Callable[[str, Any], Any], Any]] = {
     "message.max.bytes": ("message_max_bytes", _int(1), 1048576),
     #: confluent-kafka's: the default delivery callback of produce(), and whether it runs for failures only
     "on_delivery": ("on_delivery", _callback, None),
+    #: librdkafka's names of the same settings
+    "message.timeout.ms": ("delivery_timeout_ms", _int(1), 120000),
+    "queue.buffering.max.ms": ("linger_ms", _int(0, 900000), 5),
+    "compression.codec": ("compression", _choice(dict(Compression.BY_NAME)), Compression.NONE),
     "delivery.report.only.error": ("delivery_report_only_error", _bool, False),
 }
 
