@@ -402,3 +402,41 @@ def test_native_client_transactions_and_group_on_the_cluster(cluster: ClusterPro
         c.close()
     assert sorted(got) == sorted(expected)
     assert {tp.partition: tp.offset for tp in committed} == {j: last[j] + 1 for j in range(6)}, (committed, last)
+
+
+def test_a_write_outside_its_transaction_is_refused_when_the_coordinator_is_elsewhere(cluster: ClusterProcess,
+                                                                                      topic_name: str) -> None:
+    """KIP-890 part 1 across brokers: the data partition's leader checks a transaction's first batch with the
+    transaction's coordinator on another broker (AddPartitionsToTxn verify_only). A batch for a partition never
+    added, and a late batch after the transaction was aborted, are refused with INVALID_TXN_STATE: no transaction
+    is left hanging on the partition (its LSO reaches its high watermark), nothing of them is readable."""
+    _create(cluster, topic_name, 1)
+    view = cluster.view()
+    _coordinator(cluster, f"{topic_name}-probe", 1)
+    view = cluster.view()
+    leader = cluster.leaders(topic_name, view)[0]
+    i = 0
+    while _internal_leader(view, TXN_TOPIC, f"{topic_name}-tx{i}")[0] in (leader, -1):
+        i += 1
+    txn_id = f"{topic_name}-tx{i}"
+    coordinator = _internal_leader(view, TXN_TOPIC, txn_id)[0]
+    tp = (topic_name, 0)
+    with TxnClient(_address(cluster, coordinator)) as coord, TxnClient(_address(cluster, leader)) as data:
+        pid, epoch = coord.init_txn(txn_id)
+        r = data.produce_batch(topic_name, 0, txn_batch([b"never-added"], pid, epoch, 0), txn_id=txn_id)
+        assert r.error_code == ErrorCode.INVALID_TXN_STATE, r
+        assert coord.add_partitions(txn_id, pid, epoch, [tp]) == {tp: 0}
+        r = data.produce_batch(topic_name, 0, txn_batch([b"in-the-transaction"], pid, epoch, 0), txn_id=txn_id)
+        assert r.error_code == 0, r
+        r = data.produce_batch(topic_name, 0, txn_batch([b"second-batch"], pid, epoch, 1), txn_id=txn_id)
+        assert r.error_code == 0, r  # the transaction is ongoing on the partition: no second check needed
+        assert coord.end_txn(txn_id, pid, epoch, False) == 0
+        r = data.produce_batch(topic_name, 0, txn_batch([b"late-after-abort"], pid, epoch, 2), txn_id=txn_id)
+        assert r.error_code == ErrorCode.INVALID_TXN_STATE, r
+        deadline = time.monotonic() + TIMEOUT
+        while data.lso(topic_name, 0) != data.hw(topic_name, 0):
+            assert time.monotonic() < deadline, "a transaction is left hanging on the partition"
+            time.sleep(0.1)
+        assert data.read(topic_name, 0, READ_COMMITTED) == []
+    metrics = scrape(cluster, leader)
+    assert metrics["oncelog_txn_verify_requests_total"] >= 2, metrics

@@ -150,3 +150,7 @@ class _CoordinatorCollector(Collector):
                                 "partition took", value=self.c.last_load_ms / 1000)
         yield CounterMetricFamily("oncelog_txn_marker_requests", "WriteTxnMarkers requests sent to other brokers",
                                   value=self.c.channel.requests_sent)
+        verifier = self.c.broker.context.txn_verifier
+        yield CounterMetricFamily("oncelog_txn_verify_requests", "AddPartitionsToTxn verify_only requests sent to "
+                                  "transaction coordinators on other brokers (KIP-890: a transaction's first write "
+                                  "to a partition led here)", value=verifier.requests_sent if verifier else 0)

@@ -17,16 +17,11 @@ a transaction a newer coordinator decided.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
-from oncelog.client.connection import BrokerConnection
-from oncelog.client.errors import KafkaError
-from oncelog.cluster.model import NO_LEADER, ClusterView, TopicPartition
+from oncelog.cluster.model import ClusterView, TopicPartition
 from oncelog.coordinator.transaction import MarkerResults, TxnMarker
-from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.write_txn_markers_request import (
     WritableTxnMarker,
     WritableTxnMarkerTopic,
@@ -35,6 +30,7 @@ from oncelog.protocol.messages.write_txn_markers_request import (
 from oncelog.protocol.messages.write_txn_markers_response import WriteTxnMarkersResponse
 
 from .markers import LocalMarkerWriter
+from .peer_connections import PeerConnections
 
 __all__ = ["ClusterMarkerChannel"]
 
@@ -49,9 +45,7 @@ class ClusterMarkerChannel:
         self.writer = writer
         self.local_node = node_id
         self._view = view
-        self._timeout = request_timeout_ms / 1000
-        self._conns: dict[int, BrokerConnection] = {}
-        self._connecting: dict[int, asyncio.Lock] = {}
+        self._peers = PeerConnections(node_id, view, request_timeout_ms, "txn-markers")
         self.requests_sent = 0
 
     def leader(self, tp: TopicPartition) -> int | None:
@@ -69,45 +63,14 @@ class ClusterMarkerChannel:
             return self.writer.write(markers)
         return self._send_remote(broker, list(markers))
 
-    async def _connection(self, broker: int) -> BrokerConnection:
-        conn = self._conns.get(broker)
-        if conn is not None and conn.connected:
-            return conn
-        lock = self._connecting.setdefault(broker, asyncio.Lock())
-        async with lock:
-            conn = self._conns.get(broker)
-            if conn is not None and conn.connected:
-                return conn
-            if conn is not None:
-                self._conns.pop(broker, None)
-                with contextlib.suppress(Exception):
-                    await conn.close()
-            info = self._view().brokers.get(broker) if broker != NO_LEADER else None
-            if info is None:
-                raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE,
-                                 f"broker {broker} is not registered in the cluster; markers wait for a leader")
-            conn = BrokerConnection(info.host, info.port, client_id=f"txn-markers-{self.local_node}",
-                                    node_id=broker, request_timeout=self._timeout,
-                                    connect_timeout=min(self._timeout, 10.0))
-            await conn.connect()
-            self._conns[broker] = conn
-            return conn
-
     async def _send_remote(self, broker: int, markers: list[TxnMarker]) -> MarkerResults:
-        conn = await self._connection(broker)
         request = WriteTxnMarkersRequest(markers=[
             WritableTxnMarker(producer_id=m.producer_id, producer_epoch=m.producer_epoch,
                               transaction_result=m.commit, coordinator_epoch=m.coordinator_epoch,
                               topics=_topics(m.partitions))
             for m in markers])
         self.requests_sent += 1
-        try:
-            response: WriteTxnMarkersResponse = await conn.send(request)
-        except Exception:
-            self._conns.pop(broker, None)
-            with contextlib.suppress(Exception):
-                await conn.close()
-            raise
+        response: WriteTxnMarkersResponse = await self._peers.send(broker, request)
         results: MarkerResults = []
         for i, m in enumerate(markers):
             answers: dict[TopicPartition, int] = {}
@@ -119,10 +82,7 @@ class ClusterMarkerChannel:
         return results
 
     async def close(self) -> None:
-        conns, self._conns = self._conns, {}
-        for conn in conns.values():
-            with contextlib.suppress(Exception):
-                await conn.close()
+        await self._peers.close()
 
 
 def _topics(partitions: Sequence[TopicPartition]) -> list[WritableTxnMarkerTopic]:

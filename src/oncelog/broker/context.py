@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .metrics import BrokerMetrics
     from .router import Router
     from .topics import TopicRegistry
+    from .txn_verifier import RemoteTxnVerifier
 
 __all__ = ["BrokerContext", "GROUP", "TRANSACTION"]
 
@@ -49,6 +50,7 @@ class BrokerContext:
     group_coordinator: GroupCoordinator | None = None
     cluster: ClusterNode | None = None
     auto_creator: AutoCreator | None = None  # Metadata's auto-creation in a cluster
+    txn_verifier: RemoteTxnVerifier | None = None  # in a cluster: KIP-890 checks with a coordinator elsewhere
 
     @property
     def log_defaults(self) -> LogConfig:

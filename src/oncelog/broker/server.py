@@ -24,6 +24,7 @@ from oncelog.clock import SYSTEM_CLOCK, Clock
 from oncelog.storage import KafkaStorageError, LogConfig, LogManager
 
 from .cluster_coordinators import ClusterCoordinators
+from .txn_verifier import RemoteTxnVerifier
 from .cluster_node import ClusterNode, ClusterStartError, ReplicaManagerLike
 from .cluster_topics import AutoCreator
 from .config import BrokerConfig
@@ -196,6 +197,8 @@ class Broker:
         else:
             context.cluster = self.cluster
             context.auto_creator = AutoCreator(self.cluster)
+            node = self.cluster
+            context.txn_verifier = RemoteTxnVerifier(cfg.node_id, lambda: node.view, cfg.request_timeout_ms)
             self.cluster.watch(self.metrics)
             replicas = ReplicaManager(cfg, self._topics, self.cluster.store, self.clock.monotonic_ms,
                                       self.durable_per_append)
@@ -338,6 +341,9 @@ class Broker:
         if self.cluster_coordinators is not None:
             await self.cluster_coordinators.close()
             self.cluster_coordinators = None
+        if self._context is not None and self._context.txn_verifier is not None:
+            await self._context.txn_verifier.close()
+            self._context.txn_verifier = None
         await self.flusher.close()
         if self.logs is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.logs.close)

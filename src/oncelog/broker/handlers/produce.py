@@ -13,6 +13,7 @@ fails exactly those records.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from oncelog.protocol.errors import ErrorCode
@@ -37,6 +38,7 @@ from oncelog.storage import DuplicateSequenceError, ProducerStateError
 
 from ..router import NO_RESPONSE
 from ._common import error_for, missing_partition_error
+from ._txn_verify import RemoteChecks, remote_checks, verify_transaction
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
@@ -49,7 +51,8 @@ MAX_VERSION = 11
 
 
 def _append_one(broker: "BrokerContext", partition: "Partition", records: memoryview | bytes | None,
-                out: PartitionProduceResponse, transactional_id: str | None = None) -> int | None:
+                out: PartitionProduceResponse, transactional_id: str | None = None,
+                verified: dict[tuple[str, int], int] | None = None) -> int | None:
     """Validate and append one partition's batches; fill ``out``; return the last offset appended or None."""
     if not records:
         out.error_code, out.error_message = ErrorCode.CORRUPT_MESSAGE, "produce request carries no record batch"
@@ -76,13 +79,19 @@ def _append_one(broker: "BrokerContext", partition: "Partition", records: memory
         return None
     first = headers[0]
     if first.is_transactional:
-        code = _verify_transaction(broker, partition, first.producer_id, first.producer_epoch, transactional_id)
-        if code == ErrorCode.PRODUCER_FENCED:
+        code = verify_transaction(broker, partition, first.producer_id, first.producer_epoch, transactional_id,
+                                  verified)
+        if code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH):
             # Kafka answers a Produce with a stale epoch INVALID_PRODUCER_EPOCH (AddPartitionsToTxnManager)
             out.error_code = ErrorCode.INVALID_PRODUCER_EPOCH
             out.error_message = (f"producer {first.producer_id} epoch {first.producer_epoch} has been fenced by a "
                                  f"newer epoch of its transactional id; write to {partition.topic}-"
                                  f"{partition.index} refused")
+            return None
+        if code == ErrorCode.NOT_ENOUGH_REPLICAS:
+            out.error_code = code
+            out.error_message = (f"the transaction of producer {first.producer_id} could not be checked with its "
+                                 f"coordinator now (moving, loading or unreachable); retry")
             return None
         if code:
             out.error_code = code
@@ -162,23 +171,26 @@ def _may_append(partition: "Partition", acks: int, out: PartitionProduceResponse
     return True
 
 
-def _verify_transaction(broker: "BrokerContext", partition: "Partition", producer_id: int,
-                        producer_epoch: int, transactional_id: str | None) -> int:
-    """KIP-890 part 1: a transactional write is accepted only for a partition added to the producer's ongoing
-    transaction, so a late or stray write can never open a transaction that nobody will end. In a cluster the
-    transaction's coordinator may live on another broker: the write is checked only when it lives here (Kafka's
-    behaviour with ``transaction.partition.verification.enable=false``; the remote check is not implemented)."""
-    coordinator = broker.txn_coordinator
-    if coordinator is None:
-        return int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    if broker.cluster is not None:
-        if not transactional_id or not coordinator.owns(coordinator.partition_for(transactional_id)):
-            return int(ErrorCode.NONE)
-    return int(coordinator.verify_partition(producer_id, producer_epoch, partition.topic, partition.index,
-                                            transactional_id))
-
-
 def handle(broker: "BrokerContext", ctx: "RequestContext", request: ProduceRequest) -> object:
+    checks = remote_checks(broker, request)
+    if checks is not None:  # a cluster: the first batch of a transaction, its coordinator on another broker
+        return _verified_then_appended(broker, request, checks)
+    return _append_all(broker, request, None)
+
+
+async def _verified_then_appended(broker: "BrokerContext", request: ProduceRequest, checks: RemoteChecks) -> object:
+    assert broker.txn_verifier is not None and request.transactional_id
+    pid, epoch, partitions = checks
+    verified = await broker.txn_verifier.verify(request.transactional_id, pid, epoch, partitions)
+    result = _append_all(broker, request, verified)  # in the step the answer arrived: appends keep their order
+    if isinstance(result, ProduceResponse) or result is NO_RESPONSE:
+        return result
+    assert isinstance(result, Awaitable)
+    return await result
+
+
+def _append_all(broker: "BrokerContext", request: ProduceRequest,
+                verified: dict[tuple[str, int], int] | None) -> object:
     responses: list[TopicProduceResponse] = []
     waits: list[tuple[PartitionProduceResponse, asyncio.Future[None] | asyncio.Future[int]]] = []
     acks = request.acks
@@ -200,7 +212,7 @@ def handle(broker: "BrokerContext", ctx: "RequestContext", request: ProduceReque
                 continue
             if partition.replicated and not _may_append(partition, acks, out):
                 continue
-            last = _append_one(broker, partition, pdata.records, out, request.transactional_id)
+            last = _append_one(broker, partition, pdata.records, out, request.transactional_id, verified)
             if last is None or acks != -1:
                 continue
             if partition.replicated:
