@@ -10,7 +10,8 @@ the metadata lives in etcd (``oncelog.cluster.metadata``) and a :class:`ClusterN
 - **join** (:meth:`ClusterNode.join`): register under a lease once the listener's port is held (a live broker with
   the same node id: :class:`~oncelog.cluster.store.DuplicateBrokerError`, the first one keeps serving); every new
   view goes to the replica manager (``on_view``, all keys on the first call); a lost session (lease not refreshed
-  in time: etcd unreachable or this process paused) calls ``on_session_lost`` and stops the controller.
+  in time: etcd unreachable or this process paused) calls ``on_session_lost`` and stops the controller; the view's
+  dynamic broker configs are applied to the settings first (:mod:`oncelog.broker.dynamic_config`).
 - **the controller**: campaign; while elected, run :class:`~oncelog.cluster.controller_driver.ControllerDriver`;
   step down when the session is lost, campaign again when it is back.
 - **fast dead-broker detection** (:mod:`oncelog.broker.liveness`): connections to the controller (from every
@@ -40,6 +41,7 @@ from oncelog.cluster.model import NO_LEADER, BrokerInfo, ClusterView
 from oncelog.cluster.store import DuplicateBrokerError, MetadataUnavailableError
 
 from .config import BrokerConfig
+from .dynamic_config import DynamicBrokerConfig
 from .liveness import Liveness
 from .metrics import BrokerMetrics
 
@@ -142,6 +144,8 @@ class ClusterNode:
         self._leaving = False
         self.elections = 0  # times this broker became the active controller
         self.sessions_lost = 0
+        self.dynamic = DynamicBrokerConfig(config)  # the view's dynamic broker configs, applied to ``config``
+        self.dynamic.update(store.view.broker_configs)
 
     # ------------------------------------------------------------------------------------------- start-up
     @classmethod
@@ -214,6 +218,8 @@ class ClusterNode:
     # ------------------------------------------------------------------------------------------- the view
     def _deliver(self, change: ViewChange) -> None:
         assert self._replicas is not None
+        if change.broker_configs:
+            self.dynamic.update(change.view.broker_configs)
         try:
             self._replicas.on_view(change)
         except Exception:

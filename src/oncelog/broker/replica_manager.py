@@ -30,7 +30,7 @@ from oncelog.cluster.model import NO_LEADER, BrokerInfo, ClusterView, TopicParti
 from oncelog.cluster.partition_change import apply_isr_change
 from oncelog.cluster.replica import IsrChange
 from oncelog.cluster.store import MetadataStore, MetadataUnavailableError, PartitionChange
-from oncelog.storage import InvalidConfigError
+from oncelog.storage import InvalidConfigError, LogConfig
 
 from .config import BrokerConfig
 from .metrics import BrokerMetrics
@@ -117,6 +117,8 @@ class ReplicaManager:
         if change.since == 0:  # the whole view: local topics it does not have are strays
             names |= {v.name for v in self.topics}
         touched: set[TopicPartition] = set(change.partitions)
+        if change.broker_configs and self._refresh_topic_defaults():  # min.insync.replicas reaches the leaders
+            touched |= {(p.topic, p.index) for p in self.topics.all_partitions()}
         for name in sorted(names):  # one topic's failure (a disk error, a name colliding) spares the others
             try:
                 touched |= self._reconcile_topic(view, name)
@@ -133,6 +135,17 @@ class ReplicaManager:
             for p in self.topics.all_partitions():
                 if p.role is Role.LEADER:
                     p.maybe_advance_high_watermark()
+
+    def _refresh_topic_defaults(self) -> bool:
+        """The topic defaults from the broker's settings, which the dynamic broker configs may have changed
+        (``DynamicBrokerConfig.update``, before this view was delivered); True when they changed."""
+        defaults = LogConfig.from_kafka(self.config.topic_defaults())
+        if defaults == self.topics.logs.defaults:
+            return False
+        self.topics.logs.set_defaults(defaults)
+        log.info("topic defaults changed by the dynamic broker configs: every log without its own override takes "
+                 "them")
+        return True
 
     def _reconcile_topic(self, view: ClusterView, name: str) -> set[TopicPartition]:
         """Create, grow, re-configure or delete the local topic; the partitions to reconcile."""

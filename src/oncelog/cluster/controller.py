@@ -102,10 +102,14 @@ def _parse_bool(value: str | None) -> bool | None:
 
 
 def unclean_election_enabled(view: ClusterView, topic: str, config: ControllerConfig) -> bool:
-    """``unclean.leader.election.enable`` for a topic: its own setting, else the dynamic cluster-wide default,
-    else the static one (Kafka's ``ConfigurationControlManager.uncleanLeaderElectionEnabledForTopic``)."""
+    """``unclean.leader.election.enable`` for a topic: its own setting, else the controller's own dynamic broker
+    config, else the dynamic cluster-wide default, else the static one (Kafka's
+    ``ConfigurationControlManager.uncleanLeaderElectionEnabledForTopic``)."""
     meta = view.topics.get(topic)
+    controller = view.controller.node_id if view.controller is not None else None
     for value in (None if meta is None else meta.configs.get(UNCLEAN_LEADER_ELECTION_ENABLE),
+                  None if controller is None else view.broker_configs.get(controller, {}).get(
+                      UNCLEAN_LEADER_ELECTION_ENABLE),
                   view.broker_configs.get(None, {}).get(UNCLEAN_LEADER_ELECTION_ENABLE)):
         parsed = _parse_bool(value)
         if parsed is not None:

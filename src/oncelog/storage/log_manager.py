@@ -230,6 +230,18 @@ class LogManager:
 
     set_configs = set_topic_configs
 
+    def set_defaults(self, defaults: LogConfig) -> None:
+        """New topic defaults (the broker's dynamic log.* settings changed): every log without an override of a
+        setting takes the new value at once."""
+        with self._lock:
+            self.defaults = defaults
+            for info in self.catalog.topics():
+                cfg = LogConfig.from_kafka(info.configs, defaults)
+                for p in range(info.num_partitions):
+                    plog = self._logs.get((info.name, p))
+                    if plog is not None:
+                        plog.update_config(cfg)
+
     # ---------------------------------------------------------------- maintenance
     def flush_all(self) -> dict[tuple[str, int], int]:
         return {k: plog.flush() for k, plog in list(self._logs.items())}

@@ -1,18 +1,26 @@
-"""Topic and broker config resources shared by DescribeConfigs, AlterConfigs and IncrementalAlterConfigs."""
+"""Topic and broker config resources shared by DescribeConfigs, AlterConfigs and IncrementalAlterConfigs.
+
+In a cluster, BROKER resources are the dynamic broker configs in etcd (:mod:`oncelog.broker.dynamic_config`): a
+change is validated here and written through the metadata store; every broker applies it when its view shows it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from oncelog.broker.config import TOPIC_DEFAULTS
+from oncelog.broker.dynamic_config import DynamicConfigError, Synonym, synonyms, validate
+from oncelog.cluster.store import MetadataUnavailableError
 from oncelog.protocol.errors import ErrorCode
 from oncelog.storage import TOPIC_CONFIG_KEYS, LogConfig
 
 if TYPE_CHECKING:
+    from oncelog.broker.cluster_node import ClusterNode
     from oncelog.broker.context import BrokerContext
 
 __all__ = ["TOPIC", "BROKER", "BROKER_LOGGER", "CONFIG_TYPE", "Source", "topic_entries", "apply_topic_overrides",
-           "check_resource"]
+           "alter_broker_configs", "check_resource"]
 
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 CONFIG_TYPE = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7}
@@ -20,26 +28,44 @@ CONFIG_TYPE = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUB
 
 class Source:
     DYNAMIC_TOPIC = 1
+    DYNAMIC_BROKER = 2
+    DYNAMIC_DEFAULT_BROKER = 3
     STATIC_BROKER = 4
     DEFAULT = 5
 
 
-def topic_entries(broker: "BrokerContext", name: str) -> list[tuple[str, str, int, str, str]]:
-    """(key, value, source, kafka type, doc) for every topic config key."""
+def topic_entries(broker: "BrokerContext", name: str
+                  ) -> list[tuple[str, str, int, str, str, tuple[Synonym, ...]]]:
+    """(key, value, source, kafka type, doc, synonyms) for every topic config key. A key without an override takes
+    its broker setting's value and source (in a cluster: with the dynamic broker configs of the view); its synonyms
+    are the override, then the broker setting's (Kafka's ``ConfigHelper.createTopicConfigEntry``)."""
     view = broker.topics.get(name)
     assert view is not None, f"topic {name} vanished"
     overrides = view.configs
-    effective = LogConfig.from_kafka(overrides, broker.log_defaults).to_kafka()
-    out = []
     given = broker.config.given
+    if broker.cluster is not None:
+        dynamic = broker.cluster.dynamic
+        defaults, sources, layers = dynamic.topic_defaults(broker.cluster.view.broker_configs)
+        base = LogConfig.from_kafka(defaults)
+    else:
+        base, sources = broker.log_defaults, {}
+    effective = LogConfig.from_kafka(overrides, base).to_kafka()
+    out = []
     for key, spec in TOPIC_CONFIG_KEYS.items():
+        setting = TOPIC_DEFAULTS.get(key)
+        syns: tuple[Synonym, ...] = ()
+        if setting is not None and broker.cluster is not None:
+            syns = synonyms(setting, broker.cluster.dynamic.static, layers)
         if key in overrides:
             source = Source.DYNAMIC_TOPIC
-        elif TOPIC_DEFAULTS.get(key) in given:
+            syns = (Synonym(key, effective[key], source), *syns)
+        elif setting is not None and setting in sources:
+            source = sources[setting]
+        elif setting in given:
             source = Source.STATIC_BROKER
         else:
             source = Source.DEFAULT
-        out.append((key, effective[key], source, spec.type, spec.doc))
+        out.append((key, effective[key], source, spec.type, spec.doc, syns))
     return out
 
 
@@ -70,3 +96,21 @@ def check_resource(broker: "BrokerContext", resource_type: int, name: str) -> tu
     return ErrorCode.INVALID_REQUEST, f"config resource type {resource_type} is not supported"
 
 
+async def alter_broker_configs(node: "ClusterNode", name: str, change: Callable[[dict[str, str]], dict[str, str]],
+                               validate_only: bool) -> tuple[ErrorCode, str | None]:
+    """Change the dynamic configs of broker ``name`` ("": the cluster-wide default): ``change`` turns the stored set
+    into the new whole set, which is validated and (unless ``validate_only``) written to etcd. The set is read from
+    this broker's view, which holds its own writes; two brokers changing the same resource at once: the last write
+    wins (Kafka's controller serialises them)."""
+    node_id = None if name == "" else int(name)
+    try:
+        new = validate(change(dict(node.view.broker_configs.get(node_id, {}))))
+    except DynamicConfigError as e:
+        return e.code, str(e)
+    if validate_only:
+        return ErrorCode.NONE, None
+    try:
+        await node.store.set_broker_configs(node_id, new)
+    except MetadataUnavailableError as e:
+        return ErrorCode.REQUEST_TIMED_OUT, f"the cluster metadata (etcd) did not take the configs: {e}; retry"
+    return ErrorCode.NONE, None

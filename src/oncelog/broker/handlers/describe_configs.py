@@ -1,8 +1,15 @@
-"""DescribeConfigs (32): topic configs (overrides and defaults) and the broker's static settings.
+"""DescribeConfigs (32): topic configs (overrides and defaults) and the broker's settings.
 
-Sources as Kafka reports them: DYNAMIC_TOPIC_CONFIG for a topic override, STATIC_BROKER_CONFIG for a broker setting
-given at start (and for a topic default that comes from one, e.g. ``retention.ms`` from ``log.retention.hours``),
-DEFAULT_CONFIG otherwise."""
+Sources as Kafka reports them: DYNAMIC_TOPIC_CONFIG for a topic override, DYNAMIC_BROKER_CONFIG /
+DYNAMIC_DEFAULT_BROKER_CONFIG for a broker setting changed at run time for this broker / cluster-wide (in a
+cluster), STATIC_BROKER_CONFIG for a broker setting given at start (and a topic default takes its broker setting's
+source, e.g. ``retention.ms`` from ``log.retention.hours``), DEFAULT_CONFIG otherwise. With ``include_synonyms``
+(v1+), where the value may come from, highest precedence first.
+
+A BROKER resource named by this broker's node id lists every setting (read-only unless oncelog changes it at run
+time, in a cluster); the empty name is the cluster-wide default: in a cluster, as in Kafka, the dynamic defaults set
+(``DYNAMIC_DEFAULT_BROKER_CONFIG``); on a single node (no etcd, no dynamic configs) every setting, as for the
+broker's own id."""
 
 from __future__ import annotations
 
@@ -15,6 +22,8 @@ from oncelog.protocol.messages.describe_configs_response import (
     DescribeConfigsResult,
     DescribeConfigsSynonym,
 )
+
+from oncelog.broker.dynamic_config import BrokerEntry, Synonym, default_entries
 
 from ._configs import BROKER, CONFIG_TYPE, TOPIC, Source, check_resource, topic_entries
 
@@ -39,18 +48,30 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
             continue
         wanted = set(res.configuration_keys) if res.configuration_keys is not None else None
         if res.resource_type == TOPIC:
-            entries = topic_entries(broker, res.resource_name)
+            entries = [BrokerEntry(key, value, source, ktype, doc, False, syns)
+                       for key, value, source, ktype, doc, syns in topic_entries(broker, res.resource_name)]
         else:
             assert res.resource_type == BROKER
-            entries = [(e.key, e.value, e.source, e.type, e.doc) for e in broker.config.entries()]
-        for key, value, source, ktype, doc in entries:
-            if wanted is not None and key not in wanted:
+            entries = _broker_entries(broker, res.resource_name)
+        for e in entries:
+            if wanted is not None and e.key not in wanted:
                 continue
-            synonyms = [DescribeConfigsSynonym(name=key, value=value, source=source)] if request.include_synonyms \
-                else []
+            synonyms = [DescribeConfigsSynonym(name=s.name, value=s.value, source=s.source)
+                        for s in (e.synonyms or (Synonym(e.key, e.value, e.source),))] \
+                if request.include_synonyms else []
             out.configs.append(DescribeConfigsResourceResult(
-                name=key, value=value, read_only=res.resource_type == BROKER, is_default=source == Source.DEFAULT,
-                config_source=source, is_sensitive=False, synonyms=synonyms,
-                config_type=CONFIG_TYPE.get(ktype, 0),
-                documentation=doc if request.include_documentation else None))
+                name=e.key, value=e.value, read_only=e.read_only, is_default=e.source == Source.DEFAULT,
+                config_source=e.source, is_sensitive=False, synonyms=synonyms,
+                config_type=CONFIG_TYPE.get(e.type, 0),
+                documentation=e.doc if request.include_documentation else None))
     return DescribeConfigsResponse(throttle_time_ms=0, results=results)
+
+
+def _broker_entries(broker: "BrokerContext", name: str) -> list[BrokerEntry]:
+    node = broker.cluster
+    if node is None:  # a single node: every setting is static
+        return [BrokerEntry(e.key, e.value, e.source, e.type, e.doc, True, ()) for e in broker.config.entries()]
+    configs = node.view.broker_configs
+    if name == "":
+        return default_entries(configs.get(None, {}))
+    return node.dynamic.describe(configs)
