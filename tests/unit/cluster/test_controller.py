@@ -20,7 +20,7 @@ from oncelog.cluster.controller import (
     reconcile,
     unclean_election_enabled,
 )
-from oncelog.cluster.model import NO_LEADER, ClusterView, PartitionState
+from oncelog.cluster.model import NO_LEADER, ClusterView, ControllerInfo, PartitionState
 from oncelog.cluster.partition_change import expand_isr
 from oncelog.cluster.store import PartitionChange
 from oncelog.protocol.errors import ErrorCode
@@ -73,6 +73,19 @@ def test_unclean_election_by_topic_or_cluster_default() -> None:
         out = by_tp(broker_gone(without(view, 1), 1, cfg))
         assert out["t", 0].leader == expect, (topic_cfg, cluster_cfg, static)
         assert out["t", 0].isr == ((1,) if expect == NO_LEADER else (2,))
+
+
+
+def test_unclean_election_by_the_controllers_own_dynamic_config() -> None:
+    """Kafka's order: the topic's setting, the controller node's dynamic config, the cluster-wide default, static."""
+    view = make_view([1, 2, 3], {("t", 0): ps([1, 2, 3], isr=[1])})
+    on = {"unclean.leader.election.enable": "true"}
+    off = {"unclean.leader.election.enable": "false"}
+    for controller, configs, expect in [(2, {2: on}, True), (3, {2: on}, False), (2, {2: off, None: on}, False),
+                                        (None, {2: on}, False), (3, {None: on}, True)]:
+        v = replace(view, controller=None if controller is None else ControllerInfo(controller, 1),
+                    broker_configs=configs)
+        assert unclean_election_enabled(v, "t", CFG) is expect, (controller, configs)
 
 
 # -------------------------------------------------------------------------------------------------- broker back
