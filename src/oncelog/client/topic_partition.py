@@ -34,9 +34,6 @@ class TopicPartition:
         self.leader_epoch = leader_epoch
         self.error = error
 
-    def _key(self) -> tuple[str, int]:
-        return (self.topic, self.partition)
-
     def __hash__(self) -> int:
         return hash((self.topic, self.partition))
 
