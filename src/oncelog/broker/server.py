@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 __all__ = ["Broker", "StartupError", "run_broker"]
 
 log = logging.getLogger("oncelog.broker")
+#: Kafka's replica.high.watermark.checkpoint.interval.ms default
+HW_CHECKPOINT_INTERVAL_S = 5.0
 
 
 def log_defaults(config: BrokerConfig) -> LogConfig:
@@ -221,6 +223,9 @@ class Broker:
         if self.cluster is not None:
             self.cluster.start_controller()
         self._background.append(loop.create_task(self._retention_loop(), name="retention"))
+        if self.cluster is not None and self.logs is not None:
+            self.logs.checkpoint_high_watermarks = True
+            self._background.append(loop.create_task(self._hw_checkpoint_loop(), name="hw-checkpoint"))
         if not self.durable_per_append:
             self._background.append(loop.create_task(self._periodic_flush_loop(), name="periodic-flush"))
         if cfg.log_cleaner_enable:
@@ -248,6 +253,22 @@ class Broker:
             log.info("the data folder %s joins cluster %s (id %s)", self.config.data_dir.resolve(),
                      self.config.cluster_name, cluster.cluster_id)
         self.cluster_id = cluster.cluster_id
+
+    async def _hw_checkpoint_loop(self) -> None:
+        """A replica's high watermarks, checkpointed every HW_CHECKPOINT_INTERVAL_S (Kafka's
+        ``replica.high.watermark.checkpoint.interval.ms`` default) and at a clean shutdown: a restarted replica
+        starts from them, not from its log end, so it never shows what was not on every in-sync replica."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(HW_CHECKPOINT_INTERVAL_S)
+            logs = self.logs
+            if logs is None or logs.closed:
+                return
+            try:
+                await loop.run_in_executor(None, logs.write_hw_checkpoint)
+            except Exception:
+                log.exception("checkpointing the high watermarks failed; will retry in %.0f s",
+                              HW_CHECKPOINT_INTERVAL_S)
 
     async def _retention_loop(self) -> None:
         interval = max(self.config.log_retention_check_interval_ms, 100) / 1000

@@ -381,12 +381,9 @@ class PartitionLog:
             return self._psm.ongoing_transactions()
 
     def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
-        """Whether ``producer_id`` has a transaction ongoing here at ``producer_epoch`` (KIP-890: its coordinator
-        has already accepted this partition into it)."""
-        with self._lock:
-            entry = self._psm.producers.get(producer_id)
-            return entry is not None and entry.producer_epoch == producer_epoch \
-                and entry.current_txn_first_offset is not None
+        """Whether ``producer_id`` has a transaction ongoing here at ``producer_epoch`` (KIP-890)."""
+        e = self._psm.producers.get(producer_id)
+        return e is not None and e.producer_epoch == producer_epoch and e.current_txn_first_offset is not None
 
     def expire_producers(self, now_ms: int, producer_id_expiration_ms: int) -> list[int]:
         """Forget producers idle for ``producer_id_expiration_ms`` or more with no ongoing transaction."""

@@ -34,12 +34,15 @@ from .errors import (
 from .files import fsync_dir, write_atomic
 from .log import PartitionLog
 
-__all__ = ["CLEAN_SHUTDOWN_FILE", "MAX_TOPIC_NAME_LENGTH", "LogManager", "validate_topic_name"]
+__all__ = ["CLEAN_SHUTDOWN_FILE", "HW_CHECKPOINT_FILE", "MAX_TOPIC_NAME_LENGTH", "LogManager", "read_hw_checkpoint",
+           "validate_topic_name"]
 
 log = logging.getLogger("oncelog.storage")
 
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 LOCK_FILE = ".lock"
+#: a replica's high watermarks (Kafka's ``replication-offset-checkpoint``): "topic partition offset" per line
+HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 _DELETE_SUFFIX = "-delete"
@@ -78,6 +81,8 @@ class LogManager:
         self._lock = threading.RLock()
         self.closed = False
         self.recovered = False  # True when the last shutdown was not clean
+        #: a cluster's replica keeps its high watermarks in HW_CHECKPOINT_FILE (written periodically and at close)
+        self.checkpoint_high_watermarks = False
 
     # ---------------------------------------------------------------- open
     @classmethod
@@ -105,11 +110,16 @@ class LogManager:
             if not clean:
                 log.info("data directory %s was not shut down cleanly; recovering partition logs", data_dir)
             self._remove_strays()
+            hws = read_hw_checkpoint(data_dir / HW_CHECKPOINT_FILE)
             for info in catalog.topics():
                 cfg = LogConfig.from_kafka(info.configs, defaults)
                 for p in range(info.num_partitions):
+                    # a replica (the file exists only in a cluster) starts at its checkpointed high watermark, 0 when
+                    # it has none: what it has beyond is not known to be on every in-sync replica
+                    hw = None if hws is None else hws.get((info.name, p), 0)
                     self._logs[(info.name, p)] = PartitionLog.open(
-                        self._dir_of(info.name, p), info.name, p, cfg, clock, clean_shutdown=clean)
+                        self._dir_of(info.name, p), info.name, p, cfg, clock, clean_shutdown=clean,
+                        high_watermark=hw)
             return self
         except BaseException:
             fcntl.flock(lock_fd, fcntl.LOCK_UN)
@@ -249,13 +259,23 @@ class LogManager:
     def apply_retention(self, now_ms: int) -> int:
         return sum(plog.apply_retention(now_ms) for plog in list(self._logs.values()))
 
+    def write_hw_checkpoint(self) -> None:
+        """Write every partition's high watermark to HW_CHECKPOINT_FILE (atomically, durably). A restarted replica
+        starts from these, not from its log end (Kafka's ReplicaManager.checkpointHighWatermarks)."""
+        with self._lock:
+            lines = [f"{t} {p} {plog.high_watermark}\n" for (t, p), plog in sorted(self._logs.items())]
+            write_atomic(self.data_dir / HW_CHECKPOINT_FILE, "".join(lines).encode())
+
     def close(self) -> None:
-        """Flush and close every log, then write the clean-shutdown marker."""
+        """Flush and close every log (a replica: checkpoint its high watermarks), then write the clean-shutdown
+        marker."""
         with self._lock:
             if self.closed:
                 return
             self.closed = True
             try:
+                if self.checkpoint_high_watermarks:
+                    self.write_hw_checkpoint()
                 for plog in self._logs.values():
                     plog.close()
                 write_atomic(self.data_dir / CLEAN_SHUTDOWN_FILE, b"")
@@ -265,3 +285,20 @@ class LogManager:
 
     def __repr__(self) -> str:
         return f"LogManager({self.data_dir}, {len(self.catalog.topics())} topic(s), {len(self._logs)} log(s))"
+
+
+def read_hw_checkpoint(path: Path) -> dict[tuple[str, int], int] | None:
+    """The checkpointed high watermarks (None when there is no file: a single node, or a replica never
+    checkpointed). A line that does not parse is skipped with a warning (its partition starts at 0)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    out: dict[tuple[str, int], int] = {}
+    for line in text.splitlines():
+        try:
+            topic, partition, offset = line.split(" ")  # topic names have no spaces
+            out[(topic, int(partition))] = int(offset)
+        except ValueError:
+            log.warning("%s: line %r skipped (expected 'topic partition offset')", path, line)
+    return out

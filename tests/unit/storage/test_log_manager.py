@@ -113,3 +113,41 @@ def test_valid_names_and_bad_create_args(tmp_path: Path) -> None:
         mgr.create_topic("t", 1, {"bogus": "1"})
     assert mgr.topics() == []
     mgr.close()
+
+
+def test_a_replica_restarts_at_its_checkpointed_high_watermark(tmp_path: Path) -> None:
+    """A cluster's replica checkpoints its high watermarks (periodically and at close); reopened, each log starts
+    at its checkpointed value, 0 for a partition missing from the checkpoint, not at its log end. A single node
+    (no checkpoint file) starts every log at its log end, as before."""
+    from oncelog.storage.log_manager import HW_CHECKPOINT_FILE, read_hw_checkpoint
+    from oncelog.storage.interface import HighWatermarkRule
+
+    mgr = LogManager.open(tmp_path, LogConfig(), MockClock())
+    mgr.create_topic("a", 2)
+    for p in (0, 1):
+        plog = mgr.get_log("a", p)
+        assert plog is not None
+        plog.high_watermark_rule = HighWatermarkRule.EXTERNAL
+        append(plog, batch(5))
+    mgr.get_log("a", 0).update_high_watermark(3)  # type: ignore[union-attr]
+    mgr.get_log("a", 1).update_high_watermark(5)  # type: ignore[union-attr]
+    mgr.write_hw_checkpoint()
+    assert read_hw_checkpoint(tmp_path / HW_CHECKPOINT_FILE) == {("a", 0): 3, ("a", 1): 5}
+    mgr.create_topic("b", 1)
+    append(mgr.get_log("b", 0), batch(2))  # type: ignore[arg-type]
+    mgr.close()  # not a replica's manager: no checkpoint written at close, the periodic one stands
+
+    mgr = LogManager.open(tmp_path, LogConfig(), MockClock())
+    hws = {(t, p): mgr.get_log(t, p).high_watermark for t, p in (("a", 0), ("a", 1), ("b", 0))}  # type: ignore[union-attr]
+    assert hws == {("a", 0): 3, ("a", 1): 5, ("b", 0): 0}, hws
+    mgr.checkpoint_high_watermarks = True
+    mgr.get_log("b", 0).update_high_watermark(2)  # type: ignore[union-attr]
+    mgr.close()  # a replica's manager checkpoints at close
+    assert read_hw_checkpoint(tmp_path / HW_CHECKPOINT_FILE) == {("a", 0): 3, ("a", 1): 5, ("b", 0): 2}
+    (tmp_path / HW_CHECKPOINT_FILE).write_text("a 0 3\ngarbage\n")
+    assert read_hw_checkpoint(tmp_path / HW_CHECKPOINT_FILE) == {("a", 0): 3}
+
+    (tmp_path / HW_CHECKPOINT_FILE).unlink()
+    mgr = LogManager.open(tmp_path, LogConfig(), MockClock())
+    assert mgr.get_log("a", 0).high_watermark == 5  # type: ignore[union-attr]
+    mgr.close()
