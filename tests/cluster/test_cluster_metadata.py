@@ -232,3 +232,62 @@ def test_replicas_span_the_racks(make_cluster: Callable[..., ClusterProcess], to
     states = dict(cluster.view().topic_partitions(topic_name))
     assert all({racks[r] for r in s.replicas} == {"rack-a", "rack-b"} for s in states.values())
     assert Counter(s.leader for s in states.values()) == {1: 2, 2: 2, 3: 2, 4: 2}
+
+
+def test_kafka_python_and_aiokafka_produce_and_consume_in_groups_on_rf3(cluster: ClusterProcess,
+                                                                        topic_name: str) -> None:
+    """kafka-python and aiokafka each write acks=all to an RF=3 topic led by all three brokers (aiokafka with
+    idempotence: InitProducerId from the cluster's producer-id blocks) and read everything back in a consumer group
+    (the group coordinator on the leader of the group's __consumer_offsets partition), committing offsets."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTopicPartition
+
+    assert create(confluent(cluster.bootstrap), NewTopic(topic_name, 3, 3)) == {topic_name: None}
+    cluster.wait_for_topic(topic_name, 3)
+    assert set(cluster.leaders(topic_name).values()) == {1, 2, 3}
+
+    kp = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+    for i in range(30):
+        kp.send(topic_name, value=f"kp-{i}".encode(), partition=i % 3)
+    kp.flush(TIMEOUT)
+    kp.close()
+
+    async def aio_produce() -> None:
+        p = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all", enable_idempotence=True)
+        await p.start()
+        try:
+            for i in range(30):
+                await p.send_and_wait(topic_name, value=f"aio-{i}".encode(), partition=i % 3)
+        finally:
+            await p.stop()
+
+    asyncio.run(aio_produce())
+    expected = {f"kp-{i}" for i in range(30)} | {f"aio-{i}" for i in range(30)}
+
+    kc = KafkaConsumer(topic_name, bootstrap_servers=cluster.bootstrap, group_id=f"{topic_name}-kp",
+                       auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=15_000)
+    got = {m.value.decode() for m in kc if True}
+    kc.commit()
+    committed = {p: kc.committed(KTopicPartition(topic_name, p)) for p in range(3)}
+    kc.close()
+    assert got == expected
+    assert committed == {0: 20, 1: 20, 2: 20}, committed
+
+    async def aio_consume() -> set[str]:
+        c = AIOKafkaConsumer(topic_name, bootstrap_servers=cluster.bootstrap, group_id=f"{topic_name}-aio",
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+        await c.start()
+        seen: set[str] = set()
+        try:
+            deadline = asyncio.get_running_loop().time() + TIMEOUT
+            while len(seen) < len(expected) and asyncio.get_running_loop().time() < deadline:
+                batch = await c.getmany(timeout_ms=500)
+                for records in batch.values():
+                    seen.update(r.value.decode() for r in records)
+            await c.commit()
+        finally:
+            await c.stop()
+        return seen
+
+    assert asyncio.run(aio_consume()) == expected
