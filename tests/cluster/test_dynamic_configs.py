@@ -199,3 +199,31 @@ def test_dynamic_configs_survive_a_broker_restart(cluster: ClusterProcess, admin
     cluster.restart(3)
     assert _describe_topic(cluster, 3, plain, "retention.ms")[:2] == ("4444000",
                                                                        ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+
+
+def test_topic_configs_are_cluster_wide(cluster: ClusterProcess, admin: AdminClient) -> None:
+    """A topic's config change goes to etcd and reaches every replica (the change asked of a broker that holds no
+    replica of the topic); every broker describes the topic, replica or not."""
+    name = f"dyn-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(name, 1, replica_assignment=[[1]])], operation_timeout=TIMEOUT)[name].result(TIMEOUT)
+    cluster.wait_for_topic(name, 1)
+    with RawClient(cluster.brokers[2].bootstrap) as c:  # broker 2 has no replica of it
+        resp = c.request(44, 1, IncrementalAlterConfigsRequest(resources=[AlterConfigsResource(
+            resource_type=2, resource_name=name, configs=[AlterableConfig(name="retention.ms", config_operation=0,
+                                                                           value="424242")])]))
+    assert resp.responses[0].error_code == 0, resp.responses[0].error_message
+    assert dict(cluster.view().topics[name].configs) == {"retention.ms": "424242"}
+    for node in cluster.node_ids:
+        _until(lambda node=node: _describe_topic(cluster, node, name, "retention.ms")[:2] ==
+               ("424242", ConfigSource.DYNAMIC_TOPIC_CONFIG.value), f"broker {node} describes the new value")
+    res = ConfigResource(TOPIC, name, set_config={"retention.ms": "515151", "cleanup.policy": "delete"})
+    admin.alter_configs([res])[res].result(TIMEOUT)  # the legacy API replaces the whole set
+    _until(lambda: dict(cluster.view().topics[name].configs) == {"retention.ms": "515151",
+                                                                  "cleanup.policy": "delete"}, "the view has it")
+    _until(lambda: _describe_topic(cluster, 1, name, "retention.ms")[0] == "515151", "the replica took it")
+    with RawClient(cluster.brokers[3].bootstrap) as c:
+        resp = c.request(44, 1, IncrementalAlterConfigsRequest(resources=[AlterConfigsResource(
+            resource_type=2, resource_name=name, configs=[AlterableConfig(name="retention.ms", config_operation=0,
+                                                                           value="not-a-number")])]))
+    assert resp.responses[0].error_code == ErrorCode.INVALID_CONFIG, resp.responses[0]
+    assert dict(cluster.view().topics[name].configs)["retention.ms"] == "515151"

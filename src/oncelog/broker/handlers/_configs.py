@@ -15,6 +15,8 @@ from oncelog.cluster.store import MetadataUnavailableError
 from oncelog.protocol.errors import ErrorCode
 from oncelog.storage import TOPIC_CONFIG_KEYS, LogConfig
 
+from ._common import error_for
+
 if TYPE_CHECKING:
     from oncelog.broker.cluster_node import ClusterNode
     from oncelog.broker.context import BrokerContext
@@ -39,9 +41,7 @@ def topic_entries(broker: "BrokerContext", name: str
     """(key, value, source, kafka type, doc, synonyms) for every topic config key. A key without an override takes
     its broker setting's value and source (in a cluster: with the dynamic broker configs of the view); its synonyms
     are the override, then the broker setting's (Kafka's ``ConfigHelper.createTopicConfigEntry``)."""
-    view = broker.topics.get(name)
-    assert view is not None, f"topic {name} vanished"
-    overrides = view.configs
+    overrides = topic_overrides(broker, name)
     given = broker.config.given
     if broker.cluster is not None:
         dynamic = broker.cluster.dynamic
@@ -69,6 +69,37 @@ def topic_entries(broker: "BrokerContext", name: str
     return out
 
 
+def topic_overrides(broker: "BrokerContext", name: str) -> dict[str, str]:
+    """A topic's config overrides: in a cluster those of the view (every broker answers, replica or not)."""
+    if broker.cluster is not None:
+        meta = broker.cluster.view.topics.get(name)
+        assert meta is not None, f"topic {name} vanished"
+        return dict(meta.configs)
+    view = broker.topics.get(name)
+    assert view is not None, f"topic {name} vanished"
+    return dict(view.configs)
+
+
+async def alter_topic_configs(broker: "BrokerContext", node: "ClusterNode", name: str, overrides: dict[str, str],
+                              validate_only: bool) -> tuple[ErrorCode, str | None]:
+    """In a cluster: validate a topic's whole new set of overrides and (unless ``validate_only``) write it to etcd
+    (compare-and-swap on the topic key); every replica applies it from the view, as KRaft brokers do."""
+    try:
+        normalised = LogConfig.validate_overrides(overrides)
+        LogConfig.from_kafka(normalised, broker.log_defaults)
+    except Exception as e:  # noqa: BLE001 - answered with its error code
+        code, message = error_for(e)
+        return code, message
+    if validate_only:
+        return ErrorCode.NONE, None
+    try:
+        if not await node.store.set_topic_configs(name, normalised):
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name} no longer exists"
+    except MetadataUnavailableError as e:
+        return ErrorCode.REQUEST_TIMED_OUT, f"the cluster metadata (etcd) did not take the configs: {e}; retry"
+    return ErrorCode.NONE, None
+
+
 def apply_topic_overrides(broker: "BrokerContext", name: str, overrides: dict[str, str],
                           validate_only: bool) -> None:
     """Validate and (unless validate_only) store the full set of overrides of a topic."""
@@ -86,7 +117,11 @@ def apply_topic_overrides(broker: "BrokerContext", name: str, overrides: dict[st
 def check_resource(broker: "BrokerContext", resource_type: int, name: str) -> tuple[int, str | None]:
     """Error for a resource a client names, or (NONE, None)."""
     if resource_type == TOPIC:
-        if broker.topics.get(name) is None:
+        if broker.cluster is not None:
+            meta = broker.cluster.view.topics.get(name)
+            if meta is None or meta.deleting:
+                return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name} in the cluster"
+        elif broker.topics.get(name) is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name} on this broker"
         return ErrorCode.NONE, None
     if resource_type == BROKER:

@@ -14,7 +14,14 @@ from oncelog.protocol.messages.alter_configs_request import AlterConfigsRequest
 from oncelog.protocol.messages.alter_configs_response import AlterConfigsResourceResponse, AlterConfigsResponse
 
 from ._common import error_for
-from ._configs import BROKER, TOPIC, alter_broker_configs, apply_topic_overrides, check_resource
+from ._configs import (
+    BROKER,
+    TOPIC,
+    alter_broker_configs,
+    alter_topic_configs,
+    apply_topic_overrides,
+    check_resource,
+)
 
 if TYPE_CHECKING:
     from oncelog.broker.cluster_node import ClusterNode
@@ -28,7 +35,7 @@ MAX_VERSION = 2
 
 def handle(broker: "BrokerContext", ctx: "RequestContext",
            request: AlterConfigsRequest) -> AlterConfigsResponse | Awaitable[AlterConfigsResponse]:
-    if broker.cluster is not None and any(r.resource_type == BROKER for r in request.resources):
+    if broker.cluster is not None and any(r.resource_type in (BROKER, TOPIC) for r in request.resources):
         return _with_brokers(broker, broker.cluster, request)
     return _respond(broker, request, {})
 
@@ -37,7 +44,13 @@ async def _with_brokers(broker: "BrokerContext", node: "ClusterNode",
                         request: AlterConfigsRequest) -> AlterConfigsResponse:
     done: dict[int, tuple[ErrorCode, str | None]] = {}
     for i, res in enumerate(request.resources):
-        if res.resource_type != BROKER or check_resource(broker, res.resource_type, res.resource_name)[0]:
+        if res.resource_type not in (BROKER, TOPIC) or check_resource(broker, res.resource_type,
+                                                                      res.resource_name)[0]:
+            continue
+        if res.resource_type == TOPIC:  # in a cluster: written to etcd, applied by every replica from the view
+            done[i] = await alter_topic_configs(broker, node, res.resource_name,
+                                                {c.name: c.value for c in res.configs if c.value is not None},
+                                                request.validate_only)
             continue
         names = [c.name for c in res.configs]
         if len(set(names)) != len(names):

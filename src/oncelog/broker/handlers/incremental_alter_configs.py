@@ -20,7 +20,15 @@ from oncelog.protocol.messages.incremental_alter_configs_response import (
 from oncelog.storage import TOPIC_CONFIG_KEYS, InvalidConfigError
 
 from ._common import error_for
-from ._configs import BROKER, TOPIC, alter_broker_configs, apply_topic_overrides, check_resource
+from ._configs import (
+    BROKER,
+    TOPIC,
+    alter_broker_configs,
+    alter_topic_configs,
+    apply_topic_overrides,
+    check_resource,
+    topic_overrides,
+)
 
 if TYPE_CHECKING:
     from oncelog.broker.cluster_node import ClusterNode
@@ -94,7 +102,7 @@ def _apply_broker(current: dict[str, str], ops: Sequence[Any]) -> dict[str, str]
 
 def handle(broker: "BrokerContext", ctx: "RequestContext", request: IncrementalAlterConfigsRequest
            ) -> IncrementalAlterConfigsResponse | Awaitable[IncrementalAlterConfigsResponse]:
-    if broker.cluster is not None and any(r.resource_type == BROKER for r in request.resources):
+    if broker.cluster is not None and any(r.resource_type in (BROKER, TOPIC) for r in request.resources):
         return _with_brokers(broker, broker.cluster, request)
     return _respond(broker, request, {})
 
@@ -103,7 +111,18 @@ async def _with_brokers(broker: "BrokerContext", node: "ClusterNode",
                         request: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
     done: dict[int, tuple[ErrorCode, str | None]] = {}
     for i, res in enumerate(request.resources):
-        if res.resource_type != BROKER or check_resource(broker, res.resource_type, res.resource_name)[0]:
+        if res.resource_type not in (BROKER, TOPIC) or check_resource(broker, res.resource_type,
+                                                                      res.resource_name)[0]:
+            continue
+        if res.resource_type == TOPIC:  # in a cluster: written to etcd, applied by every replica from the view
+            overrides = topic_overrides(broker, res.resource_name)
+            try:
+                for c in res.configs:
+                    _apply(overrides, c.name, c.config_operation, c.value)
+            except Exception as e:  # noqa: BLE001 - answered with its error code
+                done[i] = error_for(e)
+                continue
+            done[i] = await alter_topic_configs(broker, node, res.resource_name, overrides, request.validate_only)
             continue
         ops = list(res.configs)
 
