@@ -124,7 +124,7 @@ def test_replication_factor_above_the_live_brokers_is_refused(cluster: ClusterPr
         async with AsyncAdmin({"bootstrap.servers": cluster.bootstrap}) as admin:
             with pytest.raises(KafkaError) as e:
                 await admin.create_topics(topic_name, 2, replication_factor=5)
-            assert e.value.code == ErrorCode.INVALID_REPLICATION_FACTOR
+            assert e.value.code() == ErrorCode.INVALID_REPLICATION_FACTOR
 
     asyncio.run(ours())
     assert topic_name not in cluster.view().topics
