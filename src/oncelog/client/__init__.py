@@ -1,4 +1,6 @@
-"""oncelog.client: native asyncio Kafka client with sync facades. Imports only ``oncelog.protocol``."""
+"""oncelog.client: native asyncio Kafka client with sync facades, a drop-in for confluent-kafka (``import
+oncelog.client as ck`` where a program had ``import confluent_kafka as ck``; the admin client is in
+:mod:`oncelog.client.admin`). Imports only ``oncelog.protocol``."""
 
 from .admin import (
     Admin,
