@@ -45,3 +45,53 @@ def test_records_for_a_topic_being_created_keep_their_order(bootstrap: str, topi
     assert p.flush(30) == 0
     p.close()
     assert [m.value() for m in sorted(delivered, key=lambda m: m.offset())] == [f"{i}".encode() for i in range(200)]
+
+
+def test_a_transaction_commits_records_produced_before_their_topic_was_known(bootstrap: str,
+                                                                             topic_name: str) -> None:
+    """commit_transaction() waits for records still waiting for their topic's metadata and commits them with the
+    transaction. (It used to flush only the records already queued: the waiting ones were left out of the commit and
+    lost, and commit_transaction() still succeeded.)"""
+    import confluent_kafka as ck
+
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic_name}-tx"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(3):
+        p.produce(topic_name, f"v{i}", partition=0)  # auto-created: its metadata is not known yet
+    p.commit_transaction(30)
+    p.close()
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic_name}-check",
+                     "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    c.assign([ck.TopicPartition(topic_name, 0, 0)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 20
+    while len(got) < 3 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    c.close()
+    assert got == [b"v0", b"v1", b"v2"]
+
+
+def test_a_record_whose_topic_never_appears_makes_the_transaction_abortable(tmp_path: Path) -> None:
+    """A record of the transaction that fails (its topic does not exist) makes commit_transaction() fail with an
+    abortable error instead of committing the transaction without it."""
+    broker = BrokerProcess(tmp_path / "data", settings={"auto.create.topics.enable": "false"}).start()
+    try:
+        p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx-missing",
+                      "topic.metadata.propagation.max.ms": 1000})
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.produce("missing", b"lost")
+        try:
+            p.commit_transaction(30)
+        except Exception as e:  # noqa: BLE001 - the error's shape is checked below
+            err = e.args[0] if e.args and hasattr(e.args[0], "txn_requires_abort") else e
+            assert getattr(err, "txn_requires_abort", lambda: False)(), repr(e)
+        else:
+            raise AssertionError("commit_transaction() succeeded although a record of the transaction failed")
+        p.abort_transaction(30)
+        p.close()
+    finally:
+        broker.stop()

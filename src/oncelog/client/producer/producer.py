@@ -473,10 +473,13 @@ class Producer:
                                  f"(is auto.create.topics.enable off on the broker?)")
         self._release(topic, err)
 
-    def _release(self, topic: str, err: KafkaError | None) -> None:
-        """Queue (or, with ``err``, fail) the records waiting for ``topic``."""
+    def _release(self, topic: str, err: KafkaError | None, fail_txn: bool = True) -> None:
+        """Queue (or, with ``err``, fail) the records waiting for ``topic``. A record that fails inside a transaction
+        makes the transaction abortable (``fail_txn``), as a failed batch does: it must never be committed
+        without them."""
         a = self._async
         failed: list[tuple[DeliveryCallback, KafkaError | None, Message]] = []
+        first_error: KafkaError | None = None
         with self._lock:
             for v, k, partition, headers, cb, ts in self._waiting.pop(topic, []):
                 e = err
@@ -486,9 +489,12 @@ class Producer:
                         continue
                     except KafkaError as append_error:
                         e = append_error
+                first_error = first_error or e
                 if cb is not None:
                     failed.append((cb, e, Message(topic, -1 if partition is None else partition, -1, k, v, headers,
                                                   -1 if ts is None else ts, e)))
+        if first_error is not None and fail_txn and a.txn is not None:
+            a.txn.batch_failed(first_error)
         self._reports.extend(failed)
         if a.sender is not None:
             a.sender.wakeup()
@@ -565,21 +571,45 @@ class Producer:
         self._runner.run(self._async.send_offsets_to_transaction(offsets, group_metadata, timeout),
                          self._wait(timeout))
 
+    async def _queued(self, what: str, timeout: float | None) -> None:
+        """Before a commit or prepare: every record produced so far is in the accumulator (records waiting for their
+        topic's metadata are queued or failed first), so the flush that follows covers them all."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._waiting and (deadline is None or time.monotonic() < deadline):
+            await asyncio.sleep(0.02)
+        if self._waiting:
+            raise KafkaTimeoutError(f"{what} timed out: records still wait for the metadata of topic(s) "
+                                    f"{', '.join(sorted(self._waiting))}; retry, or abort the transaction")
+
+    async def _commit(self, timeout: float | None) -> None:
+        await self._queued("commit_transaction()", timeout)
+        await self._async.commit_transaction(timeout)
+
+    async def _abort(self, timeout: float | None) -> None:
+        for topic in list(self._waiting):  # never sent: they fail with the transaction
+            self._release(topic, KafkaError(ErrorCode.OPERATION_NOT_ATTEMPTED, "the transaction was aborted "
+                                            f"before topic {topic!r} was known"), fail_txn=False)
+        await self._async.abort_transaction(timeout)
+
+    async def _prepare(self) -> PreparedTxnState:
+        await self._queued("prepare_transaction()", self.config.max_block_ms / 1000)
+        return await self._async.prepare_transaction()
+
     def commit_transaction(self, timeout: float | None = None) -> None:
         try:
-            self._runner.run(self._async.commit_transaction(timeout), self._wait(timeout))
+            self._runner.run(self._commit(timeout), self._wait(timeout))
         finally:
             self.poll(0)
 
     def abort_transaction(self, timeout: float | None = None) -> None:
         try:
-            self._runner.run(self._async.abort_transaction(timeout), self._wait(timeout))
+            self._runner.run(self._abort(timeout), self._wait(timeout))
         finally:
             self.poll(0)
 
     def prepare_transaction(self) -> PreparedTxnState:
         try:
-            return self._runner.run(self._async.prepare_transaction(), self._wait(None))
+            return self._runner.run(self._prepare(), self._wait(None))
         finally:
             self.poll(0)
 
