@@ -317,8 +317,10 @@ class AsyncAdmin:
     # ------------------------------------------------------------------ topics
 
     async def create_topics(self, names: str | Sequence[str], partitions: int = 1,
-                            configs: Mapping[str, str] | None = None, *, replication_factor: int = 1,
+                            configs: Mapping[str, str] | None = None, *, replication_factor: int = -1,
                             validate_only: bool = False) -> None:
+        """Create topics (``replication_factor`` -1: the broker's ``default.replication.factor``, as Kafka's
+        admin client does when none is given)."""
         names = [names] if isinstance(names, str) else list(names)
         cfgs = [CreatableTopicConfig(name=k, value=None if v is None else str(v)) for k, v in (configs or {}).items()]
         req = CreateTopicsRequest(
@@ -939,7 +941,7 @@ class Admin:
         return self._runner.run(coro, self._op_timeout)
 
     def create_topics(self, names: str | Sequence[str], partitions: int = 1,
-                      configs: Mapping[str, str] | None = None, *, replication_factor: int = 1,
+                      configs: Mapping[str, str] | None = None, *, replication_factor: int = -1,
                       validate_only: bool = False) -> None:
         self._run(self._async.create_topics(names, partitions, configs, replication_factor=replication_factor,
                                             validate_only=validate_only))
