@@ -38,6 +38,16 @@ def _create(cluster: ClusterProcess, topic: str, partitions: int) -> None:
                                    operation_timeout=TIMEOUT).values():
         fut.result(TIMEOUT)
     cluster.wait_for_topic(topic, 3)
+    deadline = time.monotonic() + TIMEOUT
+    for p, leader in cluster.leaders(topic).items():  # each leader serves its partition (its view has the topic)
+        with TxnClient(_address(cluster, leader)) as c:
+            while True:
+                try:
+                    c.hw(topic, p)
+                    break
+                except AssertionError:
+                    assert time.monotonic() < deadline, f"{topic}-{p} not served by its leader {leader}"
+                    time.sleep(0.05)
 
 
 def _address(cluster: ClusterProcess, node: int) -> str:
@@ -64,6 +74,19 @@ def _coordinator(cluster: ClusterProcess, key: str, key_type: int) -> int:
             return node
         assert time.monotonic() < deadline, f"FindCoordinator({key!r}) answers {answers}"
         time.sleep(0.2)
+
+
+def _add(coord: TxnClient, txn_id: str, pid: int, epoch: int, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """AddPartitionsToTxn, retried as a client does while the coordinator's view has not got a topic just created
+    (UNKNOWN_TOPIC_OR_PARTITION, retriable) or is loading."""
+    deadline = time.monotonic() + 10
+    while True:
+        got = coord.add_partitions(txn_id, pid, epoch, tps)
+        retriable = {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.OPERATION_NOT_ATTEMPTED,
+                     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
+        if not any(code in retriable for code in got.values()) or time.monotonic() > deadline:
+            return got
+        time.sleep(0.05)
 
 
 def _internal_leader(view: ClusterView, topic: str, key: str) -> tuple[int, int]:
@@ -166,7 +189,7 @@ def test_a_stale_coordinator_cannot_end_a_transaction(cluster: ClusterProcess, t
 
     def run_txn(coord: TxnClient, pid: int, epoch: int, value: bytes, commit: bool | None) -> None:
         nonlocal seq
-        assert coord.add_partitions(txn_id, pid, epoch, [tp]) == {tp: 0}
+        assert _add(coord, txn_id, pid, epoch, [tp]) == {tp: 0}
         data_leader = cluster.leaders(topic_name)[0]
         with TxnClient(_address(cluster, data_leader)) as d:
             r = d.produce_batch(topic_name, 0, txn_batch([value], pid, epoch, seq), txn_id=txn_id)
@@ -316,7 +339,7 @@ def test_coordinator_killed_before_during_and_after_end_txn(cluster: ClusterProc
         for tid in ids:
             pid, epoch = coord.init_txn(tid)
             producers[tid] = (pid, epoch)
-            assert coord.add_partitions(tid, pid, epoch, [(topic_name, p) for p in range(3)]) == {
+            assert _add(coord, tid, pid, epoch, [(topic_name, p) for p in range(3)]) == {
                 (topic_name, p): 0 for p in range(3)}
             for p in range(3):
                 with TxnClient(_address(cluster, leaders[p])) as d:
@@ -425,7 +448,7 @@ def test_a_write_outside_its_transaction_is_refused_when_the_coordinator_is_else
         pid, epoch = coord.init_txn(txn_id)
         r = data.produce_batch(topic_name, 0, txn_batch([b"never-added"], pid, epoch, 0), txn_id=txn_id)
         assert r.error_code == ErrorCode.INVALID_TXN_STATE, r
-        assert coord.add_partitions(txn_id, pid, epoch, [tp]) == {tp: 0}
+        assert _add(coord, txn_id, pid, epoch, [tp]) == {tp: 0}
         r = data.produce_batch(topic_name, 0, txn_batch([b"in-the-transaction"], pid, epoch, 0), txn_id=txn_id)
         assert r.error_code == 0, r
         r = data.produce_batch(topic_name, 0, txn_batch([b"second-batch"], pid, epoch, 1), txn_id=txn_id)
