@@ -23,7 +23,6 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -31,23 +30,19 @@ from oncelog.testing.cluster import ClusterProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "eos"))
-from checker import ABORT, COMMIT, OK, READ_COMMITTED, READ_UNCOMMITTED, History, Send, TxnEnd, check  # noqa: E402
-from checker.kafka_io import LiveConsumer, read_to_end  # noqa: E402
-from test_random_workload import PARTITIONS, TOPIC, IdempotentWriter, TxnWriter  # noqa: E402
+from checker import ABORT, COMMIT, OK, History, Send, TxnEnd, check  # noqa: E402
+from test_random_workload import PARTITIONS, TOPIC, Workload  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 RUN_SECONDS = 40
 SESSION_MS = 4000  # broker.session.timeout.ms: a paused broker loses its leaderships after this
-TXN_PRODUCERS = 3
-IDEMPOTENT_PRODUCERS = 2
 #: client settings for a cluster that fails over: a request to a dead leader is given up on soon
 CLIENT = {"socket.timeout.ms": 10_000, "topic.metadata.refresh.interval.ms": 2_000}
 
 
 def test_random_workload_on_a_cluster_with_kills_and_pauses(make_cluster: Callable[..., ClusterProcess],
                                                             tmp_path: Path) -> None:
-    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     seed = int(os.environ.get("EOS_SEED", int.from_bytes(os.urandom(4), "big")))
@@ -64,14 +59,8 @@ def test_random_workload_on_a_cluster_with_kills_and_pauses(make_cluster: Callab
 
     h = History()
     stop = threading.Event()
-    writers: list[Any] = [TxnWriter(h, boot, f"tx{i}", rnd.randrange(1 << 30), stop, CLIENT)
-                          for i in range(TXN_PRODUCERS)]
-    writers += [IdempotentWriter(h, boot, f"idem{i}", rnd.randrange(1 << 30), stop, CLIENT)
-                for i in range(IDEMPOTENT_PRODUCERS)]
-    readers = [LiveConsumer(h, boot, TOPIC, list(range(PARTITIONS)), iso, f"live-{iso}")
-               for iso in (READ_COMMITTED, READ_UNCOMMITTED)]
-    for t in writers + readers:
-        t.start()
+    w = Workload(h, boot, rnd, stop, CLIENT, CLIENT)
+    writers, readers = w.writers, w.readers
 
     t0 = time.monotonic()
     faults: list[tuple[float, str, int, float]] = []  # (at, kind, node, healed at)
@@ -111,31 +100,17 @@ def test_random_workload_on_a_cluster_with_kills_and_pauses(make_cluster: Callab
     sleep_until(max(t0 + RUN_SECONDS, last_healed + 8.0))
     committed_after_heal = commits() - committed_at_heal
     stop.set()
-    for t in writers:
-        t.join(90)
-        assert not t.is_alive(), f"writer {t.name} is stuck"
-    for i in range(TXN_PRODUCERS):  # settle every transactional id's last transaction
-        Producer({"bootstrap.servers": boot, "transactional.id": f"tx{i}"}).init_transactions(30)
-    time.sleep(1.0)
-    for r in readers:
-        r.stop_flag.set()
-        r.join(30)
-    ends = {iso: read_to_end(h, boot, TOPIC, list(range(PARTITIONS)), iso, f"final-{iso}")
-            for iso in (READ_COMMITTED, READ_UNCOMMITTED)}
+    ends = w.finish()
 
     rep = check(h, sends_complete=True)
     rep.stats.update(seed=seed, faults=faults, commits_at=commits_at[::4], ends=ends,
-                     committed_after_heal=committed_after_heal,
-                     live_polls={r.name: r.count for r in readers},
-                     consumer_errors={r.name: r.errors[:5] for r in readers},
-                     idempotent_fatal={w.name: w.fatal[:5] for w in writers if isinstance(w, IdempotentWriter)},
-                     txn_log_tail={w.name: w.log[-8:] for w in writers if isinstance(w, TxnWriter)})
+                     committed_after_heal=committed_after_heal, **w.stats())
     h.dump(tmp_path / "history.jsonl")
     (tmp_path / "report.json").write_text(rep.to_json())
     print(rep.summary(3))
     print(f"faults (at, kind, node, healed): {faults}; commits after the last fault healed: {committed_after_heal}")
-    for w in writers:
-        assert w.error is None, f"{w.name} crashed: {w.error!r}"
+    for wr in writers:
+        assert wr.error is None, f"{wr.name} crashed: {wr.error!r}"
     assert rep.ok, f"anomalies (seed {seed}, history in {tmp_path}):\n{rep.summary()}"
     assert rep.stats["txns"][COMMIT] >= 20 and rep.stats["txns"][ABORT] >= 5, rep.stats
     assert rep.stats["acked"] >= 1000, rep.stats

@@ -228,12 +228,51 @@ class IdempotentWriter(threading.Thread):
                 gen += 1
 
 
+class Workload:
+    """The writers (transactional and idempotent) and the live readers of one run, started together."""
+
+    def __init__(self, h: History, boot: str, rnd: random.Random, stop: threading.Event,
+                 txn_conf: dict[str, Any] | None = None, idem_conf: dict[str, Any] | None = None) -> None:
+        self.h, self.boot = h, boot
+        self.writers: list[Any] = [TxnWriter(h, boot, f"tx{i}", rnd.randrange(1 << 30), stop, txn_conf)
+                                   for i in range(TXN_PRODUCERS)]
+        self.writers += [IdempotentWriter(h, boot, f"idem{i}", rnd.randrange(1 << 30), stop, idem_conf)
+                         for i in range(IDEMPOTENT_PRODUCERS)]
+        self.readers = [LiveConsumer(h, boot, TOPIC, list(range(PARTITIONS)), iso, f"live-{iso}")
+                        for iso in (READ_COMMITTED, READ_UNCOMMITTED)]
+        for t in self.writers + self.readers:
+            t.start()
+
+    def finish(self) -> dict[str, dict[int, int]]:
+        """Once ``stop`` is set: wait for the writers, settle every transactional id's last transaction, stop the
+        live readers and read every partition to its end both ways (the ends, per isolation level)."""
+        from confluent_kafka import Producer
+
+        for t in self.writers:
+            t.join(90)
+            assert not t.is_alive(), f"writer {t.name} is stuck"
+        for i in range(TXN_PRODUCERS):
+            Producer({"bootstrap.servers": self.boot, "transactional.id": f"tx{i}"}).init_transactions(30)
+        time.sleep(1.0)  # let the live consumers catch up a bit
+        for r in self.readers:
+            r.stop_flag.set()
+            r.join(30)
+        return {iso: read_to_end(self.h, self.boot, TOPIC, list(range(PARTITIONS)), iso, f"final-{iso}")
+                for iso in (READ_COMMITTED, READ_UNCOMMITTED)}
+
+    def stats(self) -> dict[str, Any]:
+        """What the report shows of the clients."""
+        return {"live_polls": {r.name: r.count for r in self.readers},
+                "consumer_errors": {r.name: r.errors[:5] for r in self.readers},
+                "idempotent_fatal": {w.name: w.fatal[:5] for w in self.writers if isinstance(w, IdempotentWriter)},
+                "txn_log_tail": {w.name: w.log[-8:] for w in self.writers if isinstance(w, TxnWriter)}}
+
+
 @pytest.mark.parametrize("power_cut", [False, True], ids=["kill", "kill+power-cut"])
 def test_random_workload_with_broker_kills(wbroker: BrokerProcess, tmp_path: Path, power_cut: bool) -> None:
     """``power_cut``: after each SIGKILL every segment is cut back to a random length at or above what the broker
     had fsynced (``oncelog.testing.power_cut``), as a power cut could leave it: acks=all writes, committed
     transactions and everything a reader was shown must survive that too (the durable default's promise)."""
-    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     seed = int(os.environ.get("EOS_SEED", int.from_bytes(os.urandom(4), "big")))
@@ -244,13 +283,8 @@ def test_random_workload_with_broker_kills(wbroker: BrokerProcess, tmp_path: Pat
 
     h = History()
     stop = threading.Event()
-    writers: list[Any] = [TxnWriter(h, boot, f"tx{i}", rnd.randrange(1 << 30), stop) for i in range(TXN_PRODUCERS)]
-    writers += [IdempotentWriter(h, boot, f"idem{i}", rnd.randrange(1 << 30), stop)
-                for i in range(IDEMPOTENT_PRODUCERS)]
-    readers = [LiveConsumer(h, boot, TOPIC, list(range(PARTITIONS)), iso, f"live-{iso}")
-               for iso in (READ_COMMITTED, READ_UNCOMMITTED)]
-    for t in writers + readers:
-        t.start()
+    w = Workload(h, boot, rnd, stop)
+    writers, readers = w.writers, w.readers
 
     t0 = time.monotonic()
     progress: list[tuple[float, int, int]] = []  # (t, acked, live read_committed polls), once a second
@@ -277,30 +311,15 @@ def test_random_workload_with_broker_kills(wbroker: BrokerProcess, tmp_path: Pat
         wbroker.start()
     sleep_until(t0 + RUN_SECONDS)
     stop.set()
-    for t in writers:
-        t.join(90)
-        assert not t.is_alive(), f"writer {t.name} is stuck"
-    # settle every transactional id's last transaction
-    for i in range(TXN_PRODUCERS):
-        Producer({"bootstrap.servers": boot, "transactional.id": f"tx{i}"}).init_transactions(30)
-    time.sleep(1.0)  # let the live consumers catch up a bit
-    for r in readers:
-        r.stop_flag.set()
-        r.join(30)
-    ends = {}
-    for iso in (READ_COMMITTED, READ_UNCOMMITTED):
-        ends[iso] = read_to_end(h, boot, TOPIC, list(range(PARTITIONS)), iso, f"final-{iso}")
+    ends = w.finish()
 
     rep = check(h, sends_complete=True)
-    rep.stats.update(seed=seed, kills=kills, progress=progress, ends=ends, live_polls={r.name: r.count for r in readers},
-                     consumer_errors={r.name: r.errors[:5] for r in readers},
-                     idempotent_fatal={w.name: w.fatal[:5] for w in writers if isinstance(w, IdempotentWriter)},
-                     txn_log_tail={w.name: w.log[-8:] for w in writers if isinstance(w, TxnWriter)})
+    rep.stats.update(seed=seed, kills=kills, progress=progress, ends=ends, **w.stats())
     h.dump(tmp_path / "history.jsonl")
     (tmp_path / "report.json").write_text(rep.to_json())
     print(rep.summary(3))
-    for w in writers:
-        assert w.error is None, f"{w.name} crashed: {w.error!r}"
+    for wr in writers:
+        assert wr.error is None, f"{wr.name} crashed: {wr.error!r}"
     assert rep.ok, f"anomalies (seed {seed}, history in {tmp_path}):\n{rep.summary()}"
     # the run must have meant something
     assert rep.stats["txns"][COMMIT] >= 20 and rep.stats["txns"][ABORT] >= 5, rep.stats

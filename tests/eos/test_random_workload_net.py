@@ -33,16 +33,12 @@ from oncelog.testing.broker_process import BrokerProcess
 from oncelog.testing.netns import CLIENT, Drop, Network, require_netns
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from checker import ABORT, COMMIT, OK, READ_COMMITTED, READ_UNCOMMITTED, History, Send, check
-from checker.kafka_io import LiveConsumer, read_to_end
+from checker import ABORT, COMMIT, OK, History, Send, check
 
 from .test_random_workload import (
-    IDEMPOTENT_PRODUCERS,
     PARTITIONS,
     TOPIC,
-    TXN_PRODUCERS,
-    IdempotentWriter,
-    TxnWriter,
+    Workload,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -103,7 +99,6 @@ def reachable(host: str, timeout: float = 0.5) -> bool:
 @pytest.mark.parametrize("idempotence", [True, False], ids=["partitions", "partitions-without-idempotence"])
 def test_random_workload_with_network_partitions(netbroker: tuple[Network, BrokerProcess], tmp_path: Path,
                                                   idempotence: bool) -> None:
-    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     net, broker = netbroker
@@ -117,15 +112,9 @@ def test_random_workload_with_network_partitions(netbroker: tuple[Network, Broke
     conf: dict[str, Any] = {**CLIENT_TIMEOUTS, "logger": failures.logger}
     h = History()
     stop = threading.Event()
-    writers: list[Any] = [TxnWriter(h, boot, f"tx{i}", rnd.randrange(1 << 30), stop, conf)
-                          for i in range(TXN_PRODUCERS)]
     idem_conf = conf if idempotence else {**conf, "enable.idempotence": False}  # the mutation
-    writers += [IdempotentWriter(h, boot, f"idem{i}", rnd.randrange(1 << 30), stop, idem_conf)
-                for i in range(IDEMPOTENT_PRODUCERS)]
-    readers = [LiveConsumer(h, boot, TOPIC, list(range(PARTITIONS)), iso, f"live-{iso}")
-               for iso in (READ_COMMITTED, READ_UNCOMMITTED)]
-    for t in writers + readers:
-        t.start()
+    w = Workload(h, boot, rnd, stop, conf, idem_conf)
+    writers, readers = w.writers, w.readers
 
     def acked() -> int:
         return sum(1 for s in h.of(Send) if s.outcome == OK)
@@ -152,27 +141,13 @@ def test_random_workload_with_network_partitions(netbroker: tuple[Network, Broke
         net.heal()
         stop.set()
     healed_seen = reachable(broker.host, timeout=5)
-    for t in writers:
-        t.join(90)
-        assert not t.is_alive(), f"writer {t.name} is stuck"
-    for i in range(TXN_PRODUCERS):  # settle every transactional id's last transaction
-        Producer({"bootstrap.servers": boot, "transactional.id": f"tx{i}"}).init_transactions(30)
-    time.sleep(1.0)
-    for r in readers:
-        r.stop_flag.set()
-        r.join(30)
-    ends = {iso: read_to_end(h, boot, TOPIC, list(range(PARTITIONS)), iso, f"final-{iso}")
-            for iso in (READ_COMMITTED, READ_UNCOMMITTED)}
+    ends = w.finish()
 
     for c in cuts:  # requests that timed out and connections that failed, during or right after each cut
         lo, hi = t0 + c["at"], t0 + c["at"] + c["seconds"] + CLIENT_TIMEOUTS["socket.timeout.ms"] / 1000
         c["failed_requests"] = sum(1 for at, _ in failures.events if lo <= at <= hi)
     rep = check(h, sends_complete=True)
-    rep.stats.update(seed=seed, cuts=cuts, ends=ends, live_polls={r.name: r.count for r in readers},
-                     client_failures=failures.events[:20],
-                     consumer_errors={r.name: r.errors[:5] for r in readers},
-                     idempotent_fatal={w.name: w.fatal[:5] for w in writers if isinstance(w, IdempotentWriter)},
-                     txn_log_tail={w.name: w.log[-8:] for w in writers if isinstance(w, TxnWriter)})
+    rep.stats.update(seed=seed, cuts=cuts, ends=ends, client_failures=failures.events[:20], **w.stats())
     h.dump(tmp_path / "history.jsonl")
     (tmp_path / "report.json").write_text(rep.to_json())
     print(rep.summary(3))
