@@ -27,6 +27,9 @@ from .errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, Unsuppo
 
 __all__ = ["CLIENT_VERSIONS", "BrokerConnection", "negotiate_versions"]
 
+#: how long close() waits for the socket to close gracefully before dropping it
+CLOSE_WAIT_S = 5.0
+
 log = logging.getLogger(__name__)
 
 #: API versions this client's code knows how to fill in and read, by api key. APIs not listed here may still be
@@ -283,6 +286,10 @@ class BrokerConnection:
         writer, self._writer = self._writer, None
         if writer is not None:
             try:
-                await writer.wait_closed()
+                # a peer that stopped reading (a paused process) keeps unsent bytes in the buffer and a graceful
+                # close waiting for them: give it CLOSE_WAIT_S, then drop the connection
+                await asyncio.wait_for(writer.wait_closed(), CLOSE_WAIT_S)
+            except TimeoutError:
+                writer.transport.abort()
             except (OSError, RuntimeError):
                 pass

@@ -60,3 +60,43 @@ def test_a_write_after_the_peer_reset_the_socket_is_a_connection_error(loop_name
         loop.run_until_complete(go())
     finally:
         loop.close()
+
+
+@pytest.mark.parametrize("loop_name", sorted(LOOPS))
+def test_close_does_not_wait_for_a_peer_that_stopped_reading(loop_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A peer that accepts but never reads (a paused broker) leaves unsent bytes in the write buffer, and a graceful
+    close waits for them: close() drops the connection after CLOSE_WAIT_S instead (a broker once hung >60 s at
+    shutdown closing such a connection)."""
+    import oncelog.client.connection as connection
+
+    monkeypatch.setattr(connection, "CLOSE_WAIT_S", 0.5)
+
+    async def go() -> None:
+        accepted: list[asyncio.StreamWriter] = []
+
+        async def never_read(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            accepted.append(w)  # keeps the socket open, reads nothing
+
+        server = await asyncio.start_server(never_read, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        conn = BrokerConnection("127.0.0.1", port, request_timeout=2.0)
+        try:
+            conn._reader, conn._writer = await asyncio.open_connection("127.0.0.1", port)
+            conn._writer.write(b"x" * (64 << 20))  # far more than the socket buffers take
+            await asyncio.sleep(0.1)
+            assert conn._writer.transport.get_write_buffer_size() > 0
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            await asyncio.wait_for(conn.close(), 10)
+            assert loop.time() - started < 3, "close() waited for a peer that does not read"
+        finally:
+            for w in accepted:
+                w.transport.abort()
+            server.close()
+            await server.wait_closed()
+
+    loop = LOOPS[loop_name]()
+    try:
+        loop.run_until_complete(go())
+    finally:
+        loop.close()
