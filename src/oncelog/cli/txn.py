@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from oncelog.client.admin import Admin, ProducerState
+from oncelog.client.errors import KafkaError
 from oncelog.protocol.errors import ErrorCode
 
 from ._common import CONTEXT, bootstrap_option, client_conf, echo_json, fail, json_option, user_errors
@@ -96,7 +97,7 @@ def describe(transactional_id: str, bootstrap_server: str, as_json: bool) -> Non
             try:
                 desc = admin.describe_transactions(transactional_id)[transactional_id]
             except Exception as e:
-                if getattr(e, "code", None) == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND:
+                if isinstance(e, KafkaError) and e.code() == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND:
                     fail(f"transactional id {transactional_id!r} is not known to its coordinator",
                          "list the known ones with 'oncelog txn list'")
                 raise
