@@ -6,8 +6,8 @@ change is validated here and written through the metadata store; every broker ap
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from oncelog.broker.config import TOPIC_DEFAULTS
 from oncelog.broker.dynamic_config import DynamicConfigError, Synonym, synonyms, validate
@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
 
 __all__ = ["TOPIC", "BROKER", "BROKER_LOGGER", "CONFIG_TYPE", "Source", "topic_entries", "apply_topic_overrides",
-           "alter_broker_configs", "check_resource"]
+           "alter_broker_configs", "check_resource",
+           "alter_resources"]
 
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 CONFIG_TYPE = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7}
@@ -149,3 +150,52 @@ async def alter_broker_configs(node: "ClusterNode", name: str, change: Callable[
     except MetadataUnavailableError as e:
         return ErrorCode.REQUEST_TIMED_OUT, f"the cluster metadata (etcd) did not take the configs: {e}; retry"
     return ErrorCode.NONE, None
+
+
+class ConfigResource(Protocol):
+    """A resource of AlterConfigs or IncrementalAlterConfigs."""
+
+    @property
+    def resource_type(self) -> int: ...
+
+    @property
+    def resource_name(self) -> str: ...
+
+
+R = TypeVar("R", bound=ConfigResource)
+BrokerChange = Callable[[dict[str, str]], dict[str, str]]
+
+
+async def alter_resources(broker: "BrokerContext", resources: Sequence[R], validate_only: bool,
+                          new_topic_set: Callable[[R, dict[str, str]], dict[str, str]],
+                          broker_change: Callable[[R], BrokerChange]) -> list[tuple[int, str | None]]:
+    """Both AlterConfigs APIs: (error code, message) per resource, in order. A TOPIC's new whole set of overrides is
+    ``new_topic_set(resource, current overrides)``: in a cluster written to etcd (every replica applies it from the
+    view), on a single node applied here. A BROKER resource in a cluster: ``broker_change(resource)`` turns its
+    stored dynamic configs into the new set; on a single node broker settings are static and it is refused. Either
+    callable raises to refuse the resource (the exception's Kafka error code answers)."""
+    node = broker.cluster
+    out: list[tuple[int, str | None]] = []
+    for res in resources:
+        name = res.resource_name
+        code, message = check_resource(broker, res.resource_type, name)
+        try:
+            if code:
+                pass
+            elif res.resource_type == TOPIC:
+                new = new_topic_set(res, topic_overrides(broker, name))
+                if node is not None:
+                    code, message = await alter_topic_configs(broker, node, name, new, validate_only)
+                else:
+                    apply_topic_overrides(broker, name, new, validate_only)
+            elif node is None:
+                code, message = ErrorCode.INVALID_REQUEST, ("broker settings are static on a single node: set them "
+                                                            "in the TOML file")
+            else:
+                code, message = await alter_broker_configs(node, name, broker_change(res), validate_only)
+        except DynamicConfigError as e:
+            code, message = e.code, str(e)
+        except Exception as e:  # noqa: BLE001 - answered with its error code
+            code, message = error_for(e)
+        out.append((code, message))
+    return out

@@ -6,32 +6,26 @@ before dynamic configs existed (set them in the TOML file and restart)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from oncelog.broker.config import SETTINGS, BrokerConfig
 from oncelog.broker.dynamic_config import DynamicConfigError
 from oncelog.protocol.errors import ErrorCode
-from oncelog.protocol.messages.incremental_alter_configs_request import IncrementalAlterConfigsRequest
+from oncelog.protocol.messages.incremental_alter_configs_request import (
+    AlterableConfig,
+    AlterConfigsResource,
+    IncrementalAlterConfigsRequest,
+)
 from oncelog.protocol.messages.incremental_alter_configs_response import (
     AlterConfigsResourceResponse,
     IncrementalAlterConfigsResponse,
 )
 from oncelog.storage import TOPIC_CONFIG_KEYS, InvalidConfigError
 
-from ._common import error_for
-from ._configs import (
-    BROKER,
-    TOPIC,
-    alter_broker_configs,
-    alter_topic_configs,
-    apply_topic_overrides,
-    check_resource,
-    topic_overrides,
-)
+from ._configs import BrokerChange, alter_resources
 
 if TYPE_CHECKING:
-    from oncelog.broker.cluster_node import ClusterNode
     from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
 
@@ -66,7 +60,7 @@ def _apply(current: dict[str, str], name: str, op: int, value: str | None) -> No
         raise InvalidConfigError(f"unknown config operation {op} for {name!r}", name)
 
 
-def _apply_broker(current: dict[str, str], ops: Sequence[Any]) -> dict[str, str]:
+def _apply_broker(current: dict[str, str], ops: Sequence[AlterableConfig]) -> dict[str, str]:
     """The operations on a broker resource's stored configs (Kafka's ``ConfigAdminManager
     .prepareIncrementalConfigs``: APPEND / SUBTRACT start from the setting's default when it is not set)."""
     names = [c.name for c in ops]
@@ -100,60 +94,21 @@ def _apply_broker(current: dict[str, str], ops: Sequence[Any]) -> dict[str, str]
     return current
 
 
-def handle(broker: "BrokerContext", ctx: "RequestContext", request: IncrementalAlterConfigsRequest
-           ) -> IncrementalAlterConfigsResponse | Awaitable[IncrementalAlterConfigsResponse]:
-    if broker.cluster is not None and any(r.resource_type in (BROKER, TOPIC) for r in request.resources):
-        return _with_brokers(broker, broker.cluster, request)
-    return _respond(broker, request, {})
+async def handle(broker: "BrokerContext", ctx: "RequestContext",
+                 request: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
+    outcomes = await alter_resources(broker, request.resources, request.validate_only, _topic_ops, _broker_ops)
+    return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=[
+        AlterConfigsResourceResponse(error_code=code, error_message=message, resource_type=res.resource_type,
+                                     resource_name=res.resource_name)
+        for res, (code, message) in zip(request.resources, outcomes)])
 
 
-async def _with_brokers(broker: "BrokerContext", node: "ClusterNode",
-                        request: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
-    done: dict[int, tuple[ErrorCode, str | None]] = {}
-    for i, res in enumerate(request.resources):
-        if res.resource_type not in (BROKER, TOPIC) or check_resource(broker, res.resource_type,
-                                                                      res.resource_name)[0]:
-            continue
-        if res.resource_type == TOPIC:  # in a cluster: written to etcd, applied by every replica from the view
-            overrides = topic_overrides(broker, res.resource_name)
-            try:
-                for c in res.configs:
-                    _apply(overrides, c.name, c.config_operation, c.value)
-            except Exception as e:  # noqa: BLE001 - answered with its error code
-                done[i] = error_for(e)
-                continue
-            done[i] = await alter_topic_configs(broker, node, res.resource_name, overrides, request.validate_only)
-            continue
-        ops = list(res.configs)
-
-        def change(current: dict[str, str], ops: list[Any] = ops) -> dict[str, str]:
-            return _apply_broker(current, ops)
-
-        done[i] = await alter_broker_configs(node, res.resource_name, change, request.validate_only)
-    return _respond(broker, request, done)
+def _topic_ops(res: AlterConfigsResource, current: dict[str, str]) -> dict[str, str]:
+    for c in res.configs:
+        _apply(current, c.name, c.config_operation, c.value)
+    return current
 
 
-def _respond(broker: "BrokerContext", request: IncrementalAlterConfigsRequest,
-             done: dict[int, tuple[ErrorCode, str | None]]) -> IncrementalAlterConfigsResponse:
-    responses = []
-    for i, res in enumerate(request.resources):
-        code, message = check_resource(broker, res.resource_type, res.resource_name)
-        if not code and i in done:
-            code, message = done[i]
-        elif not code and res.resource_type != TOPIC:
-            code, message = ErrorCode.INVALID_REQUEST, "broker settings are static on a single node: set them in " \
-                                                       "the TOML file"
-        elif not code:
-            view = broker.topics.get(res.resource_name)
-            assert view is not None
-            overrides = dict(view.configs)
-            try:
-                for c in res.configs:
-                    _apply(overrides, c.name, c.config_operation, c.value)
-                apply_topic_overrides(broker, res.resource_name, overrides, request.validate_only)
-            except Exception as e:
-                code, message = error_for(e)
-        responses.append(AlterConfigsResourceResponse(error_code=code, error_message=message,
-                                                      resource_type=res.resource_type,
-                                                      resource_name=res.resource_name))
-    return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=responses)
+def _broker_ops(res: AlterConfigsResource) -> BrokerChange:
+    ops = list(res.configs)
+    return lambda current: _apply_broker(current, ops)
