@@ -57,6 +57,21 @@ class BrokerContext:
         """The topic settings a topic without overrides gets (from the broker's log.* settings)."""
         return self.topics.logs.defaults
 
+    def topic_overrides(self, name: str) -> dict[str, str] | None:
+        """A topic's config overrides, or None when there is no such topic. In a cluster the view answers (every
+        broker knows every topic, replica or not; one being deleted is gone); on a single node the local registry."""
+        if self.cluster is not None:
+            meta = self.cluster.view.topics.get(name)
+            return None if meta is None or meta.deleting else dict(meta.configs)
+        view = self.topics.get(name)
+        return None if view is None else dict(view.configs)
+
+    def partition_exists(self, topic: str, index: int) -> bool:
+        """Whether the partition exists: in a cluster in the view (another broker may hold it), else locally."""
+        if self.cluster is not None:
+            return self.cluster.view.partition(topic, index) is not None
+        return self.topics.partition(topic, index) is not None
+
     def coordinator_available(self, key_type: int) -> bool:
         """Whether the group (``GROUP``) or transaction (``TRANSACTION``) coordinator can serve requests now."""
         return (self.group_coordinator if key_type == GROUP else self.txn_coordinator) is not None

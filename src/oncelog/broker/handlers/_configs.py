@@ -13,7 +13,7 @@ from oncelog.broker.config import TOPIC_DEFAULTS
 from oncelog.broker.dynamic_config import DynamicConfigError, Synonym, synonyms, validate
 from oncelog.cluster.store import MetadataUnavailableError
 from oncelog.protocol.errors import ErrorCode
-from oncelog.storage import TOPIC_CONFIG_KEYS, LogConfig
+from oncelog.storage import TOPIC_CONFIG_KEYS, LogConfig, UnknownTopicError
 
 from ._common import error_for
 
@@ -71,14 +71,11 @@ def topic_entries(broker: "BrokerContext", name: str
 
 
 def topic_overrides(broker: "BrokerContext", name: str) -> dict[str, str]:
-    """A topic's config overrides: in a cluster those of the view (every broker answers, replica or not)."""
-    if broker.cluster is not None:
-        meta = broker.cluster.view.topics.get(name)
-        assert meta is not None, f"topic {name} vanished"
-        return dict(meta.configs)
-    view = broker.topics.get(name)
-    assert view is not None, f"topic {name} vanished"
-    return dict(view.configs)
+    """The config overrides of a topic :func:`check_resource` found (in a cluster: the view's)."""
+    overrides = broker.topic_overrides(name)
+    if overrides is None:
+        raise UnknownTopicError(f"topic {name} no longer exists")
+    return overrides
 
 
 async def alter_topic_configs(broker: "BrokerContext", node: "ClusterNode", name: str, overrides: dict[str, str],
@@ -118,12 +115,9 @@ def apply_topic_overrides(broker: "BrokerContext", name: str, overrides: dict[st
 def check_resource(broker: "BrokerContext", resource_type: int, name: str) -> tuple[int, str | None]:
     """Error for a resource a client names, or (NONE, None)."""
     if resource_type == TOPIC:
-        if broker.cluster is not None:
-            meta = broker.cluster.view.topics.get(name)
-            if meta is None or meta.deleting:
-                return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name} in the cluster"
-        elif broker.topics.get(name) is None:
-            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name} on this broker"
+        if broker.topic_overrides(name) is None:
+            where = "in the cluster" if broker.cluster is not None else "on this broker"
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name} {where}"
         return ErrorCode.NONE, None
     if resource_type == BROKER:
         if name not in ("", str(broker.config.node_id)):

@@ -39,11 +39,7 @@ def _check_topics(broker: "BrokerContext", partitions: list[tuple[str, int]]) ->
                   int] | None:
     """UNKNOWN_TOPIC_OR_PARTITION for missing ones and OPERATION_NOT_ATTEMPTED for the rest, as Kafka does. In a
     cluster a partition exists when the view has it (the coordinator need not hold a replica of it)."""
-    if broker.cluster is not None:
-        view = broker.cluster.view
-        missing = {tp for tp in partitions if view.partition(*tp) is None}
-    else:
-        missing = {tp for tp in partitions if broker.topics.partition(*tp) is None}
+    missing = {tp for tp in partitions if not broker.partition_exists(*tp)}
     if not missing:
         return None
     return {tp: (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in missing else ErrorCode.OPERATION_NOT_ATTEMPTED)
