@@ -34,8 +34,8 @@ def _ongoing(partition: "Partition", producer_id: int, producer_epoch: int) -> b
 
 
 def remote_checks(broker: "BrokerContext", request: ProduceRequest) -> RemoteChecks | None:
-    """The partitions of a Produce whose transactional batch must be checked with a coordinator on another broker
-    first (None: none; the request is handled at once)."""
+    """None unless the Produce is transactional and its coordinator is on another broker; then the partitions whose
+    transactional batch must be checked with that coordinator first (often none: its transaction is ongoing here)."""
     verifier, txn_id = broker.txn_verifier, request.transactional_id
     if verifier is None or not txn_id:
         return None
@@ -57,28 +57,28 @@ def remote_checks(broker: "BrokerContext", request: ProduceRequest) -> RemoteChe
                 continue
             pid, epoch = header.producer_id, header.producer_epoch
             todo.append((topic.name, pdata.index))
-    return (pid, epoch, todo) if todo else None
+    return pid, epoch, todo
 
 
 def verify_transaction(broker: "BrokerContext", partition: "Partition", producer_id: int, producer_epoch: int,
                        transactional_id: str | None, verified: dict[TopicPartition, int] | None) -> int:
-    """NONE if the batch may be appended, else the error code to answer (PRODUCER_FENCED for a stale epoch)."""
+    """NONE if the batch may be appended, else the error code to answer (PRODUCER_FENCED for a stale epoch).
+    ``verified`` is set when the transaction's coordinator is on another broker: the answers it gave."""
     coordinator = broker.txn_coordinator
     if coordinator is None:
         return int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     if broker.cluster is None:
         return int(coordinator.verify_partition(producer_id, producer_epoch, partition.topic, partition.index,
                                                 transactional_id))
-    tp = (partition.topic, partition.index)
-    if verified is not None and tp in verified:
-        return verified[tp]  # the remote coordinator's answer
+    if verified is not None:  # the coordinator is on another broker (remote_checks)
+        tp = (partition.topic, partition.index)
+        if tp in verified:
+            return verified[tp]  # its answer
+        # not asked: the transaction was ongoing here; it may have ended while another partition was being checked
+        return int(ErrorCode.NONE) if _ongoing(partition, producer_id, producer_epoch) \
+            else int(ErrorCode.NOT_ENOUGH_REPLICAS)
     if not transactional_id:
         return int(ErrorCode.INVALID_TXN_STATE)  # a transactional batch without its transactional id
-    verifier = broker.txn_verifier
-    if verifier is not None and verifier.coordinator_of(transactional_id) != verifier.node_id:
-        # checked with the remote coordinator before (remote_checks), or its transaction is already ongoing here
-        return int(ErrorCode.NONE) if _ongoing(partition, producer_id, producer_epoch) or verified is None \
-            else int(ErrorCode.NOT_ENOUGH_REPLICAS)
     code = coordinator.verify_partition(producer_id, producer_epoch, partition.topic, partition.index,
                                         transactional_id)
     return int(ErrorCode.NOT_ENOUGH_REPLICAS) if code in _RETRIABLE else int(code)

@@ -173,9 +173,11 @@ def _may_append(partition: "Partition", acks: int, out: PartitionProduceResponse
 
 def handle(broker: "BrokerContext", ctx: "RequestContext", request: ProduceRequest) -> object:
     checks = remote_checks(broker, request)
-    if checks is not None:  # a cluster: the first batch of a transaction, its coordinator on another broker
-        return _verified_then_appended(broker, request, checks)
-    return _append_all(broker, request, None)
+    if checks is None:  # not transactional, or its coordinator is here (or a single node): checked in the append
+        return _append_all(broker, request, None)
+    if not checks[2]:  # the coordinator is on another broker, and every transaction is ongoing here already
+        return _append_all(broker, request, {})
+    return _verified_then_appended(broker, request, checks)
 
 
 async def _verified_then_appended(broker: "BrokerContext", request: ProduceRequest, checks: RemoteChecks) -> object:
