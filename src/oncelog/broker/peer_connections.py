@@ -1,8 +1,8 @@
 """Connections from this broker to the other brokers of its cluster, one per peer, kept open between requests.
 
-Used by the transaction marker channel (WriteTxnMarkers to partition leaders) and by the transaction verifier
-(AddPartitionsToTxn ``verify_only`` to a transaction's coordinator). A peer is looked up in the current view at
-each (re)connection, so a broker that re-registered at another address is found again; a request that fails closes
+Used by the replica fetchers (Fetch from a partition's leader), the transaction marker channel (WriteTxnMarkers to
+partition leaders) and the transaction verifier (AddPartitionsToTxn ``verify_only`` to a transaction's coordinator).
+A peer is looked up in the current view at each (re)connection, so a broker that re-registered at another address is found again; a request that fails closes
 its connection (the next one reconnects) and raises to the caller, which decides whether to retry.
 """
 
@@ -15,16 +15,18 @@ from typing import Any
 
 from oncelog.client.connection import BrokerConnection
 from oncelog.client.errors import KafkaError
-from oncelog.cluster.model import NO_LEADER, ClusterView
+from oncelog.cluster.model import NO_LEADER, BrokerInfo
 from oncelog.protocol.errors import ErrorCode
 
 __all__ = ["PeerConnections"]
 
 
 class PeerConnections:
-    def __init__(self, node_id: int, view: Callable[[], ClusterView], request_timeout_ms: int, purpose: str) -> None:
+    def __init__(self, node_id: int, address: Callable[[int], BrokerInfo | None], request_timeout_ms: int,
+                 purpose: str) -> None:
+        """``address``: a node id's live registration in the current view (None: not registered)."""
         self.node_id = node_id
-        self._view = view
+        self._address = address
         self._timeout = request_timeout_ms / 1000
         self._client_id = f"{purpose}-{node_id}"
         self._conns: dict[int, BrokerConnection] = {}
@@ -43,7 +45,7 @@ class PeerConnections:
                 self._conns.pop(broker, None)
                 with contextlib.suppress(Exception):
                     await conn.close()
-            info = self._view().brokers.get(broker) if broker != NO_LEADER else None
+            info = self._address(broker) if broker != NO_LEADER else None
             if info is None:
                 raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"broker {broker} is not registered in the cluster")
             conn = BrokerConnection(info.host, info.port, client_id=self._client_id, node_id=broker,
@@ -58,11 +60,20 @@ class PeerConnections:
         try:
             return await conn.send(request, version=version)
         except Exception:
-            if self._conns.get(broker) is conn:
-                self._conns.pop(broker, None)
-            with contextlib.suppress(Exception):
-                await conn.close()
+            await self.drop(broker, conn)
             raise
+
+    async def drop(self, broker: int, conn: BrokerConnection | None = None) -> None:
+        """Close the connection to ``broker`` (only if it is still ``conn``, when given): the next one reconnects."""
+        current = self._conns.get(broker)
+        if current is None or (conn is not None and current is not conn):
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    await conn.close()
+            return
+        self._conns.pop(broker, None)
+        with contextlib.suppress(Exception):
+            await current.close()
 
     async def close(self) -> None:
         conns, self._conns = self._conns, {}

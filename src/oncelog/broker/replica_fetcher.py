@@ -40,6 +40,8 @@ from oncelog.protocol.messages.offset_for_leader_epoch_request import (
 from oncelog.protocol.record_batch import CorruptRecordError, validate_batches
 from oncelog.storage import UnexpectedAppendOffsetError
 
+from .peer_connections import PeerConnections
+
 if TYPE_CHECKING:
     from oncelog.cluster.model import BrokerInfo
 
@@ -112,7 +114,7 @@ class ReplicaFetcher:
         self._address = address  # a node id's live registration (also gives this broker's epoch)
         self.partitions: dict[tuple[str, int], _State] = {}
         self._changed = asyncio.Event()
-        self._conn: BrokerConnection | None = None
+        self._peers = PeerConnections(config.node_id, address, config.socket_timeout_ms, "replica")
         self._task: asyncio.Task[None] | None = None
         self.fetches = 0
 
@@ -141,27 +143,7 @@ class ReplicaFetcher:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        await self._disconnect()
-
-    async def _disconnect(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                await conn.close()
-
-    async def _connection(self) -> BrokerConnection:
-        if self._conn is not None and self._conn.connected:
-            return self._conn
-        await self._disconnect()
-        info = self._address(self.leader)
-        if info is None:
-            raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"broker {self.leader} is not registered")
-        timeout = self.config.socket_timeout_ms / 1000
-        conn = BrokerConnection(info.host, info.port, client_id=f"replica-{self.config.node_id}",
-                                node_id=self.leader, request_timeout=timeout, connect_timeout=min(timeout, 10.0))
-        await conn.connect()
-        self._conn = conn
-        return conn
+        await self._peers.close()
 
     # ------------------------------------------------------------------------------------------- the loop
     async def _run(self) -> None:
@@ -178,7 +160,7 @@ class ReplicaFetcher:
                     await self._changed.wait()
                 continue
             try:
-                conn = await self._connection()
+                conn = await self._peers.connection(self.leader)
                 truncating = {k: s for k, s in active.items() if s.truncating}
                 if truncating:
                     await self._truncate(conn, truncating)
@@ -189,12 +171,12 @@ class ReplicaFetcher:
             except (KafkaError, OSError) as e:
                 log.info("replica fetcher of node %d from leader %d: %s; retrying in %.1f s", self.config.node_id,
                          self.leader, e, backoff)
-                await self._disconnect()
+                await self._peers.drop(self.leader)
                 await self._pause(backoff)
             except Exception:
                 log.exception("replica fetcher of node %d from leader %d failed; retrying in %.1f s",
                               self.config.node_id, self.leader, backoff)
-                await self._disconnect()
+                await self._peers.drop(self.leader)
                 await self._pause(backoff)
 
     async def _pause(self, seconds: float) -> None:

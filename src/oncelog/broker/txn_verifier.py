@@ -50,7 +50,7 @@ class RemoteTxnVerifier:
     def __init__(self, node_id: int, view: Callable[[], ClusterView], request_timeout_ms: int) -> None:
         self.node_id = node_id
         self._view = view
-        self._peers = PeerConnections(node_id, view, request_timeout_ms, "txn-verify")
+        self._peers = PeerConnections(node_id, lambda n: view().brokers.get(n), request_timeout_ms, "txn-verify")
         self._order: dict[int, asyncio.Lock] = {}
         self.requests_sent = 0
 
