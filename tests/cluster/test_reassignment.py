@@ -370,7 +370,22 @@ def test_cli_cluster_status_partitions_reassign_and_elect(cluster: ClusterProces
     assert r.returncode == 0, r.stdout + r.stderr
     errors = {row["partition"]: row["error"] for row in json.loads(r.stdout)}
     assert errors[1] == "ELECTION_NOT_NEEDED" and errors[0] in (None, "ELECTION_NOT_NEEDED"), errors
-    cluster.wait_for(lambda v: _state(v, topic_name, 0).leader == 3, TIMEOUT, "the preferred replica 3 leads")
+    view = cluster.wait_for(lambda v: _state(v, topic_name, 0).leader == 3, TIMEOUT, "the preferred replica 3 leads")
+    epoch = _state(view, topic_name, 0).leader_epoch
+    assert epoch > rows[0]["leader_epoch"]  # elected again since the first listing
+    # topic describe shows each partition's leader with its epoch, as Metadata gives them (once the broker asked
+    # has the new view)
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        r = _oncelog("topic", "describe", topic_name, "--json", *boot)
+        assert r.returncode == 0, r.stderr
+        described = {p["partition"]: p for p in json.loads(r.stdout)["partitions"]}
+        if (described[0]["leader"], described[0]["leader_epoch"]) == (3, epoch) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert (described[0]["leader"], described[0]["leader_epoch"]) == (3, epoch), described[0]
+    r = _oncelog("topic", "describe", topic_name, *boot)
+    assert "Leader epoch" in r.stdout, r.stdout
 
 
 def test_kafka_python_admin_reassigns_lists_and_elects(cluster: ClusterProcess, topic_name: str) -> None:

@@ -94,7 +94,7 @@ def list_(include_internal: bool, bootstrap_server: str, as_json: bool) -> None:
 @bootstrap_option
 @json_option
 def describe(name: str, all_configs: bool, bootstrap_server: str, as_json: bool) -> None:
-    """Partitions (leader, start, end and stable offsets) and configs of topic NAME."""
+    """Partitions (leader and its epoch, replicas, ISR, start, end and stable offsets) and configs of topic NAME."""
     with user_errors(f"cannot describe topic {name!r}", bootstrap_server):
         with _admin(bootstrap_server) as admin:
             try:
@@ -112,10 +112,12 @@ def describe(name: str, all_configs: bool, bootstrap_server: str, as_json: bool)
     console = Console()
     total = sum(p.high_watermark - p.log_start_offset for p in desc.partitions)
     table = Table(title=f"{desc.name}  ({len(desc.partitions)} partitions, {total} records, id {desc.topic_id})")
-    for col in ("Partition", "Leader", "Replicas", "ISR", "Start offset", "End offset", "Stable offset", "Records"):
+    for col in ("Partition", "Leader", "Leader epoch", "Replicas", "ISR", "Start offset", "End offset",
+                "Stable offset", "Records"):
         table.add_column(col, justify="right")
     for p in desc.partitions:
-        table.add_row(str(p.partition), str(p.leader), ",".join(map(str, p.replicas)), ",".join(map(str, p.isr)),
+        table.add_row(str(p.partition), str(p.leader), str(p.leader_epoch), ",".join(map(str, p.replicas)),
+                      ",".join(map(str, p.isr)),
                       str(p.log_start_offset), str(p.high_watermark), str(p.last_stable_offset),
                       str(p.high_watermark - p.log_start_offset))
     console.print(table)

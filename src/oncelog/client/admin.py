@@ -136,6 +136,7 @@ class PartitionDescription:
     log_start_offset: int
     high_watermark: int
     last_stable_offset: int
+    leader_epoch: int = -1  # -1: the broker's Metadata did not give it
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,7 +376,7 @@ class AsyncAdmin:
             self.list_offsets({tp: "latest" for tp in tps}, isolation_level=1))
         parts = [PartitionDescription(p, info.partitions[p].leader, info.partitions[p].replicas,
                                       info.partitions[p].isr, start[(name, p)].offset, hw[(name, p)].offset,
-                                      lso[(name, p)].offset) for _, p in tps]
+                                      lso[(name, p)].offset, info.partitions[p].leader_epoch) for _, p in tps]
         return TopicDescription(name, str(info.topic_id), info.is_internal, parts)
 
     async def create_partitions(self, name: str, total_count: int, *, validate_only: bool = False) -> None:
