@@ -108,6 +108,9 @@ def test_a_dead_brokers_partitions_get_new_leaders(cluster: ClusterProcess, topi
     assert metrics[controller]["oncelog_cluster_offline_partitions"] >= 1  # the RF=1 partition (and older tests')
     assert metrics[controller]["oncelog_cluster_under_replicated_partitions"] >= 6
     assert metrics[controller]["oncelog_cluster_dead_brokers_revoked_total"] >= 1
+    # the controller timed its elections (the view without the victim -> new leaders in etcd)
+    assert metrics[controller]["oncelog_controller_leader_election_seconds_count"] >= 1
+    assert metrics[controller]["oncelog_controller_leader_election_seconds_sum"] > 0
 
     cluster.start_broker(victim)  # the last ISR member is back: it leads its partition again
     cluster.wait_for(lambda v: (s := v.partition(alone, 0)) is not None and s.leader == victim, TIMEOUT,

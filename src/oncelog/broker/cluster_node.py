@@ -30,12 +30,12 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from oncelog.cluster.changes import ViewChange, ViewSubscription, diff
 from oncelog.cluster.controller import ControllerConfig, leads_nothing
-from oncelog.cluster.controller_driver import ControllerDriver
+from oncelog.cluster.controller_driver import ELECTION_BUCKETS, ControllerDriver, ControllerStats
 from oncelog.cluster.metadata import EtcdMetadata, EtcdUnreachableError, Session
 from oncelog.cluster.model import NO_LEADER, BrokerInfo, ClusterView
 from oncelog.cluster.store import DuplicateBrokerError, MetadataUnavailableError
@@ -136,6 +136,7 @@ class ClusterNode:
         self.node_id = config.node_id
         self.registration: BrokerInfo | None = None  # the live registration (its epoch is the broker epoch)
         self.driver: ControllerDriver | None = None  # while this broker is the active controller
+        self.controller_stats = ControllerStats()  # over every term of this broker as the controller
         self._replicas: ReplicaManagerLike | None = None
         self._session_ok = asyncio.Event()
         self._session_lost = asyncio.Event()
@@ -271,7 +272,8 @@ class ClusterNode:
                 continue
             if self._leaving:
                 return
-            driver = ControllerDriver(self.store, elected.epoch, controller_config(self.config))
+            driver = ControllerDriver(self.store, elected.epoch, controller_config(self.config),
+                                      stats=self.controller_stats)
             self.driver = driver
             self.elections += 1
             self._liveness.update(self.view)
@@ -361,7 +363,7 @@ class _ClusterCollector(Collector):
     def __init__(self, node: ClusterNode) -> None:
         self.node = node
 
-    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily]:
         node, view = self.node, self.node.view
         active = node.is_controller()
         yield GaugeMetricFamily("oncelog_cluster_brokers", "Live brokers in this broker's view of the cluster",
@@ -378,6 +380,15 @@ class _ClusterCollector(Collector):
                                   "refreshed in time)", value=node.sessions_lost)
         yield CounterMetricFamily("oncelog_cluster_dead_brokers_revoked", "Registrations of dead brokers this "
                                   "broker revoked before their lease expired", value=node.revoked)
+        stats = node.controller_stats
+        cumulative, buckets = 0, []
+        for bound, count in zip((*map(str, ELECTION_BUCKETS), "+Inf"), stats.election_counts):
+            cumulative += count
+            buckets.append((bound, float(cumulative)))
+        yield HistogramMetricFamily("oncelog_controller_leader_election_seconds", "Leader elections written by this "
+                                    "broker as the controller after a leader was lost (broker gone, fenced or "
+                                    "shutting down): seconds from the view that needed them to the new leaders in "
+                                    "etcd", buckets=buckets, sum_value=stats.election_seconds)
         offline = under = 0
         if active:
             for vp in view.partitions.values():

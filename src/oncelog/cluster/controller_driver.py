@@ -21,10 +21,11 @@ The etcd layer elects the controller and hands this driver the controller epoch.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import enum
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..protocol.errors import ErrorCode
 from .api_error import ApiError
@@ -32,7 +33,10 @@ from .controller import ControllerConfig, Decision, rebalance_leaders, reconcile
 from .model import NO_LEADER, ClusterView, TopicPartition
 from .store import MetadataStore, MetadataUnavailableError, PartitionChange
 
-__all__ = ["ControllerDriver", "ControllerStats"]
+__all__ = ["ControllerDriver", "ControllerStats", "ELECTION_BUCKETS"]
+
+#: upper bounds (seconds) of the leader-election time histogram
+ELECTION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 log = logging.getLogger("oncelog.cluster.controller")
 
@@ -55,12 +59,22 @@ class ControllerStats:
     unclean_elections: int = 0
     offline: int = 0  # changes that left a partition leaderless
     rebalances: int = 0  # preferred-leader rebalance runs
+    # leader elections of the reconcile loop (a leader gone, fenced or shutting down), Kafka's
+    # LeaderElectionRateAndTimeMs: seconds from the view that needed them to the new leaders written in etcd
+    election_counts: list[int] = field(default_factory=lambda: [0] * (len(ELECTION_BUCKETS) + 1))  # last: +Inf
+    election_seconds: float = 0.0  # sum
+
+    def observe_election(self, seconds: float) -> None:
+        self.election_counts[bisect.bisect_left(ELECTION_BUCKETS, seconds)] += 1
+        self.election_seconds += seconds
 
 
 class ControllerDriver:
     def __init__(self, store: MetadataStore, controller_epoch: int, config: ControllerConfig | None = None, *,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                 max_changes_per_write: int = 100, retry_backoff_s: float = 0.5) -> None:
+                 max_changes_per_write: int = 100, retry_backoff_s: float = 0.5,
+                 stats: ControllerStats | None = None) -> None:
+        """``stats``: counters to add to (a broker keeps one across its terms as controller)."""
         if max_changes_per_write < 1:
             raise ValueError("max_changes_per_write must be at least 1")
         self._store = store
@@ -71,7 +85,7 @@ class ControllerDriver:
         self._batch = max_changes_per_write  # halved after each lost race, doubled back after each win
         self._backoff = retry_backoff_s
         self._lock = asyncio.Lock()
-        self.stats = ControllerStats()
+        self.stats = stats if stats is not None else ControllerStats()
 
     # ------------------------------------------------------------------------------------------------ role
     def _role(self, view: ClusterView) -> _Role:
@@ -103,27 +117,38 @@ class ControllerDriver:
 
     async def _react_loop(self) -> None:
         acted_on: ClusterView | None = None  # the last view whose consequences are all written
-        view = self._store.view
+        now = asyncio.get_running_loop().time
+        view, seen = self._store.view, now()
+        electing_since: float | None = None  # when a view first needed leader elections not yet all written
         while True:
             role = self._role(view)
             if role is _Role.DEPOSED:
                 return
             if role is _Role.PENDING:
                 view = await self._store.wait_for_change(view.revision)
+                seen = now()
                 continue
             async with self._lock:
                 view = self._store.view  # the newest, now that nothing else of ours is writing
                 if self._role(view) is not _Role.ACTIVE:
                     continue
-                written = await self._write(view, reconcile(acted_on, view, self.config), "reconcile")
+                changes = reconcile(acted_on, view, self.config)
+                if electing_since is None and any(c.state.leader != view.partitions[c.tp].state.leader
+                                                  for c in changes):
+                    electing_since = seen
+                written = await self._write(view, changes, "reconcile")
             if written is None:  # unavailable: retry from whatever view we have after a pause
                 await self._sleep(self._backoff)
                 view = self._store.view
             elif written:
                 acted_on = view
+                if electing_since is not None:
+                    self.stats.observe_election(now() - electing_since)
+                    electing_since = None
                 view = await self._store.wait_for_change(view.revision)
             else:
                 view = await self._store.wait_for_change(view.revision)
+            seen = now()
 
     async def _rebalance_loop(self) -> None:
         interval = self.config.leader_imbalance_check_interval_seconds

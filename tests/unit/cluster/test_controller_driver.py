@@ -121,6 +121,8 @@ def test_first_view_is_reconciled_and_failover_moves_leaders() -> None:
             assert (s.leader, s.isr, s.leader_epoch) == (1, (1,), old.leader_epoch + 1)
         led_by_2 = led_by(before, 2)
         assert all_valid(view) and driver.stats.leader_changes >= len(gone_early) + len(led_by_2)
+        # both failovers were timed (the first view, then the view without broker 2)
+        assert sum(driver.stats.election_counts) >= 2 and driver.stats.election_seconds > 0
         await stop(task)
 
     run(main)
