@@ -474,6 +474,53 @@ class RecordBatchBuilder:
         self._next_delta = delta + 1
         return delta
 
+    def extend(
+        self,
+        records: Sequence[tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]], int, object]],
+    ) -> None:
+        """Append ``records`` given as ``(key, value, headers, timestamp, anything)`` at the next offsets: the
+        bytes :meth:`append` writes one by one, encoded in one loop (the producer queues records as such tuples
+        and encodes a batch when it is sent)."""
+        if not records:
+            return
+        delta = self._next_delta
+        if delta + len(records) > _INT32_MAX:
+            raise OverflowError("a record batch holds at most 2**31 - 1 records")
+        if not self._count and self._delete_horizon is None:
+            self._base_ts = records[0][3]
+        base_ts = self._base_ts
+        max_ts = self._max_ts
+        table, lim, enc = _SMALL_VARLONGS, _SMALL_LIMIT, _enc_varlong
+        parts: list[bytes] = []
+        add = parts.extend
+        for key, value, headers, ts, _ in records:
+            if ts > max_ts:  # noqa: PLR1730  (faster than max())
+                max_ts = ts
+            d = ts - base_ts
+            ts_part = table[d + lim] if -lim <= d < lim else enc(d)
+            off_part = table[delta + lim] if delta < lim else enc(delta)
+            delta += 1
+            if key is None:
+                key_len = _NULL_LEN
+                key = b""
+            else:
+                n = len(key)
+                key_len = table[n + lim] if n < lim else enc(n)
+            if value is None:
+                value_len = _NULL_LEN
+                value = b""
+            else:
+                n = len(value)
+                value_len = table[n + lim] if n < lim else enc(n)
+            hdr = _encode_headers(headers) if headers else b"\x00"
+            n = 1 + len(ts_part) + len(off_part) + len(key_len) + len(key) + len(value_len) + len(value) + len(hdr)
+            add((table[n + lim] if n < lim else enc(n), b"\x00", ts_part, off_part, key_len, key, value_len, value,
+                 hdr))
+        self._buf += b"".join(parts)
+        self._max_ts = max_ts
+        self._count += len(records)
+        self._next_delta = delta
+
     def override_last_offset(self, last_offset: int) -> None:
         """Make ``last_offset`` the batch's last offset (lastOffsetDelta) even if no record carries it."""
         delta = last_offset - self._base_offset
@@ -626,3 +673,6 @@ def parse_control_record(batch: bytes | bytearray | memoryview, pos: int = 0) ->
 _U32 = struct.Struct(">I")
 _NULL_LEN = b"\x01"  # zigzag varint of -1
 _enc_varlong = _varint.encode_varlong
+_SMALL_LIMIT = 1 << 13
+#: zigzag varints of [-_SMALL_LIMIT, _SMALL_LIMIT), indexed by value + _SMALL_LIMIT (RecordBatchBuilder.extend)
+_SMALL_VARLONGS: tuple[bytes, ...] = tuple(_enc_varlong(n) for n in range(-_SMALL_LIMIT, _SMALL_LIMIT))

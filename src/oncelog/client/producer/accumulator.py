@@ -8,6 +8,11 @@ A batch may also come pre-encoded (``Producer.produce_batch``: built from column
 partition's open batch (which is closed too, so the records keep their order), stamped by the sender like any
 other batch, and reported once, with a :class:`BatchMessage`.
 
+An open batch holds its records as queued (:data:`_Pending`) and its exact uncompressed size, counted as each
+record is appended (:func:`_record_size`); the records are encoded in one loop
+(:meth:`RecordBatchBuilder.extend`) when the sender builds the batch, into the bytes appending them one by one
+would give.
+
 Thread-safe: the sync facade appends from the caller's thread while the sender drains on the event loop thread.
 A batch is *ready* when it is full (``batch.size``), older than ``linger.ms``, or a flush is in progress.
 """
@@ -20,7 +25,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from oncelog.protocol.records import RecordBatchBuilder
+from oncelog.protocol.records import BATCH_HEADER_SIZE, RecordBatchBuilder
+from oncelog.protocol.varint import varint_size
 
 from ..errors import KafkaError
 from ..message import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Header, Message, ReportMessage
@@ -46,19 +52,19 @@ class BatchMessage(Message):
 
 
 #: a queued record: (key, value, headers, timestamp, callback); its Message is made only when it is reported
-_Pending = tuple[bytes | None, bytes | None, list[Header], int, DeliveryCallback | None]
+_Pending = tuple[bytes | None, bytes | None, Sequence[Header], int, DeliveryCallback | None]
 
 
 @dataclass(slots=True)
 class ProducerBatch:
     tp: TopicPartition
-    builder: RecordBatchBuilder | None  # None: a pre-encoded batch
+    compression: int
     created: float
     records: list[_Pending] = field(default_factory=list)
     closed: bool = False
     attempts: int = 0
     retry_at: float = 0.0
-    size_estimate: int = 0  # the builder's size after the last append (0: empty)
+    size_estimate: int = BATCH_HEADER_SIZE  # the batch's exact size, uncompressed, with the records so far
     send_order: int = -1  # when it was first sent (the sender's counter); -1: never sent
     restamp: bool = False  # an earlier batch was rejected: take a new sequence when it is sent again
     producer_id: int = -1
@@ -66,6 +72,7 @@ class ProducerBatch:
     base_sequence: int = -1  # -1: not yet assigned (or not idempotent)
     transactional: bool = False
     _built: bytes | None = None
+    _encoded: bytes | None = None  # the records encoded, without producer fields (built once: a closed batch)
     prebuilt: bytes | None = None  # a pre-encoded batch (no producer id, epoch, sequence yet)
     prebuilt_count: int = 0
     prebuilt_timestamp: int = -1  # its first record's timestamp
@@ -73,9 +80,9 @@ class ProducerBatch:
 
     @property
     def size(self) -> int:
-        if self.builder is None:
-            return len(self.prebuilt or b"")
-        return self.builder.size_in_bytes
+        if self.prebuilt is not None:
+            return len(self.prebuilt)
+        return self.size_estimate
 
     @property
     def record_count(self) -> int:
@@ -91,8 +98,11 @@ class ProducerBatch:
             if self.prebuilt is not None:
                 raw = self.prebuilt
             else:
-                assert self.builder is not None
-                raw = self.builder.build()
+                if self._encoded is None:
+                    builder = RecordBatchBuilder(self.compression)
+                    builder.extend(self.records)
+                    self._encoded = builder.build()
+                raw = self._encoded
             if self.producer_id >= 0:
                 raw = stamp_batch(raw, self.producer_id, self.producer_epoch, self.base_sequence,
                                   self.transactional)
@@ -117,16 +127,24 @@ class ProducerBatch:
                     bm._error = error
                 out.append((cb, error, bm))
             return out
-        for i, (key, value, headers, ts, cb) in enumerate(self.records):
+        records = self.records
+        if error is None and log_append_time < 0:  # the common case: one plain Message per callback
+            m = Message
+            if base_offset < 0:  # acks=0: no offsets
+                return [(cb, None, m(topic, partition, -1, key, value, headers, ts, None))
+                        for key, value, headers, ts, cb in records if cb is not None]
+            return [(cb, None, m(topic, partition, offset, key, value, headers, ts, None))
+                    for offset, (key, value, headers, ts, cb) in enumerate(records, base_offset) if cb is not None]
+        for i, (key, value, headers, ts, cb) in enumerate(records):
             if cb is None:
                 continue
             offset = base_offset + i if base_offset >= 0 and error is None else -1
             if error is None and log_append_time >= 0:
-                m: Message = ReportMessage(topic, partition, offset, key, value, headers, log_append_time, None,
-                                           TIMESTAMP_LOG_APPEND_TIME)
+                msg: Message = ReportMessage(topic, partition, offset, key, value, headers, log_append_time, None,
+                                             TIMESTAMP_LOG_APPEND_TIME)
             else:
-                m = Message(topic, partition, offset, key, value, headers, ts, error)
-            out.append((cb, error, m))
+                msg = Message(topic, partition, offset, key, value, headers, ts, error)
+            out.append((cb, error, msg))
         return out
 
 
@@ -145,7 +163,16 @@ class RecordAccumulator:
     def append(self, tp: TopicPartition, timestamp_ms: int, key: bytes | None, value: bytes | None,
                headers: Sequence[Header], on_complete: DeliveryCallback | None) -> tuple[bool, bool]:
         """Add one record; returns (batch now full, new batch created) so the caller knows to wake the sender."""
-        hs = headers if isinstance(headers, list) else list(headers)
+        kl = -1 if key is None else len(key)
+        vl = -1 if value is None else len(value)
+        if headers:
+            hs: Sequence[Header] = headers if isinstance(headers, list) else list(headers)
+            estimate = _estimate(key, value, hs)
+            header_size = _headers_size(hs)
+        else:
+            hs = ()  # shared, immutable (as Message keeps it)
+            estimate = 21 + (kl if kl > 0 else 0) + (vl if vl > 0 else 0)  # _estimate's
+            header_size = 1
         limit = self.batch_size
         with self._lock:
             q = self._batches.get(tp)
@@ -153,22 +180,44 @@ class RecordAccumulator:
                 q = self._batches[tp] = deque()
             batch = q[-1] if q and not q[-1].closed else None
             new = False
-            if batch is not None and batch.size_estimate + _estimate(key, value, headers) > limit:
+            if batch is not None and batch.size_estimate + estimate > limit:
                 batch.closed = True
                 batch = None
             if batch is None:
-                batch = ProducerBatch(tp, RecordBatchBuilder(self.compression), self._monotonic())
+                batch = ProducerBatch(tp, self.compression, self._monotonic())
                 q.append(batch)
                 new = True
-            builder = batch.builder
-            assert builder is not None  # an open batch is never a pre-encoded one
-            builder.append(timestamp_ms, key, value, headers)
-            batch.records.append((key, value, hs, timestamp_ms, on_complete))
+            records = batch.records
+            size = batch.size_estimate = batch.size_estimate + _record_size(
+                timestamp_ms - records[0][3] if records else 0, len(records), kl, vl, header_size)
+            records.append((key, value, hs, timestamp_ms, on_complete))
             self.pending_records += 1
-            size = batch.size_estimate = builder.size_in_bytes
             if size >= limit:
                 batch.closed = True
             return batch.closed, new
+
+    def append_to_open(self, tp: TopicPartition, timestamp_ms: int, value: bytes,
+                       on_complete: DeliveryCallback | None) -> bool | None:
+        """:meth:`append` of a keyless record without headers, only into ``tp``'s open batch and only if it fits
+        there: returns whether the batch is now full, or None (nothing done: no open batch, or it must be closed
+        first) for the caller to use :meth:`append`."""
+        vl = len(value)
+        with self._lock:
+            q = self._batches.get(tp)
+            if not q:
+                return None
+            batch = q[-1]
+            if batch.closed or batch.size_estimate + 21 + vl > self.batch_size:
+                return None
+            records = batch.records
+            size = batch.size_estimate = batch.size_estimate + _record_size(
+                timestamp_ms - records[0][3], len(records), -1, vl, 1)
+            records.append((None, value, (), timestamp_ms, on_complete))
+            self.pending_records += 1
+            if size >= self.batch_size:
+                batch.closed = True
+                return True
+            return False
 
     def append_prebuilt(self, tp: TopicPartition, batches: Sequence[tuple[bytes, int, int]],
                         on_complete: DeliveryCallback | None) -> None:
@@ -183,7 +232,7 @@ class RecordAccumulator:
                 q[-1].closed = True
             now = self._monotonic()
             for raw, count, first_timestamp in batches:
-                q.append(ProducerBatch(tp, None, now, closed=True, prebuilt=raw, prebuilt_count=count,
+                q.append(ProducerBatch(tp, 0, now, closed=True, prebuilt=raw, prebuilt_count=count,
                                        prebuilt_timestamp=first_timestamp, prebuilt_callback=on_complete))
                 self.pending_records += count
 
@@ -274,4 +323,31 @@ def _estimate(key: bytes | None, value: bytes | None, headers: Sequence[Header])
         return n
     for k, v in headers:
         n += len(k) + (len(v) if v else 0) + 10
+    return n
+
+
+
+def _record_size(ts_delta: int, offset_delta: int, key_len: int, value_len: int, header_size: int) -> int:
+    """Encoded size of one record (length prefix included): lengths -1 for a null key or value, ``header_size``
+    the encoded header list's (1: none). Varints below 64 (zigzag) take one byte, below 8192 two."""
+    body = 1 + header_size
+    body += 1 if -64 <= ts_delta < 64 else 2 if -8192 <= ts_delta < 8192 else varint_size(ts_delta)
+    body += 1 if offset_delta < 64 else 2 if offset_delta < 8192 else varint_size(offset_delta)
+    if key_len < 0:
+        body += 1
+    else:
+        body += key_len + (1 if key_len < 64 else 2 if key_len < 8192 else varint_size(key_len))
+    if value_len < 0:
+        body += 1
+    else:
+        body += value_len + (1 if value_len < 64 else 2 if value_len < 8192 else varint_size(value_len))
+    return body + (1 if body < 64 else 2 if body < 8192 else varint_size(body))
+
+
+def _headers_size(headers: Sequence[Header]) -> int:
+    """Encoded size of a record's header list (the count, then each key and value with their lengths)."""
+    n = varint_size(len(headers))
+    for k, v in headers:
+        kl = len(k.encode("utf-8"))
+        n += varint_size(kl) + kl + (1 if v is None else varint_size(len(v)) + len(v))
     return n

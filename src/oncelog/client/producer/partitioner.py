@@ -22,6 +22,7 @@ class Partitioner:
         self._batch_open = batch_open
         self._rng = rng or random.Random()
         self._sticky: dict[str, int] = {}
+        self.sticky = self._sticky  # topic -> its sticky partition (read-only for callers: a shortcut)
 
     def partition(self, topic: str, key: bytes | None, partitions: Sequence[int],
                   available: Sequence[int] = ()) -> int:

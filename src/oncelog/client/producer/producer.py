@@ -70,6 +70,7 @@ class AsyncProducer:
         self.cluster = Cluster.from_config(c, allow_auto_topic_creation=c.allow_auto_create_topics)
         self.accumulator = RecordAccumulator(c.batch_size, c.linger_ms, c.compression)
         self.partitioner = Partitioner(self.accumulator.batch_open)
+        self._sticky = self.partitioner.sticky
         self._deliver = deliver or self._run_reports
         self.sender: Sender | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -119,12 +120,12 @@ class AsyncProducer:
         record above ``message.max.bytes``.
         """
         txn = self.txn
-        if txn is not None and (self._transactional or txn.has_error):
+        if txn is not None:
             txn.check_can_send()
         # hot path: bytes pass through untouched, the partition lists are cached per metadata version
         k = key if key is None or key.__class__ is bytes else _as_bytes("key", key)
         v = value if value is None or value.__class__ is bytes else _as_bytes("value", value)
-        hs = _headers(headers) if headers else []
+        hs = _headers(headers) if headers else ()
         size = (len(k) if k else 0) + (len(v) if v else 0)
         if size > self._max_bytes:
             raise KafkaError(10, f"record of {size} bytes for {topic!r} exceeds message.max.bytes="
@@ -138,12 +139,29 @@ class AsyncProducer:
                                                 self.cluster.available_partitions_for(topic))
         parts = cached[1]
         if partition is None:
-            partition = self.partitioner.partition(topic, k, parts, cached[2])
+            if k is None:  # the sticky partition while its batch is open (the partitioner's first check)
+                partition = self._sticky.get(topic)
+                if partition is None or not self.accumulator.batch_open(topic, partition):
+                    partition = self.partitioner.partition(topic, k, parts, cached[2])
+            else:
+                partition = self.partitioner.partition(topic, k, parts, cached[2])
         elif partition not in info.partitions:
             raise KafkaError(3, f"partition {partition} of {topic!r} does not exist (it has {len(parts)})")
         ts = int(time.time() * 1000) if timestamp is None else timestamp
         full, new = self.accumulator.append((topic, partition), ts, k, v, hs, on_complete)
         return full or new
+
+    def append_sticky(self, topic: str, value: bytes, on_complete: DeliveryCallback | None) -> bool | None:
+        """:meth:`append` of a keyless record without headers, partition or timestamp, when it goes into the open
+        batch of the topic's sticky partition (the common case, made cheap): returns whether the sender needs a
+        wake-up, or None when the record was not queued (call :meth:`append`)."""
+        txn = self.txn
+        if txn is not None:
+            txn.check_can_send()
+        partition = self._sticky.get(topic)
+        if partition is None or len(value) > self._max_bytes or topic not in self.cluster.topics:
+            return None
+        return self.accumulator.append_to_open((topic, partition), int(time.time() * 1000), value, on_complete)
 
     async def produce(self, topic: str, value: Any = None, key: Any = None, partition: int | None = None,
                       headers: HeadersLike = None, on_delivery: DeliveryCallback | None = None,
@@ -388,14 +406,22 @@ class Producer:
             raise ConfigError("producer is closed")
         if on_delivery is None:
             on_delivery = callback or self._default_cb
+        a = self._async
+        if key is None and (partition is None or partition < 0) and not timestamp and not headers \
+                and value.__class__ is bytes:  # the common case first: into the sticky partition's open batch
+            with self._lock:
+                full = None if self._waiting else a.append_sticky(topic, value, on_delivery)
+            if full is not None:
+                if full and a.sender is not None:
+                    self._runner.call_soon(a.sender.wakeup)
+                return
         if partition is not None and partition < 0:
             partition = None
         if not timestamp:
             timestamp = None
-        a = self._async
         with self._lock:
-            waiting = self._waiting.get(topic)
-            if waiting is None and a.cluster.topic(topic) is not None:
+            waiting = self._waiting.get(topic) if self._waiting else None
+            if waiting is None and topic in a.cluster.topics:
                 wake = a.append(topic, value, key, partition, headers, on_delivery, timestamp)
             else:
                 txn = a.txn

@@ -1,0 +1,72 @@
+"""The producer's deferred encoding: ``RecordBatchBuilder.extend`` writes the bytes ``append`` writes one record
+at a time, and the accumulator's counted batch size is the built batch's exact size."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from oncelog.client.producer.accumulator import RecordAccumulator
+from oncelog.protocol.records import Compression, RecordBatchBuilder, decode_records
+
+Rec = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int, None]
+
+
+def _random_records(rng: random.Random, n: int) -> list[Rec]:
+    base = rng.randrange(0, 2**41)
+    out: list[Rec] = []
+    for _ in range(n):
+        key = None if rng.random() < 0.4 else rng.randbytes(rng.choice([0, 1, 63, 64, 200, 9000]))
+        value = None if rng.random() < 0.1 else rng.randbytes(rng.choice([0, 5, 63, 64, 100, 8191, 8192, 20000]))
+        headers: list[tuple[str, bytes | None]] = []
+        if rng.random() < 0.2:
+            headers = [(rng.choice(["h", "ünï", "x" * 70]), rng.choice([None, b"", b"v" * 100]))
+                       for _ in range(rng.randrange(1, 3))]
+        ts = base + rng.choice([0, 1, -1, 63, 64, -65, 8191, -8193, 10**6, -(10**7)])
+        out.append((key, value, headers, ts, None))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_extend_writes_what_append_writes(seed: int) -> None:
+    rng = random.Random(seed)
+    records = _random_records(rng, rng.choice([1, 2, 30, 200]))
+    for compression in (Compression.NONE, Compression.GZIP):
+        one = RecordBatchBuilder(compression)
+        for key, value, headers, ts, _ in records:
+            one.append(ts, key, value, headers)
+        bulk = RecordBatchBuilder(compression)
+        split = rng.randrange(len(records) + 1)
+        bulk.extend(records[:split])
+        bulk.extend(records[split:])
+        assert bulk.build() == one.build()
+        assert bulk.size_in_bytes == one.size_in_bytes
+
+
+def test_extend_past_the_small_varint_table() -> None:
+    """More than 8192 records: offset deltas leave the table of small varints."""
+    records: list[Rec] = [(None, b"v", [], 5 + (i % 3), None) for i in range(9000)]
+    one = RecordBatchBuilder()
+    for key, value, headers, ts, _ in records:
+        one.append(ts, key, value, headers)
+    bulk = RecordBatchBuilder()
+    bulk.extend(records)
+    assert bulk.build() == one.build()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_accumulator_counts_the_exact_batch_size(seed: int) -> None:
+    rng = random.Random(seed)
+    acc = RecordAccumulator(batch_size=rng.choice([300, 16384, 200_000]), linger_ms=0, compression=0)
+    tp = ("t", 0)
+    records = _random_records(rng, 150)
+    for key, value, headers, ts, _ in records:
+        acc.append(tp, ts, key, value, headers, None)
+    got: list[Rec] = []
+    while batches := acc.drain([tp]):
+        (b,) = batches
+        raw = b.build()
+        assert b.size == len(raw)
+        got += [(r.key, r.value, r.headers, r.timestamp, None) for r in decode_records(raw)]
+    assert got == records
