@@ -7,6 +7,7 @@ import asyncio
 import json
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -324,3 +325,68 @@ def test_controlled_shutdown_of_the_leader_loses_nothing(cluster: ClusterProcess
     second = [f"b{i}".encode() for i in range(200)]
     assert _produce(cluster, topic_name, second) == second
     assert _consume(cluster, topic_name, 400, False) == first + second
+
+
+def _epochs(cluster: ClusterProcess, node: int, topic: str) -> list[tuple[int, int]]:
+    """(leader epoch, start offset) entries of a replica's leader-epoch-checkpoint."""
+    lines = (cluster.brokers[node].data_dir / f"{topic}-0" / "leader-epoch-checkpoint").read_text().split("\n")
+    return [(int(e), int(s)) for e, s in (line.split() for line in lines[2:2 + int(lines[1])])]
+
+
+def test_a_leader_that_wrote_nothing_in_its_epoch_follows_again(cluster: ClusterProcess, topic_name: str) -> None:
+    """A replica led at an epoch and appended nothing in it, then followed a leader that never saw that epoch. Its
+    fetches named that epoch, the leader answered a diverging epoch ending at the follower's own log end, and the
+    follower truncated nothing and kept the entry (its truncation skipped a target at the log end), so it fetched
+    again at once, forever: never caught up (out of the ISR for good) and both brokers busy. Kafka's
+    UnifiedLog.truncateTo drops the entry ("this broker was a leader and inserted the first start offset entry, but
+    then failed to append any entries before another leader was elected")."""
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KTopicPartition
+
+    _create(cluster, topic_name)
+    values = [f"v{i}".encode() for i in range(5)]
+    assert _produce(cluster, topic_name, values) == values
+    first = _leader(cluster.view(), topic_name)
+    b, c = (n for n in (1, 2, 3) if n != first)
+    kp = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=TIMEOUT * 1000)
+    try:
+        for leader in (b, c):  # b leads and writes nothing; then c leads and b follows it
+            order = [leader, *(n for n in (1, 2, 3) if n != leader)]
+            kp.alter_partition_reassignments({KTopicPartition(topic_name, 0): order})
+            cluster.wait_for(lambda v, order=order: (s := v.partition(topic_name, 0)) is not None
+                             and s.replicas == tuple(order) and len(s.isr) == 3, TIMEOUT, f"replicas {order}")
+            kp.elect_leaders(0, {topic_name: [0]})
+            view = cluster.wait_for(lambda v, leader=leader: _leader(v, topic_name) == leader, TIMEOUT,
+                                    f"node {leader} leading")
+    finally:
+        kp.close()
+    state = view.partition(topic_name, 0)
+    assert state is not None
+
+    def dropped() -> bool:  # b's entries are a prefix of the leader's: its empty epoch is gone
+        mine, leaders = _epochs(cluster, b, topic_name), _epochs(cluster, c, topic_name)
+        return mine == leaders[:len(mine)]
+
+    deadline = time.monotonic() + TIMEOUT
+    while not dropped() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert dropped(), f"node {b} kept its empty epoch: {_epochs(cluster, b, topic_name)}"
+    # and it fetches at the leader's pace (long polls), not in a loop
+    before = _fetch_requests(cluster, c)
+    time.sleep(2.0)
+    assert _fetch_requests(cluster, c) - before < 200, f"followers fetch from node {c} in a loop"
+    more = [b"after"]
+    assert _produce(cluster, topic_name, more) == more  # acks=all: every replica has it
+    assert _epochs(cluster, c, topic_name)[-1] == (state.leader_epoch, len(values))
+    assert _epochs(cluster, b, topic_name) == _epochs(cluster, c, topic_name)
+    assert _consume(cluster, topic_name, 6, False) == values + more
+
+
+def _fetch_requests(cluster: ClusterProcess, node: int) -> float:
+    """Fetch requests a broker has answered (its /metrics)."""
+    url = f"http://{cluster.brokers[node].settings['metrics.listen']}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        for line in resp.read().decode().splitlines():
+            if line.startswith('oncelog_requests_total{api="fetch"}'):
+                return float(line.split()[-1])
+    return 0.0

@@ -226,6 +226,11 @@ class ReplicaFetcher:
             # append) may run in the middle of it; truncations are rare and cost an fsync or two
             p.log.truncate_to(offset)
             p.reset_after_truncation()
+        else:
+            # Nothing to remove, but an epoch this replica recorded at its log end as a leader that then appended
+            # nothing must go (Kafka's UnifiedLog.truncateTo): the leader never saw it, and a fetch naming it as
+            # the last fetched epoch would be answered "diverging" again at once, forever.
+            p.log.truncate_to(offset)
 
     def _on_error(self, key: tuple[str, int], st: _State, code: int) -> None:
         """A partition error: that partition is fetched again after ``replica.fetch.backoff.ms`` (a newer view
