@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 from kafka.admin import KafkaAdminClient
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.cluster.model import NO_LEADER, ClusterView
@@ -22,9 +23,24 @@ HEARTBEAT_S = 2.0
 
 
 def create(bootstrap: str, *topics: NewTopic) -> None:
+    """CreateTopics, retried while the answer is REQUEST_TIMED_OUT (retriable: the broker asked could not reach etcd,
+    e.g. its connection still backing off after an outage)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.create_topics(list(topics), operation_timeout=TIMEOUT).values():
-        fut.result(TIMEOUT)
+    deadline = time.monotonic() + TIMEOUT
+    for topic in topics:
+        retried = False
+        while True:
+            try:
+                admin.create_topics([topic], operation_timeout=TIMEOUT)[topic.topic].result(TIMEOUT)
+                break
+            except KafkaException as e:
+                code = e.args[0].code()
+                if retried and code == KafkaError.TOPIC_ALREADY_EXISTS:
+                    break  # the timed-out try was written after all
+                if code != KafkaError.REQUEST_TIMED_OUT or time.monotonic() > deadline:
+                    raise
+                retried = True
+                time.sleep(0.5)
 
 
 def timed(cluster: ClusterProcess, cond: Callable[[ClusterView], bool], what: str,

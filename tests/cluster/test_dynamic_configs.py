@@ -84,9 +84,16 @@ def _describe_topic(cluster: ClusterProcess, node: int, topic: str, key: str) ->
 
 
 def _until(cond: Callable[[], bool], what: str, timeout: float = TIMEOUT) -> None:
+    """Poll ``cond`` (an AssertionError in it counts as not yet: a broker whose view has not caught up)."""
     deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+    while True:
+        last: AssertionError | None = None
+        try:
+            if cond():
+                return
+        except AssertionError as e:
+            last = e
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s" + (f" ({last})" if last else "")
         time.sleep(0.1)
 
 

@@ -163,6 +163,13 @@ def test_acks_all_needs_min_insync_replicas(cluster: ClusterProcess, topic_name:
                             and s.leader == leader, TIMEOUT, f"the ISR down to the leader {leader} alone "
                             f"(controller was {controller})")
     b = cluster.brokers[leader]
+    # the controller wrote the shrink: wait for the leader's own view of it (until then an acks=all write waits for
+    # the ISR it knows, and times out, as in Kafka)
+    own = AdminClient({"bootstrap.servers": b.bootstrap})
+    deadline = time.monotonic() + TIMEOUT
+    while own.list_topics(topic_name, timeout=10).topics[topic_name].partitions[0].isrs != [leader]:
+        assert time.monotonic() < deadline, f"node {leader}'s metadata never showed the ISR [{leader}]"
+        time.sleep(0.1)
     host, port = b.bootstrap.rsplit(":", 1)
     code = asyncio.run(_raw_produce(host, int(port), topic_name))
     assert code == ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode(code).name
