@@ -16,7 +16,7 @@ re-exports its names, so ``oncelog.protocol.records`` is the one import for reco
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import crc32c as _crc32c
@@ -476,30 +476,44 @@ class RecordBatchBuilder:
 
     def extend(
         self,
-        records: Sequence[tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]], int, object]],
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        timestamps: Sequence[int],
+        headers: Mapping[int, Sequence[tuple[str, bytes | None]]] | None = None,
     ) -> None:
-        """Append ``records`` given as ``(key, value, headers, timestamp, anything)`` at the next offsets: the
-        bytes :meth:`append` writes one by one, encoded in one loop (the producer queues records as such tuples
-        and encodes a batch when it is sent)."""
-        if not records:
+        """Append records given as columns (``headers``: a record's index -> its headers, for those that have any)
+        at the next offsets: the bytes :meth:`append` writes one by one, encoded in one loop (the producer queues
+        records so and encodes a batch when it is sent)."""
+        n_records = len(values)
+        if len(keys) != n_records or len(timestamps) != n_records:
+            raise ValueError("keys, values and timestamps must be of the same length")
+        if not n_records:
             return
-        delta = self._next_delta
-        if delta + len(records) > _INT32_MAX:
+        start = delta = self._next_delta
+        if delta + n_records > _INT32_MAX:
             raise OverflowError("a record batch holds at most 2**31 - 1 records")
         if not self._count and self._delete_horizon is None:
-            self._base_ts = records[0][3]
+            self._base_ts = timestamps[0]
         base_ts = self._base_ts
         max_ts = self._max_ts
         table, lim, enc = _SMALL_VARLONGS, _SMALL_LIMIT, _enc_varlong
         parts: list[bytes] = []
         add = parts.extend
-        for key, value, headers, ts, _ in records:
+        for key, value, ts in zip(keys, values, timestamps):
             if ts > max_ts:  # noqa: PLR1730  (faster than max())
                 max_ts = ts
             d = ts - base_ts
             ts_part = table[d + lim] if -lim <= d < lim else enc(d)
             off_part = table[delta + lim] if delta < lim else enc(delta)
+            hs = headers.get(delta - start) if headers else None
             delta += 1
+            if key is None and value is not None and not hs:  # the common record: keyless, no headers
+                n = len(value)
+                value_len = table[n + lim] if n < lim else enc(n)
+                n += 3 + len(ts_part) + len(off_part) + len(value_len)
+                add((table[n + lim] if n < lim else enc(n), b"\x00", ts_part, off_part, b"\x01", value_len, value,
+                     b"\x00"))
+                continue
             if key is None:
                 key_len = _NULL_LEN
                 key = b""
@@ -512,13 +526,13 @@ class RecordBatchBuilder:
             else:
                 n = len(value)
                 value_len = table[n + lim] if n < lim else enc(n)
-            hdr = _encode_headers(headers) if headers else b"\x00"
+            hdr = _encode_headers(hs) if hs else b"\x00"
             n = 1 + len(ts_part) + len(off_part) + len(key_len) + len(key) + len(value_len) + len(value) + len(hdr)
             add((table[n + lim] if n < lim else enc(n), b"\x00", ts_part, off_part, key_len, key, value_len, value,
                  hdr))
         self._buf += b"".join(parts)
         self._max_ts = max_ts
-        self._count += len(records)
+        self._count += n_records
         self._next_delta = delta
 
     def override_last_offset(self, last_offset: int) -> None:

@@ -28,6 +28,12 @@ def _random_records(rng: random.Random, n: int) -> list[Rec]:
     return out
 
 
+def _columns(records: list[Rec]) -> tuple[list[bytes | None], list[bytes | None], list[int],
+                                          dict[int, list[tuple[str, bytes | None]]]]:
+    return ([r[0] for r in records], [r[1] for r in records], [r[3] for r in records],
+            {i: r[2] for i, r in enumerate(records) if r[2]})
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_extend_writes_what_append_writes(seed: int) -> None:
     rng = random.Random(seed)
@@ -38,8 +44,8 @@ def test_extend_writes_what_append_writes(seed: int) -> None:
             one.append(ts, key, value, headers)
         bulk = RecordBatchBuilder(compression)
         split = rng.randrange(len(records) + 1)
-        bulk.extend(records[:split])
-        bulk.extend(records[split:])
+        for part in (records[:split], records[split:]):
+            bulk.extend(*_columns(part))
         assert bulk.build() == one.build()
         assert bulk.size_in_bytes == one.size_in_bytes
 
@@ -51,7 +57,7 @@ def test_extend_past_the_small_varint_table() -> None:
     for key, value, headers, ts, _ in records:
         one.append(ts, key, value, headers)
     bulk = RecordBatchBuilder()
-    bulk.extend(records)
+    bulk.extend(*_columns(records))
     assert bulk.build() == one.build()
 
 
@@ -69,4 +75,9 @@ def test_accumulator_counts_the_exact_batch_size(seed: int) -> None:
         raw = b.build()
         assert b.size == len(raw)
         got += [(r.key, r.value, r.headers, r.timestamp, None) for r in decode_records(raw)]
-    assert got == records
+    assert got == [(k, v, h or [], ts, cb) for k, v, h, ts, cb in records]
+
+
+def test_extend_checks_the_columns() -> None:
+    with pytest.raises(ValueError, match="same length"):
+        RecordBatchBuilder().extend([None], [b"a", b"b"], [1, 2])

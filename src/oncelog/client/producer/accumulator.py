@@ -8,10 +8,11 @@ A batch may also come pre-encoded (``Producer.produce_batch``: built from column
 partition's open batch (which is closed too, so the records keep their order), stamped by the sender like any
 other batch, and reported once, with a :class:`BatchMessage`.
 
-An open batch holds its records as queued (:data:`_Pending`) and its exact uncompressed size, counted as each
-record is appended (:func:`_record_size`); the records are encoded in one loop
-(:meth:`RecordBatchBuilder.extend`) when the sender builds the batch, into the bytes appending them one by one
-would give.
+An open batch holds its records as they were queued, in columns (keys, values, timestamps, callbacks; the few
+header lists by record index): no object per record for the garbage collector to walk while records wait. Its
+exact uncompressed size is counted as each record is appended (:func:`_record_size`); the records are encoded in
+one loop (:meth:`RecordBatchBuilder.extend`) when the sender builds the batch, into the bytes appending them one by
+one would give.
 
 Thread-safe: the sync facade appends from the caller's thread while the sender drains on the event loop thread.
 A batch is *ready* when it is full (``batch.size``), older than ``linger.ms``, or a flush is in progress.
@@ -23,6 +24,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from itertools import count, repeat
 from dataclasses import dataclass, field
 
 from oncelog.protocol.records import BATCH_HEADER_SIZE, RecordBatchBuilder
@@ -51,7 +53,7 @@ class BatchMessage(Message):
         self.count = count
 
 
-#: a queued record: (key, value, headers, timestamp, callback); its Message is made only when it is reported
+#: a queued record, as :attr:`ProducerBatch.records` lists them: (key, value, headers, timestamp, callback)
 _Pending = tuple[bytes | None, bytes | None, Sequence[Header], int, DeliveryCallback | None]
 
 
@@ -60,7 +62,11 @@ class ProducerBatch:
     tp: TopicPartition
     compression: int
     created: float
-    records: list[_Pending] = field(default_factory=list)
+    keys: list[bytes | None] = field(default_factory=list)
+    values: list[bytes | None] = field(default_factory=list)
+    timestamps: list[int] = field(default_factory=list)
+    callbacks: list[DeliveryCallback | None] = field(default_factory=list)
+    headers: dict[int, Sequence[Header]] = field(default_factory=dict)  # record index -> its headers (if any)
     closed: bool = False
     attempts: int = 0
     retry_at: float = 0.0
@@ -86,7 +92,14 @@ class ProducerBatch:
 
     @property
     def record_count(self) -> int:
-        return len(self.records) if self.prebuilt is None else self.prebuilt_count
+        return len(self.values) if self.prebuilt is None else self.prebuilt_count
+
+    @property
+    def records(self) -> list[_Pending]:
+        """The queued records, one tuple each (a pre-encoded batch: none)."""
+        hs = self.headers
+        return [(k, v, hs.get(i, ()) if hs else (), ts, cb)
+                for i, (k, v, ts, cb) in enumerate(zip(self.keys, self.values, self.timestamps, self.callbacks))]
 
     def set_producer(self, producer_id: int, epoch: int, base_sequence: int, transactional: bool) -> None:
         self.producer_id, self.producer_epoch, self.base_sequence = producer_id, epoch, base_sequence
@@ -100,7 +113,7 @@ class ProducerBatch:
             else:
                 if self._encoded is None:
                     builder = RecordBatchBuilder(self.compression)
-                    builder.extend(self.records)
+                    builder.extend(self.keys, self.values, self.timestamps, self.headers)
                     self._encoded = builder.build()
                 raw = self._encoded
             if self.producer_id >= 0:
@@ -127,15 +140,13 @@ class ProducerBatch:
                     bm._error = error
                 out.append((cb, error, bm))
             return out
-        records = self.records
-        if error is None and log_append_time < 0:  # the common case: one plain Message per callback
+        if error is None and log_append_time < 0 and not self.headers:  # the common case: a plain Message each
             m = Message
-            if base_offset < 0:  # acks=0: no offsets
-                return [(cb, None, m(topic, partition, -1, key, value, headers, ts, None))
-                        for key, value, headers, ts, cb in records if cb is not None]
-            return [(cb, None, m(topic, partition, offset, key, value, headers, ts, None))
-                    for offset, (key, value, headers, ts, cb) in enumerate(records, base_offset) if cb is not None]
-        for i, (key, value, headers, ts, cb) in enumerate(records):
+            offsets = count(base_offset) if base_offset >= 0 else repeat(-1)  # acks=0: no offsets
+            return [(cb, None, m(topic, partition, offset, key, value, (), ts, None))
+                    for offset, key, value, ts, cb in zip(offsets, self.keys, self.values, self.timestamps,
+                                                          self.callbacks) if cb is not None]
+        for i, (key, value, headers, ts, cb) in enumerate(self.records):
             if cb is None:
                 continue
             offset = base_offset + i if base_offset >= 0 and error is None else -1
@@ -187,10 +198,16 @@ class RecordAccumulator:
                 batch = ProducerBatch(tp, self.compression, self._monotonic())
                 q.append(batch)
                 new = True
-            records = batch.records
+            tss = batch.timestamps
+            n = len(tss)
             size = batch.size_estimate = batch.size_estimate + _record_size(
-                timestamp_ms - records[0][3] if records else 0, len(records), kl, vl, header_size)
-            records.append((key, value, hs, timestamp_ms, on_complete))
+                timestamp_ms - tss[0] if n else 0, n, kl, vl, header_size)
+            batch.keys.append(key)
+            batch.values.append(value)
+            tss.append(timestamp_ms)
+            batch.callbacks.append(on_complete)
+            if hs:
+                batch.headers[n] = hs
             self.pending_records += 1
             if size >= limit:
                 batch.closed = True
@@ -209,10 +226,13 @@ class RecordAccumulator:
             batch = q[-1]
             if batch.closed or batch.size_estimate + 21 + vl > self.batch_size:
                 return None
-            records = batch.records
+            tss = batch.timestamps
             size = batch.size_estimate = batch.size_estimate + _record_size(
-                timestamp_ms - records[0][3], len(records), -1, vl, 1)
-            records.append((None, value, (), timestamp_ms, on_complete))
+                timestamp_ms - tss[0], len(tss), -1, vl, 1)
+            batch.keys.append(None)
+            batch.values.append(value)
+            tss.append(timestamp_ms)
+            batch.callbacks.append(on_complete)
             self.pending_records += 1
             if size >= self.batch_size:
                 batch.closed = True

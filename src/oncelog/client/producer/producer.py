@@ -362,6 +362,9 @@ class AsyncProducer:
         await self.cluster.close()
 
 
+#: ``Producer.flush()`` runs the delivery callbacks of what was delivered at least this often (seconds)
+_FLUSH_STEP = 0.05
+
 #: a record queued by ``Producer.produce()`` while its topic's metadata is looked up: value, key, partition,
 #: headers, delivery callback, timestamp
 _Waiting = tuple[bytes | None, bytes | None, "int | None", list[Header], "DeliveryCallback | None", "int | None"]
@@ -564,11 +567,16 @@ class Producer:
         return n
 
     def flush(self, timeout: float | None = None) -> int:
-        """Deliver everything queued; returns the number of records still pending (0 = all delivered)."""
-        wait = None if timeout is None else timeout + 5
-        left: int = self._runner.run(self._flush(timeout), wait)
-        self.poll(0)
-        return left
+        """Deliver everything queued; returns the number of records still pending (0 = all delivered). Delivery
+        callbacks run while it waits, as reports come in (as confluent-kafka's), not all at the end: the
+        reports of a large backlog are not all kept until then."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            step = _FLUSH_STEP if deadline is None else max(0.0, min(_FLUSH_STEP, deadline - time.monotonic()))
+            left: int = self._runner.run(self._flush(step), step + 5)
+            self.poll(0)
+            if not left or (deadline is not None and time.monotonic() >= deadline):
+                return left
 
     async def _flush(self, timeout: float | None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
