@@ -23,7 +23,9 @@ from _sink_util import duplicates_and_missing, open_txns, read_committed
 from oncelog.client import Admin, Producer
 from oncelog.testing.broker_process import BrokerProcess
 
-pytestmark = pytest.mark.timeout(420)
+# a test's driver runs share BUDGET_S; past it a run fails with its driver's log (pytest-timeout's kill shows none)
+BUDGET_S = 540
+pytestmark = pytest.mark.timeout(BUDGET_S + 60)
 
 SCRIPT = Path(__file__).with_name("_sink_pipeline.py")
 N = 600
@@ -52,6 +54,8 @@ class Pipeline:
         self.src, self.dst, self.prefix = f"in-{tag}", f"out-{tag}", f"crash-{tag}"
         self.checkpoint = str(tmp / "checkpoint")
         self.runs = 0
+        self.budget_end = time.monotonic() + BUDGET_S
+        self.took: list[float] = []  # seconds of each driver run
         with Admin({"bootstrap.servers": bootstrap}) as a:
             a.create_topics([self.src, self.dst], 3)
         p = Producer({"bootstrap.servers": bootstrap})
@@ -80,17 +84,22 @@ class Pipeline:
             proc = subprocess.Popen([sys.executable, str(SCRIPT), self.bootstrap, self.src, self.dst,
                                      self.checkpoint, self.prefix, str(self.per_trigger)],
                                     stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = min(started + timeout, self.budget_end)
         try:
             while proc.poll() is None:
                 if time.monotonic() > deadline:
-                    raise AssertionError(f"driver run {self.runs} did not finish in {timeout} s:\n{self.tail()}")
+                    raise AssertionError(
+                        f"driver run {self.runs} did not finish in {time.monotonic() - started:.0f} s (earlier runs "
+                        f"took {[round(t) for t in self.took]} s; {self.committed_batches()} batches in Spark's "
+                        f"commit log):\n{self.tail()}")
                 if kill_when is not None and kill_when():
                     os.killpg(proc.pid, signal.SIGKILL)
                     break
                 time.sleep(0.05)
             return proc.wait(30)
         finally:
+            self.took.append(time.monotonic() - started)
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(30)
