@@ -105,8 +105,9 @@ _COMMON: dict[str, tuple[str, Callable[[str, Any], Any], Any]] = {
 _PRODUCER: dict[str, tuple[str, Callable[[str, Any], Any], Any]] = {
     **_COMMON,
     "acks": ("acks", _acks, -1),
+    # librdkafka's defaults (the client speaks confluent-kafka's configuration): 5 ms linger, 1,000,000-byte batches
     "linger.ms": ("linger_ms", _int(0, 900000), 5),
-    "batch.size": ("batch_size", _int(1, 2**31 - 1), 16384),
+    "batch.size": ("batch_size", _int(1, 2**31 - 1), 1_000_000),
     "compression.type": ("compression", _choice(dict(Compression.BY_NAME)), Compression.NONE),
     "delivery.timeout.ms": ("delivery_timeout_ms", _int(1), 120000),
     "retries": ("retries", _int(0), 2**31 - 1),
