@@ -38,6 +38,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -153,29 +154,12 @@ def leader_failover(cluster: ClusterProcess, topic: str) -> float:
     for _ in range(20):
         p.produce(topic, b"before", partition=0, on_delivery=done)
         p.flush(30)
-    stop = threading.Event()
-
-    def writer() -> None:
+    def writer(stop: threading.Event) -> None:
         while not stop.is_set():
             p.produce(topic, b"r", partition=0, on_delivery=done)
             p.flush(60)
 
-    t = threading.Thread(target=writer, daemon=True)
-    t.start()
-    time.sleep(0.5)
-    killed = time.monotonic()
-    cluster.kill(victim)
-    deadline = killed + 60
-    while time.monotonic() < deadline and not any(a > killed + 0.001 for a in acked[-50:]):
-        time.sleep(0.005)
-    stop.set()
-    t.join(60)
-    after = [a for a in acked if a > killed]
-    cluster.start_broker(victim)
-    wait_isr(cluster, topic)
-    if not after:
-        raise RuntimeError("no write acknowledged within 60 s of the leader's SIGKILL")
-    return after[0] - killed
+    return time_kill(cluster, victim, acked, writer, 0.5, topic, "write acknowledged")
 
 
 def coordinator_failover(cluster: ClusterProcess, topic: str, txn_id: str) -> float:
@@ -189,10 +173,9 @@ def coordinator_failover(cluster: ClusterProcess, topic: str, txn_id: str) -> fl
     assert state is not None
     victim = state.leader
     commits: list[float] = []
-    stop = threading.Event()
     errors: list[str] = []
 
-    def loop() -> None:
+    def loop(stop: threading.Event) -> None:
         while not stop.is_set():
             try:
                 p.begin_transaction()
@@ -210,21 +193,33 @@ def coordinator_failover(cluster: ClusterProcess, topic: str, txn_id: str) -> fl
                 elif not err.retriable():
                     return
 
-    t = threading.Thread(target=loop, daemon=True)
+    try:
+        return time_kill(cluster, victim, commits, loop, 1.0, TXN_TOPIC, "commit")
+    except RuntimeError as e:
+        raise RuntimeError(f"{e}; errors {errors[:3]}") from None
+
+
+def time_kill(cluster: ClusterProcess, victim: int, stamps: list[float], work: Callable[[threading.Event], None],
+              settle_s: float, resync: str, what: str) -> float:
+    """Run ``work(stop)`` in a thread (it appends the monotonic time of each success to ``stamps``), SIGKILL
+    ``victim`` after ``settle_s``, and return the seconds from the kill to the first success after it; the victim is
+    restarted and ``resync`` waited for in sync before returning (or raising when nothing succeeded within 60 s)."""
+    stop = threading.Event()
+    t = threading.Thread(target=work, args=(stop,), daemon=True)
     t.start()
-    time.sleep(1.0)
+    time.sleep(settle_s)
     killed = time.monotonic()
     cluster.kill(victim)
     deadline = killed + 60
-    while time.monotonic() < deadline and not any(c > killed for c in commits[-20:]):
+    while time.monotonic() < deadline and not any(s > killed for s in stamps[-50:]):
         time.sleep(0.005)
     stop.set()
     t.join(90)
-    after = [c for c in commits if c > killed]
+    after = [s for s in stamps if s > killed]
     cluster.start_broker(victim)
-    wait_isr(cluster, TXN_TOPIC)
+    wait_isr(cluster, resync)
     if not after:
-        raise RuntimeError(f"no commit within 60 s of the coordinator's SIGKILL; errors {errors[:3]}")
+        raise RuntimeError(f"no {what} within 60 s of node {victim}'s SIGKILL")
     return after[0] - killed
 
 
