@@ -219,18 +219,15 @@ class ReplicaFetcher:
                              self.leader, got.leader_epoch, p.log.log_end_offset)
 
     async def _truncate_to(self, p: Partition, offset: int) -> None:
-        if offset < p.log.log_end_offset:
-            log.info("%s-%d: truncating from %d to %d (diverged from leader %d)", p.topic, p.index,
-                     p.log.log_end_offset, offset, self.leader)
-            # on the event loop, not a thread: nothing else (an election making this replica the leader, an
-            # append) may run in the middle of it; truncations are rare and cost an fsync or two
-            p.log.truncate_to(offset)
+        end = p.log.log_end_offset
+        # On the event loop, not a thread: nothing else (an election making this replica the leader, an append) may
+        # run in the middle of it; truncations are rare and cost an fsync or two. Called at the log end too: an epoch
+        # this replica recorded there as a leader that then appended nothing goes (Kafka's UnifiedLog.truncateTo);
+        # the new leader never saw it, and fetches naming it would be answered "diverging" at once, forever.
+        if p.log.truncate_to(offset):
+            log.info("%s-%d: truncated from %d to %d (diverged from leader %d)", p.topic, p.index, end, offset,
+                     self.leader)
             p.reset_after_truncation()
-        else:
-            # Nothing to remove, but an epoch this replica recorded at its log end as a leader that then appended
-            # nothing must go (Kafka's UnifiedLog.truncateTo): the leader never saw it, and a fetch naming it as
-            # the last fetched epoch would be answered "diverging" again at once, forever.
-            p.log.truncate_to(offset)
 
     def _on_error(self, key: tuple[str, int], st: _State, code: int) -> None:
         """A partition error: that partition is fetched again after ``replica.fetch.backoff.ms`` (a newer view

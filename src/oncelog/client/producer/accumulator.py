@@ -182,7 +182,7 @@ class RecordAccumulator:
             header_size = _headers_size(hs)
         else:
             hs = ()  # shared, immutable (as Message keeps it)
-            estimate = 21 + (kl if kl > 0 else 0) + (vl if vl > 0 else 0)  # _estimate's
+            estimate = _RECORD_OVERHEAD + (kl if kl > 0 else 0) + (vl if vl > 0 else 0)  # _estimate's
             header_size = 1
         limit = self.batch_size
         with self._lock:
@@ -224,7 +224,7 @@ class RecordAccumulator:
             if not q:
                 return None
             batch = q[-1]
-            if batch.closed or batch.size_estimate + 21 + vl > self.batch_size:
+            if batch.closed or batch.size_estimate + _RECORD_OVERHEAD + vl > self.batch_size:
                 return None
             tss = batch.timestamps
             size = batch.size_estimate = batch.size_estimate + _record_size(
@@ -337,14 +337,17 @@ class RecordAccumulator:
             return out
 
 
+#: an upper bound of a record's encoded size beyond its key and value (lengths, deltas, attributes, no headers)
+_RECORD_OVERHEAD = 21
+
+
 def _estimate(key: bytes | None, value: bytes | None, headers: Sequence[Header]) -> int:
-    n = 21 + (len(key) if key else 0) + (len(value) if value else 0)
+    n = _RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
     if not headers:
         return n
     for k, v in headers:
         n += len(k) + (len(v) if v else 0) + 10
     return n
-
 
 
 def _record_size(ts_delta: int, offset_delta: int, key_len: int, value_len: int, header_size: int) -> int:
