@@ -214,6 +214,7 @@ def test_topic_configs_are_cluster_wide(cluster: ClusterProcess, admin: AdminCli
     name = f"dyn-{uuid.uuid4().hex[:8]}"
     admin.create_topics([NewTopic(name, 1, replica_assignment=[[1]])], operation_timeout=TIMEOUT)[name].result(TIMEOUT)
     cluster.wait_for_topic(name, 1)
+    _until(lambda: _describe_topic(cluster, 2, name, "retention.ms") is not None, "broker 2's view has the topic")
     with RawClient(cluster.brokers[2].bootstrap) as c:  # broker 2 has no replica of it
         resp = c.request(44, 1, IncrementalAlterConfigsRequest(resources=[AlterConfigsResource(
             resource_type=2, resource_name=name, configs=[AlterableConfig(name="retention.ms", config_operation=0,

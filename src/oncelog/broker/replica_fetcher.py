@@ -225,7 +225,7 @@ class ReplicaFetcher:
         # this replica recorded there as a leader that then appended nothing goes (Kafka's UnifiedLog.truncateTo);
         # the new leader never saw it, and fetches naming it would be answered "diverging" at once, forever.
         if p.log.truncate_to(offset):
-            log.info("%s-%d: truncated from %d to %d (diverged from leader %d)", p.topic, p.index, end, offset,
+            log.info("%s-%d: truncating from %d to %d (diverged from leader %d)", p.topic, p.index, end, offset,
                      self.leader)
             p.reset_after_truncation()
 
