@@ -253,11 +253,15 @@ class Section:
 
 def decode_sections(sections: list[Section], include_headers: bool) -> DecodedColumns:
     """Decode many records sections at once (numpy work is per call, so one call per fetch, not per batch)."""
-    data = b"".join(s.data for s in sections)
-    buf = np.frombuffer(data, np.uint8)
     for s in sections:
         if s.count > len(s.data) // 6:
             raise RecordFormatError(f"{s.count} records cannot fit in {len(s.data)} bytes")
+    if sections and sum(s.count for s in sections) >= _LAYOUT_MIN_RECORDS * len(sections):
+        cols = _decode_by_layout(sections, include_headers)
+        if cols is not None:
+            return cols
+    data = b"".join(s.data for s in sections)
+    buf = np.frombuffer(data, np.uint8)
     starts, ends = _record_starts(data, sections)
     counts = np.array([s.count for s in sections], np.int64)
     count = int(counts.sum())
@@ -294,3 +298,128 @@ def decode_sections(sections: list[Section], include_headers: bool) -> DecodedCo
         timestamps = np.where(has, lat, timestamps)
     return DecodedColumns(count, off_delta + base_off, timestamps, _binary(data, kstart, klen),
                           _binary(data, vstart, vlen), headers)
+
+
+#: the layout path is tried when a fetch's sections hold at least this many records each on average (below it,
+#: its per-section Python costs more than the vector walk over all sections at once)
+_LAYOUT_MIN_RECORDS = 256
+
+
+@dataclass
+class _Run:
+    """``rows`` consecutive records of one layout: a 2-D view (one record per row) and the decoded numbers."""
+
+    rows: np.ndarray[Any, Any]
+    offsets: np.ndarray[Any, Any]
+    timestamps: np.ndarray[Any, Any]
+    key: tuple[int, int]  # (column, length); length -1: null
+    value: tuple[int, int]
+
+
+def _decode_by_layout(sections: list[Section], include_headers: bool) -> DecodedColumns | None:
+    """The records of ``sections`` decoded run by run, or None when they do not come in long runs of one layout.
+
+    A producer writes records of one shape (key and value sizes, no headers) back to back; their bytes differ only
+    in the timestamp and offset deltas, whose varints change size at 64, 8192, ... A run is the records from one
+    position on that share the first record's layout: the same length bytes, the same varint sizes, the same key,
+    value and header-count bytes. Its records are rows of a 2-D view of the section (row size = record size), so each
+    check and each field is one column operation for the whole run, and keys and values are fixed-size slices of the
+    rows. Anything else (headers, varying sizes, malformed data) returns None and is left to the general walk, which
+    also produces the errors.
+    """
+    runs: list[_Run] = []
+    for s in sections:
+        buf = np.frombuffer(s.data, np.uint8)
+        p, left, end, short = 0, s.count, len(s.data), 0
+        while left:
+            run = _layout_run(s, buf, p, left, end)
+            if run is None:
+                return None
+            runs.append(run)
+            k = len(run.offsets)
+            p += k * run.rows.shape[1]
+            left -= k
+            short = short + 1 if k < 8 else 0
+            if short >= 4:
+                return None
+        if p != end:
+            return None
+    n = sum(len(r.offsets) for r in runs)
+    headers = pa.nulls(n, _HEADERS_TYPE) if include_headers else None
+    if not runs:
+        empty = np.zeros(0, np.int64)
+        return DecodedColumns(0, empty, empty, pa.nulls(0, pa.binary()), pa.nulls(0, pa.binary()), headers)
+    return DecodedColumns(n, np.concatenate([r.offsets for r in runs]), np.concatenate([r.timestamps for r in runs]),
+                          _fixed_binary(runs, n, "key"), _fixed_binary(runs, n, "value"), headers)
+
+
+def _layout_run(s: Section, buf: np.ndarray[Any, Any], p: int, left: int, end: int) -> _Run | None:
+    """The run of records of ``s`` starting at byte ``p`` that share that record's layout (None: not decodable so)."""
+    data = s.data
+    try:
+        length, body = _py_varint(data, p)
+        _, c_off = _py_varint(data, body + 1)
+        _, c_klen = _py_varint(data, c_off)
+        klen, c_key = _py_varint(data, c_klen)
+        c_vlen = c_key + max(klen, 0)
+        vlen, c_value = _py_varint(data, c_vlen)
+        c_hcount = c_value + max(vlen, 0)
+        hcount, after = _py_varint(data, c_hcount)
+    except (RecordFormatError, IndexError):
+        return None
+    step = body - p + length
+    if length < 6 or hcount != 0 or after != body + length or p + step > end:
+        return None
+    m = min(left, (end - p) // step)
+    rows = np.lib.stride_tricks.as_strided(buf[p:], shape=(m, step), strides=(step, 1), writeable=False)
+    same = np.ones(m, np.bool_)
+    for a, b in ((p, body), (c_klen, c_key), (c_vlen, c_value), (c_hcount, after)):
+        for c in range(a, b):  # the length, key length, value length and header count bytes of the first record
+            same &= rows[:, c - p] == data[c]
+    for a, b in ((body + 1, c_off), (c_off, c_klen)):  # timestamp and offset deltas: varints of the same sizes
+        for c in range(a - p, b - p - 1):
+            same &= rows[:, c] >= 0x80
+        same &= rows[:, b - p - 1] < 0x80
+    k = m if same.all() else int(np.argmin(same))
+    rows = rows[:k]
+    ts = _column_varint(rows, body + 1 - p, c_off - p)
+    if s.log_append_time is not None:
+        ts = np.full(k, s.log_append_time, np.int64)
+    else:
+        ts += s.base_timestamp
+    return _Run(rows, _column_varint(rows, c_off - p, c_klen - p) + s.base_offset, ts, (c_key - p, klen),
+                (c_value - p, vlen))
+
+
+def _column_varint(rows: np.ndarray[Any, Any], a: int, b: int) -> np.ndarray[Any, Any]:
+    """The zig-zag varints in columns [a, b) of every row (the same size in every row: checked by the caller)."""
+    z = np.zeros(len(rows), np.uint64)
+    for j, c in enumerate(range(a, b)):
+        z |= (rows[:, c] & 0x7F).astype(np.uint64) << np.uint64(7 * j)
+    return (z >> np.uint64(1)).astype(np.int64) ^ -(z & np.uint64(1)).astype(np.int64)
+
+
+def _fixed_binary(runs: list[_Run], n: int, field: str) -> pa.Array:
+    """One binary Arrow array of a field of every run (each run's entries have one size, -1: null)."""
+    parts = [getattr(r, field) for r in runs]
+    counts = np.array([len(r.offsets) for r in runs], np.int64)
+    lens = np.repeat(np.array([size for _, size in parts], np.int64), counts)
+    if (lens < 0).all():
+        return pa.nulls(n, pa.binary())
+    sizes = np.maximum(lens, 0)
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    total = int(offsets[-1])
+    if total >= 1 << 31:
+        raise RecordFormatError(f"{total} bytes of keys or values do not fit one Arrow binary array")
+    body = np.empty(total, np.uint8)
+    at = 0
+    for r, (col, size) in zip(runs, parts, strict=True):
+        if size > 0:
+            k = len(r.offsets)
+            body[at:at + k * size].reshape(k, size)[:] = r.rows[:, col:col + size]
+            at += k * size
+    nulls = int((lens < 0).sum())
+    validity = pa.py_buffer(np.packbits(lens >= 0, bitorder="little")) if nulls else None
+    return pa.Array.from_buffers(pa.binary(), n, [validity, pa.py_buffer(offsets.astype(np.int32)),
+                                                  pa.py_buffer(body)], nulls)
