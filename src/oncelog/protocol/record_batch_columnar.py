@@ -349,6 +349,15 @@ def _encode_section(
     out = np.empty(header_room + total, np.uint8)
     if not n:
         return out, ColumnarSection(b"", 0, base_ts, max_ts)
+    if hdr is None:
+        # runs of records of one layout (varint sizes, key and value lengths): each run is written as a 2-D block
+        # of rows, its small fields column by column (constant ones broadcast), keys and values as blocks
+        klens = key.lens if key is not None else np.full(n, -1, np.int64)
+        shape = np.stack([ts_size, off_size, klens, val.lens])
+        change = np.flatnonzero((shape[:, 1:] != shape[:, :-1]).any(axis=0)) + 1
+        if (len(change) + 1) * _RECORDS_PER_RUN <= n:
+            _write_runs(np, out, rec_end - rec_size + header_room, shape, change, n, ts_z, off_z, key, val)
+            return out, ColumnarSection(b"", n, base_ts, max_ts)
 
     # The small bytes of every record, packed: A = length, attributes, timestampDelta, offsetDelta, keyLength
     # (before the key), B = valueLength (between key and value), C = headerCount 0 (after the value; none when
@@ -393,6 +402,81 @@ def _encode_section(
 
 #: the run copy is used when runs of records with equal field sizes average at least this many records
 _RECORDS_PER_RUN = 64
+
+
+def _varint_bytes(z: int) -> bytes:
+    """The varint of the unsigned (already zig-zagged) ``z``."""
+    out = bytearray()
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def _put_column_varints(np: Any, o: _Arr, col: int, z: _Arr, size: int) -> None:
+    """Write the varints ``z`` (``size`` bytes each) into columns [col, col + size) of the rows of ``o``."""
+    for k in range(size):
+        b = ((z >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
+        if k < size - 1:
+            b |= np.uint8(0x80)
+        o[:, col + k] = b
+
+
+def _write_runs(
+    np: Any,
+    out: _Arr,
+    rec_at: _Arr,
+    shape: _Arr,
+    change: _Arr,
+    n: int,
+    ts_z: _Arr | None,
+    off_z: _Arr,
+    key: Column | None,
+    val: Column,
+) -> None:
+    """Write records without header columns run by run: within a run (``shape`` rows equal: timestamp and offset
+    delta varint sizes, key and value lengths) every record has one size, so the run is a 2-D block with a record
+    per row; the length, attributes, key length, value length and header count bytes are the same in every row."""
+    starts = np.concatenate(([0], change))
+    ends = np.concatenate((change, [n]))
+    kbytes = np.maximum(shape[2], 0)
+    vbytes = np.maximum(shape[3], 0)
+    k_at = (np.cumsum(kbytes) - kbytes)[starts].tolist()
+    v_at = (np.cumsum(vbytes) - vbytes)[starts].tolist()
+    for j, (s, e, at) in enumerate(zip(starts.tolist(), ends.tolist(), rec_at[starts].tolist())):
+        r = e - s
+        ts_size, off_size, klen, vlen = shape[:, s].tolist()
+        klen_b = _varint_bytes((klen << 1) ^ (klen >> 63))
+        vlen_b = _varint_bytes((vlen << 1) ^ (vlen >> 63))
+        kb, vb = max(klen, 0), max(vlen, 0)
+        body = 1 + ts_size + off_size + len(klen_b) + kb + len(vlen_b) + vb + 1
+        body_b = _varint_bytes(body << 1)
+        w = len(body_b) + body
+        o = out[at : at + r * w].reshape(r, w)
+        c = len(body_b)
+        o[:, :c] = np.frombuffer(body_b, np.uint8)
+        o[:, c] = 0  # attributes
+        c += 1
+        if ts_z is None:
+            o[:, c] = 0
+        else:
+            _put_column_varints(np, o, c, ts_z[s:e], ts_size)
+        c += ts_size
+        _put_column_varints(np, o, c, off_z[s:e], off_size)
+        c += off_size
+        o[:, c : c + len(klen_b)] = np.frombuffer(klen_b, np.uint8)
+        c += len(klen_b)
+        if kb:
+            assert key is not None
+            o[:, c : c + kb] = key.data[k_at[j] : k_at[j] + r * kb].reshape(r, kb)
+            c += kb
+        o[:, c : c + len(vlen_b)] = np.frombuffer(vlen_b, np.uint8)
+        c += len(vlen_b)
+        if vb:
+            o[:, c : c + vb] = val.data[v_at[j] : v_at[j] + r * vb].reshape(r, vb)
+            c += vb
+        o[:, c] = 0  # header count
 
 
 def _copy_runs(

@@ -26,6 +26,7 @@ from oncelog.client.consumer.batch_fetch import BatchFetcher, FetchedBatch
 
 from .columnar import Section, decode_sections
 from .offsets import OffsetRange
+from .worker_malloc import tune_worker_malloc
 
 __all__ = ["arrow_schema", "read_range"]
 
@@ -115,6 +116,7 @@ def read_range(rng: OffsetRange, consumer_conf: dict[str, Any], include_headers:
     """Arrow batches of the records of ``rng`` the isolation level lets through, in offset order."""
     if rng.end <= rng.start:
         return
+    tune_worker_malloc()
     schema = arrow_schema(include_headers)
     key, fetcher = _fetcher(fetcher_conf(consumer_conf))
     ok = False

@@ -97,6 +97,7 @@ from .commit_log import DEFAULT_COMMIT_TOPIC, Decision, SinkCommitLog, StagedTxn
 from .options import OncelogOptionError, get_option, role_conf
 from .sink_faults import kill_driver_at, kill_worker_at, sleep_in_write
 from .sink_txn import StagingTxn, TxnResolver, make_txn_id, txn_prefix
+from .worker_malloc import tune_worker_malloc
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -184,6 +185,7 @@ def validate_sink_schema(schema: StructType, has_topic_option: bool) -> None:
 def write_task(cfg: SinkConfig, sink_id: str, batch_id: int, batches: Iterator[pa.RecordBatch]
                ) -> SinkCommitMessage:
     """Phase 1 for one task attempt: stage every row in a fresh 2PC transaction and prepare it."""
+    tune_worker_malloc()
     ctx = TaskContext.get()
     partition_id = ctx.partitionId() if ctx is not None else 0
     attempt = ctx.attemptNumber() if ctx is not None else 0
