@@ -414,6 +414,13 @@ def _varint_bytes(z: int) -> bytes:
     return bytes(out)
 
 
+def _put_constant(o: _Arr, col: int, data: bytes) -> None:
+    """Write ``data`` into columns [col, col + len(data)) of every row of ``o`` (a column at a time: numpy's
+    broadcast of a short row is several times slower)."""
+    for k, b in enumerate(data):
+        o[:, col + k] = b
+
+
 def _put_column_varints(np: Any, o: _Arr, col: int, z: _Arr, size: int) -> None:
     """Write the varints ``z`` (``size`` bytes each) into columns [col, col + size) of the rows of ``o``."""
     for k in range(size):
@@ -440,10 +447,11 @@ def _write_runs(
     per row; the length, attributes, key length, value length and header count bytes are the same in every row."""
     starts = np.concatenate(([0], change))
     ends = np.concatenate((change, [n]))
-    kbytes = np.maximum(shape[2], 0)
-    vbytes = np.maximum(shape[3], 0)
-    k_at = (np.cumsum(kbytes) - kbytes)[starts].tolist()
-    v_at = (np.cumsum(vbytes) - vbytes)[starts].tolist()
+    rows = ends - starts
+    kbytes = np.maximum(shape[2, starts], 0) * rows  # key and value bytes of each run
+    vbytes = np.maximum(shape[3, starts], 0) * rows
+    k_at = (np.cumsum(kbytes) - kbytes).tolist()
+    v_at = (np.cumsum(vbytes) - vbytes).tolist()
     for j, (s, e, at) in enumerate(zip(starts.tolist(), ends.tolist(), rec_at[starts].tolist())):
         r = e - s
         ts_size, off_size, klen, vlen = shape[:, s].tolist()
@@ -455,7 +463,7 @@ def _write_runs(
         w = len(body_b) + body
         o = out[at : at + r * w].reshape(r, w)
         c = len(body_b)
-        o[:, :c] = np.frombuffer(body_b, np.uint8)
+        _put_constant(o, 0, body_b)
         o[:, c] = 0  # attributes
         c += 1
         if ts_z is None:
@@ -465,13 +473,13 @@ def _write_runs(
         c += ts_size
         _put_column_varints(np, o, c, off_z[s:e], off_size)
         c += off_size
-        o[:, c : c + len(klen_b)] = np.frombuffer(klen_b, np.uint8)
+        _put_constant(o, c, klen_b)
         c += len(klen_b)
         if kb:
             assert key is not None
             o[:, c : c + kb] = key.data[k_at[j] : k_at[j] + r * kb].reshape(r, kb)
             c += kb
-        o[:, c : c + len(vlen_b)] = np.frombuffer(vlen_b, np.uint8)
+        _put_constant(o, c, vlen_b)
         c += len(vlen_b)
         if vb:
             o[:, c : c + vb] = val.data[v_at[j] : v_at[j] + r * vb].reshape(r, vb)
