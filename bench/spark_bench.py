@@ -9,10 +9,14 @@ Scenarios (every round runs each once, in this order, so noise hits them alike):
   JVM engine's ceiling.
 - ``python arrow -> noop``: a trivial Python data source yielding ready-made Arrow batches of the same shape as
   the oncelog source (100 B values): the ceiling of any Python source on this box.
+- ``python arrow source -> noop`` again with the source's N rows: the source's like-for-like ceiling (the same
+  query start-up in both); the table gives the source's ratio to it, round by round.
 - ``oncelog batch read -> noop`` and ``oncelog stream read -> noop`` (availableNow, one micro-batch): the source.
 - ``df -> oncelog sink``: N x 100 B rows through the exactly-once streaming sink (only when
-  ``oncelog.spark.sink`` exists). The warm-up runs it once with 10,000 rows (what happens once per run: the
-  sink-commit topic is created), as it runs the JVM ceiling and the batch read once.
+  ``oncelog.spark.sink`` exists).
+A warm-up runs every scenario once at full size before the timed rounds (the JVM compiles and JITs each query's
+generated code, Python workers start, the sink-commit topic is created): without it the first round of each
+scenario pays that, and a scenario warmed less than the others is not compared like with like.
 Each number is N / wall time of the whole query (planning and the ~0.5 s micro-batch floor included); for the
 stream read also rows / time inside its micro-batches (Spark's triggerExecution: the query start-up left out).
 The broker is a fresh ``oncelog serve`` child process; the topic is filled once with confluent-kafka.
@@ -46,6 +50,9 @@ from oncelog.client import Admin
 from oncelog.spark import register
 from oncelog.spark.reader import arrow_schema
 from oncelog.testing.broker_process import BrokerProcess
+
+
+SAME_ROWS = "python arrow source -> noop, the source's rows (Python ceiling, same rows)"
 
 
 def log(msg: str) -> None:
@@ -189,8 +196,8 @@ def main() -> int:
                  .trigger(availableNow=True).start())
             q.awaitTermination()
 
-        def const_noop() -> None:
-            (spark.read.format("bench_const_arrow").option("rows", big).option("partitions", args.partitions)
+        def const_noop(rows: int = big) -> None:
+            (spark.read.format("bench_const_arrow").option("rows", rows).option("partitions", args.partitions)
              .load().write.format("noop").mode("overwrite").save())
 
         def source_batch() -> None:
@@ -211,6 +218,7 @@ def main() -> int:
         scenarios: list[tuple[str, int, Callable[[], None]]] = [
             ("rate -> noop (JVM ceiling)", big, rate_noop),
             ("python arrow source -> noop (Python ceiling)", big, const_noop),
+            (SAME_ROWS, n, lambda: const_noop(n)),
             ("oncelog batch read -> noop", n, source_batch),
             ("oncelog stream read -> noop", n, source_stream),
         ]
@@ -239,11 +247,11 @@ def main() -> int:
                 sink_fn = sink_stream
 
         sink_topics: list[str] = []
-        log("warm-up ...")
-        rate_noop()
-        source_batch()
-        if sink_fn is not None:
-            sink_stream(10_000)  # once per run: the sink-commit topic is created, the sink's Python workers start
+        log("warm-up: every scenario once, at full size (the JVM compiles each query's generated code, the Python "
+            "workers start, the sink-commit topic is created) ...")
+        for _, _, fn in scenarios:
+            fn()
+        in_batch.clear()
         results: dict[str, list[float]] = {name: [] for name, _, _ in scenarios}
         rows_of = {name: rows for name, rows, _ in scenarios}
         for r in range(args.rounds):
@@ -272,12 +280,18 @@ def main() -> int:
     print(f"`{shlex.join(['bench/spark_bench.py', *sys.argv[1:]])}` ({n:,} x 100 B, {args.partitions} partitions, "
           f"{args.master}, git {rev}, {platform.node()}, {os.cpu_count()} cores, load average at the end "
           f"{os.getloadavg()[0]:.1f})\n")
-    print("| scenario | rows | rows/s, median (min-max) | vs rate -> noop |")
-    print("|---|---|---|---|")
+    # the source against the Python ceiling over the same rows, round by round (both pay one query's start-up)
+    same = results[SAME_ROWS]
+    print("| scenario | rows | rows/s, median (min-max) | vs rate -> noop | vs Python ceiling, same rows |")
+    print("|---|---|---|---|---|")
     for name, vals in results.items():
         med = statistics.median(vals)
+        vs = ""
+        if name.startswith("oncelog") and "sink" not in name and len(vals) == len(same):
+            ratios = [v / c for v, c in zip(vals, same, strict=True)]
+            vs = f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
         print(f"| {name} | {rows_of[name]:,} | {med:,.0f} ({min(vals):,.0f}-{max(vals):,.0f}) | "
-              f"{med / ceiling:.3f}x |")
+              f"{med / ceiling:.3f}x | {vs} |")
     return 0
 
 
