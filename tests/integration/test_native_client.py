@@ -213,3 +213,24 @@ def test_producer_reports_unknown_partition_and_bad_broker(bootstrap: str, admin
     with pytest.raises(KafkaError) as exc:
         Producer({"bootstrap.servers": "127.0.0.1:1", "socket.connection.setup.timeout.ms": 1000})
     assert exc.value.retriable() and "127.0.0.1:1" in exc.value.message
+
+
+@pytest.mark.parametrize("only_errors", [True, False])
+def test_delivery_report_only_error_reports_failures_alone(bootstrap: str, admin: Admin, topic_name: str,
+                                                          only_errors: bool) -> None:
+    """confluent-kafka's ``delivery.report.only.error``: the configured callback hears of failed records only (a
+    record over the topic's max.message.bytes, refused by the broker), and delivered records are still written."""
+    admin.create_topics(topic_name, 1, {"max.message.bytes": "1000"})
+    reports: list[tuple[str | None, bytes | None]] = []
+    conf = {"bootstrap.servers": bootstrap, "delivery.report.only.error": only_errors, "linger.ms": 0,
+            "on_delivery": lambda e, m: reports.append((None if e is None else e.name(), m.value()))}
+    with Producer(conf) as p:
+        for i in range(20):
+            p.produce(topic_name, b"ok-%d" % i)
+        p.flush(10)
+        p.produce(topic_name, b"x" * 5000)
+        p.flush(10)
+    assert len(_ck_consume_all(bootstrap, topic_name, 1, 20)) == 20
+    failed = [r for r in reports if r[0] is not None]
+    assert failed == [("MSG_SIZE_TOO_LARGE", b"x" * 5000)]
+    assert len(reports) == (1 if only_errors else 21)

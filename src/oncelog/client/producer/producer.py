@@ -64,8 +64,11 @@ class AsyncProducer:
     """Batching producer on the running event loop. ``await start()``, ``produce()``, ``await flush()``."""
 
     def __init__(self, conf: Mapping[str, Any] | ProducerConfig, *,
-                 deliver: Callable[[Reports], None] | None = None) -> None:
+                 deliver: Callable[[Reports], None] | None = None, report_successes: bool = True) -> None:
+        """``deliver``: takes the delivery reports (default: run their callbacks on the loop);
+        ``report_successes=False``: only failures are reported (for callers whose callbacks want errors only)."""
         self.config = conf if isinstance(conf, ProducerConfig) else parse_producer_config(conf)
+        self._report_successes = report_successes
         c = self.config
         self.cluster = Cluster.from_config(c, allow_auto_topic_creation=c.allow_auto_create_topics)
         self.accumulator = RecordAccumulator(c.batch_size, c.linger_ms, c.compression)
@@ -91,7 +94,8 @@ class AsyncProducer:
             await self.cluster.bootstrap()
             if self.txn is not None and not self._transactional and not self.txn.pid.valid:
                 await self.txn.init_idempotent()
-            self.sender = Sender(self.cluster, self.accumulator, self.config, self._deliver, txn=self.txn)
+            self.sender = Sender(self.cluster, self.accumulator, self.config, self._deliver, txn=self.txn,
+                                 report_successes=self._report_successes)
             self.sender.start()
 
     async def __aenter__(self) -> Self:
@@ -381,7 +385,10 @@ class Producer:
 
     def __init__(self, conf: Mapping[str, Any]) -> None:
         self._reports: collections.deque[tuple[DeliveryCallback, KafkaError | None, Message]] = collections.deque()
-        self._async = AsyncProducer(conf, deliver=self._reports.extend)
+        config = conf if isinstance(conf, ProducerConfig) else parse_producer_config(conf)
+        # delivery.report.only.error: a delivered record's report would be dropped by poll(), so none is built
+        self._async = AsyncProducer(config, deliver=self._reports.extend,
+                                    report_successes=not config.delivery_report_only_error)
         self._runner = LoopThread("oncelog-producer")
         self._closed = False
         self._lock = threading.Lock()

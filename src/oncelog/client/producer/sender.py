@@ -45,8 +45,10 @@ _SEQUENCE_ERRORS = frozenset({ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.
 class Sender:
     def __init__(self, cluster: Cluster, accumulator: RecordAccumulator, config: ProducerConfig,
                  deliver: Callable[[Reports], None], *, monotonic: Callable[[], float] = time.monotonic,
-                 txn: TransactionManager | None = None) -> None:
+                 txn: TransactionManager | None = None, report_successes: bool = True) -> None:
         self.cluster = cluster
+        #: False: a delivered batch reports nothing (no Message per record is built), only failures are reported
+        self._report_successes = report_successes
         self.txn = txn
         self.acc = accumulator
         self.config = config
@@ -302,6 +304,8 @@ class Sender:
                 err: KafkaError | None) -> Reports:
         self.acc.done(batch)
         self._progress.set()
+        if err is None and not self._report_successes:
+            return []
         return batch.complete(base_offset, log_append_time, err)
 
     async def close(self) -> None:
