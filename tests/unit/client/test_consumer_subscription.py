@@ -63,7 +63,7 @@ def test_consumer_positions_stored_offsets_and_pause_rewind() -> None:
     c.assign([("t", 0, 5), ("t", 1, 7)])
     assert c.assignment() == [("t", 0), ("t", 1)]
     c.fetcher.positions[("t", 0)] = 8  # as if offsets 5..7 were fetched
-    c._buffer.extend([_msg(0, 5), _msg(0, 6), _msg(0, 7)])
+    c._buffer.extend([[_msg(0, 5), _msg(0, 6), _msg(0, 7)]])  # one fetched list of partition 0
     assert c.position("t", 0) == 5 and [(tp.topic, tp.partition, tp.offset) for tp in c.position(
         [("t", 0), ("t", 1), TopicPartition("t", 2)])] == [("t", 0, 5), ("t", 1, 7), ("t", 2, -1001)]
     c.pause([("t", 0)])

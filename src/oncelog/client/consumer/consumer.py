@@ -11,7 +11,6 @@ record ``poll()`` returned + 1), and the public surface.
 from __future__ import annotations
 
 import asyncio
-import collections
 import inspect
 import logging
 import time
@@ -29,6 +28,7 @@ from ..message import Message
 from ..metadata import ClusterMetadata, list_topics
 from ..topic_partition import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSET_STORED, split, to_offsets, tp_list
 from ..topic_partition import TopicPartition as TP
+from .buffer import MessageBuffer, decode_chunk
 from .fetcher import Fetcher, TopicPartition
 from .group import ConsumerCoordinator, RebalanceHooks
 from .subscription import SubscriptionMode, SubscriptionState
@@ -59,7 +59,7 @@ class AsyncConsumer:
             self.coordinator = ConsumerCoordinator(self.cluster, c, self.subscription,
                                                    RebalanceHooks(self._revoked, self._lost, self._assigned,
                                                                   self._before_join))
-        self._buffer: collections.deque[Message] = collections.deque()
+        self._buffer = MessageBuffer()
         self._stored: dict[TopicPartition, int] = {}  # offsets commit() commits (last returned + 1, or stored)
         self._last_committed: dict[TopicPartition, int] = {}
         self._next_auto_commit = time.monotonic() + c.auto_commit_interval_ms / 1000
@@ -165,8 +165,7 @@ class AsyncConsumer:
         gone = set(tps)
         self.subscription.unassign(gone)
         self.fetcher.unassign(gone)
-        if self._buffer:
-            self._buffer = collections.deque(m for m in self._buffer if (m._topic, m._partition) not in gone)
+        self._buffer.drop(gone)
         for tp in gone:
             self._stored.pop(tp, None)
 
@@ -184,18 +183,7 @@ class AsyncConsumer:
 
     def _drop_buffered(self, tps: Iterable[TopicPartition], *, rewind: bool) -> None:
         """Forget buffered records of ``tps``; ``rewind``: fetch them again later (pause)."""
-        drop = set(tps)
-        if not self._buffer or not drop:
-            return
-        keep: collections.deque[Message] = collections.deque()
-        first: dict[TopicPartition, int] = {}
-        for m in self._buffer:
-            tp = (m._topic, m._partition)
-            if tp in drop:
-                first.setdefault(tp, m._offset)
-            else:
-                keep.append(m)
-        self._buffer = keep
+        first = self._buffer.drop(set(tps))
         if rewind:
             for tp, off in first.items():
                 if tp in self.fetcher.positions:
@@ -265,9 +253,7 @@ class AsyncConsumer:
     def position(self, topic: str | Iterable[Any], partition: int | None = None) -> Any:
         """``position([TopicPartition, ...])`` -> [TopicPartition] with the offset of the next record poll()
         returns (OFFSET_INVALID until known); also ``position(topic, partition)`` -> offset or None."""
-        firsts: dict[TopicPartition, int] = {}
-        for m in self._buffer:
-            firsts.setdefault((m._topic, m._partition), m._offset)
+        firsts = self._buffer.firsts()
 
         def one(tp: TopicPartition) -> int | None:
             return firsts.get(tp, self.fetcher.positions.get(tp))
@@ -333,16 +319,10 @@ class AsyncConsumer:
             if co is not None and co.joining and not self.subscription.assigned:
                 continue  # ensure_active waits for the join
             async with self._fetch_lock:
-                self._buffer.extend(await self.fetcher.fetch(min(left_ms, self.config.fetch_max_wait_ms)))
-        out: list[Message] = []
-        assigned, paused = self.subscription.assigned, self.subscription.paused
-        while self._buffer and len(out) < max_messages:
-            m = self._buffer.popleft()
-            tp = (m._topic, m._partition)
-            if tp in assigned and tp not in paused:
-                out.append(m)
-                if self.config.enable_auto_offset_store:
-                    self._stored[tp] = m._offset + 1
+                self._buffer.extend(await self.fetcher.fetch(min(left_ms, self.config.fetch_max_wait_ms),
+                                                             decode_chunk))
+        stored = self._stored if self.config.enable_auto_offset_store else None
+        out = self._buffer.take(max_messages, self.subscription.assigned, self.subscription.paused, stored)
         return out
 
     async def poll(self, timeout: float = 1.0) -> Message | None:
