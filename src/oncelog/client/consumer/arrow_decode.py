@@ -180,12 +180,7 @@ def _binary(data: bytes, starts: np.ndarray[Any, Any], lens: np.ndarray[Any, Any
     n = len(lens)
     if n and (lens < 0).all():
         return pa.nulls(n, pa.binary())  # e.g. records without keys
-    sizes = np.maximum(lens, 0)
-    offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(sizes, out=offsets[1:])
-    total = int(offsets[-1])
-    if total >= 1 << 31:
-        raise RecordFormatError(f"{total} bytes of keys or values do not fit one Arrow binary array")
+    sizes, offsets = _sizes_and_offsets(lens)
     buf = np.frombuffer(data, np.uint8)
     step = int(starts[1] - starts[0]) if n > 1 else 0
     if n > 1 and sizes[0] and (sizes == sizes[0]).all() and (np.diff(starts) == step).all():
@@ -195,12 +190,27 @@ def _binary(data: bytes, starts: np.ndarray[Any, Any], lens: np.ndarray[Any, Any
         body = np.ascontiguousarray(rows).reshape(-1)
     else:
         body = buf[_runs_mask(np, starts, sizes, len(buf))]
-    validity = None
+    return _arrow_binary(lens, offsets, body)
+
+
+def _sizes_and_offsets(lens: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(bytes of each entry, Arrow offsets) of entries of lengths ``lens`` (-1: null)."""
+    sizes = np.maximum(lens, 0)
+    offsets = np.zeros(len(lens) + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    total = int(offsets[-1])
+    if total >= 1 << 31:
+        raise RecordFormatError(f"{total} bytes of keys or values do not fit one Arrow binary array")
+    return sizes, offsets
+
+
+def _arrow_binary(lens: np.ndarray[Any, Any], offsets: np.ndarray[Any, Any], body: np.ndarray[Any, Any]
+                  ) -> pa.Array:
+    """The binary Arrow array of ``body`` cut at ``offsets``, null where ``lens`` < 0."""
     nulls = int((lens < 0).sum())
-    if nulls:
-        validity = pa.py_buffer(np.packbits(lens >= 0, bitorder="little"))
-    return pa.Array.from_buffers(pa.binary(), n, [validity, pa.py_buffer(offsets.astype(np.int32)),
-                                                  pa.py_buffer(body)], nulls)
+    validity = pa.py_buffer(np.packbits(lens >= 0, bitorder="little")) if nulls else None
+    return pa.Array.from_buffers(pa.binary(), len(lens), [validity, pa.py_buffer(offsets.astype(np.int32)),
+                                                          pa.py_buffer(body)], nulls)
 
 
 def _py_varint(data: bytes, p: int) -> tuple[int, int]:
@@ -406,20 +416,12 @@ def _fixed_binary(runs: list[_Run], n: int, field: str) -> pa.Array:
     lens = np.repeat(np.array([size for _, size in parts], np.int64), counts)
     if (lens < 0).all():
         return pa.nulls(n, pa.binary())
-    sizes = np.maximum(lens, 0)
-    offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(sizes, out=offsets[1:])
-    total = int(offsets[-1])
-    if total >= 1 << 31:
-        raise RecordFormatError(f"{total} bytes of keys or values do not fit one Arrow binary array")
-    body = np.empty(total, np.uint8)
+    _, offsets = _sizes_and_offsets(lens)
+    body = np.empty(int(offsets[-1]), np.uint8)
     at = 0
     for r, (col, size) in zip(runs, parts, strict=True):
         if size > 0:
             k = len(r.offsets)
             body[at:at + k * size].reshape(k, size)[:] = r.rows[:, col:col + size]
             at += k * size
-    nulls = int((lens < 0).sum())
-    validity = pa.py_buffer(np.packbits(lens >= 0, bitorder="little")) if nulls else None
-    return pa.Array.from_buffers(pa.binary(), n, [validity, pa.py_buffer(offsets.astype(np.int32)),
-                                                  pa.py_buffer(body)], nulls)
+    return _arrow_binary(lens, offsets, body)
