@@ -211,10 +211,30 @@ def test_ctrl_c_during_produce_says_how_many_were_written(bootstrap: str, topic_
     assert proc.stdin is not None and proc.stderr is not None
     proc.stdin.write(b"".join(b"line %d\n" % i for i in range(100)))
     proc.stdin.flush()
-    time.sleep(3)
+    # Ctrl-C once the lines are written and the command waits for more (not while it starts up: a loaded box can
+    # take seconds to get there)
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                tps = [(topic_name, p.partition) for p in admin.describe_topic(topic_name).partitions]
+                if sum(o.offset for o in admin.list_offsets(dict.fromkeys(tps, "latest")).values()) >= 100:
+                    break
+            except Exception:  # noqa: BLE001 - the topic is created by the command's first record
+                pass
+            time.sleep(0.1)
+        else:
+            proc.kill()
+            raise AssertionError(f"the 100 lines were not written within 60 s: {proc.communicate()[1].decode()}")
     proc.send_signal(signal.SIGINT)
-    err = proc.stderr.read().decode()
-    assert proc.wait(30) == 130
+    try:
+        _, raw = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("oncelog produce did not exit within 60 s of Ctrl-C; stderr: "
+                             f"{proc.communicate()[1].decode()}") from None
+    err = raw.decode()
+    assert proc.returncode == 130, err
     assert "interrupted: 100 of 100 record(s) written" in err and "Traceback" not in err
 
 
