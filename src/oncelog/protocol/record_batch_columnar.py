@@ -60,6 +60,7 @@ from oncelog.protocol.record_batch import (
     Compression,
 )
 from oncelog.protocol.records import _encode_headers
+from oncelog.protocol.varint import encode_varlong
 
 if TYPE_CHECKING:
     import numpy as np
@@ -404,16 +405,6 @@ def _encode_section(
 _RECORDS_PER_RUN = 64
 
 
-def _varint_bytes(z: int) -> bytes:
-    """The varint of the unsigned (already zig-zagged) ``z``."""
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
 def _put_constant(o: _Arr, col: int, data: bytes) -> None:
     """Write ``data`` into columns [col, col + len(data)) of every row of ``o`` (a column at a time: numpy's
     broadcast of a short row is several times slower)."""
@@ -455,11 +446,11 @@ def _write_runs(
     for j, (s, e, at) in enumerate(zip(starts.tolist(), ends.tolist(), rec_at[starts].tolist())):
         r = e - s
         ts_size, off_size, klen, vlen = shape[:, s].tolist()
-        klen_b = _varint_bytes((klen << 1) ^ (klen >> 63))
-        vlen_b = _varint_bytes((vlen << 1) ^ (vlen >> 63))
+        klen_b = encode_varlong(klen)
+        vlen_b = encode_varlong(vlen)
         kb, vb = max(klen, 0), max(vlen, 0)
         body = 1 + ts_size + off_size + len(klen_b) + kb + len(vlen_b) + vb + 1
-        body_b = _varint_bytes(body << 1)
+        body_b = encode_varlong(body)
         w = len(body_b) + body
         o = out[at : at + r * w].reshape(r, w)
         c = len(body_b)
