@@ -373,19 +373,29 @@ class Broker:
 
 async def _main(config: BrokerConfig) -> None:
     broker = Broker(config)
-    try:
-        await broker.start()
-    except BaseException:
-        await broker.stop()  # closes what the failed start opened (the data folder's lock, the etcd lease)
-        raise
     loop = asyncio.get_running_loop()
+    # The handlers go in before the start: the port is bound (and the kernel accepts connections) first, so a
+    # supervisor that sees the port open may send SIGTERM while the logs still load; with the default disposition
+    # that killed the broker mid-start (exit -15, no clean-shutdown marker). A signal during the start ends it.
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, broker.request_stop)
     loop.add_signal_handler(signal.SIGUSR1, _log_tasks)
+    starting = loop.create_task(broker.start(), name="start")
+    stop_requested = loop.create_task(broker.serve_forever(), name="stop-requested")
     try:
-        await broker.serve_forever()
-    finally:
-        await broker.stop()
+        await asyncio.wait({starting, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():
+            log.info("asked to stop while starting: stopping")
+            starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+        await stop_requested
+    except BaseException:
+        stop_requested.cancel()
+        starting.cancel()
+        await broker.stop()  # closes what the failed start opened (the data folder's lock, the etcd lease)
+        raise
+    await broker.stop()
 
 
 def _log_tasks() -> None:
