@@ -1,5 +1,5 @@
 import sys
 
-from oncelog.cli.main import main
+from oncelog.cli import run
 
-sys.exit(main())
+sys.exit(run())

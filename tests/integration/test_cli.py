@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -240,6 +241,32 @@ def test_ctrl_c_during_produce_says_how_many_were_written(bootstrap: str, topic_
     err = raw.decode()
     assert proc.returncode == 130, err
     assert "interrupted: 100 of 100 record(s) written" in err and "Traceback" not in err
+
+
+def test_ctrl_c_at_any_moment_of_the_start_up_is_one_line(bootstrap: str, topic_name: str) -> None:
+    """Ctrl-C while the command's modules load (~0.3 s) printed a Python traceback of whichever import it hit; at
+    any moment of the start-up (imports, the producer's construction, the topic's metadata) it is now
+    "interrupted" and exit 130. The child says when the interpreter is up and the console script's entry is next
+    (a Ctrl-C before that is the interpreter's own)."""
+    entry = "import sys; print('up', flush=True); from oncelog.cli import run; sys.exit(run())"
+    seen = []
+    for i in range(12):
+        proc = subprocess.Popen([sys.executable, "-c", entry, "produce", topic_name, "--bootstrap-server", bootstrap],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"up\n"
+        time.sleep(0.005 + i * 0.04)
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, raw = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise AssertionError(f"no exit within 60 s of Ctrl-C: {proc.communicate()[1].decode()}") from None
+        err = raw.decode()
+        assert proc.returncode == 130 and "Traceback" not in err and "Task was destroyed" not in err, (i, err)
+        seen.append(err.strip().splitlines()[-1])
+    assert "interrupted" in seen[0], seen  # the first Ctrl-C came while the modules loaded
 
 
 def test_broker_going_away_is_reported_once_with_the_real_cause(tmp_path: Path) -> None:
