@@ -12,8 +12,12 @@ Scenarios (every round runs each once, in this order, so noise hits them alike):
 - ``python arrow source -> noop`` again with the source's N rows: the source's like-for-like ceiling (the same
   query start-up in both); the table gives the source's ratio to it, round by round.
 - ``oncelog batch read -> noop`` and ``oncelog stream read -> noop`` (availableNow, one micro-batch): the source.
-- ``df -> oncelog sink``: N x 100 B rows through the exactly-once streaming sink (only when
-  ``oncelog.spark.sink`` exists).
+- ``rate -> python arrow sink that drops the rows``: the sink's query (the same rate source and projection making
+  the 100 B values) into a trivial Python streaming sink that receives the Arrow batches and drops them: the
+  ceiling of any Python sink on this box (the JVM's rows-to-Arrow conversion and the Python workers included).
+- ``rate -> oncelog exactly-once sink``: the same N x 100 B rows through the exactly-once streaming sink (only
+  when ``oncelog.spark.sink`` exists); the table gives its ratio to the dropping sink, round by round. Its output
+  topic is created before the clock starts (setting up where the rows go is not the sink's work).
 A warm-up runs every scenario once at full size before the timed rounds (the JVM compiles and JITs each query's
 generated code, Python workers start, the sink-commit topic is created): without it the first round of each
 scenario pays that, and a scenario warmed less than the others is not compared like with like.
@@ -44,7 +48,14 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
 
 from oncelog.client import Admin
 from oncelog.spark import register
@@ -53,6 +64,8 @@ from oncelog.testing.broker_process import BrokerProcess
 
 
 SAME_ROWS = "python arrow source -> noop, the source's rows (Python ceiling, same rows)"
+DROP_SINK = "rate -> python arrow sink that drops the rows (Python sink ceiling)"
+SINK = "rate -> oncelog exactly-once sink"
 
 
 def log(msg: str) -> None:
@@ -101,6 +114,30 @@ class _ConstReader(DataSourceReader):
             left -= size
 
 
+class DropArrowSink(DataSource):
+    """Python streaming sink that receives the rows as Arrow batches and drops them (the Python sink ceiling)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bench_drop_arrow"
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802 - Spark's name
+        return _DropWriter()
+
+
+class _DropWriter(DataSourceStreamArrowWriter):
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        rows = sum(rb.num_rows for rb in iterator)
+        assert rows >= 0
+        return WriterCommitMessage()
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        pass
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        pass
+
+
 def fill_topic(bootstrap: str, topic: str, records: int, partitions: int) -> float:
     import confluent_kafka as ck
 
@@ -139,13 +176,13 @@ def count_committed(bootstrap: str, topic: str, partitions: int, expect: int) ->
             for m in msgs:
                 if m.error() is None:
                     n += 1
-                    seen.add(m.value()[:20])
+                    seen.add((m.value() or b"")[:20])
             if msgs:
                 idle_until = time.monotonic() + 15
         for m in c.consume(10_000, 1.0):  # anything beyond the expected count is a duplicate
             if m.error() is None:
                 n += 1
-                seen.add(m.value()[:20])
+                seen.add((m.value() or b"")[:20])
     finally:
         c.close()
     return n, len(seen)
@@ -184,6 +221,7 @@ def main() -> int:
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
         spark.dataSource.register(ConstArrowSource)
+        spark.dataSource.register(DropArrowSink)
         bs = broker.bootstrap
 
         big = max(n, args.ceiling_records)
@@ -214,7 +252,22 @@ def main() -> int:
             ms = sum(p["durationMs"].get("triggerExecution", 0) for p in q.recentProgress)
             in_batch.append(rows / (ms / 1000) if ms else 0.0)
 
+        def rate_values() -> Any:
+            """The sink scenarios' input: N rows of a null key and a 100-byte value (20 digits, 80 x)."""
+            return (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", n)
+                    .option("numPartitions", 2).load()
+                    .selectExpr("CAST(NULL AS BINARY) AS key",
+                                "CAST(concat(lpad(CAST(value AS STRING), 20, '0'), repeat('x', 80)) AS BINARY)"
+                                " AS value"))
+
+        def drop_sink() -> None:
+            q = (rate_values().writeStream.format("bench_drop_arrow")
+                 .option("checkpointLocation", str(tmp / f"cp-{uuid.uuid4().hex}"))
+                 .trigger(availableNow=True).start())
+            q.awaitTermination()
+
         sink_fn: Callable[[], None] | None = None
+        sink_topics: list[str] = []
         scenarios: list[tuple[str, int, Callable[[], None]]] = [
             ("rate -> noop (JVM ceiling)", big, rate_noop),
             ("python arrow source -> noop (Python ceiling)", big, const_noop),
@@ -226,36 +279,37 @@ def main() -> int:
             try:
                 import oncelog.spark.sink  # noqa: F401
             except ImportError:
-                log("oncelog.spark.sink not present: sink scenario skipped")
+                log("oncelog.spark.sink not present: sink scenarios skipped")
             else:
-                def sink_stream(rows: int = n) -> None:
+                def new_sink_topic() -> None:
                     out = f"bench-out-{uuid.uuid4().hex[:8]}"
-                    sink_topics.append(out)
                     with Admin({"bootstrap.servers": bs}) as admin:
                         admin.create_topics(out, args.partitions)
-                    q = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows)
-                         .option("numPartitions", 2).load()
-                         .selectExpr("CAST(NULL AS BINARY) AS key",
-                                     "CAST(concat(lpad(CAST(value AS STRING), 20, '0'), repeat('x', 80)) AS BINARY)"
-                                     " AS value")
-                         .writeStream.format("oncelog").option("kafka.bootstrap.servers", bs)
-                         .option("topic", out)
+                    sink_topics.append(out)
+
+                def sink_stream() -> None:
+                    q = (rate_values().writeStream.format("oncelog").option("kafka.bootstrap.servers", bs)
+                         .option("topic", sink_topics[-1])
                          .option("checkpointLocation", str(tmp / f"cp-{uuid.uuid4().hex}"))
                          .trigger(availableNow=True).start())
                     q.awaitTermination()
-                scenarios.append(("rate -> oncelog exactly-once sink", n, sink_stream))
+                scenarios.append((DROP_SINK, n, drop_sink))
+                scenarios.append((SINK, n, sink_stream))
                 sink_fn = sink_stream
 
-        sink_topics: list[str] = []
         log("warm-up: every scenario once, at full size (the JVM compiles each query's generated code, the Python "
             "workers start, the sink-commit topic is created) ...")
         for _, _, fn in scenarios:
+            if fn is sink_fn:
+                new_sink_topic()
             fn()
         in_batch.clear()
         results: dict[str, list[float]] = {name: [] for name, _, _ in scenarios}
         rows_of = {name: rows for name, rows, _ in scenarios}
         for r in range(args.rounds):
             for name, rows, fn in scenarios:
+                if fn is sink_fn:
+                    new_sink_topic()  # before the clock: where the rows go is set up, not written
                 secs = timed(fn)
                 results[name].append(rows / secs)
                 log(f"round {r + 1}: {name}: {rows / secs:,.0f} rows/s ({rows:,} rows in {secs:.2f} s)")
@@ -282,13 +336,15 @@ def main() -> int:
           f"{os.getloadavg()[0]:.1f})\n")
     # the source against the Python ceiling over the same rows, round by round (both pay one query's start-up)
     same = results[SAME_ROWS]
-    print("| scenario | rows | rows/s, median (min-max) | vs rate -> noop | vs Python ceiling, same rows |")
+    print("| scenario | rows | rows/s, median (min-max) | vs rate -> noop | vs Python ceiling, same rows (the "
+          "sink: vs the dropping sink) |")
     print("|---|---|---|---|---|")
     for name, vals in results.items():
         med = statistics.median(vals)
         vs = ""
-        if name.startswith("oncelog") and "sink" not in name and len(vals) == len(same):
-            ratios = [v / c for v, c in zip(vals, same, strict=True)]
+        base = same if name.startswith("oncelog") else results.get(DROP_SINK) if name == SINK else None
+        if base is not None and len(vals) == len(base):
+            ratios = [v / c for v, c in zip(vals, base, strict=True)]
             vs = f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
         print(f"| {name} | {rows_of[name]:,} | {med:,.0f} ({min(vals):,.0f}-{max(vals):,.0f}) | "
               f"{med / ceiling:.3f}x | {vs} |")
