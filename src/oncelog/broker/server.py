@@ -374,9 +374,10 @@ class Broker:
 async def _main(config: BrokerConfig) -> None:
     broker = Broker(config)
     loop = asyncio.get_running_loop()
-    # The handlers go in before the start: the port is bound (and the kernel accepts connections) first, so a
-    # supervisor that sees the port open may send SIGTERM while the logs still load; with the default disposition
-    # that killed the broker mid-start (exit -15, no clean-shutdown marker). A signal during the start ends it.
+    # The handlers go in before the start: a SIGTERM during the start (loading logs, joining etcd: seconds), or
+    # right after the port starts listening but before start() returned (when a supervisor that waits for the
+    # port sends it), found the default disposition and killed the broker (exit -15, no clean-shutdown marker).
+    # A signal during the start now ends it, then the broker stops cleanly.
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, broker.request_stop)
     loop.add_signal_handler(signal.SIGUSR1, _log_tasks)
