@@ -127,8 +127,8 @@ class DropArrowSink(DataSource):
 
 class _DropWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        rows = sum(rb.num_rows for rb in iterator)
-        assert rows >= 0
+        for _ in iterator:  # the batches arrive (Spark's conversion and the transfer are paid) and are dropped
+            pass
         return WriterCommitMessage()
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803

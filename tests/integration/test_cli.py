@@ -205,14 +205,17 @@ def test_consume_as_a_group_commits_its_offsets(bootstrap: str, topic_name: str)
     assert r.exit_code == 0 and json.loads(r.stdout)["total_lag"] == 0
 
 
+def _ctrl_c_as_from_a_terminal() -> None:
+    """The command's SIGINT at its default disposition, as from a terminal: a test session started as a background
+    job of a non-interactive shell has SIGINT ignored (POSIX, job control off), that is inherited across exec, and
+    Python then never raises KeyboardInterrupt (the command hung until the test's timeout)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_produce_says_how_many_were_written(bootstrap: str, topic_name: str) -> None:
     """Finding 2: Ctrl-C mid-produce exited 130 silently."""
-    # the command starts with Ctrl-C's default disposition, as from a terminal: an ignored SIGINT is inherited across
-    # exec, and Python then never raises KeyboardInterrupt (an earlier test of the session can leave it ignored in
-    # this process: the command then hung until the test's timeout)
     proc = subprocess.Popen([*ONCELOG, "produce", topic_name, "--bootstrap-server", bootstrap],
-                            stdin=subprocess.PIPE, stderr=subprocess.PIPE,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            stdin=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_ctrl_c_as_from_a_terminal)
     assert proc.stdin is not None and proc.stderr is not None
     proc.stdin.write(b"".join(b"line %d\n" % i for i in range(100)))
     proc.stdin.flush()
@@ -253,7 +256,7 @@ def test_ctrl_c_at_any_moment_of_the_start_up_is_one_line(bootstrap: str, topic_
     for i in range(12):
         proc = subprocess.Popen([sys.executable, "-c", entry, "produce", topic_name, "--bootstrap-server", bootstrap],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                                preexec_fn=_ctrl_c_as_from_a_terminal)
         assert proc.stdout is not None
         assert proc.stdout.readline() == b"up\n"
         time.sleep(0.005 + i * 0.04)

@@ -97,37 +97,33 @@ def test_uniform_runs_equal_general(recs: Any, codec: int, base_offset: int) -> 
     assert [r[2] for r in fast] == list(range(base_offset, base_offset + len(recs)))
 
 
-def test_runs_are_taken(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A uniform batch goes through the column-wise runs (so the property tests above cover them)."""
+@pytest.fixture
+def emitted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of each run the decoder takes column-wise (``_emit_run``'s ``k``), as the test goes."""
     import oncelog.protocol.record_decode as rd
 
-    emitted: list[int] = []
+    sizes: list[int] = []
     real = rd._emit_run
 
     def spy(*args: Any) -> None:
-        emitted.append(args[2])
+        sizes.append(args[2])
         real(*args)
 
     monkeypatch.setattr(rd, "_emit_run", spy)
+    return sizes
+
+
+def test_runs_are_taken(emitted: list[int]) -> None:
+    """A uniform batch goes through the column-wise runs (so the property tests above cover them)."""
     buf = _build([(i // 10, None, bytes([i % 256]) * 100, []) for i in range(3000)], 0, 0, 0)
     assert _fast(buf) == _general(buf)
     assert sum(emitted) > 2900
 
 
-def test_three_byte_deltas_in_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_three_byte_deltas_in_runs(emitted: list[int]) -> None:
     """A batch of 10,000 records (librdkafka's batch.num.messages) has offset deltas of three varint bytes from
     8192 on, and timestamps far from the base have three-byte deltas of either sign: runs decode them column-wise
     (not record by record) and agree with the general decoder."""
-    import oncelog.protocol.record_decode as rd
-
-    emitted: list[int] = []
-    real = rd._emit_run
-
-    def spy(*args: Any) -> None:
-        emitted.append(args[2])
-        real(*args)
-
-    monkeypatch.setattr(rd, "_emit_run", spy)
     for sign in (1, -1):
         emitted.clear()
         recs = [(sign * ((1 << 14) + i * 37), None, i.to_bytes(2, "big") * 50, []) for i in range(10_000)]
