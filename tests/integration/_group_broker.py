@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 
 from oncelog.broker import server
-from oncelog.broker.group_wiring import start_group_coordinator, stop_group_coordinator
+from oncelog.broker.coordinators.groups import start_group_coordinator, stop_group_coordinator
 
 
 def wired() -> bool:

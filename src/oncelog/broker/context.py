@@ -22,14 +22,14 @@ if TYPE_CHECKING:
     from oncelog.coordinator.transaction import TransactionCoordinator
     from oncelog.storage import LogConfig
 
-    from .cluster_node import ClusterNode
-    from .cluster_topics import AutoCreator
+    from .cluster.node import ClusterNode
+    from .cluster.topic_admin import AutoCreator
     from .config import BrokerConfig
-    from .markers import LocalMarkerWriter
+    from .coordinators.markers import LocalMarkerWriter
     from .metrics import BrokerMetrics
     from .router import Router
     from .topics import TopicRegistry
-    from .txn_verifier import RemoteTxnVerifier
+    from .coordinators.txn_verifier import RemoteTxnVerifier
 
 __all__ = ["BrokerContext", "GROUP", "TRANSACTION"]
 

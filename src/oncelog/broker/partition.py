@@ -6,7 +6,7 @@ The high watermark of this single-node broker is the durable end of the log when
 leader epoch 0, recorded in the log's leader-epoch cache when it takes the partition (Kafka's makeLeader) and
 stamped on every batch it appends.
 
-In a cluster (``replicated``) the partition takes its role from the view (``broker/replica_manager.py``): leader at
+In a cluster (``replicated``) the partition takes its role from the view (``broker/replication/manager.py``): leader at
 an epoch (it owns a :class:`~oncelog.cluster.replica.LeaderReplicas`; the high watermark is the minimum end offset
 over the ISR, the leader counting its durable end in the durable default), follower (the replica fetcher appends
 what the leader sends), or neither. The log's high watermark rule is then ``EXTERNAL``: this class moves it.

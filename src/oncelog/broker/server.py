@@ -1,10 +1,10 @@
 """The broker process: storage, topics, group commit, the listener and background jobs.
 
 One node by default; with ``metadata`` set (``--metadata etcd://...``) one broker of a cluster: the same broker
-wired to a :class:`~oncelog.broker.cluster_node.ClusterNode` (etcd, registration, the controller role) and a
+wired to a :class:`~oncelog.broker.cluster.node.ClusterNode` (etcd, registration, the controller role) and a
 replica manager that keeps the local replicas in line with the cluster's view. In a cluster the coordinators load
 and unload their partitions as this broker gains and loses the leadership of the internal partitions
-(``cluster_coordinators.py``).
+(``coordinators/cluster.py``).
 """
 
 from __future__ import annotations
@@ -23,20 +23,20 @@ from typing import TYPE_CHECKING, Any
 from oncelog.clock import SYSTEM_CLOCK, Clock
 from oncelog.storage import KafkaStorageError, LogConfig, LogManager
 
-from .cluster_coordinators import ClusterCoordinators
-from .txn_verifier import RemoteTxnVerifier
-from .cluster_node import ClusterNode, ClusterStartError, ReplicaManagerLike
-from .cluster_topics import AutoCreator
+from .coordinators.cluster import ClusterCoordinators
+from .coordinators.txn_verifier import RemoteTxnVerifier
+from .cluster.node import ClusterNode, ClusterStartError, ReplicaManagerLike
+from .cluster.topic_admin import AutoCreator
 from .config import BrokerConfig
 from .connection import Connection
 from .context import BrokerContext
 from .durability import GroupCommitFlusher
-from .group_wiring import start_group_coordinator, stop_group_coordinator
-from .txn_wiring import next_coordinator_epoch, start_transaction_coordinator, stop_transaction_coordinator
-from .markers import LocalMarkerWriter
+from .coordinators.groups import start_group_coordinator, stop_group_coordinator
+from .coordinators.transactions import next_coordinator_epoch, start_transaction_coordinator, stop_transaction_coordinator
+from .coordinators.markers import LocalMarkerWriter
 from .metrics import BrokerMetrics
 from .partition import Partition
-from .replica_manager import ReplicaManager
+from .replication.manager import ReplicaManager
 from .router import Router
 from .topics import TopicRegistry
 

@@ -19,7 +19,7 @@ from typing import Any
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.connection import Connection
 from oncelog.broker.context import BrokerContext
-from oncelog.broker.markers import LocalMarkerWriter
+from oncelog.broker.coordinators.markers import LocalMarkerWriter
 from oncelog.broker.metrics import BrokerMetrics
 from oncelog.broker.router import Router
 from oncelog.broker.server import log_defaults

@@ -26,7 +26,7 @@ from oncelog.broker.dynamic_config import (
     validate,
 )
 from oncelog.broker.handlers.incremental_alter_configs import APPEND, DELETE, SET, SUBTRACT, _apply_broker
-from oncelog.broker.replica_manager import ReplicaManager
+from oncelog.broker.replication.manager import ReplicaManager
 from oncelog.broker.topics import TopicRegistry
 from oncelog.cluster.changes import diff
 from oncelog.cluster.model import ClusterView, PartitionState, TopicMeta

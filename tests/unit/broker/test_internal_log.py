@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from oncelog.broker.internal_log import CoordinatorLogError, InternalTopicLog
+from oncelog.broker.coordinators.internal_log import CoordinatorLogError, InternalTopicLog
 from oncelog.broker.topics import TopicRegistry
 from oncelog.coordinator.runtime import LoadedMarker, LoadedRecord
 from oncelog.protocol.errors import ErrorCode

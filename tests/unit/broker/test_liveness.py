@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from types import MappingProxyType
 
-from oncelog.broker.liveness import Liveness
+from oncelog.broker.cluster.liveness import Liveness
 from oncelog.cluster.model import BrokerInfo, ClusterView, ControllerInfo
 from oncelog.testing.broker_process import free_port
 

@@ -10,7 +10,7 @@ from types import MappingProxyType
 
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.partition import Role
-from oncelog.broker.replica_manager import ReplicaManager
+from oncelog.broker.replication.manager import ReplicaManager
 from oncelog.broker.server import log_defaults
 from oncelog.broker.topics import TopicRegistry
 from oncelog.cluster.changes import diff

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from oncelog.broker.handlers.fetch import _replica_fetch
 from oncelog.broker.partition import Partition, Role
-from oncelog.broker.replica_fetcher import epoch_end_for, truncation_of
+from oncelog.broker.replication.fetcher import epoch_end_for, truncation_of
 from oncelog.cluster.replica import IsrChange
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.fetch_request import FetchPartition

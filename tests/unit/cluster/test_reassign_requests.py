@@ -1,5 +1,5 @@
 """ElectLeaders / AlterPartitionReassignments / ListPartitionReassignments as the broker runs them
-(:mod:`oncelog.broker.cluster_reassign`): on the controller's driver against the in-memory store, the guard against
+(:mod:`oncelog.broker.cluster.reassign`): on the controller's driver against the in-memory store, the guard against
 electing a broker that restarted since the partition's last write, and the single node's answers."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import uuid
 from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
-from oncelog.broker.cluster_reassign import alter, elect, list_ongoing
+from oncelog.broker.cluster.reassign import alter, elect, list_ongoing
 from oncelog.broker.config import BrokerConfig
 from oncelog.cluster.controller import ControllerConfig, ElectionType, elect_leaders
 from oncelog.cluster.controller_driver import ControllerDriver

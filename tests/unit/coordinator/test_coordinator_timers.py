@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from oncelog.broker.coordinator_timers import DeadlineDriver
+from oncelog.broker.coordinators.timers import DeadlineDriver
 from oncelog.coordinator.group import membership
 from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.group.group import ClassicGroup, Member

@@ -27,7 +27,7 @@ from oncelog.storage import InvalidTopicError, validate_topic_name
 from ..topics import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
-    from oncelog.broker.cluster_node import ClusterNode
+    from oncelog.broker.cluster.node import ClusterNode
     from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
 

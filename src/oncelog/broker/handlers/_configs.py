@@ -18,7 +18,7 @@ from oncelog.storage import TOPIC_CONFIG_KEYS, LogConfig, UnknownTopicError
 from ._common import error_for
 
 if TYPE_CHECKING:
-    from oncelog.broker.cluster_node import ClusterNode
+    from oncelog.broker.cluster.node import ClusterNode
     from oncelog.broker.context import BrokerContext
 
 __all__ = ["TOPIC", "BROKER", "BROKER_LOGGER", "CONFIG_TYPE", "Source", "topic_entries", "apply_topic_overrides",

@@ -2,7 +2,7 @@
 
 On a single node the local transaction coordinator answers. In a cluster (``broker.txn_verifier`` set) the
 transaction's coordinator is the leader of its ``__transaction_state`` partition: this broker's own coordinator when
-it leads that partition, else another broker, asked by :class:`~oncelog.broker.txn_verifier.RemoteTxnVerifier`
+it leads that partition, else another broker, asked by :class:`~oncelog.broker.coordinators.txn_verifier.RemoteTxnVerifier`
 before the append (:func:`remote_checks` says which partitions of a request need it: the first batch of a
 transaction on each, when no ongoing transaction of that producer at that epoch is in the partition's producer state
 yet). Answers the producer may retry become NOT_ENOUGH_REPLICAS, as Kafka maps them for Produce.

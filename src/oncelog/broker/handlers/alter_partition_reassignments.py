@@ -1,5 +1,5 @@
 """AlterPartitionReassignments (45): start, replace or cancel moves of partitions' replicas (KIP-455); in a cluster
-decided by the controller (see :mod:`oncelog.broker.cluster_reassign`), the data copied by replication."""
+decided by the controller (see :mod:`oncelog.broker.cluster.reassign`), the data copied by replication."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from oncelog.protocol.messages.alter_partition_reassignments_response import (
 )
 from oncelog.protocol.errors import ErrorCode
 
-from ..cluster_reassign import alter, by_topic, forward, is_forwarded, request_timeout
+from ..cluster.reassign import alter, by_topic, forward, is_forwarded, request_timeout
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext

@@ -15,7 +15,7 @@ from oncelog.protocol.messages.create_partitions_response import (
 from ._common import error_for
 
 if TYPE_CHECKING:
-    from oncelog.broker.cluster_node import ClusterNode
+    from oncelog.broker.cluster.node import ClusterNode
     from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
 
@@ -49,7 +49,7 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
 
 
 async def _grow_in_cluster(node: "ClusterNode", request: CreatePartitionsRequest) -> CreatePartitionsResponse:
-    from oncelog.broker.cluster_topics import create_partitions
+    from oncelog.broker.cluster.topic_admin import create_partitions
 
     results = []
     for t in request.topics:

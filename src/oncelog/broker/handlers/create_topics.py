@@ -14,7 +14,7 @@ from oncelog.storage import LogConfig, validate_topic_name
 from ._common import error_for
 
 if TYPE_CHECKING:
-    from oncelog.broker.cluster_node import ClusterNode
+    from oncelog.broker.cluster.node import ClusterNode
     from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
 
@@ -69,7 +69,7 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
 
 async def _create_in_cluster(broker: "BrokerContext", node: "ClusterNode",
                              request: CreateTopicsRequest) -> CreateTopicsResponse:
-    from oncelog.broker.cluster_topics import NewTopic, create_topic
+    from oncelog.broker.cluster.topic_admin import NewTopic, create_topic
 
     counts: dict[str, int] = {}
     for t in request.topics:

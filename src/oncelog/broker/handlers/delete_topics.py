@@ -13,7 +13,7 @@ from oncelog.protocol.messages.delete_topics_response import DeletableTopicResul
 from ..topics import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
-    from oncelog.broker.cluster_node import ClusterNode
+    from oncelog.broker.cluster.node import ClusterNode
     from oncelog.broker.context import BrokerContext
     from oncelog.broker.router import RequestContext
 
@@ -55,7 +55,7 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
 
 
 async def _delete_in_cluster(node: "ClusterNode", wanted: list[tuple[str | None, uuid.UUID]]) -> DeleteTopicsResponse:
-    from oncelog.broker.cluster_topics import delete_topic
+    from oncelog.broker.cluster.topic_admin import delete_topic
 
     results = []
     for name, topic_id in wanted:

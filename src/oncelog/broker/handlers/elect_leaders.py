@@ -1,5 +1,5 @@
 """ElectLeaders (43): move leadership to the preferred replica, or elect a leader for a leaderless partition
-(unclean); in a cluster decided by the controller (see :mod:`oncelog.broker.cluster_reassign`)."""
+(unclean); in a cluster decided by the controller (see :mod:`oncelog.broker.cluster.reassign`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from oncelog.protocol.messages.elect_leaders_response import (
     ReplicaElectionResult,
 )
 
-from ..cluster_reassign import Outcome, by_topic, elect, forward, is_forwarded, request_timeout
+from ..cluster.reassign import Outcome, by_topic, elect, forward, is_forwarded, request_timeout
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext

@@ -12,7 +12,7 @@ from oncelog.protocol.messages.list_partition_reassignments_response import (
     OngoingTopicReassignment,
 )
 
-from ..cluster_reassign import by_topic, list_ongoing
+from ..cluster.reassign import by_topic, list_ongoing
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext

@@ -9,7 +9,7 @@ broker handlers only adapt versions.
 
 Time: nothing here sleeps. Every shard keeps its timers keyed by deadline (``GroupShard.timers``);
 :meth:`GroupCoordinator.next_deadline` is the earliest of them and ``on_timer`` hears of every deadline sooner than
-all the others, so the broker (``group_wiring``) arms one timer at the earliest deadline and calls
+all the others, so the broker (``broker/coordinators/groups.py``) arms one timer at the earliest deadline and calls
 :meth:`GroupCoordinator.tick` when it fires; tests advance a ``MockClock`` and call ``tick()``.
 
 Transactional offsets (TxnOffsetCommit): one transactional operation of the runtime — validated, written as a

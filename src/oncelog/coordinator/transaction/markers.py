@@ -3,7 +3,7 @@
 Kafka's TransactionMarkerChannelManager (markers queued per destination broker, re-routed after a leader change)
 and TransactionMarkerRequestCompletionHandler (what each partition's answer means). The coordinator decides
 (``operations.py``); this module delivers. How markers reach a partition's leader is a :class:`MarkerChannel`: a
-single node writes them into its own partitions (``oncelog.broker.markers``); a cluster sends WriteTxnMarkers to
+single node writes them into its own partitions (``oncelog.broker.coordinators.markers``); a cluster sends WriteTxnMarkers to
 the leaders over the network.
 
 For every transaction in PrepareCommit/PrepareAbort there is one completion (a background task of the runtime, so a

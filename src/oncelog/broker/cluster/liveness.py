@@ -25,7 +25,7 @@ from oncelog.cluster.store import MetadataUnavailableError
 
 __all__ = ["Liveness", "RevokesRegistrations"]
 
-log = logging.getLogger("oncelog.broker.liveness")
+log = logging.getLogger("oncelog.broker.cluster.liveness")
 
 RETRY_S = 0.5  # longest pause between two attempts to connect
 FIRST_PAUSE_S = 0.02  # first pause (a dying process's listener may accept, and reset, one more connection)

@@ -31,8 +31,8 @@ from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.records import RecordBatchBuilder, decode_records, parse_batch_header, parse_control_record
 
 if TYPE_CHECKING:
-    from .partition import Partition
-    from .server import Broker
+    from ..partition import Partition
+    from ..server import Broker
 
 __all__ = ["InternalTopicLog", "CoordinatorLogError"]
 

@@ -40,12 +40,12 @@ from oncelog.protocol.messages.offset_for_leader_epoch_request import (
 from oncelog.protocol.record_batch import CorruptRecordError, validate_batches
 from oncelog.storage import UnexpectedAppendOffsetError
 
-from .peer_connections import PeerConnections
+from ..peer_connections import PeerConnections
 
 if TYPE_CHECKING:
     from oncelog.cluster.model import BrokerInfo
 
-    from .partition import Partition
+    from ..partition import Partition
 
 __all__ = ["FetcherConfig", "ReplicaFetcher", "ReplicaFetcherManager", "epoch_end_for"]
 

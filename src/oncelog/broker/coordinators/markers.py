@@ -29,12 +29,12 @@ from oncelog.coordinator.transaction import MarkerResults, TxnMarker
 from oncelog.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from .partition import Partition
-    from .topics import TopicRegistry
+    from ..partition import Partition
+    from ..topics import TopicRegistry
 
 __all__ = ["LocalMarkerChannel", "LocalMarkerWriter", "OffsetsMarkerSink"]
 
-log = logging.getLogger("oncelog.broker.markers")
+log = logging.getLogger("oncelog.broker.coordinators.markers")
 
 OFFSETS_TOPIC = "__consumer_offsets"
 

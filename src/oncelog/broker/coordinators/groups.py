@@ -20,11 +20,11 @@ from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.group.shard import GroupConfig
 from oncelog.protocol.errors import ErrorCode
 
-from .coordinator_timers import DeadlineDriver
+from .timers import DeadlineDriver
 from .internal_log import InternalTopicLog
 
 if TYPE_CHECKING:
-    from .server import Broker
+    from ..server import Broker
 
 __all__ = [
     "OFFSETS_TOPIC",

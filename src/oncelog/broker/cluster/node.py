@@ -14,7 +14,7 @@ the metadata lives in etcd (``oncelog.cluster.metadata``) and a :class:`ClusterN
   dynamic broker configs are applied to the settings first (:mod:`oncelog.broker.dynamic_config`).
 - **the controller**: campaign; while elected, run :class:`~oncelog.cluster.controller_driver.ControllerDriver`;
   step down when the session is lost, campaign again when it is back.
-- **fast dead-broker detection** (:mod:`oncelog.broker.liveness`): connections to the controller (from every
+- **fast dead-broker detection** (:mod:`oncelog.broker.cluster.liveness`): connections to the controller (from every
   broker) and to every broker (from the controller); a closed connection whose listener then refuses a new one
   is a dead process, whose lease is revoked at once instead of expiring.
 - **leave** (:meth:`ClusterNode.leave`): controlled shutdown (Kafka's ``BrokerLifecycleManager
@@ -40,10 +40,10 @@ from oncelog.cluster.metadata import EtcdMetadata, EtcdUnreachableError, Session
 from oncelog.cluster.model import NO_LEADER, BrokerInfo, ClusterView
 from oncelog.cluster.store import DuplicateBrokerError, MetadataUnavailableError
 
-from .config import BrokerConfig
-from .dynamic_config import DynamicBrokerConfig
+from ..config import BrokerConfig
+from ..dynamic_config import DynamicBrokerConfig
 from .liveness import Liveness
-from .metrics import BrokerMetrics
+from ..metrics import BrokerMetrics
 
 __all__ = ["ClusterNode", "ClusterStartError", "ReplicaManagerLike", "ViewOnlyReplicaManager"]
 
@@ -61,7 +61,7 @@ class ClusterStartError(Exception):
 
 
 class ReplicaManagerLike(Protocol):
-    """What the cluster life needs of the replica manager (``broker/replica_manager.py``: Kafka's
+    """What the cluster life needs of the replica manager (``broker/replication/manager.py``: Kafka's
     ``ReplicaManager``): the local replicas brought in line with each view, and leadership as the view says."""
 
     def on_view(self, change: ViewChange) -> None:

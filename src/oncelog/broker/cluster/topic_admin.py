@@ -35,8 +35,8 @@ from oncelog.cluster.store import MetadataUnavailableError, TopicExistsInCluster
 from oncelog.protocol.errors import ErrorCode
 from oncelog.storage import InvalidConfigError, InvalidTopicError, LogConfig, validate_topic_name
 
-from .cluster_node import ClusterNode
-from .config import BrokerConfig
+from .node import ClusterNode
+from ..config import BrokerConfig
 
 __all__ = ["AutoCreator", "NewTopic", "auto_create_spec", "create_partitions", "create_topic", "delete_topic"]
 

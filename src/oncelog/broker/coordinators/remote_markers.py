@@ -30,11 +30,11 @@ from oncelog.protocol.messages.write_txn_markers_request import (
 from oncelog.protocol.messages.write_txn_markers_response import WriteTxnMarkersResponse
 
 from .markers import LocalMarkerWriter
-from .peer_connections import PeerConnections
+from ..peer_connections import PeerConnections
 
 __all__ = ["ClusterMarkerChannel"]
 
-log = logging.getLogger("oncelog.broker.markers")
+log = logging.getLogger("oncelog.broker.coordinators.markers")
 
 
 class ClusterMarkerChannel:

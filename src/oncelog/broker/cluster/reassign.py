@@ -55,11 +55,11 @@ from oncelog.cluster.controller import (
 from oncelog.cluster.model import BrokerInfo, ClusterView, PartitionState, TopicMeta, TopicPartition, VersionedPartition
 from oncelog.protocol.errors import ErrorCode
 
-from .cluster_node import controller_config
+from .node import controller_config
 
 if TYPE_CHECKING:
-    from .cluster_node import ClusterNode
-    from .context import BrokerContext
+    from .node import ClusterNode
+    from ..context import BrokerContext
 
 __all__ = [
     "FORWARDED_CLIENT_PREFIX",

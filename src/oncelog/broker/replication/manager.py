@@ -32,11 +32,11 @@ from oncelog.cluster.replica import IsrChange
 from oncelog.cluster.store import MetadataStore, MetadataUnavailableError, PartitionChange
 from oncelog.storage import InvalidConfigError, LogConfig
 
-from .config import BrokerConfig
-from .metrics import BrokerMetrics
-from .partition import Partition, Role
-from .replica_fetcher import FetcherConfig, ReplicaFetcherManager
-from .topics import TopicRegistry
+from ..config import BrokerConfig
+from ..metrics import BrokerMetrics
+from ..partition import Partition, Role
+from .fetcher import FetcherConfig, ReplicaFetcherManager
+from ..topics import TopicRegistry
 
 __all__ = ["ReplicaManager"]
 

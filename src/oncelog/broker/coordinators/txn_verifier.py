@@ -31,7 +31,7 @@ from oncelog.protocol.messages.add_partitions_to_txn_request import (
     AddPartitionsToTxnTransaction,
 )
 
-from .peer_connections import PeerConnections
+from ..peer_connections import PeerConnections
 
 __all__ = ["RETRIABLE_AS_NOT_ENOUGH_REPLICAS", "RemoteTxnVerifier"]
 

@@ -28,12 +28,12 @@ from oncelog.coordinator.transaction import (
 )
 from oncelog.storage.files import write_atomic
 
-from .coordinator_timers import DeadlineDriver
+from .timers import DeadlineDriver
 from .internal_log import InternalTopicLog
 from .markers import LocalMarkerChannel
 
 if TYPE_CHECKING:
-    from .server import Broker
+    from ..server import Broker
 
 __all__ = ["build_transaction_coordinator", "next_coordinator_epoch", "start_transaction_coordinator",
            "start_transaction_timers", "stop_transaction_coordinator", "TRANSACTION_STATE_TOPIC"]

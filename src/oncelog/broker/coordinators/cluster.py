@@ -15,7 +15,7 @@ past its leadership therefore cannot make anything visible: its writes are refus
 
 Both coordinators exist on every broker from start-up (with nothing loaded). Producer ids come in blocks from the
 cluster-wide counter in etcd. Markers reach each data partition's current leader through
-:class:`~oncelog.broker.cluster_markers.ClusterMarkerChannel`. The internal topics are created through the cluster
+:class:`~oncelog.broker.coordinators.remote_markers.ClusterMarkerChannel`. The internal topics are created through the cluster
 on first use (FindCoordinator), with their replication settings.
 """
 
@@ -30,15 +30,15 @@ from prometheus_client.registry import Collector
 
 from oncelog.coordinator.transaction import ProducerIdManager
 
-from .cluster_markers import ClusterMarkerChannel
-from .group_wiring import OFFSETS_TOPIC, build_group_coordinator, start_group_timers
+from .remote_markers import ClusterMarkerChannel
+from .groups import OFFSETS_TOPIC, build_group_coordinator, start_group_timers
 from .internal_log import InternalTopicLog
-from .txn_wiring import TRANSACTION_STATE_TOPIC, build_transaction_coordinator, start_transaction_timers
+from .transactions import TRANSACTION_STATE_TOPIC, build_transaction_coordinator, start_transaction_timers
 
 if TYPE_CHECKING:
-    from .cluster_node import ClusterNode
-    from .metrics import BrokerMetrics
-    from .server import Broker
+    from ..cluster.node import ClusterNode
+    from ..metrics import BrokerMetrics
+    from ..server import Broker
 
 __all__ = ["ClusterCoordinators"]
 
