@@ -29,33 +29,15 @@ from oncelog.testing.broker_process import BrokerProcess, free_port
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-HERE = Path(__file__).parent
 SETTINGS = {"num.partitions": 3, "group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 1000,
             "offsets.topic.num.partitions": 5}
 PARTITIONS = 6
 
 
-class GroupBrokerProcess(BrokerProcess):
-    """A BrokerProcess started through ``_group_broker.py`` (the group coordinator wired in)."""
-
-    def start(self, timeout: float = 30.0) -> BrokerProcess:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, str(HERE / "_group_broker.py"), "serve", "--data-dir", str(self.data_dir),
-               "--listen", f"127.0.0.1:{self.port}"]
-        for k, v in self.settings.items():
-            cmd += ["--set", f"{k}={v}"]
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
-        log.close()
-        self.wait_ready(timeout)
-        return self
-
-
 @pytest.fixture(scope="module")
 def gbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     base = tmp_path_factory.mktemp("group-broker")
-    proc = GroupBrokerProcess(base / "data", port=free_port(), settings=SETTINGS)
+    proc = BrokerProcess(base / "data", port=free_port(), settings=SETTINGS)
     proc.start()
     yield proc
     rc = proc.stop()
@@ -353,7 +335,7 @@ def test_aiokafka_group(gbroker: BrokerProcess, topic_name: str) -> None:
 
 
 def test_offsets_survive_restart_and_admin_view(tmp_path: Path, topic_name: str) -> None:
-    proc = GroupBrokerProcess(tmp_path / "data", settings=SETTINGS)
+    proc = BrokerProcess(tmp_path / "data", settings=SETTINGS)
     proc.start()
     try:
         bs = proc.bootstrap

@@ -18,7 +18,8 @@ from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.framing import FrameDecoder, FrameTooLargeError
 from oncelog.protocol.api import ProtocolDecodeError, RequestHeader
 
-from .router import NO_RESPONSE, RequestContext, Route
+from .request import NO_RESPONSE, RequestContext
+from .router import Route, Router
 
 if TYPE_CHECKING:
     from .context import BrokerContext
@@ -45,8 +46,9 @@ class _Slot:
 class Connection(asyncio.Protocol):
     _next_id = 0
 
-    def __init__(self, broker: "BrokerContext", registry: set[Connection] | None = None) -> None:
-        self.broker = broker
+    def __init__(self, broker: "BrokerContext", router: Router, registry: set[Connection] | None = None) -> None:
+        self.broker = broker  # what handlers see; the connection itself uses its settings and metrics
+        self.router = router
         self.registry = registry if registry is not None else set()  # the broker's open connections
         Connection._next_id += 1
         self.id = Connection._next_id
@@ -108,7 +110,7 @@ class Connection(asyncio.Protocol):
         except ProtocolDecodeError as e:
             self.close(f"malformed request header: {e}")
             return
-        route = self.broker.router.get(header.api_key, header.api_version)
+        route = self.router.get(header.api_key, header.api_version)
         if route is None:
             if header.api_key == API_VERSIONS_KEY:
                 self._answer_unsupported_api_versions(header)
@@ -189,13 +191,13 @@ class Connection(asyncio.Protocol):
         response = ApiVersionsResponse(
             error_code=ErrorCode.UNSUPPORTED_VERSION,
             api_keys=[ApiVersion(api_key=r.api_key, min_version=r.min_version, max_version=r.max_version)
-                      for r in self.broker.router.routes.values()],
+                      for r in self.router.routes.values()],
         )
         if self.transport is not None and not self._slots:
             self.transport.writelines(kapi.encode_response(header.api_key, 0, header.correlation_id, response))
         elif self.transport is not None:
             slot = _Slot(RequestHeader(header.api_key, 0, header.correlation_id, header.client_id),
-                         self.broker.router.routes[API_VERSIONS_KEY], time.perf_counter())
+                         self.router.routes[API_VERSIONS_KEY], time.perf_counter())
             slot.response, slot.ready = response, True
             self._slots.append(slot)
 

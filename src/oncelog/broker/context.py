@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from .config import BrokerConfig
     from .coordinators.markers import LocalMarkerWriter
     from .metrics import BrokerMetrics
-    from .router import Router
     from .topics import TopicRegistry
     from .coordinators.txn_verifier import RemoteTxnVerifier
 
@@ -42,7 +41,7 @@ class BrokerContext:
     config: BrokerConfig
     clock: Clock
     metrics: BrokerMetrics
-    router: Router
+    api_versions: tuple[tuple[int, int, int], ...]  # (api key, min, max) served: what ApiVersions answers
     topics: TopicRegistry
     cluster_id: str
     marker_writer: LocalMarkerWriter  # writes the markers of WriteTxnMarkers requests (and of the local coordinator)

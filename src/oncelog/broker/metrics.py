@@ -17,8 +17,11 @@ from prometheus_client.registry import Collector
 from .operator_metrics import ErrorCounts
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from oncelog.coordinator.group.coordinator import GroupCoordinator
+
     from .durability import GroupCommitFlusher
-    from .server import Broker
     from .topics import TopicRegistry
 
 __all__ = ["BrokerMetrics"]
@@ -135,11 +138,11 @@ class BrokerMetrics:
     def watch_partitions(self, topics: "TopicRegistry") -> None:
         self.registry.register(_PartitionCollector(topics))
 
-    def watch_broker(self, broker: "Broker") -> None:
+    def watch_operator_view(self, topics: "TopicRegistry", groups: "Callable[[], GroupCoordinator | None]") -> None:
         """Consumer-group lag and open transactions (see :mod:`.operator_metrics`)."""
         from .operator_metrics import register
 
-        register(broker, self.registry)
+        register(topics, groups, self.registry)
 
     def watch_flusher(self, flusher: "GroupCommitFlusher") -> None:
         self.registry.register(_FlusherCollector(flusher))

@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -21,8 +22,10 @@ from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.record_batch import parse_batch_header
 
 if TYPE_CHECKING:
+    from oncelog.coordinator.group.coordinator import GroupCoordinator
+
     from .partition import Partition
-    from .server import Broker
+    from .topics import TopicRegistry
 
 __all__ = ["ErrorCounts", "GroupLagCollector", "OpenTxnCollector"]
 
@@ -79,8 +82,9 @@ class GroupLagCollector(Collector):
     the last stable offset (what a read_committed consumer can reach: an open transaction holds it back) and
     against the high watermark (read_uncommitted)."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, topics: TopicRegistry, groups: Callable[[], GroupCoordinator | None]) -> None:
+        self.topics = topics
+        self.groups = groups
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         labels = ["group", "topic", "partition"]
@@ -89,13 +93,13 @@ class GroupLagCollector(Collector):
         lag = GaugeMetricFamily("oncelog_consumer_group_lag", "Records the group has left to read: last stable "
                                 "offset (read_committed) or high watermark (read_uncommitted) minus the committed "
                                 "offset", labels=[*labels, "isolation"])
-        coordinator = self.broker.group_coordinator
+        coordinator = self.groups()
         if coordinator is not None:
             try:
                 for _, shard in list(coordinator.runtime.shards().items()):
                     for group, offsets in list(shard.offsets.committed.items()):
                         for (topic, index), entry in list(offsets.items()):
-                            p = self.broker.topics.partition(topic, index)
+                            p = self.topics.partition(topic, index)
                             lv = [group, topic, str(index)]
                             committed.add_metric(lv, entry.offset)
                             if p is not None:
@@ -112,8 +116,8 @@ class OpenTxnCollector(Collector):
     stable offset, so read_committed consumers). The age is taken from the timestamp of that transaction's first
     batch (read once per transaction)."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, topics: TopicRegistry) -> None:
+        self.topics = topics
         self._started: dict[tuple[str, int, int], int] = {}  # (topic, partition, first offset) -> timestamp ms
 
     def _start_ms(self, p: Partition, first_offset: int) -> int | None:
@@ -138,7 +142,7 @@ class OpenTxnCollector(Collector):
         now_ms = int(time.time() * 1000)
         seen: set[tuple[str, int, int]] = set()
         try:
-            for p in self.broker.topics.all_partitions():
+            for p in self.topics.all_partitions():
                 ongoing = p.log.ongoing_transactions()
                 if not ongoing:
                     continue
@@ -157,7 +161,8 @@ class OpenTxnCollector(Collector):
         yield age
 
 
-def register(broker: Broker, registry: Any) -> None:
-    """Add the group and transaction collectors of ``broker`` to ``registry``."""
-    registry.register(GroupLagCollector(broker))
-    registry.register(OpenTxnCollector(broker))
+def register(topics: TopicRegistry, groups: Callable[[], GroupCoordinator | None], registry: Any) -> None:
+    """Add the group lag and open transaction collectors over ``topics`` and the group coordinator ``groups``
+    gives (None while not loaded) to ``registry``."""
+    registry.register(GroupLagCollector(topics, groups))
+    registry.register(OpenTxnCollector(topics))

@@ -13,31 +13,14 @@ import importlib
 import pkgutil
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Union
+from typing import TYPE_CHECKING, Any, Callable
+
+from .request import HandlerResult, RequestContext
 
 if TYPE_CHECKING:
     from .context import BrokerContext
 
-__all__ = ["Route", "Router", "RequestContext", "NO_RESPONSE", "HandlerResult"]
-
-
-class _NoResponse:
-    def __repr__(self) -> str:
-        return "NO_RESPONSE"
-
-
-NO_RESPONSE: Any = _NoResponse()
-HandlerResult = Union[Any, Awaitable[Any]]
-
-
-@dataclass(slots=True)
-class RequestContext:
-    connection_id: int
-    peer: str
-    client_id: str | None
-    api_key: int
-    api_version: int
-    correlation_id: int
+__all__ = ["Route", "Router"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +55,11 @@ class Router:
             if hasattr(module, "API_KEY"):
                 router.add_module(module)
         return router
+
+    def api_versions(self) -> tuple[tuple[int, int, int], ...]:
+        """(api key, min version, max version) of every API served, by key: what ApiVersions answers."""
+        return tuple((r.api_key, r.min_version, r.max_version) for r in sorted(self.routes.values(),
+                                                                               key=lambda r: r.api_key))
 
     def get(self, api_key: int, api_version: int) -> Route | None:
         route = self.routes.get(api_key)

@@ -1,4 +1,5 @@
-"""The broker process: storage, topics, group commit, the listener and background jobs.
+"""The broker process: the one module that wires every part (storage, topics, group commit, coordinators, the
+cluster's parts, the listener and background jobs). Every other module takes the few things it uses.
 
 One node by default; with ``metadata`` set (``--metadata etcd://...``) one broker of a cluster: the same broker
 wired to a :class:`~oncelog.broker.cluster.node.ClusterNode` (etcd, registration, the controller role) and a
@@ -18,31 +19,31 @@ import signal
 import socket
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from oncelog.clock import SYSTEM_CLOCK, Clock
 from oncelog.storage import KafkaStorageError, LogConfig, LogManager
 
-from .coordinators.cluster import ClusterCoordinators
-from .coordinators.txn_verifier import RemoteTxnVerifier
 from .cluster.node import ClusterNode, ClusterStartError, ReplicaManagerLike
 from .cluster.topic_admin import AutoCreator
 from .config import BrokerConfig
 from .connection import Connection
 from .context import BrokerContext
-from .durability import GroupCommitFlusher
-from .coordinators.groups import start_group_coordinator, stop_group_coordinator
-from .coordinators.transactions import next_coordinator_epoch, start_transaction_coordinator, stop_transaction_coordinator
+from .coordinators.cluster import ClusterCoordinators
+from .coordinators.groups import GroupCoordinatorHandle, start_single_node_groups
 from .coordinators.markers import LocalMarkerWriter
+from .coordinators.transactions import (
+    TransactionCoordinatorHandle,
+    next_coordinator_epoch,
+    start_single_node_transactions,
+)
+from .coordinators.txn_verifier import RemoteTxnVerifier
+from .durability import GroupCommitFlusher
 from .metrics import BrokerMetrics
 from .partition import Partition
 from .replication.manager import ReplicaManager
 from .router import Router
 from .topics import TopicRegistry
-
-if TYPE_CHECKING:
-    from oncelog.coordinator.group.coordinator import GroupCoordinator
-    from oncelog.coordinator.transaction import TransactionCoordinator
 
 __all__ = ["Broker", "StartupError", "run_broker"]
 
@@ -125,6 +126,7 @@ class Broker:
         self._context: BrokerContext | None = None
         self.cluster: ClusterNode | None = None  # in a cluster (config.metadata set)
         self.cluster_coordinators: ClusterCoordinators | None = None  # in a cluster: they follow leadership
+        self._single_node_coordinators: list[TransactionCoordinatorHandle | GroupCoordinatorHandle] = []
         self.replicas: ReplicaManagerLike | None = None
         self._sock: socket.socket | None = None  # the bound port until the listener takes it
 
@@ -138,23 +140,6 @@ class Broker:
         """What request handlers see of this broker (once started)."""
         assert self._context is not None, "broker not started"
         return self._context
-
-    # The coordinators live in the context; these let the start-up wiring set them.
-    @property
-    def txn_coordinator(self) -> TransactionCoordinator | None:
-        return None if self._context is None else self._context.txn_coordinator
-
-    @txn_coordinator.setter
-    def txn_coordinator(self, coordinator: TransactionCoordinator | None) -> None:
-        self.context.txn_coordinator = coordinator
-
-    @property
-    def group_coordinator(self) -> GroupCoordinator | None:
-        return None if self._context is None else self._context.group_coordinator
-
-    @group_coordinator.setter
-    def group_coordinator(self, coordinator: GroupCoordinator | None) -> None:
-        self.context.group_coordinator = coordinator
 
     def _on_durable(self, partition: Partition, durable: int) -> None:
         partition.on_durable(durable)
@@ -186,16 +171,21 @@ class Broker:
         self._topics = TopicRegistry(self.logs, durable_per_append=self.durable_per_append,
                                      mark_dirty=self.flusher.mark_dirty, replicated=self.cluster is not None)
         writer = LocalMarkerWriter(self._topics, self.clock)
-        self._context = context = BrokerContext(cfg, self.clock, self.metrics, self.router, self._topics,
-                                                self.cluster_id, writer)
+        self._context = context = BrokerContext(cfg, self.clock, self.metrics, self.router.api_versions(),
+                                                self._topics, self.cluster_id, writer)
         writer.offsets_sink = lambda: context.group_coordinator
         self.metrics.watch_partitions(self._topics)
         self.metrics.watch_flusher(self.flusher)
         self.flusher.start()
         if self.cluster is None:
-            epoch = next_coordinator_epoch(self)
-            await start_transaction_coordinator(self, epoch)
-            await start_group_coordinator(self, epoch)
+            epoch = next_coordinator_epoch(cfg.data_dir)
+            txn = await start_single_node_transactions(cfg, self.clock, self._topics, writer, epoch, self.spawn)
+            self._single_node_coordinators.append(txn)
+            context.txn_coordinator = txn.coordinator
+            groups = await start_single_node_groups(cfg, self.clock, self._topics, epoch,
+                                                    lambda: context.txn_coordinator)
+            self._single_node_coordinators.append(groups)
+            context.group_coordinator = groups.coordinator
         else:
             context.cluster = self.cluster
             context.auto_creator = AutoCreator(self.cluster)
@@ -206,7 +196,7 @@ class Broker:
                                       self.durable_per_append)
             replicas.watch(self.metrics)
             self.replicas = replicas
-            coordinators = self.cluster_coordinators = ClusterCoordinators(self, self.cluster)
+            coordinators = self.cluster_coordinators = ClusterCoordinators(context, self.cluster, self.spawn)
             coordinators.watch(self.metrics)
             replicas.add_leadership_listener(coordinators.on_leadership)
             coordinators.start()
@@ -216,9 +206,9 @@ class Broker:
                 await self.cluster.join(self.replicas, host, port)
             except ClusterStartError as e:
                 raise StartupError(str(e)) from None
-        self.metrics.watch_broker(self)
-        self._server = await loop.create_server(lambda: Connection(context, self.connections), sock=sock,
-                                               backlog=1024)
+        self.metrics.watch_operator_view(self._topics, lambda: context.group_coordinator)
+        self._server = await loop.create_server(lambda: Connection(context, self.router, self.connections),
+                                               sock=sock, backlog=1024)
         self._sock = None
         if self.cluster is not None:
             self.cluster.start_controller()
@@ -357,8 +347,10 @@ class Broker:
         for task in self._background:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await stop_group_coordinator(self)
-        await stop_transaction_coordinator(self)
+        if self._context is not None:
+            self._context.group_coordinator = self._context.txn_coordinator = None
+        while self._single_node_coordinators:  # groups first: they may wait on the transaction coordinator
+            await self._single_node_coordinators.pop().close()
         if self.cluster_coordinators is not None:
             await self.cluster_coordinators.close()
             self.cluster_coordinators = None

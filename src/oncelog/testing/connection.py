@@ -82,11 +82,11 @@ class FakeTransport(asyncio.Transport):
 class ConnectionHarness:
     """A client on the other end of a :class:`Connection`: sends requests as bytes, decodes what comes back."""
 
-    def __init__(self, context: BrokerContext, client_id: str = "harness") -> None:
+    def __init__(self, context: BrokerContext, client_id: str = "harness", router: Router | None = None) -> None:
         self.context = context
         self.client_id = client_id
         self.registry: set[Connection] = set()
-        self.connection = Connection(context, self.registry)
+        self.connection = Connection(context, router or Router.with_all_handlers(), self.registry)
         self.transport = FakeTransport()
         self.transport.protocol = self.connection
         self.connection.connection_made(self.transport)
@@ -140,12 +140,13 @@ class ConnectionHarness:
 
 def broker_context(data_dir: Path, config: BrokerConfig | None = None, router: Router | None = None,
                    clock: Clock | None = None) -> BrokerContext:
-    """A real BrokerContext over ``data_dir``: settings, metrics, topics on real storage, the handlers of
-    ``router`` (all of the broker's by default); no coordinators. Close ``context.topics.logs`` when done."""
+    """A real BrokerContext over ``data_dir``: settings, metrics, topics on real storage, ApiVersions answering the
+    APIs of ``router`` (all of the broker's by default); no coordinators. Close ``context.topics.logs`` when
+    done."""
     config = config or BrokerConfig(data_dir=data_dir)
     clock = clock or MockClock()
     logs = LogManager.open(data_dir, log_defaults(config), clock)
     topics = TopicRegistry(logs, durable_per_append=False, mark_dirty=lambda p, n, lazy: None)
     writer = LocalMarkerWriter(topics, clock)
-    return BrokerContext(config, clock, BrokerMetrics(), router or Router.with_all_handlers(), topics,
-                         logs.cluster_id, writer)
+    return BrokerContext(config, clock, BrokerMetrics(), (router or Router.with_all_handlers()).api_versions(),
+                         topics, logs.cluster_id, writer)

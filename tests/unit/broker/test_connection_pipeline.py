@@ -14,7 +14,8 @@ import pytest
 
 from oncelog.broker.connection import MAX_PENDING
 from oncelog.broker.context import BrokerContext
-from oncelog.broker.router import NO_RESPONSE, RequestContext, Route, Router
+from oncelog.broker.request import NO_RESPONSE, RequestContext
+from oncelog.broker.router import Route, Router
 from oncelog.protocol import api as kapi
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.api_versions_request import ApiVersionsRequest
@@ -53,10 +54,11 @@ class Parked:
         self.waiting[corr].set_result(MetadataResponse(cluster_id=f"answer-{corr}"))
 
 
-def with_route(context: BrokerContext, key: int, handle: Callable[..., Any]) -> None:
+def with_route(key: int, handle: Callable[..., Any]) -> Router:
+    """The broker's router with the API ``key`` served by ``handle``."""
     router = Router.with_all_handlers()
     router.routes[key] = Route(key, "test", 0, 12, handle)
-    context.router = router
+    return router
 
 
 def metadata() -> MetadataRequest:
@@ -71,8 +73,7 @@ async def settle() -> None:
 def test_responses_leave_in_request_order_while_handlers_run_concurrently(context: BrokerContext) -> None:
     async def main() -> None:
         parked = Parked()
-        with_route(context, METADATA, parked.handle)
-        h = ConnectionHarness(context)
+        h = ConnectionHarness(context, router=with_route(METADATA, parked.handle))
         first = h.send(METADATA, 12, metadata())
         second = h.send(METADATA, 12, metadata())
         ready = h.send(API_VERSIONS, 3, ApiVersionsRequest())  # answered at once by its handler
@@ -92,8 +93,7 @@ def test_responses_leave_in_request_order_while_handlers_run_concurrently(contex
 
 def test_a_request_without_response_does_not_hold_back_the_next(context: BrokerContext) -> None:
     async def main() -> None:
-        with_route(context, METADATA, lambda broker, ctx, request: NO_RESPONSE)
-        h = ConnectionHarness(context)
+        h = ConnectionHarness(context, router=with_route(METADATA, lambda broker, ctx, request: NO_RESPONSE))
         h.send(METADATA, 12, metadata())
         answered = h.send(API_VERSIONS, 3, ApiVersionsRequest())
         assert [corr for corr, _ in h.responses()] == [answered]
@@ -103,8 +103,7 @@ def test_a_request_without_response_does_not_hold_back_the_next(context: BrokerC
 def test_reading_pauses_with_too_many_requests_in_flight_and_resumes(context: BrokerContext) -> None:
     async def main() -> None:
         parked = Parked()
-        with_route(context, METADATA, parked.handle)
-        h = ConnectionHarness(context)
+        h = ConnectionHarness(context, router=with_route(METADATA, parked.handle))
         data = b"".join(h.request_bytes(METADATA, 12, metadata(), corr) for corr in range(1, MAX_PENDING + 1))
         h.send_raw(data)
         assert len(parked.calls) == MAX_PENDING and h.transport.reading_paused
@@ -149,10 +148,11 @@ def test_input_that_cannot_be_understood_closes_this_connection_only(context: Br
         def raises(broker: BrokerContext, ctx: RequestContext, request: Any) -> Any:
             raise RuntimeError("handler bug")
 
+        router = Router.with_all_handlers()
         if what in ("handler raises", "handler fails later"):
-            with_route(context, METADATA, raises if what == "handler raises" else fails_later)
+            router = with_route(METADATA, raises if what == "handler raises" else fails_later)
         context.config.socket_request_max_bytes = 1000
-        h, other = ConnectionHarness(context), ConnectionHarness(context)
+        h, other = ConnectionHarness(context, router=router), ConnectionHarness(context, router=router)
         answered = h.send(API_VERSIONS, 3, ApiVersionsRequest())  # served before the bad input
         if what == "garbage header":
             h.send_raw(struct.pack(">i", 2) + b"\xff\xff")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -23,8 +22,7 @@ def test_epoch_fencing_and_reading_back(tmp_path: Path) -> None:
         clock = MockClock()
         logs = LogManager.open(tmp_path, LogConfig(), clock)
         topics = TopicRegistry(logs, durable_per_append=False, mark_dirty=lambda p, n, lazy: None)
-        broker = SimpleNamespace(topics=topics, clock=clock)
-        log = InternalTopicLog(broker, "__consumer_offsets", 2, {"cleanup.policy": "compact"})  # type: ignore[arg-type]
+        log = InternalTopicLog(topics, clock, "__consumer_offsets", 2, {"cleanup.policy": "compact"})
         log.ensure()
         with pytest.raises(CoordinatorLogError) as e:  # not led here yet
             log.append(0, 0, [(b"k", b"v")])

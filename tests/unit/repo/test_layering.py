@@ -16,12 +16,17 @@ broker processes, power cuts) may import anything.
 
 Every import counts: module level, inside functions, under ``if TYPE_CHECKING:``, relative ones, and
 ``importlib.import_module("oncelog....")`` / ``__import__`` with a literal name.
+
+Inside a layer, modules import each other without cycles (TYPE_CHECKING imports included: a cycle there is two
+modules that each need the other to be understood). The cycles that remain are listed in ``KNOWN_CYCLES``, a list
+that may only shrink; none is allowed in ``broker``. Only the wiring (``broker/server.py``) knows every part of the
+broker: no other module of ``broker`` imports it.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from repo_files import ROOT, SRC, hand_written_modules
@@ -50,6 +55,18 @@ def module_name(path: Path) -> tuple[str, bool]:
     if parts[-1] == "__init__":
         return ".".join(parts[:-1]), True
     return ".".join(parts), False
+
+
+#: import cycles inside a layer that are still to be broken (each the set of modules of one cycle); this list may
+#: only shrink: a cycle that is gone must be removed from it, a new one fails the test
+KNOWN_CYCLES: list[set[str]] = [
+    {"oncelog.storage.cleaner", "oncelog.storage.interface", "oncelog.storage.log"},
+    {"oncelog.coordinator.group.membership", "oncelog.coordinator.group.offsets", "oncelog.coordinator.group.shard"},
+    {"oncelog.coordinator.group.group", "oncelog.coordinator.group.records"},
+    {"oncelog.client.admin", "oncelog.client.admin_client"},
+    {"oncelog.client.producer.bulk", "oncelog.client.producer.producer"},
+    {"oncelog.client.consumer.columnar", "oncelog.client.consumer.consumer"},
+]
 
 
 def imports_of(source: str, module: str, is_package: bool = False) -> Iterator[tuple[int, str]]:
@@ -140,3 +157,111 @@ def test_the_scan_sees_every_kind_of_import() -> None:
     assert layer("typing") is None
     assert allowed("cluster", "oncelog.client.connection") and allowed("cluster", "oncelog.storage.log")
     assert not allowed("cluster", "oncelog.client.producer") and not allowed("cluster", "oncelog.client")
+
+
+def all_modules() -> dict[str, Path]:
+    """Every module of ``src/oncelog``, generated ones included (an import resolves to the module it names)."""
+    out = {}
+    for path in sorted(SRC.rglob("*.py")):
+        out[module_name(path)[0]] = path
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the hand-written modules it imports. An import of one's own ancestor package is not an edge (Python
+    has imported the package before any of its modules: ``from . import submodule`` names the package only to reach
+    the submodule, which is the edge)."""
+    known = all_modules()
+    hand_written = {module_name(p)[0] for p in hand_written_modules()}
+
+    def resolve(target: str) -> str | None:
+        parts = target.split(".")
+        while parts and ".".join(parts) not in known:
+            parts.pop()
+        return ".".join(parts) if parts else None
+
+    graph: dict[str, set[str]] = {}
+    for path in hand_written_modules():
+        module, is_package = module_name(path)
+        edges = set()
+        for _, target in imports_of(path.read_text(), module, is_package):
+            resolved = resolve(target)
+            if resolved is None or resolved not in hand_written or module == resolved \
+                    or module.startswith(resolved + "."):
+                continue
+            edges.add(resolved)
+        graph[module] = edges
+    return graph
+
+
+def cycles(graph: Mapping[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(component)
+    return found
+
+
+def test_no_import_cycles_but_the_known_ones() -> None:
+    found = cycles(import_graph())
+    new = [sorted(c) for c in found if c not in KNOWN_CYCLES]
+    gone = [sorted(c) for c in KNOWN_CYCLES if c not in found]
+    assert not new, "import cycles (TYPE_CHECKING imports count too); break them:\n" + "\n".join(map(str, new))
+    assert not gone, "cycles no longer there: remove them from KNOWN_CYCLES:\n" + "\n".join(map(str, gone))
+    assert not [c for c in KNOWN_CYCLES if any(m.startswith("oncelog.broker.") for m in c)], \
+        "no import cycle may be allowed in broker/"
+
+
+def test_the_cycle_finder_sees_cycles_through_type_checking_and_packages() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+    source = ("from typing import TYPE_CHECKING\n"
+              "if TYPE_CHECKING:\n"
+              "    from .server import Broker\n")
+    assert {t for _, t in imports_of(source, "oncelog.broker.metrics")} >= {"oncelog.broker.server"}
+    graph = import_graph()
+    # `from . import framing` in a protocol module is an edge to protocol.framing, not to the package
+    assert all("oncelog.protocol" not in edges for module, edges in graph.items()
+               if module.startswith("oncelog.protocol."))
+    assert "oncelog.broker.context" in graph["oncelog.broker.server"]
+
+
+def test_only_the_wiring_imports_broker_server() -> None:
+    graph = import_graph()
+    importers = sorted(m for m, edges in graph.items() if "oncelog.broker.server" in edges)
+    inside = [m for m in importers if m.startswith("oncelog.broker.")]
+    assert not inside, f"only broker/server.py wires the broker; these modules import it: {inside}"

@@ -30,15 +30,15 @@ from prometheus_client.registry import Collector
 
 from oncelog.coordinator.transaction import ProducerIdManager
 
-from .remote_markers import ClusterMarkerChannel
-from .groups import OFFSETS_TOPIC, build_group_coordinator, start_group_timers
+from .groups import OFFSETS_TOPIC, build_group_coordinator
 from .internal_log import InternalTopicLog
-from .transactions import TRANSACTION_STATE_TOPIC, build_transaction_coordinator, start_transaction_timers
+from .remote_markers import ClusterMarkerChannel
+from .transactions import TRANSACTION_STATE_TOPIC, Spawn, build_transaction_coordinator
 
 if TYPE_CHECKING:
     from ..cluster.node import ClusterNode
+    from ..context import BrokerContext
     from ..metrics import BrokerMetrics
-    from ..server import Broker
 
 __all__ = ["ClusterCoordinators"]
 
@@ -48,23 +48,27 @@ log = logging.getLogger("oncelog.broker.coordinator")
 class ClusterCoordinators:
     """Loads and unloads the partitions of both coordinators as this broker's leaderships change."""
 
-    def __init__(self, broker: Broker, node: ClusterNode) -> None:
-        self.broker = broker
+    def __init__(self, ctx: BrokerContext, node: ClusterNode, spawn: Spawn) -> None:
+        self.ctx = ctx  # the coordinators are published there (start) for the handlers
         self.node = node
-        cfg = broker.config
+        self.spawn = spawn
+        cfg, clock, topics = ctx.config, ctx.clock, ctx.topics
         view = node.view
         txn_meta, offsets_meta = view.topics.get(TRANSACTION_STATE_TOPIC), view.topics.get(OFFSETS_TOPIC)
         self.txn_log = InternalTopicLog(
-            broker, TRANSACTION_STATE_TOPIC,
+            topics, clock, TRANSACTION_STATE_TOPIC,
             txn_meta.num_partitions if txn_meta is not None else cfg.transaction_state_log_num_partitions, {})
         self.offsets_log = InternalTopicLog(
-            broker, OFFSETS_TOPIC,
+            topics, clock, OFFSETS_TOPIC,
             offsets_meta.num_partitions if offsets_meta is not None else cfg.offsets_topic_num_partitions, {})
-        self.channel = ClusterMarkerChannel(broker.context.marker_writer, cfg.node_id, lambda: node.view,
+        self.channel = ClusterMarkerChannel(ctx.marker_writer, cfg.node_id, lambda: node.view,
                                             cfg.request_timeout_ms)
-        self.txn = build_transaction_coordinator(
-            broker, self.txn_log, self.channel, ProducerIdManager.from_allocator(node.store.allocate_producer_ids))
-        self.groups = build_group_coordinator(broker, self.offsets_log, self._partition_exists)
+        self._txn = build_transaction_coordinator(
+            cfg, clock, self.txn_log, self.channel, ProducerIdManager.from_allocator(node.store.allocate_producer_ids))
+        self._groups = build_group_coordinator(cfg, clock, self.offsets_log, self._partition_exists,
+                                               lambda: self._txn.coordinator, clustered=True)
+        self.txn = self._txn.coordinator
+        self.groups = self._groups.coordinator
         self.loads = 0  # partitions loaded (both coordinators), for metrics and tests
         self.unloads = 0
         self.last_load_ms = 0  # how long the last load took (replaying the partition's log)
@@ -75,10 +79,10 @@ class ClusterCoordinators:
 
     def start(self) -> None:
         """Serve (nothing loaded until a leadership arrives) and arm the timers."""
-        self.broker.txn_coordinator = self.txn
-        self.broker.group_coordinator = self.groups
-        start_transaction_timers(self.broker)
-        start_group_timers(self.broker)
+        self.ctx.txn_coordinator = self.txn
+        self.ctx.group_coordinator = self.groups
+        self._txn.start()
+        self._groups.start()
 
     def on_leadership(self, topic: str, index: int, leader_epoch: int | None) -> None:
         """The replica manager's listener: this broker leads ``topic-index`` at ``leader_epoch`` now (None: no
@@ -96,16 +100,16 @@ class ClusterCoordinators:
             log.info("%s-%d: no longer led here; its coordinator partition is unloaded", topic, index)
             return
         log_.become_leader(index, leader_epoch)
-        self.broker.spawn(self._load(topic, index, leader_epoch), f"load-{topic}-{index}")
+        self.spawn(self._load(topic, index, leader_epoch), f"load-{topic}-{index}")
 
     def _still_leader(self, topic: str, index: int, epoch: int) -> bool:
-        p = self.broker.topics.partition(topic, index)
+        p = self.ctx.topics.partition(topic, index)
         return p is not None and p.is_leader and p.leader_epoch == epoch
 
     async def _load(self, topic: str, index: int, epoch: int) -> None:
         if not self._still_leader(topic, index, epoch):
             return  # the leadership moved on before the load could start: a later notice says what to do
-        start = self.broker.clock.monotonic_ms()
+        start = self.ctx.clock.monotonic_ms()
         try:
             if topic == TRANSACTION_STATE_TOPIC:
                 await self.txn.load_partition(index, epoch, self.txn_log.read(index))
@@ -119,7 +123,7 @@ class ClusterCoordinators:
             return
         if held:
             self.loads += 1
-            self.last_load_ms = self.broker.clock.monotonic_ms() - start
+            self.last_load_ms = self.ctx.clock.monotonic_ms() - start
             log.info("%s-%d: coordinator loaded at epoch %d in %d ms", topic, index, epoch, self.last_load_ms)
 
     def watch(self, metrics: BrokerMetrics) -> None:
@@ -127,6 +131,11 @@ class ClusterCoordinators:
         metrics.registry.register(_CoordinatorCollector(self))
 
     async def close(self) -> None:
+        """Stop serving: the handlers see no coordinator, the timers and coordinators stop, the channel closes."""
+        self.ctx.txn_coordinator = None
+        self.ctx.group_coordinator = None
+        await self._groups.close()
+        await self._txn.close()
         await self.channel.close()
 
 
@@ -150,7 +159,7 @@ class _CoordinatorCollector(Collector):
                                 "partition took", value=self.c.last_load_ms / 1000)
         yield CounterMetricFamily("oncelog_txn_marker_requests", "WriteTxnMarkers requests sent to other brokers",
                                   value=self.c.channel.requests_sent)
-        verifier = self.c.broker.context.txn_verifier
+        verifier = self.c.ctx.txn_verifier
         yield CounterMetricFamily("oncelog_txn_verify_requests", "AddPartitionsToTxn verify_only requests sent to "
                                   "transaction coordinators on other brokers (KIP-890: a transaction's first write "
                                   "to a partition led here)", value=verifier.requests_sent if verifier else 0)

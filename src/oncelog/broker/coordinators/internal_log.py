@@ -31,8 +31,10 @@ from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.records import RecordBatchBuilder, decode_records, parse_batch_header, parse_control_record
 
 if TYPE_CHECKING:
+    from oncelog.clock import Clock
+
     from ..partition import Partition
-    from ..server import Broker
+    from ..topics import TopicRegistry
 
 __all__ = ["InternalTopicLog", "CoordinatorLogError"]
 
@@ -48,8 +50,10 @@ class CoordinatorLogError(RuntimeError):
 
 
 class InternalTopicLog:
-    def __init__(self, broker: "Broker", topic: str, num_partitions: int, configs: dict[str, str]) -> None:
-        self.broker = broker
+    def __init__(self, topics: TopicRegistry, clock: Clock, topic: str, num_partitions: int,
+                 configs: dict[str, str]) -> None:
+        self.topics = topics
+        self.clock = clock
         self.topic = topic
         self.num_partitions = num_partitions
         self.configs = configs
@@ -57,9 +61,9 @@ class InternalTopicLog:
 
     def ensure(self) -> None:
         """Create the internal topic on first use (single node); an existing one keeps its partition count."""
-        view = self.broker.topics.get(self.topic)
+        view = self.topics.get(self.topic)
         if view is None:
-            view = self.broker.topics.create(self.topic, self.num_partitions, self.configs)
+            view = self.topics.create(self.topic, self.num_partitions, self.configs)
         self.num_partitions = len(view.partitions)
 
     def become_leader(self, partition: int, epoch: int) -> None:
@@ -71,7 +75,7 @@ class InternalTopicLog:
         self._leader_epochs.pop(partition, None)
 
     def _partition(self, index: int) -> "Partition":
-        p = self.broker.topics.partition(self.topic, index)
+        p = self.topics.partition(self.topic, index)
         if p is None:
             raise CoordinatorLogError(f"internal topic partition {self.topic}-{index} does not exist")
         return p
@@ -92,7 +96,7 @@ class InternalTopicLog:
             self._check_leader(p, epoch)
         builder = RecordBatchBuilder(producer_id=producer_id, producer_epoch=producer_epoch,
                                      base_sequence=-1, is_transactional=producer_id >= 0)
-        now = self.broker.clock.wall_ms()
+        now = self.clock.wall_ms()
         for key, value in records:
             builder.append(now, key, value)
         payload = bytearray(builder.build())
@@ -116,7 +120,7 @@ class InternalTopicLog:
     def read(self, partition: int) -> Iterator[LogEntry]:
         """Every entry of one partition in log order, for loading: records (with the producer id/epoch of a
         transactional batch) and the COMMIT/ABORT markers that end those transactions."""
-        p = self.broker.topics.partition(self.topic, partition)
+        p = self.topics.partition(self.topic, partition)
         if p is None:
             return
         for header, data in p.log.iter_batches(p.log_start_offset):

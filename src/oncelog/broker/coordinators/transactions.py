@@ -1,4 +1,4 @@
-"""Start-up and shut-down of the transaction coordinator inside the broker.
+"""The transaction coordinator inside a broker: built from what it uses, started and closed through a handle.
 
 The coordinator's log is ``__transaction_state`` (compacted, ``transaction.state.log.num.partitions`` partitions);
 its markers are written by ``LocalMarkerChannel`` (this node leads every partition). Every partition is loaded at
@@ -17,9 +17,13 @@ is noticed within the shorter interval.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from oncelog.clock import Clock
 from oncelog.coordinator.transaction import (
     FileProducerIdStore,
     MarkerChannel,
@@ -28,27 +32,46 @@ from oncelog.coordinator.transaction import (
 )
 from oncelog.storage.files import write_atomic
 
-from .timers import DeadlineDriver
 from .internal_log import InternalTopicLog
-from .markers import LocalMarkerChannel
+from .markers import LocalMarkerChannel, LocalMarkerWriter
+from .timers import DeadlineDriver
 
 if TYPE_CHECKING:
-    from ..server import Broker
+    from ..config import BrokerConfig
+    from ..topics import TopicRegistry
 
-__all__ = ["build_transaction_coordinator", "next_coordinator_epoch", "start_transaction_coordinator",
-           "start_transaction_timers", "stop_transaction_coordinator", "TRANSACTION_STATE_TOPIC"]
+__all__ = ["TRANSACTION_STATE_TOPIC", "Spawn", "TransactionCoordinatorHandle", "build_transaction_coordinator",
+           "next_coordinator_epoch", "start_single_node_transactions"]
+
+#: runs a background job for the broker's lifetime (``Broker.spawn``: cancelled at stop)
+Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any]"]
 
 log = logging.getLogger("oncelog.broker.transactions")
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 EPOCH_FILE = "transaction-coordinator.epoch"
-_TIMER_ATTR = "_txn_coordinator_timer"
 
 
-def next_coordinator_epoch(broker: "Broker") -> int:
+class TransactionCoordinatorHandle:
+    """The transaction coordinator and its timer: :meth:`start` arms the timer (for what loading scheduled),
+    :meth:`close` stops both."""
+
+    def __init__(self, coordinator: TransactionCoordinator, timer: DeadlineDriver) -> None:
+        self.coordinator = coordinator
+        self.timer = timer
+
+    def start(self) -> None:
+        self.timer.start()
+
+    async def close(self) -> None:
+        await self.timer.close()
+        await self.coordinator.close()
+
+
+def next_coordinator_epoch(data_dir: Path) -> int:
     """The epoch of this start of the broker's coordinators: one more than the last start's (kept in the data
     folder). On a single node it plays the part of the internal partitions' leader epoch."""
-    path = broker.config.data_dir / EPOCH_FILE
+    path = data_dir / EPOCH_FILE
     try:
         epoch = int(path.read_text().strip()) + 1
     except (FileNotFoundError, ValueError):
@@ -57,45 +80,40 @@ def next_coordinator_epoch(broker: "Broker") -> int:
     return epoch
 
 
-def build_transaction_coordinator(broker: "Broker", txn_log: InternalTopicLog, channel: MarkerChannel,
-                                  producer_ids: ProducerIdManager) -> TransactionCoordinator:
-    """The coordinator over ``txn_log`` with its timer driver (started by :func:`start_transaction_timers`); no
-    partition loaded yet."""
-    cfg = broker.config
-    coordinator = TransactionCoordinator(cfg, broker.clock, txn_log, channel, producer_ids,
+def build_transaction_coordinator(cfg: BrokerConfig, clock: Clock, txn_log: InternalTopicLog, channel: MarkerChannel,
+                                  producer_ids: ProducerIdManager) -> TransactionCoordinatorHandle:
+    """The coordinator over ``txn_log`` with its timer driver (armed by :meth:`TransactionCoordinatorHandle.start`);
+    no partition loaded yet."""
+    coordinator = TransactionCoordinator(cfg, clock, txn_log, channel, producer_ids,
                                          num_partitions=txn_log.num_partitions,
                                          write_timeout_ms=cfg.request_timeout_ms)
-    timer = DeadlineDriver("txn-timers", broker.clock.wall_ms, coordinator.next_deadline,
+    timer = DeadlineDriver("txn-timers", clock.wall_ms, coordinator.next_deadline,
                            lambda: _fire_timers(coordinator),
                            max_wait_ms=max(10, min(cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,
                                                    cfg.transaction_remove_expired_transaction_cleanup_interval_ms)))
     coordinator.on_timer = timer.wake
-    setattr(broker, _TIMER_ATTR, timer)
-    return coordinator
+    return TransactionCoordinatorHandle(coordinator, timer)
 
 
-def start_transaction_timers(broker: "Broker") -> None:
-    timer: DeadlineDriver | None = getattr(broker, _TIMER_ATTR, None)
-    if timer is not None:
-        timer.start()
-
-
-async def start_transaction_coordinator(broker: "Broker", epoch: int) -> None:
-    """A single node: it leads every ``__transaction_state`` partition, at the epoch of this start."""
-    cfg = broker.config
-    txn_log = InternalTopicLog(broker, TRANSACTION_STATE_TOPIC, cfg.transaction_state_log_num_partitions,
+async def start_single_node_transactions(cfg: BrokerConfig, clock: Clock, topics: TopicRegistry,
+                                         marker_writer: LocalMarkerWriter, epoch: int,
+                                         spawn: Spawn) -> TransactionCoordinatorHandle:
+    """A single node: it leads every ``__transaction_state`` partition, at the epoch of this start. Returns the
+    started handle, every partition loaded; the transactions left prepared by the previous run are finished by a
+    job given to ``spawn``."""
+    txn_log = InternalTopicLog(topics, clock, TRANSACTION_STATE_TOPIC, cfg.transaction_state_log_num_partitions,
                                {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})
     txn_log.ensure()
     store = FileProducerIdStore(str(cfg.data_dir / "producer-ids"))
-    coordinator = build_transaction_coordinator(
-        broker, txn_log, LocalMarkerChannel(broker.context.marker_writer, cfg.node_id),
-        ProducerIdManager(store.load, store.persist))
+    handle = build_transaction_coordinator(cfg, clock, txn_log, LocalMarkerChannel(marker_writer, cfg.node_id),
+                                           ProducerIdManager(store.load, store.persist))
+    coordinator = handle.coordinator
     for partition in range(txn_log.num_partitions):
         txn_log.become_leader(partition, epoch)
         await coordinator.load_partition(partition, epoch, txn_log.read(partition), complete_pending=False)
-    broker.txn_coordinator = coordinator
-    broker.spawn(_finish_pending(coordinator), "txn-complete-pending")
-    start_transaction_timers(broker)
+    spawn(_finish_pending(coordinator), "txn-complete-pending")
+    handle.start()
+    return handle
 
 
 async def _finish_pending(coordinator: TransactionCoordinator) -> None:
@@ -109,13 +127,3 @@ async def _fire_timers(coordinator: TransactionCoordinator) -> None:
     done = await coordinator.fire_timers()
     if done:
         log.info("aborted timed-out transactions / expired transactional ids: %s", ", ".join(done[:10]))
-
-
-async def stop_transaction_coordinator(broker: "Broker") -> None:
-    timer = getattr(broker, _TIMER_ATTR, None)
-    if timer is not None:
-        await timer.close()
-        setattr(broker, _TIMER_ATTR, None)
-    if broker.txn_coordinator is not None:
-        await broker.txn_coordinator.close()
-        broker.txn_coordinator = None

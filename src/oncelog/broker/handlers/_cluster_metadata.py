@@ -29,7 +29,7 @@ from ..topics import INTERNAL_TOPICS
 if TYPE_CHECKING:
     from oncelog.broker.cluster.node import ClusterNode
     from oncelog.broker.context import BrokerContext
-    from oncelog.broker.router import RequestContext
+    from oncelog.broker.request import RequestContext
 
 __all__ = ["brokers", "controller_id", "handle_metadata"]
 

@@ -8,7 +8,7 @@ from oncelog.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
-    from oncelog.broker.router import RequestContext
+    from oncelog.broker.request import RequestContext
     from oncelog.coordinator.group.coordinator import GroupCoordinator
 
 __all__ = ["NOT_AVAILABLE", "client_host", "coordinator"]
@@ -17,7 +17,7 @@ NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
 def coordinator(broker: BrokerContext) -> GroupCoordinator | None:
-    """The broker's GroupCoordinator, or None until ``start_group_coordinator`` has run."""
+    """The broker's GroupCoordinator, or None until the broker has loaded it."""
     return broker.group_coordinator
 
 

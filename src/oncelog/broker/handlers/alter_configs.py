@@ -17,7 +17,7 @@ from ._configs import BrokerChange, alter_resources
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
-    from oncelog.broker.router import RequestContext
+    from oncelog.broker.request import RequestContext
 
 API_KEY = 33
 MIN_VERSION = 0

@@ -19,7 +19,7 @@ from ..cluster.reassign import alter, by_topic, forward, is_forwarded, request_t
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
-    from oncelog.broker.router import RequestContext
+    from oncelog.broker.request import RequestContext
 
 API_KEY = 45
 MIN_VERSION = 0

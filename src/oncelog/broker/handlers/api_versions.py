@@ -1,4 +1,5 @@
-"""ApiVersions (18): the APIs and versions this broker serves, straight from the router."""
+"""ApiVersions (18): the APIs and versions this broker serves, as the router registered them
+(``BrokerContext.api_versions``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from oncelog.protocol.messages.api_versions_response import ApiVersion, ApiVersi
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
-    from oncelog.broker.router import RequestContext
+    from oncelog.broker.request import RequestContext
 
 API_KEY = 18
 MIN_VERSION = 0
@@ -19,6 +20,5 @@ MAX_VERSION = 4
 
 def handle(broker: "BrokerContext", ctx: "RequestContext",
            request: ApiVersionsRequest) -> ApiVersionsResponse:
-    keys = [ApiVersion(api_key=r.api_key, min_version=r.min_version, max_version=r.max_version)
-            for r in sorted(broker.router.routes.values(), key=lambda r: r.api_key)]
+    keys = [ApiVersion(api_key=key, min_version=low, max_version=high) for key, low, high in broker.api_versions]
     return ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=keys, throttle_time_ms=0)

@@ -17,7 +17,7 @@ from ._common import error_for
 if TYPE_CHECKING:
     from oncelog.broker.cluster.node import ClusterNode
     from oncelog.broker.context import BrokerContext
-    from oncelog.broker.router import RequestContext
+    from oncelog.broker.request import RequestContext
 
 API_KEY = 37
 MIN_VERSION = 0

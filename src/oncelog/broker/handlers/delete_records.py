@@ -16,7 +16,7 @@ from ._common import error_for, missing_partition_error
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
-    from oncelog.broker.router import RequestContext
+    from oncelog.broker.request import RequestContext
 
 API_KEY = 21
 MIN_VERSION = 0

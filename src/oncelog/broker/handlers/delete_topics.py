@@ -15,7 +15,7 @@ from ..topics import INTERNAL_TOPICS
 if TYPE_CHECKING:
     from oncelog.broker.cluster.node import ClusterNode
     from oncelog.broker.context import BrokerContext
-    from oncelog.broker.router import RequestContext
+    from oncelog.broker.request import RequestContext
 
 API_KEY = 20
 MIN_VERSION = 1

@@ -12,7 +12,7 @@ from ._cluster_metadata import controller_id
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
-    from oncelog.broker.router import RequestContext
+    from oncelog.broker.request import RequestContext
 
 API_KEY = 60
 MIN_VERSION = 0

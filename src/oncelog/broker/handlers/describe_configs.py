@@ -29,7 +29,7 @@ from ._configs import BROKER, CONFIG_TYPE, TOPIC, Source, check_resource, topic_
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
-    from oncelog.broker.router import RequestContext
+    from oncelog.broker.request import RequestContext
 
 API_KEY = 32
 MIN_VERSION = 1

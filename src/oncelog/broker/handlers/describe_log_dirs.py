@@ -15,7 +15,7 @@ from oncelog.protocol.messages.describe_log_dirs_response import (
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
-    from oncelog.broker.router import RequestContext
+    from oncelog.broker.request import RequestContext
 
 API_KEY = 35
 MIN_VERSION = 1

@@ -20,7 +20,7 @@ from ..cluster.reassign import Outcome, by_topic, elect, forward, is_forwarded, 
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
-    from oncelog.broker.router import RequestContext
+    from oncelog.broker.request import RequestContext
 
 API_KEY = 43
 MIN_VERSION = 0

@@ -32,7 +32,7 @@ from ._common import error_for, leadership_error, missing_partition_error
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
     from oncelog.broker.partition import Partition
-    from oncelog.broker.router import RequestContext
+    from oncelog.broker.request import RequestContext
 
 API_KEY = 1
 MIN_VERSION = 4

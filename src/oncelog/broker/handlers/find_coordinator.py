@@ -22,7 +22,7 @@ from oncelog.protocol.messages.find_coordinator_response import Coordinator, Fin
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
-    from oncelog.broker.router import RequestContext
+    from oncelog.broker.request import RequestContext
 
 API_KEY = 10
 MIN_VERSION = 0

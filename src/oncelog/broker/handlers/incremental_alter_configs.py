@@ -27,7 +27,7 @@ from ._configs import BrokerChange, alter_resources
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
-    from oncelog.broker.router import RequestContext
+    from oncelog.broker.request import RequestContext
 
 API_KEY = 44
 MIN_VERSION = 0

@@ -13,7 +13,7 @@ from ._txn import coordinator_or_error
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
-    from oncelog.broker.router import RequestContext
+    from oncelog.broker.request import RequestContext
     from oncelog.coordinator.transaction import TransactionCoordinator
 
 API_KEY = 22

@@ -16,7 +16,7 @@ from ..cluster.reassign import by_topic, list_ongoing
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
-    from oncelog.broker.router import RequestContext
+    from oncelog.broker.request import RequestContext
 
 API_KEY = 46
 MIN_VERSION = 0

@@ -11,7 +11,7 @@ from ._txn import coordinator_or_error
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
-    from oncelog.broker.router import RequestContext
+    from oncelog.broker.request import RequestContext
 
 API_KEY = 66
 MIN_VERSION = 0

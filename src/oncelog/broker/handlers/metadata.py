@@ -21,7 +21,7 @@ from ._common import lookup_or_create
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
-    from oncelog.broker.router import RequestContext
+    from oncelog.broker.request import RequestContext
     from oncelog.broker.topics import TopicView
 
 API_KEY = 3

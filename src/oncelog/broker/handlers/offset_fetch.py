@@ -25,7 +25,7 @@ from ._groups import NOT_AVAILABLE, coordinator
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
-    from oncelog.broker.router import RequestContext
+    from oncelog.broker.request import RequestContext
     from oncelog.coordinator.group.coordinator import GroupCoordinator
 
 API_KEY = 9

@@ -19,7 +19,7 @@ from ._common import missing_partition_error
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
-    from oncelog.broker.router import RequestContext
+    from oncelog.broker.request import RequestContext
 
 API_KEY = 23
 MIN_VERSION = 2

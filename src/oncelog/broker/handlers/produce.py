@@ -36,14 +36,14 @@ from oncelog.protocol.records import (
 
 from oncelog.storage import DuplicateSequenceError, ProducerStateError
 
-from ..router import NO_RESPONSE
+from ..request import NO_RESPONSE
 from ._common import error_for, missing_partition_error
 from ._txn_verify import RemoteChecks, remote_checks, verify_transaction
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
     from oncelog.broker.partition import Partition
-    from oncelog.broker.router import RequestContext
+    from oncelog.broker.request import RequestContext
 
 API_KEY = 0
 MIN_VERSION = 3

@@ -12,7 +12,7 @@ from ._groups import NOT_AVAILABLE, coordinator
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
-    from oncelog.broker.router import RequestContext
+    from oncelog.broker.request import RequestContext
 
 API_KEY = 14
 MIN_VERSION = 0

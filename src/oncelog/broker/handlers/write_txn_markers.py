@@ -18,7 +18,7 @@ from oncelog.protocol.messages.write_txn_markers_response import (
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
-    from oncelog.broker.router import RequestContext
+    from oncelog.broker.request import RequestContext
 
 API_KEY = 27
 MIN_VERSION = 0
