@@ -10,22 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Awaitable, Union
 
+from oncelog.security.principal import ANONYMOUS, KafkaPrincipal
+
 __all__ = ["ANONYMOUS", "HandlerResult", "KafkaPrincipal", "NO_RESPONSE", "RequestContext"]
-
-
-@dataclass(frozen=True, slots=True)
-class KafkaPrincipal:
-    """Kafka's ``KafkaPrincipal``: a type (``User``) and a name, written ``User:alice``."""
-
-    principal_type: str
-    name: str
-
-    def __str__(self) -> str:
-        return f"{self.principal_type}:{self.name}"
-
-
-#: Kafka's ``KafkaPrincipal.ANONYMOUS``: the principal of an unauthenticated (PLAINTEXT) connection
-ANONYMOUS = KafkaPrincipal("User", "ANONYMOUS")
 
 
 class _NoResponse:

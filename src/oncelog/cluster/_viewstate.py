@@ -13,6 +13,8 @@ created again (which deletes them first).
 
 from __future__ import annotations
 
+from urllib.parse import unquote
+
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
@@ -160,6 +162,7 @@ class ViewState:
         brokers: dict[int, BrokerInfo] | None = None
         topics: dict[str, TopicMeta] | None = None
         configs: dict[int | None, Mapping[str, str]] | None = None
+        security: dict[str, dict[str, bytes]] = {}  # kind -> its records, copied when first touched
         controller, cluster_id = v.controller, v.cluster_id
         puts: dict[TopicPartition, VersionedPartition] = {}
         dels: set[TopicPartition] = set()
@@ -231,6 +234,15 @@ class ViewState:
                     else:
                         configs.pop(a, None)
                     ch_configs.add(a)
+                elif kind == "security":
+                    assert isinstance(a, str) and isinstance(b, str)
+                    records = security.get(a)
+                    if records is None:
+                        records = security[a] = dict(v.security.get(a, {}))
+                    if ev.put:
+                        records[b] = ev.kv.value
+                    else:
+                        records.pop(b, None)
                 elif kind == "controller":
                     controller = ControllerInfo.decode(ev.kv.value, ev.kv.create_revision) if ev.put else None
                 elif kind == "cluster_id":
@@ -269,8 +281,9 @@ class ViewState:
                     self._hidden.pop(name, None)
         ch_topics = frozenset(n for n, before in touched_topics.items() if topic_now(n) != before)
         ch_parts_f = frozenset(ch_parts)
+        ch_security = frozenset(k for k, records in security.items() if records != v.security.get(k, {}))
         changed = (ch_parts_f or ch_topics or ch_brokers or ch_configs or controller != v.controller
-                   or cluster_id != v.cluster_id)
+                   or cluster_id != v.cluster_id or ch_security)
         if not changed:
             return None
         partitions = v.partitions
@@ -283,16 +296,18 @@ class ViewState:
             controller=controller,
             topics=_frozen(topics) if topics is not None else v.topics,
             partitions=partitions,
-            broker_configs=_frozen(configs) if configs is not None else v.broker_configs)
+            broker_configs=_frozen(configs) if configs is not None else v.broker_configs,
+            security=_frozen({**v.security, **{k: _frozen(r) for k, r in security.items()}}) if ch_security
+            else v.security)
         self.view = new
         return ViewChange(new, v.revision, frozenset(ch_brokers), ch_topics, ch_parts_f, frozenset(ch_configs),
-                          controller != v.controller, cluster_id != v.cluster_id)
+                          controller != v.controller, cluster_id != v.cluster_id, ch_security)
 
     @property
     def hidden_count(self) -> int:
         return sum(len(h) for h in self._hidden.values())
 
-    def _parse(self, key: bytes) -> tuple[str, str | int | None, int | None] | None:
+    def _parse(self, key: bytes) -> tuple[str, str | int | None, int | str | None] | None:
         try:
             k = key.decode("utf-8")
         except UnicodeDecodeError:
@@ -317,6 +332,10 @@ class ViewState:
             if head == "configs" and rest.startswith("broker/"):
                 node = rest[len("broker/"):]
                 return "config", None if node == "default" else int(node), None
+            if head == "security":
+                kind, sep, record = rest.partition("/")
+                if sep and kind and record:
+                    return "security", kind, unquote(record)
         except ValueError:
             pass
         return None  # producer-id block, topic claims, keys of another version: not part of the view

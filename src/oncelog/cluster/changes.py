@@ -35,17 +35,19 @@ class ViewChange:
     broker_configs: frozenset[int | None] = frozenset()
     controller: bool = False
     cluster_id: bool = False
+    security: frozenset[str] = frozenset()  # kinds of security records that changed
 
     @property
     def empty(self) -> bool:
         return not (self.brokers or self.topics or self.partitions or self.broker_configs or self.controller
-                    or self.cluster_id)
+                    or self.cluster_id or self.security)
 
     def then(self, later: ViewChange) -> ViewChange:
         """This change followed by ``later``: one change from ``self.since`` to ``later.view``."""
         return ViewChange(later.view, self.since, self.brokers | later.brokers, self.topics | later.topics,
                           self.partitions | later.partitions, self.broker_configs | later.broker_configs,
-                          self.controller or later.controller, self.cluster_id or later.cluster_id)
+                          self.controller or later.controller, self.cluster_id or later.cluster_id,
+                          self.security | later.security)
 
 
 def diff(old: ClusterView, new: ClusterView) -> ViewChange:
@@ -57,7 +59,8 @@ def diff(old: ClusterView, new: ClusterView) -> ViewChange:
 
     return ViewChange(new, old.revision, keys(old.brokers, new.brokers), keys(old.topics, new.topics),
                       keys(old.partitions, new.partitions), keys(old.broker_configs, new.broker_configs),
-                      old.controller != new.controller, old.cluster_id != new.cluster_id)
+                      old.controller != new.controller, old.cluster_id != new.cluster_id,
+                      keys(old.security, new.security))
 
 
 class ViewSubscription:

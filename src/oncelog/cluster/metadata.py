@@ -578,6 +578,16 @@ class EtcdMetadata:
         if res.succeeded:
             await self._written(res)
 
+    async def write_security(self, kind: str, puts: Mapping[str, bytes], deletes: Sequence[str] = ()) -> None:
+        ops: list[Put | Delete] = [Delete(self._keys.security(kind, key)) for key in deletes if key not in puts]
+        ops += [Put(self._keys.security(kind, key), value) for key, value in puts.items()]
+        if not ops:
+            return
+        if len(ops) > ETCD_MAX_TXN_OPS:
+            raise ValueError(f"{len(ops)} security records in one write; at most {ETCD_MAX_TXN_OPS} (etcd's "
+                             f"--max-txn-ops) are written together")
+        await self._written(await self._etcd.txn([], ops))
+
     async def allocate_producer_ids(self, block_size: int) -> int:
         if block_size <= 0:
             raise ValueError("block_size must be positive")

@@ -19,6 +19,8 @@ Epochs (each one is checked where the decision it guards reaches the data):
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 import json
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
@@ -256,6 +258,11 @@ class Keys:
         """Dynamic broker configs of one broker, or the cluster-wide default (``None``)."""
         return f"{self.root}configs/broker/{'default' if node_id is None else node_id}".encode()
 
+    def security(self, kind: str, key: str) -> bytes:
+        """One security record (an ACL binding, a SCRAM credential, a quota) of ``kind``; the key percent-encoded
+        (principal and resource names may hold any character)."""
+        return f"{self.root}security/{kind}/{quote(key, safe='')}".encode()
+
     @property
     def prefix(self) -> bytes:
         return self.root.encode()
@@ -266,7 +273,9 @@ class ClusterView:
     """An immutable snapshot of the cluster's metadata at one etcd revision.
 
     ``brokers`` holds the live brokers only (a registration disappears with its lease). ``broker_configs`` maps
-    ``None`` (cluster-wide default) or a node id to the dynamic configs set through AlterConfigs.
+    ``None`` (cluster-wide default) or a node id to the dynamic configs set through AlterConfigs. ``security``
+    maps a kind (``acls``, ``scram``, ``quotas``) to its records (key -> opaque bytes; ``oncelog.security`` gives
+    them meaning).
     """
 
     cluster_id: str = ""
@@ -276,6 +285,7 @@ class ClusterView:
     topics: Mapping[str, TopicMeta] = field(default_factory=lambda: MappingProxyType({}))
     partitions: Mapping[TopicPartition, VersionedPartition] = field(default_factory=lambda: MappingProxyType({}))
     broker_configs: Mapping[int | None, Mapping[str, str]] = field(default_factory=lambda: MappingProxyType({}))
+    security: Mapping[str, Mapping[str, bytes]] = field(default_factory=lambda: MappingProxyType({}))
 
     def partition(self, topic: str, index: int) -> PartitionState | None:
         vp = self.partitions.get((topic, index))

@@ -121,6 +121,11 @@ class MetadataStore(Protocol):
         """Dynamic broker configs of one broker, or the cluster-wide default (``None``); replaces the whole set."""
         ...
 
+    async def write_security(self, kind: str, puts: Mapping[str, bytes], deletes: Sequence[str] = ()) -> None:
+        """Put and delete security records of ``kind`` (``ClusterView.security``) in one write; returns once the
+        view has it. Raises :class:`MetadataUnavailableError`."""
+        ...
+
     async def allocate_producer_ids(self, block_size: int) -> int:
         """The first id of a block of ``block_size`` producer ids never handed out before, cluster-wide."""
         ...

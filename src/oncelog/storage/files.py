@@ -34,17 +34,19 @@ def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
         view = view[os.write(fd, view):]
 
 
-def write_atomic(path: str | os.PathLike[str], data: bytes | bytearray | memoryview, *, durable: bool = True) -> None:
+def write_atomic(path: str | os.PathLike[str], data: bytes | bytearray | memoryview, *, durable: bool = True,
+                 mode: int = 0o644) -> None:
     """Replace ``path`` by a file holding ``data``: a reader, or a crash, sees the old content or the new one.
 
     Writes ``<path>.tmp`` and renames it over ``path``. ``durable`` (the default): the file is fsynced before the
     rename and its directory after, so the new content survives a power cut once this returns. Without it nothing
     is fsynced: after a power cut the file may hold the old content, the new, or nothing whole; use that only for
-    files that are checked when loaded and rebuilt when unusable (indexes, CRC-checked snapshots).
+    files that are checked when loaded and rebuilt when unusable (indexes, CRC-checked snapshots). ``mode``: the
+    new file's permissions (0o600 for secrets).
     """
     path = Path(path)
     tmp = path.with_name(path.name + TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         write_all(fd, data)
         if durable:

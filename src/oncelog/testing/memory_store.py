@@ -263,6 +263,15 @@ class MemoryMetadataStore:
             all_configs.pop(node_id, None)
         self._commit(own=True, broker_configs=MappingProxyType(all_configs))
 
+    async def write_security(self, kind: str, puts: Mapping[str, bytes], deletes: Sequence[str] = ()) -> None:
+        await self._begin_write()
+        records = dict(self._server.security.get(kind, {}))
+        for key in deletes:
+            records.pop(key, None)
+        records.update(puts)
+        self._commit(own=True, security=MappingProxyType({**self._server.security,
+                                                          kind: MappingProxyType(records)}))
+
     async def allocate_producer_ids(self, block_size: int) -> int:
         if block_size < 1:
             raise ValueError("block_size must be at least 1")

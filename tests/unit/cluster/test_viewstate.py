@@ -157,3 +157,20 @@ def test_subscription_coalesces_changes_between_reads() -> None:
         assert [c async for c in sub] == []
 
     asyncio.run(main())
+
+
+def test_security_records_are_part_of_the_view_by_kind() -> None:
+    etcd, vs = Etcd(), ViewState(KEYS)
+    key = "User:CN=a/b,O=x"  # any character: percent-encoded in the etcd key
+    assert KEYS.security("scram", key).endswith(b"/security/scram/User%3ACN%3Da%2Fb%2CO%3Dx")
+    ch = vs.apply(etcd.txn({KEYS.security("scram", key): b"cred", KEYS.security("acls", "t"): b"acl"}), etcd.rev)
+    assert ch is not None and ch.security == {"scram", "acls"}
+    before = vs.view
+    assert dict(before.security["scram"]) == {key: b"cred"}
+    ch = vs.apply(etcd.txn({KEYS.security("acls", "u"): b"2"}, deletes=[KEYS.security("acls", "t")]), etcd.rev)
+    assert ch is not None and ch.security == {"acls"} and not ch.brokers
+    assert dict(vs.view.security["acls"]) == {"u": b"2"} and vs.view.security["scram"] is before.security["scram"]
+    assert dict(before.security["acls"]) == {"t": b"acl"}  # the old view is unchanged
+    assert vs.apply(etcd.txn({KEYS.security("acls", "u"): b"2"}), etcd.rev) is None  # the same value: no change
+    reloaded = ViewState(KEYS)
+    assert reloaded.load(list(etcd.kvs.values()), etcd.rev).security == {"scram", "acls"}

@@ -1,13 +1,15 @@
 """The layers of ``oncelog`` depend one way (README, "Layout"; docs/design/cluster.md, "Modules"):
 
     protocol  <-  storage  <-  coordinator  <-  cluster  <-  broker  <-  cli
+    protocol, storage  <-  security  <-  broker
     protocol  <-  client   <-  spark
                   client.connection  <-  cluster, broker (the replica fetcher's inter-broker requests)
 
 ``protocol`` (sans-I/O codecs, record batches) imports nothing of oncelog; ``storage`` only ``protocol``;
 ``coordinator`` (deterministic state machines) only ``storage`` and ``protocol``; ``cluster`` (metadata, replica
 and controller decisions) those three and, for inter-broker requests, ``client.connection``; ``client`` only
-``protocol`` (a client is not a broker: nothing of the broker's side may leak into it); ``spark`` only ``client``
+``protocol`` (a client is not a broker: nothing of the broker's side may leak into it); ``security``
+(principals, ACLs, credentials, quotas: decisions and their records) only ``protocol`` and ``storage``; ``spark`` only ``client``
 (it reaches the protocol through the client's public API); ``broker`` anything below it; ``cli`` and
 ``python -m oncelog`` are on top (``broker``'s replica fetcher also uses ``client.connection`` and the errors
 it raises, ``client.errors``, for the follower's Fetch and OffsetForLeaderEpoch); ``testing`` (test harness:
@@ -31,7 +33,7 @@ from pathlib import Path
 
 from repo_files import ROOT, SRC, hand_written_modules
 
-EVERYTHING = {"broker", "cli", "client", "cluster", "spark", "coordinator", "storage", "protocol", "testing"}
+EVERYTHING = {"broker", "cli", "client", "cluster", "spark", "coordinator", "storage", "protocol", "security", "testing"}
 SHARED = {"clock", "__init__"}  # leaves anyone may import (the root package only defines __version__)
 ALLOWED: dict[str, set[str]] = {
     "__init__": set(),
@@ -39,10 +41,11 @@ ALLOWED: dict[str, set[str]] = {
     "protocol": set(),
     "storage": {"protocol"},
     "coordinator": {"storage", "protocol"},
+    "security": {"storage", "protocol"},  # principals, ACLs, credentials, quotas: pure decisions and their records
     "cluster": {"coordinator", "storage", "protocol", "client.connection"},  # a layer, or one module of a layer
     "client": {"protocol"},
     "spark": {"client"},
-    "broker": {"cluster", "coordinator", "storage", "protocol", "client.connection", "client.errors"},
+    "broker": {"cluster", "coordinator", "security", "storage", "protocol", "client.connection", "client.errors"},
     "cli": EVERYTHING,
     "testing": EVERYTHING,
     "__main__": EVERYTHING,  # python -m oncelog: the CLI
