@@ -5,8 +5,8 @@ BIN     := $(VENV)/bin
 BASE    := $(VENV)/.installed-base
 SPARK   := $(VENV)/.installed-spark
 FULL    := $(VENV)/.installed
-# `make serve` enables KIP-939 two-phase commit, which the Spark exactly-once sink needs (README: "Running the
-# broker"); a plain `oncelog serve` keeps Kafka's default (off). More settings: make serve SERVE_ARGS='--set k=v'
+# `make serve` enables KIP-939 two-phase commit, which the Spark exactly-once sink needs (docs/settings.md: "Two-phase
+# commit"); a plain `oncelog serve` keeps Kafka's default (off). More settings: make serve SERVE_ARGS='--set k=v'
 SERVE_ARGS ?=
 
 .PHONY: venv serve cluster test test-fast bench demo gen lint docs clean

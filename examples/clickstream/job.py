@@ -11,7 +11,7 @@ Two streaming queries over the same input topic (each keeps its own offsets in i
 Both sinks are oncelog's exactly-once sink: kill the job at any moment and restart it with the same checkpoints;
 a read_committed reader of the output topics sees every result exactly once.
 
-On a cluster, submit the same file (see README "Spark"): the executors need oncelog installed
+On a cluster, submit the same file (see docs/spark.md): the executors need oncelog installed
 (``pip install oncelog[spark]``) or shipped with ``--py-files``.
 """
 

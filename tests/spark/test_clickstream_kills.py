@@ -1,7 +1,8 @@
-"""The README's kill variant of the clickstream demo, with 5 kills at seeded random points: the whole job (Python
-driver, JVM, Python workers) is SIGKILLed and restarted from its checkpoints each time, and every click must come
-out exactly once, every page-view window once (issue 17 finding 1: the restarted job's first micro-batch failed
-1 run in 3). The seed rotates with ONCELOG_KILL_SEED so repeated CI runs try other points; a failure prints it."""
+"""The kill variant of the clickstream demo (docs/spark.md), with 5 kills at seeded random points: the whole job
+(Python driver, JVM, Python workers) is SIGKILLed and restarted from its checkpoints each time, and every click must
+come out exactly once, every page-view window once (issue 17 finding 1: the restarted job's first micro-batch
+failed 1 run in 3). The seed rotates with ONCELOG_KILL_SEED so repeated CI runs try other points; a failure prints
+it."""
 
 from __future__ import annotations
 

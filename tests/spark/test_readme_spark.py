@@ -1,6 +1,6 @@
-"""The README's Spark job as written, from a fresh shell (no virtualenv on the PATH, no PYSPARK_PYTHON), against
-the broker ``make serve`` starts (its command, on another port): batch write with the default save mode, the
-exactly-once streaming sink, batch read (issue 17 findings 8 and 11)."""
+"""The Spark job of docs/spark.md as written, from a fresh shell (no virtualenv on the PATH, no PYSPARK_PYTHON),
+against the broker ``make serve`` starts (its command, on another port): batch write with the default save mode,
+the exactly-once streaming sink, batch read (issue 17 findings 8 and 11)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 
 from oncelog.testing.broker_process import free_port
 
-from readme_blocks import block, serve_command
+from doc_blocks import block, serve_command
 
 pytestmark = pytest.mark.timeout(400)
 

@@ -1,4 +1,4 @@
-"""The README's consume-transform-produce loop, run as written (bounded), against the shared broker."""
+"""The consume-transform-produce loop of docs/client.md, run as written (bounded), against the shared broker."""
 
 from __future__ import annotations
 

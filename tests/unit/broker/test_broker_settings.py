@@ -1,5 +1,5 @@
 """Broker settings: Kafka's names and synonyms, one-line errors naming the setting given, config sources, and
-the README's settings reference generated from the table."""
+the settings reference (docs/settings.md) generated from the table."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def test_every_setting_has_a_description_and_a_default_that_passes_its_check() -
             assert s.check(value) is None, s.key
 
 
-def test_readme_settings_reference_matches_the_code() -> None:
+def test_settings_reference_in_docs_matches_the_code() -> None:
     r = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_settings_doc.py"), "--check"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

@@ -10,7 +10,7 @@ SRC = ROOT / "src" / "oncelog"
 GENERATED = SRC / "protocol" / "messages"  # tools/gen_protocol.py writes it from schemas/
 
 # outside a git checkout (an unpacked source tree) the tests walk these instead of the tracked files
-_TREES = ("src", "tests", "tools", "bench", "examples", "schemas", ".ci")
+_TREES = ("src", "tests", "tools", "bench", "examples", "schemas", "docs", ".ci")
 _FILES = ("README.md", "Makefile", "pyproject.toml")
 
 

@@ -1,4 +1,4 @@
-"""The layers of ``oncelog`` depend one way (README, "Layout"; docs/design/cluster.md, "Modules"):
+"""The layers of ``oncelog`` depend one way (README, "Layout"; docs/design/overview.md and cluster.md):
 
     protocol  <-  storage  <-  coordinator  <-  cluster  <-  broker  <-  cli
     protocol, storage  <-  security  <-  broker
