@@ -1,8 +1,8 @@
 """Broker settings: Kafka's names, Kafka's defaults where Kafka has one, checked when the broker starts.
 
-Every setting is one row of ``_SETTINGS`` (name, type, default, unit, check, description); the README's settings
-reference is generated from that table (``make docs``; ``tests/unit/broker/test_broker_settings.py`` fails
-when they differ). A setting can come from a TOML file (``oncelog serve --config broker.toml``), flat with Kafka's
+Every setting is one row of ``_SETTINGS`` (name, type, default, unit, check, description); the settings reference
+(``docs/settings.md``) is generated from that table (``make docs``; ``tests/unit/broker/test_broker_settings.py``
+fails when they differ). A setting can come from a TOML file (``oncelog serve --config broker.toml``), flat with Kafka's
 dotted names quoted (``"log.segment.bytes" = 1073741824``) or as nested tables (``[log] segment.bytes = ...``), and
 from ``--set KEY=VALUE``, which wins over the file.
 
@@ -298,8 +298,8 @@ class BrokerConfig:
         alias = ALIASES.get(key)
         setting = SETTINGS.get(alias.target if alias else key)
         if setting is None:
-            raise ConfigError(f"unknown broker setting {key!r}{_did_you_mean(key)}; the README lists every "
-                              f"setting (Settings reference)")
+            raise ConfigError(f"unknown broker setting {key!r}{_did_you_mean(key)}; docs/settings.md lists "
+                              f"every setting")
         try:
             if alias is not None and alias.part:
                 parsed: Any = self._with_part(setting, alias.part, value)
@@ -641,7 +641,7 @@ def _default_text(s: Setting) -> str:
 
 
 def reference_markdown(settings: Iterable[Setting] = _SETTINGS) -> str:
-    """The README's settings reference: one row per setting with its other names, default (and unit), meaning."""
+    """The settings reference of ``docs/settings.md``: one row per setting with its other names, default (and unit), meaning."""
     aliases: dict[str, list[str]] = {}
     for a in _ALIAS_LIST:
         aliases.setdefault(a.target, []).append(a.name)
