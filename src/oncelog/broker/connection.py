@@ -18,7 +18,7 @@ from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.framing import FrameDecoder, FrameTooLargeError
 from oncelog.protocol.api import ProtocolDecodeError, RequestHeader
 
-from .request import NO_RESPONSE, RequestContext
+from .request import ANONYMOUS, NO_RESPONSE, KafkaPrincipal, RequestContext
 from .router import Route, Router
 
 if TYPE_CHECKING:
@@ -49,6 +49,8 @@ class Connection(asyncio.Protocol):
     def __init__(self, broker: "BrokerContext", router: Router, registry: set[Connection] | None = None) -> None:
         self.broker = broker  # what handlers see; the connection itself uses its settings and metrics
         self.router = router
+        self.listener = "PLAINTEXT"  # the name of the listener this connection came in on
+        self.principal: KafkaPrincipal = ANONYMOUS  # who the client is (set once it authenticates)
         self.registry = registry if registry is not None else set()  # the broker's open connections
         Connection._next_id += 1
         self.id = Connection._next_id
@@ -125,7 +127,7 @@ class Connection(asyncio.Protocol):
             self.close(f"cannot decode {route.name} v{header.api_version} from client {header.client_id!r}: {e}")
             return
         ctx = RequestContext(self.id, self.peer, header.client_id, header.api_key, header.api_version,
-                             header.correlation_id)
+                             header.correlation_id, self.principal, self.listener)
         try:
             result = route.handle(self.broker, ctx, request)
         except Exception:

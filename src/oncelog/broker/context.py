@@ -20,6 +20,7 @@ from oncelog.clock import Clock
 if TYPE_CHECKING:
     from oncelog.coordinator.group.coordinator import GroupCoordinator
     from oncelog.coordinator.transaction import TransactionCoordinator
+    from oncelog.security.store import SecurityStore
     from oncelog.storage import LogConfig
 
     from .cluster.node import ClusterNode
@@ -50,6 +51,7 @@ class BrokerContext:
     cluster: ClusterNode | None = None
     auto_creator: AutoCreator | None = None  # Metadata's auto-creation in a cluster
     txn_verifier: RemoteTxnVerifier | None = None  # in a cluster: KIP-890 checks with a coordinator elsewhere
+    security_store: SecurityStore | None = None  # ACL, SCRAM and quota records (a file, or etcd in a cluster)
 
     @property
     def log_defaults(self) -> LogConfig:

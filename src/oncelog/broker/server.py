@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from oncelog.clock import SYSTEM_CLOCK, Clock
+from oncelog.security.store import FileSecurityStore, SecurityStoreError
 from oncelog.storage import KafkaStorageError, LogConfig, LogManager
 
 from .cluster.node import ClusterNode, ClusterStartError, ReplicaManagerLike
+from .cluster.security_store import ClusterSecurityStore
 from .cluster.topic_admin import AutoCreator
 from .config import BrokerConfig
 from .connection import Connection
@@ -50,6 +52,8 @@ __all__ = ["Broker", "StartupError", "run_broker"]
 log = logging.getLogger("oncelog.broker")
 #: Kafka's replica.high.watermark.checkpoint.interval.ms default
 HW_CHECKPOINT_INTERVAL_S = 5.0
+#: a single node's ACLs, SCRAM credentials and client quotas, in its data folder (in a cluster: etcd)
+SECURITY_RECORDS_FILE = "security.json"
 
 
 def log_defaults(config: BrokerConfig) -> LogConfig:
@@ -127,6 +131,7 @@ class Broker:
         self.cluster: ClusterNode | None = None  # in a cluster (config.metadata set)
         self.cluster_coordinators: ClusterCoordinators | None = None  # in a cluster: they follow leadership
         self._single_node_coordinators: list[TransactionCoordinatorHandle | GroupCoordinatorHandle] = []
+        self._cluster_security: ClusterSecurityStore | None = None
         self.replicas: ReplicaManagerLike | None = None
         self._sock: socket.socket | None = None  # the bound port until the listener takes it
 
@@ -174,6 +179,15 @@ class Broker:
         self._context = context = BrokerContext(cfg, self.clock, self.metrics, self.router.api_versions(),
                                                 self._topics, self.cluster_id, writer)
         writer.offsets_sink = lambda: context.group_coordinator
+        if self.cluster is None:
+            try:
+                context.security_store = FileSecurityStore(cfg.data_dir / SECURITY_RECORDS_FILE)
+            except SecurityStoreError as e:
+                raise StartupError(str(e)) from None
+        else:
+            self._cluster_security = ClusterSecurityStore(self.cluster.store)
+            context.security_store = self._cluster_security
+            self._cluster_security.start()
         self.metrics.watch_partitions(self._topics)
         self.metrics.watch_flusher(self.flusher)
         self.flusher.start()
@@ -354,6 +368,9 @@ class Broker:
         if self.cluster_coordinators is not None:
             await self.cluster_coordinators.close()
             self.cluster_coordinators = None
+        if self._cluster_security is not None:
+            await self._cluster_security.close()
+            self._cluster_security = None
         if self._context is not None and self._context.txn_verifier is not None:
             await self._context.txn_verifier.close()
             self._context.txn_verifier = None
