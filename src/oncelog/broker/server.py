@@ -30,7 +30,7 @@ from .cluster.security_store import ClusterSecurityStore
 from .cluster.topic_admin import AutoCreator
 from .config import BrokerConfig
 from .connection import Connection
-from .context import BrokerContext
+from .context import GROUP, TRANSACTION, BrokerContext
 from .coordinators.cluster import ClusterCoordinators
 from .coordinators.groups import GroupCoordinatorHandle, start_single_node_groups
 from .coordinators.markers import LocalMarkerWriter
@@ -200,6 +200,8 @@ class Broker:
                                                     lambda: context.txn_coordinator)
             self._single_node_coordinators.append(groups)
             context.group_coordinator = groups.coordinator
+            assert groups.first_use is not None and txn.first_use is not None
+            context.internal_topics = {GROUP: groups.first_use, TRANSACTION: txn.first_use}
         else:
             context.cluster = self.cluster
             context.auto_creator = AutoCreator(self.cluster)
