@@ -166,7 +166,7 @@ class Broker:
                 raise StartupError(str(e)) from None
         try:
             self.logs = await loop.run_in_executor(None, LogManager.open, cfg.data_dir, log_defaults(cfg),
-                                                   self.clock)
+                                                   self.clock, self.cluster.cluster_id if self.cluster else None)
         except KafkaStorageError as e:
             raise StartupError(str(e)) from None
         except OSError as e:
