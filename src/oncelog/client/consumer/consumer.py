@@ -419,7 +419,7 @@ class AsyncConsumer:
     # ------------------------------------------------------------------ metadata and offsets lookups
 
     async def _list_offsets(self, specs: Mapping[tuple[str, int], int | str]) -> dict[tuple[str, int], Any]:
-        from ..admin import AsyncAdmin  # the admin's ListOffsets per leader, on this consumer's connections
+        from ..admin.async_admin import AsyncAdmin  # the admin's ListOffsets per leader, on this consumer's connections
 
         await self.start()
         admin = AsyncAdmin(self.config)
