@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from oncelog.clock import Clock
 from oncelog.coordinator.group.coordinator import GroupCoordinator
-from oncelog.coordinator.group.shard import GroupConfig
+from oncelog.coordinator.group.config import GroupConfig
 from oncelog.protocol.errors import ErrorCode
 
 from .internal_log import InternalTopicLog

@@ -46,7 +46,7 @@ from .offsets import OffsetMetadataManager, OffsetStore, expired_offset_records
 from .records import decode_key, decode_value, group_from_record, group_tombstone, offset_tombstone
 from .state import GroupState
 
-__all__ = ["GroupConfig", "GroupShard"]  # GroupConfig is .config's, re-exported for the broker's wiring
+__all__ = ["GroupShard"]
 
 log = logging.getLogger("oncelog.coordinator.group")
 Record = tuple[bytes, "bytes | None"]
