@@ -9,27 +9,36 @@ from __future__ import annotations
 
 import logging
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import click
 
-from ._common import CONTEXT, fail, quiet_client_logs
+from ._common import CONTEXT, fail, quiet_client_logs, root_connection_options
 
 
-def _version() -> str:
+def _print_version(ctx: click.Context, _: click.Parameter, value: bool) -> None:
+    """``--version``: the installed package's version, looked up only when asked (importlib.metadata is slow)."""
+    if not value or ctx.resilient_parsing:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
-        return version("oncelog")
+        v = version("oncelog")
     except PackageNotFoundError:  # pragma: no cover - running from a source tree without an install
-        return "unknown"
+        v = "unknown"
+    click.echo(f"oncelog {v}")
+    ctx.exit(0)
 
 
 @click.group(context_settings=CONTEXT)
-@click.version_option(_version(), "-V", "--version", prog_name="oncelog", message="%(prog)s %(version)s")
-def cli() -> None:
+@click.option("-V", "--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version and exit.")
+@root_connection_options
+def cli(bootstrap_server: str | None, command_config: str | None) -> None:
     """oncelog: a Kafka-compatible log broker with exactly-once semantics.
 
     Start a broker with 'oncelog serve', then use any Kafka client, or these commands, against 127.0.0.1:9092.
+    -b/--bootstrap-server and --command-config go before the command or after it.
     """
 
 
