@@ -65,6 +65,15 @@ def test_help_loads_no_heavy_module() -> None:
     assert "oncelog.client.admin" in _modules_after("topic", "list", "--json", "-b", "127.0.0.1:1")
 
 
+def test_the_help_line_of_a_command_not_loaded_is_its_own() -> None:
+    """'oncelog --help' shows the commands without importing their modules: its line for each must be the one the
+    command itself has."""
+    from oncelog.cli.main import LAZY
+
+    for name, (load, line) in LAZY.items():
+        assert load().get_short_help_str(1000) == line, name
+
+
 _BOX = re.compile(r"[│┃┏┓┗┛┡┩┣┫━─┳┻╇╈┼┬┴└┘┌┐]")
 
 

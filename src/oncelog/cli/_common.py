@@ -13,7 +13,6 @@ import functools
 import json
 import logging
 import os
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -29,8 +28,21 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENV = "ONCELOG_BOOTSTRAP_SERVER"
 #: click settings of every command: -h as well as --help, help text as wide as the terminal up to 110 columns (100
 #: when the output is not a terminal)
+def _terminal_width() -> int:
+    """$COLUMNS, else the terminal's width, else 100 (shutil.get_terminal_size's logic without importing shutil,
+    which pulls in bz2, lzma and zlib)."""
+    try:
+        return int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        pass
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns if sys.__stdout__ else 100
+    except (AttributeError, ValueError, OSError):
+        return 100
+
+
 CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 110,
-                           "terminal_width": shutil.get_terminal_size((100, 24)).columns}
+                           "terminal_width": _terminal_width()}
 
 F = TypeVar("F", bound=Callable[..., Any])
 

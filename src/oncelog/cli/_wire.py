@@ -9,7 +9,6 @@ controller forwards the two that change the cluster to it).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,6 +17,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from ._common import Conn, config_hint, fail, unreachable_hint
 
 if TYPE_CHECKING:
+    import asyncio
+
     from oncelog.client.connection import BrokerConnection
 
 __all__ = ["Broker", "ClusterShape", "PartitionInfo", "Wire", "error_name", "wire"]
@@ -78,7 +79,9 @@ class Wire:
         self.bootstrap = conn.bootstrap
         self.conn = conn
         self.timeout = timeout
-        self._loop = asyncio.new_event_loop()
+        import asyncio  # here, not at the top: help and usage errors need no event loop (~40 ms of imports)
+
+        self._loop: asyncio.AbstractEventLoop = asyncio.new_event_loop()
         self._conn: BrokerConnection | None = None
 
     def _unreachable(self, detail: str) -> NoReturn:
