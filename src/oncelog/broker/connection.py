@@ -66,6 +66,7 @@ class Connection(asyncio.Protocol):
         self._tasks: set[asyncio.Task[Any]] = set()
         self.on_lost: Callable[[], None] | None = None  # the acceptor's: the connection no longer counts
         self._muted: asyncio.TimerHandle | None = None  # a throttled client is not read until this fires
+        self._held: deque[memoryview | bytearray] = deque()  # requests read while muted: handled once unmuted
 
     # -- asyncio.Protocol -------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -109,6 +110,9 @@ class Connection(asyncio.Protocol):
         for frame in frames:
             if self._closed:
                 return
+            if self._muted is not None or self._held:
+                self._held.append(frame)  # Kafka reads a throttled client's next request after its throttle time
+                continue
             self._handle_frame(frame)
         self._update_reading()
 
@@ -251,6 +255,8 @@ class Connection(asyncio.Protocol):
 
     def _unmute(self) -> None:
         self._muted = None
+        while self._held and self._muted is None and not self._closed:
+            self._handle_frame(self._held.popleft())
         self._update_reading()
 
     def close(self, reason: str | None) -> None:

@@ -246,10 +246,16 @@ class ClientQuotaManager:
 
 
 def _records_size(response: Any) -> int:
-    """Bytes of records in a FetchResponse (what a consumer's byte rate counts)."""
+    """Bytes of records in a FetchResponse (what a consumer's byte rate counts; Kafka counts the whole response, a
+    few dozen bytes more per partition). A partition's records are bytes or the log's chunks (a list)."""
     total = 0
     for topic in response.responses:
         for p in topic.partitions:
-            if p.records:
-                total += len(p.records)
+            records = p.records
+            if not records:
+                continue
+            if isinstance(records, list):
+                total += sum(c.nbytes if isinstance(c, memoryview) else len(c) for c in records)
+            else:
+                total += records.nbytes if isinstance(records, memoryview) else len(records)
     return total

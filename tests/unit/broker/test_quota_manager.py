@@ -92,8 +92,9 @@ def test_request_time_is_charged_except_for_acks_0_and_broker_requests() -> None
 
 
 def _fetch_response(size: int) -> FetchResponse:
+    """A response with ``size`` bytes of records, as the log hands them over: a list of chunks."""
     return FetchResponse(responses=[FetchableTopicResponse(topic="t", partitions=[
-        PartitionData(partition_index=0, records=b"x" * size)])])
+        PartitionData(partition_index=0, records=[memoryview(b"x" * (size // 2)), b"x" * (size - size // 2)])])])
 
 
 def test_a_throttled_fetch_is_answered_empty_and_its_bytes_are_taken_back() -> None:
