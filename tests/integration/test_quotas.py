@@ -9,6 +9,7 @@ windows of it) to one second, so the tests last seconds.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasR
 from oncelog.protocol.messages.metadata_request import MetadataRequest
 from oncelog.testing.broker_process import BrokerProcess
 
+from _cli import oncelog
 from _rawclient import RawClient
 
 METADATA = 3
@@ -188,3 +190,26 @@ def test_a_client_over_its_request_percentage_is_muted_for_the_throttle_time(
         busy.request(METADATA, 9, MetadataRequest(topics=[]))  # read only once the mute is over
         assert time.monotonic() - start >= first.throttle_time_ms / 1000 * 0.8
     alter(admin, [({"user": None, "client-id": "busy"}, {"request_percentage": None})])
+
+
+def test_the_cli_sets_lists_and_removes_quotas(qbroker: BrokerProcess) -> None:
+    b = ["-b", qbroker.bootstrap]
+    app = f"cli-{uuid.uuid4().hex[:6]}"
+    r = oncelog("quota", "set", "--client-id", app, "--user-default", "producer_byte_rate=1048576",
+                "request_percentage=25", *b)
+    assert r.exit_code == 0, r.stderr
+    r = oncelog("quota", "list", "--client-id", app, "--json", *b)
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout) == [{"entity": {"user": None, "client-id": app},
+                                     "quotas": {"producer_byte_rate": 1048576.0, "request_percentage": 25.0}}]
+    r = oncelog("quota", "list", "--client-id", app, *b)
+    assert "user=<default>, client-id=" + app in r.stdout and "producer_byte_rate=1048576, request_percentage=25" in r.stdout
+    bad = oncelog("quota", "set", "--client-id", app, "producer_byte_rate=-1", *b)
+    assert bad.exit_code == 1 and bad.stderr.strip() == (
+        f"error: cannot change the quotas of client-id={app}: Quota producer_byte_rate must be greater than 0")
+    usage = oncelog("quota", "set", "producer_byte_rate=1", *b)
+    assert usage.exit_code == 2 and usage.stderr.startswith("error: name the entity")
+    r = oncelog("quota", "remove", "--client-id", app, "--user-default", "producer_byte_rate", "request_percentage",
+                *b)
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(oncelog("quota", "list", "--client-id", app, "--json", *b).stdout) == []

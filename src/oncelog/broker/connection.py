@@ -67,6 +67,7 @@ class Connection(asyncio.Protocol):
         self.on_lost: Callable[[], None] | None = None  # the acceptor's: the connection no longer counts
         self._muted: asyncio.TimerHandle | None = None  # a throttled client is not read until this fires
         self._held: deque[memoryview | bytearray] = deque()  # requests read while muted: handled once unmuted
+        self._quotas = broker.quotas  # client quotas: charge requests when any is set
 
     # -- asyncio.Protocol -------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -110,7 +111,7 @@ class Connection(asyncio.Protocol):
         for frame in frames:
             if self._closed:
                 return
-            if self._muted is not None or self._held:
+            if self._muted is not None:  # (frames are held only while muted)
                 self._held.append(frame)  # Kafka reads a throttled client's next request after its throttle time
                 continue
             self._handle_frame(frame)
@@ -147,8 +148,8 @@ class Connection(asyncio.Protocol):
                           header.api_version, header.client_id)
             self.close(None)
             return
-        quotas = self.broker.quotas
         charge = None
+        quotas = self._quotas
         if quotas is not None and quotas.enabled:
             charge = quotas.on_request(ctx, request, len(frame), time.perf_counter() - started)
         if result is NO_RESPONSE:
@@ -157,7 +158,8 @@ class Connection(asyncio.Protocol):
                 self.mute_for(charge.throttle_ms)
             return
         slot = _Slot(header, route, started)
-        slot.charge = charge
+        if charge is not None:
+            slot.charge = charge
         if hasattr(type(result), "__await__"):  # a coroutine or future (cheaper than inspect.isawaitable)
             self._slots.append(slot)
             task = asyncio.ensure_future(result)
@@ -192,8 +194,8 @@ class Connection(asyncio.Protocol):
             return
         h = slot.header
         throttle_ms = 0
-        if slot.charge is not None and self.broker.quotas is not None:
-            throttle_ms = self.broker.quotas.on_response(slot.charge, slot.response)
+        if slot.charge is not None and self._quotas is not None:
+            throttle_ms = self._quotas.on_response(slot.charge, slot.response)
         try:
             buffers = kapi.encode_response(h.api_key, h.api_version, h.correlation_id, slot.response)
         except Exception:
