@@ -183,12 +183,12 @@ def test_a_client_over_its_request_percentage_is_muted_for_the_throttle_time(
     assert alter(admin, [({"user": None, "client-id": "busy"}, {"request_percentage": 0.0001})])[0][1] == 0
     with RawClient(qbroker.bootstrap, client_id="busy") as busy, RawClient(qbroker.bootstrap, client_id="idle") as idle:
         first = busy.request(METADATA, 9, MetadataRequest(topics=[]))
+        muted = time.monotonic()
         assert 0 < first.throttle_time_ms <= 1000  # a request throttle is at most quota.window.size.seconds
-        start = time.monotonic()
         idle_response = idle.request(METADATA, 9, MetadataRequest(topics=[]))
-        assert idle_response.throttle_time_ms == 0 and time.monotonic() - start < 0.5  # others are served
+        assert idle_response.throttle_time_ms == 0 and time.monotonic() - muted < 0.5  # others are served
         busy.request(METADATA, 9, MetadataRequest(topics=[]))  # read only once the mute is over
-        assert time.monotonic() - start >= first.throttle_time_ms / 1000 * 0.8
+        assert time.monotonic() - muted >= first.throttle_time_ms / 1000 * 0.9
     alter(admin, [({"user": None, "client-id": "busy"}, {"request_percentage": None})])
 
 

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from oncelog.clock import Clock
 from oncelog.security.quotas import (
     CONSUMER_BYTE_RATE,
+    CONTROLLER_MUTATION_RATE,
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
     QuotaIndex,
@@ -109,6 +110,9 @@ class ClientQuotaManager:
         self.index = index = QuotaIndex.from_records(records)
         self._clients.clear()
         self.enabled = any(index.has(key) for key in (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE))
+        if index.has(CONTROLLER_MUTATION_RATE):
+            log.warning("controller_mutation_rate quotas are stored (as Kafka accepts them) but oncelog does not "
+                        "enforce them: CreateTopics, CreatePartitions and DeleteTopics are not throttled")
         hosts = sorted(n for n in index.ip_rates if n is not None and not is_ip_literal(n))
         self._host_rates = {}
         if self._resolving is not None:
