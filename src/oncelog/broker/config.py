@@ -140,6 +140,16 @@ def _listen(v: str) -> str | None:
     return None if sep and port.isdigit() and 0 <= int(port) <= 65535 else "expected HOST:PORT (empty: off)"
 
 
+def _overrides(v: str) -> str | None:
+    from .connection_quotas import parse_overrides
+
+    try:
+        parse_overrides(v)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def _metadata(v: Any) -> str:
     s = _str(v)
     if s:
@@ -202,6 +212,12 @@ class BrokerConfig:
 
     message_max_bytes: int = 1048588
     socket_request_max_bytes: int = 104857600
+    max_connections: int = 2147483647
+    max_connections_per_ip: int = 2147483647
+    max_connections_per_ip_overrides: str = ""
+    max_connection_creation_rate: int = 2147483647
+    quota_window_num: int = 11
+    quota_window_size_seconds: int = 1
     auto_create_topics_enable: bool = True
     num_partitions: int = 1
     default_replication_factor: int = 1
@@ -330,6 +346,9 @@ class BrokerConfig:
 
     def validate(self) -> None:
         """Checks across settings, once all are set (raises :class:`ConfigError`)."""
+        if self.max_connections_per_ip == 0 and not self.max_connections_per_ip_overrides.strip():
+            raise ConfigError("max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides "
+                              "is set (the addresses that may connect)")
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ConfigError(f"group.min.session.timeout.ms ({self.group_min_session_timeout_ms}) is above "
                               f"group.max.session.timeout.ms ({self.group_max_session_timeout_ms})")
@@ -466,6 +485,19 @@ _SETTINGS: list[Setting] = [
             "(its default `max.message.bytes`).", at_least(0), _B),
     Setting("socket.request.max.bytes", "socket_request_max_bytes", "INT", _int, "Largest request; a larger one "
             "closes the connection.", at_least(1), _B),
+    # -- connection limits and client quotas (docs/security.md)
+    Setting("max.connections", "max_connections", "INT", _int, "Most connections the broker holds; past it a new "
+            "one waits to be accepted until another closes.", at_least(0)),
+    Setting("max.connections.per.ip", "max_connections_per_ip", "INT", _int, "Most connections from one address; "
+            "one more is closed at once.", at_least(0)),
+    Setting("max.connections.per.ip.overrides", "max_connections_per_ip_overrides", "STRING", _str, "Other "
+            "maxima for some addresses: `HOST:COUNT,HOST:COUNT`.", _overrides),
+    Setting("max.connection.creation.rate", "max_connection_creation_rate", "INT", _int, "Most new connections "
+            "accepted per second; faster ones are accepted late.", at_least(0)),
+    Setting("quota.window.num", "quota_window_num", "INT", _int, "Samples a client's rate is measured over "
+            "(client quotas, connection rates).", at_least(1)),
+    Setting("quota.window.size.seconds", "quota_window_size_seconds", "INT", _int, "Length of one sample of a "
+            "rate.", at_least(1)),
     Setting("auto.create.topics.enable", "auto_create_topics_enable", "BOOLEAN", _bool, "Create a topic a "
             "producer or a metadata request names, if it does not exist."),
     Setting("num.partitions", "num_partitions", "INT", _int, "Partitions of an auto-created topic (and of "

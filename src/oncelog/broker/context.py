@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .coordinators.markers import LocalMarkerWriter
     from .coordinators.single_node import LoadOnFirstUse
     from .metrics import BrokerMetrics
+    from .quota_manager import ClientQuotaManager
     from .topics import TopicRegistry
     from .coordinators.txn_verifier import RemoteTxnVerifier
 
@@ -56,6 +57,7 @@ class BrokerContext:
     security_store: SecurityStore | None = None  # ACL, SCRAM and quota records (a file, or etcd in a cluster)
     #: a single node: the internal topic of each coordinator (GROUP, TRANSACTION), created on first use
     internal_topics: Mapping[int, LoadOnFirstUse] = field(default_factory=dict)
+    quotas: ClientQuotaManager | None = None  # client quotas: the connection and the Fetch handler charge requests
 
     @property
     def log_defaults(self) -> LogConfig:

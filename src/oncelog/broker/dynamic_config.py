@@ -53,6 +53,8 @@ DYNAMIC: frozenset[str] = frozenset({
     "unclean.leader.election.enable",
     # DynamicProducerStateManagerConfig: read by every retention pass
     "producer.id.expiration.ms",
+    # DynamicConnectionQuota: read by the acceptor for each new connection
+    "max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides", "max.connection.creation.rate",
 })
 
 #: settings Kafka changes at run time that oncelog reads only at start (refused, with a word saying why)

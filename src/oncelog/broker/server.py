@@ -25,8 +25,10 @@ from oncelog.clock import SYSTEM_CLOCK, Clock
 from oncelog.security.store import FileSecurityStore, SecurityStoreError
 from oncelog.storage import KafkaStorageError, LogConfig, LogManager
 
+from .acceptor import Acceptor
 from .config import BrokerConfig
 from .connection import Connection
+from .connection_quotas import ConnectionQuotas
 from .context import GROUP, TRANSACTION, BrokerContext
 from .coordinators.groups import GroupCoordinatorHandle, start_single_node_groups
 from .coordinators.markers import LocalMarkerWriter
@@ -38,6 +40,7 @@ from .coordinators.transactions import (
 from .durability import GroupCommitFlusher
 from .metrics import BrokerMetrics
 from .partition import Partition
+from .quota_manager import ClientQuotaManager
 from .router import Router
 from .topics import TopicRegistry
 
@@ -122,7 +125,7 @@ class Broker:
         self.flusher = GroupCommitFlusher(self._on_durable)
         self.logs: LogManager | None = None
         self._topics: TopicRegistry | None = None
-        self._server: asyncio.AbstractServer | None = None
+        self._acceptor: Acceptor | None = None
         self._background: list[asyncio.Task[Any]] = []
         self._stopped = asyncio.Event()
         self.cluster_id = ""
@@ -191,6 +194,8 @@ class Broker:
             self._cluster_security = ClusterSecurityStore(self.cluster.store)
             context.security_store = self._cluster_security
             self._cluster_security.start()
+        quotas = context.quotas = ClientQuotaManager(self.clock, cfg.quota_window_size_seconds, cfg.quota_window_num,
+                                                     context.security_store)
         self.metrics.watch_partitions(self._topics)
         self.metrics.watch_flusher(self.flusher)
         self.flusher.start()
@@ -231,8 +236,10 @@ class Broker:
             except ClusterStartError as e:
                 raise StartupError(str(e)) from None
         self.metrics.watch_operator_view(self._topics, lambda: context.group_coordinator)
-        self._server = await loop.create_server(lambda: Connection(context, self.router, self.connections),
-                                               sock=sock, backlog=1024)
+        connection_quotas = ConnectionQuotas(cfg, self.clock, quotas.ip_connection_rate)
+        self._acceptor = Acceptor(sock, cfg.listener.name, connection_quotas,
+                                  lambda: Connection(context, self.router, self.connections))
+        self._acceptor.start(backlog=1024)
         self._sock = None
         if self.cluster is not None:
             self.cluster.start_controller()
@@ -359,8 +366,8 @@ class Broker:
         if self.replicas is not None:
             await self.replicas.stop()
             self.replicas = None
-        if self._server is not None:
-            self._server.close()
+        if self._acceptor is not None:
+            self._acceptor.close()
         if self._sock is not None:
             self._sock.close()
             self._sock = None

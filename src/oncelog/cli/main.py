@@ -69,6 +69,12 @@ def _txn() -> click.Command:
     return txn.txn
 
 
+def _quota() -> click.Command:
+    from . import quota
+
+    return quota.quota
+
+
 #: the commands in modules of their own, each loaded only when it runs (its options alone are ~10 ms of click
 #: objects), with the line 'oncelog --help' shows for it (tests/integration/test_cli_newcomer.py checks that it is
 #: the command's own first line)
@@ -78,6 +84,7 @@ LAZY: dict[str, tuple[Callable[[], click.Command], str]] = {
                           "is there."),
     "group": (_group, "Inspect consumer groups and manage their offsets (like kafka-consumer-groups.sh)."),
     "produce": (_produce, "Write records to TOPIC: one per line of stdin, or one per --value."),
+    "quota": (_quota, "Set, remove and list client quotas (like kafka-configs.sh for users, clients and ips)."),
     "topic": (_topic, "Create, list, describe, alter and delete topics, and delete old records."),
     "txn": (_txn, "Inspect transactions and abort hanging ones (like kafka-transactions.sh)."),
 }

@@ -162,6 +162,14 @@ def _response(topics: list[FetchableTopicResponse]) -> FetchResponse:
 
 
 def handle(broker: "BrokerContext", ctx: "RequestContext", request: FetchRequest) -> object:
+    quotas = broker.quotas
+    if quotas is not None and quotas.enabled and _replica_id(request, ctx.api_version) < 0:
+        # a consumer with a byte-rate quota reads at most what the quota allows in its window (Kafka's
+        # getMaxValueInQuotaWindow): more would be sure to be throttled
+        cap = quotas.fetch_max_bytes(ctx.principal.name, ctx.client_id)
+        if cap is not None and cap < request.max_bytes:
+            request.max_bytes = cap
+            request.min_bytes = min(request.min_bytes, cap)
     topics, wants = _plan(broker, request, ctx.api_version)
     max_bytes = request.max_bytes
     isolation = request.isolation_level
