@@ -156,6 +156,20 @@ def _cluster_name(v: Any) -> str:
     return s
 
 
+def _authorizer(v: str) -> str | None:
+    from oncelog.security.authorizer import ACCEPTED_CLASS_NAMES
+
+    return None if v in ("", *ACCEPTED_CLASS_NAMES) else f"must be empty or one of {', '.join(ACCEPTED_CLASS_NAMES)}"
+
+
+def _super_users(v: Any) -> str:
+    from oncelog.security.authorizer import parse_super_users
+
+    s = _str(v)
+    parse_super_users(s)  # ValueError names the bad principal
+    return s
+
+
 def _rack(v: Any) -> str | None:
     return _str(v) or None
 
@@ -259,6 +273,10 @@ class BrokerConfig:
     leader_imbalance_check_interval_seconds: int = 300
     leader_imbalance_per_broker_percentage: int = 10
     controlled_shutdown_enable: bool = True
+
+    authorizer_class_name: str = ""  # empty: no authorization (Kafka's default)
+    super_users: str = ""
+    allow_everyone_if_no_acl_found: bool = False
 
     #: Kafka names of the settings given at start (by any of their names): DescribeConfigs' STATIC_BROKER_CONFIG
     given: set[str] = field(default_factory=set)
@@ -585,6 +603,14 @@ _SETTINGS: list[Setting] = [
             "Leader imbalance a broker may have before the controller rebalances.", at_least(0)),
     Setting("controlled.shutdown.enable", "controlled_shutdown_enable", "BOOLEAN", _bool, "A broker stopping "
             "cleanly first moves its leaderships to other brokers."),
+    # -- authorization (docs/security.md)
+    Setting("authorizer.class.name", "authorizer_class_name", "STRING", _str, "Empty: every request is allowed. "
+            "`org.apache.kafka.metadata.authorizer.StandardAuthorizer` (or `kafka.security.authorizer.AclAuthorizer`):"
+            " requests are checked against the ACLs.", _authorizer),
+    Setting("super.users", "super_users", "LIST", _super_users, "Principals allowed everything, separated by `;` "
+            "(`User:admin;User:broker`)."),
+    Setting("allow.everyone.if.no.acl.found", "allow_everyone_if_no_acl_found", "BOOLEAN", _bool, "With an "
+            "authorizer: allow a request on a resource that has no ACL at all (else deny)."),
 ]
 
 SETTINGS: dict[str, Setting] = {s.key: s for s in _SETTINGS}

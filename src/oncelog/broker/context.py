@@ -20,6 +20,7 @@ from oncelog.clock import Clock
 if TYPE_CHECKING:
     from oncelog.coordinator.group.coordinator import GroupCoordinator
     from oncelog.coordinator.transaction import TransactionCoordinator
+    from oncelog.security.authorizer import StandardAuthorizer
     from oncelog.security.store import SecurityStore
     from oncelog.storage import LogConfig
 
@@ -52,6 +53,7 @@ class BrokerContext:
     auto_creator: AutoCreator | None = None  # Metadata's auto-creation in a cluster
     txn_verifier: RemoteTxnVerifier | None = None  # in a cluster: KIP-890 checks with a coordinator elsewhere
     security_store: SecurityStore | None = None  # ACL, SCRAM and quota records (a file, or etcd in a cluster)
+    authorizer: StandardAuthorizer | None = None  # None: authorization off (no authorizer.class.name)
 
     @property
     def log_defaults(self) -> LogConfig:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from oncelog.clock import SYSTEM_CLOCK, Clock
+from oncelog.security.authorizer import StandardAuthorizer, parse_super_users
 from oncelog.security.store import FileSecurityStore, SecurityStoreError
 from oncelog.storage import KafkaStorageError, LogConfig, LogManager
 
@@ -188,6 +189,9 @@ class Broker:
             self._cluster_security = ClusterSecurityStore(self.cluster.store)
             context.security_store = self._cluster_security
             self._cluster_security.start()
+        if cfg.authorizer_class_name and context.security_store is not None:
+            context.authorizer = StandardAuthorizer(context.security_store, parse_super_users(cfg.super_users),
+                                                    cfg.allow_everyone_if_no_acl_found)
         self.metrics.watch_partitions(self._topics)
         self.metrics.watch_flusher(self.flusher)
         self.flusher.start()
