@@ -12,7 +12,9 @@ With no authorizer (``authorizer.class.name`` empty, the default) every call ans
 fields report every operation of the resource, as Kafka's ``AuthHelper`` does without an authorizer.
 
 A refusal goes to the audit log ``oncelog.security.audit`` (principal, host, operation, resource, API, the rule;
-Kafka's ``kafka.authorizer.logger`` line) and to the counter ``oncelog_authorization_denials{api,operation}``; a
+Kafka's ``kafka.authorizer.logger`` line) and to the counter ``oncelog_authorization_denials{api,operation}``, a
+failed login (:func:`audit_failed_login`, for the authenticator) to the same log and
+``oncelog_failed_authentications{listener,mechanism}``; a
 check that only filters what is shown (all-topics Metadata, ListGroups) is not audited, as Kafka's
 ``logIfDenied = false``.
 """
@@ -34,6 +36,7 @@ from oncelog.security.acl import (
 
 if TYPE_CHECKING:
     from .context import BrokerContext
+    from .metrics import BrokerMetrics
     from .request import RequestContext
 
 __all__ = ["API_ACLS", "CLUSTER_NAME", "allowed", "allowed_any", "allowed_names", "audit_failed_login",
@@ -159,7 +162,9 @@ def authorized_operations(broker: BrokerContext, ctx: RequestContext, resource_t
     return authorizer.authorized_operations(str(ctx.principal), ctx.client_host, resource_type, name)
 
 
-def audit_failed_login(principal: str, host: str, listener: str, mechanism: str, reason: str) -> None:
-    """A failed authentication, in the same audit log (for the authenticator)."""
+def audit_failed_login(metrics: BrokerMetrics, principal: str, host: str, listener: str, mechanism: str,
+                       reason: str) -> None:
+    """A failed authentication, in the same audit log and counted (``oncelog_failed_authentications``)."""
+    metrics.failed_authentications.labels(listener, mechanism).inc()
     audit.info("Failed authentication of principal = %s from host = %s on listener %s with %s: %s", principal,
                host, listener, mechanism, reason)

@@ -118,6 +118,8 @@ class BrokerMetrics:
         self.connections = Gauge("oncelog_connections", "Open client connections", registry=r)
         self.authorization_denials = Counter("oncelog_authorization_denials", "Requests (or parts of them) refused "
                                              "by the authorizer", ["api", "operation"], registry=r)
+        self.failed_authentications = Counter("oncelog_failed_authentications", "Logins refused",
+                                              ["listener", "mechanism"], registry=r)
         self._topic_children: dict[str, tuple[Counter, Counter, Counter]] = {}
 
     def topic(self, topic: str) -> tuple[Counter, Counter, Counter]:

@@ -95,3 +95,13 @@ def secured_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerP
     proc.start()
     yield proc
     proc.stop()
+
+
+@pytest.fixture(scope="module")
+def super_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """Authorization on; the tests' principal is a super user (as an operator's admin is)."""
+    proc = BrokerProcess(tmp_path_factory.mktemp("acl-admin") / "data",
+                         settings={"authorizer.class.name": AUTHORIZER, "super.users": "User:ANONYMOUS"})
+    proc.start()
+    yield proc
+    proc.stop()

@@ -7,8 +7,6 @@ broker goes on serving."""
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
-
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
@@ -21,7 +19,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from conftest import AUTHORIZER, identities, request
+from conftest import identities, request
 from oncelog.protocol import _runtime
 from oncelog.protocol import api as kapi
 from oncelog.protocol.errors import ErrorCode
@@ -32,16 +30,6 @@ from oncelog.testing.broker_process import BrokerProcess
 TIMEOUT = 15
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
 LITERAL, PREFIXED = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
-
-
-@pytest.fixture(scope="module")
-def super_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """Authorization on; the tests' principal is a super user (as an operator's admin is)."""
-    proc = BrokerProcess(tmp_path_factory.mktemp("acl-admin") / "data",
-                         settings={"authorizer.class.name": AUTHORIZER, "super.users": "User:ANONYMOUS"})
-    proc.start()
-    yield proc
-    proc.stop()
 
 
 def admin_for(bootstrap: str) -> AdminClient:

@@ -207,3 +207,15 @@ def test_without_an_authorizer_nothing_is_checked(context: BrokerContext) -> Non
     every = ask(context, BOB, 12, MetadataRequest(topics=None, include_topic_authorized_operations=True))
     assert sorted(t.name for t in every.topics) == ["secret", "t"]
     assert all(t.topic_authorized_operations == 0b110111111000 for t in every.topics)  # every TOPIC operation
+
+
+def test_a_failed_login_is_audited_and_counted(context: BrokerContext, caplog: pytest.LogCaptureFixture) -> None:
+    from oncelog.broker.authorization import audit_failed_login
+
+    with caplog.at_level(logging.INFO, logger="oncelog.security.audit"):
+        audit_failed_login(context.metrics, "User:eve", "10.0.0.9", "SASL_PLAINTEXT", "SCRAM-SHA-256",
+                           "bad password")
+    line = [r.getMessage() for r in caplog.records if r.name == "oncelog.security.audit"][0]
+    assert "User:eve" in line and "10.0.0.9" in line and "SCRAM-SHA-256" in line
+    assert context.metrics.registry.get_sample_value("oncelog_failed_authentications_total", {
+        "listener": "SASL_PLAINTEXT", "mechanism": "SCRAM-SHA-256"}) == 1
