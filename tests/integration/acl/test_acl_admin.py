@@ -19,7 +19,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from conftest import identities, request
+from acl_helpers import identities, request
 from oncelog.protocol import _runtime
 from oncelog.protocol import api as kapi
 from oncelog.protocol.errors import ErrorCode

@@ -4,7 +4,7 @@ application — READ on its input topic and its group, WRITE on its output topic
 nothing else (no super user, no default allow). Removing each ACL in turn gives the client the documented error.
 A principal without WRITE on the transactional id cannot fence the copier's producer: the copier goes on.
 
-Who is who comes from ``conftest.identities`` (today: one principal told apart by host)."""
+Who is who comes from ``acl_helpers.identities`` (today: one principal told apart by host)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from conftest import Identity, identities, request
+from acl_helpers import Identity, identities, request
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.create_acls_request import AclCreation, CreateAclsRequest
 from oncelog.protocol.messages.create_topics_request import CreatableTopic, CreateTopicsRequest
