@@ -219,3 +219,13 @@ def test_a_failed_login_is_audited_and_counted(context: BrokerContext, caplog: p
     assert "User:eve" in line and "10.0.0.9" in line and "SCRAM-SHA-256" in line
     assert context.metrics.registry.get_sample_value("oncelog_failed_authentications_total", {
         "listener": "SASL_PLAINTEXT", "mechanism": "SCRAM-SHA-256"}) == 1
+
+
+def test_the_host_acls_name_is_the_clients_address() -> None:
+    from oncelog.broker.request import RequestContext
+
+    def host(peer: str) -> str:
+        return RequestContext(1, peer, None, 0, 0, 0).client_host
+    assert host("10.0.0.1:5000") == "10.0.0.1"
+    assert host("[::1]:5000") == "::1"
+    assert host("[::ffff:10.0.0.1]:5000") == "10.0.0.1"  # IPv4 through a dual-stack listener, as Kafka sees it
