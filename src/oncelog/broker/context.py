@@ -12,7 +12,8 @@ DescribeCluster, CreateTopics) then answer from its view; None on a single node.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from oncelog.clock import Clock
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from .cluster.topic_admin import AutoCreator
     from .config import BrokerConfig
     from .coordinators.markers import LocalMarkerWriter
+    from .coordinators.single_node import LoadOnFirstUse
     from .metrics import BrokerMetrics
     from .topics import TopicRegistry
     from .coordinators.txn_verifier import RemoteTxnVerifier
@@ -54,6 +56,8 @@ class BrokerContext:
     txn_verifier: RemoteTxnVerifier | None = None  # in a cluster: KIP-890 checks with a coordinator elsewhere
     security_store: SecurityStore | None = None  # ACL, SCRAM and quota records (a file, or etcd in a cluster)
     authorizer: StandardAuthorizer | None = None  # None: authorization off (no authorizer.class.name)
+    #: a single node: the internal topic of each coordinator (GROUP, TRANSACTION), created on first use
+    internal_topics: Mapping[int, LoadOnFirstUse] = field(default_factory=dict)
 
     @property
     def log_defaults(self) -> LogConfig:

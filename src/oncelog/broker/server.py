@@ -19,20 +19,16 @@ import signal
 import socket
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oncelog.clock import SYSTEM_CLOCK, Clock
 from oncelog.security.authorizer import StandardAuthorizer, parse_super_users
 from oncelog.security.store import FileSecurityStore, SecurityStoreError
 from oncelog.storage import KafkaStorageError, LogConfig, LogManager
 
-from .cluster.node import ClusterNode, ClusterStartError, ReplicaManagerLike
-from .cluster.security_store import ClusterSecurityStore
-from .cluster.topic_admin import AutoCreator
 from .config import BrokerConfig
 from .connection import Connection
-from .context import BrokerContext
-from .coordinators.cluster import ClusterCoordinators
+from .context import GROUP, TRANSACTION, BrokerContext
 from .coordinators.groups import GroupCoordinatorHandle, start_single_node_groups
 from .coordinators.markers import LocalMarkerWriter
 from .coordinators.transactions import (
@@ -40,13 +36,16 @@ from .coordinators.transactions import (
     next_coordinator_epoch,
     start_single_node_transactions,
 )
-from .coordinators.txn_verifier import RemoteTxnVerifier
 from .durability import GroupCommitFlusher
 from .metrics import BrokerMetrics
 from .partition import Partition
-from .replication.manager import ReplicaManager
 from .router import Router
 from .topics import TopicRegistry
+
+if TYPE_CHECKING:  # a cluster's parts (etcd's client among them) are imported only by a broker of a cluster
+    from .cluster.node import ClusterNode, ReplicaManagerLike
+    from .cluster.security_store import ClusterSecurityStore
+    from .coordinators.cluster import ClusterCoordinators
 
 __all__ = ["Broker", "StartupError", "run_broker"]
 
@@ -160,13 +159,15 @@ class Broker:
             cfg.port = sock.getsockname()[1]
         loop = asyncio.get_running_loop()
         if cfg.cluster_mode:
+            from .cluster.node import ClusterNode, ClusterStartError
+
             try:
                 self.cluster = await ClusterNode.connect(cfg)
             except ClusterStartError as e:
                 raise StartupError(str(e)) from None
         try:
             self.logs = await loop.run_in_executor(None, LogManager.open, cfg.data_dir, log_defaults(cfg),
-                                                   self.clock)
+                                                   self.clock, self.cluster.cluster_id if self.cluster else None)
         except KafkaStorageError as e:
             raise StartupError(str(e)) from None
         except OSError as e:
@@ -186,6 +187,8 @@ class Broker:
             except SecurityStoreError as e:
                 raise StartupError(str(e)) from None
         else:
+            from .cluster.security_store import ClusterSecurityStore
+
             self._cluster_security = ClusterSecurityStore(self.cluster.store)
             context.security_store = self._cluster_security
             self._cluster_security.start()
@@ -204,7 +207,14 @@ class Broker:
                                                     lambda: context.txn_coordinator)
             self._single_node_coordinators.append(groups)
             context.group_coordinator = groups.coordinator
+            assert groups.first_use is not None and txn.first_use is not None
+            context.internal_topics = {GROUP: groups.first_use, TRANSACTION: txn.first_use}
         else:
+            from .cluster.topic_admin import AutoCreator
+            from .coordinators.cluster import ClusterCoordinators
+            from .coordinators.txn_verifier import RemoteTxnVerifier
+            from .replication.manager import ReplicaManager
+
             context.cluster = self.cluster
             context.auto_creator = AutoCreator(self.cluster)
             node = self.cluster

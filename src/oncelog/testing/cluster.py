@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from oncelog.cluster._etcd import KV, prefix_end
-from oncelog.cluster._viewstate import ViewState
+from oncelog.cluster._etcd_view import ViewState
 from oncelog.cluster.model import ClusterView, Keys
 
 from .broker_process import BrokerProcess, free_port

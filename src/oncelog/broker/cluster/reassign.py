@@ -41,7 +41,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from oncelog.client.connection import BrokerConnection
 from oncelog.cluster.api_error import ApiError
 from oncelog.cluster.controller import (
     ControllerConfig,
@@ -55,7 +54,7 @@ from oncelog.cluster.controller import (
 from oncelog.cluster.model import BrokerInfo, ClusterView, PartitionState, TopicMeta, TopicPartition, VersionedPartition
 from oncelog.protocol.errors import ErrorCode
 
-from .node import controller_config
+from .controller_config import controller_config
 
 if TYPE_CHECKING:
     from .node import ClusterNode
@@ -236,6 +235,8 @@ async def forward(node: ClusterNode, request: Any, api_version: int, timeout: fl
     if info is None:
         return ApiError(ErrorCode.NOT_CONTROLLER, f"the controller (node {target}) is not registered; retry")
     left = max(1.0, deadline - loop.time())
+    from oncelog.client.connection import BrokerConnection  # the forwarding broker's client, imported on use
+
     conn = BrokerConnection(info.host, info.port, client_id=f"{FORWARDED_CLIENT_PREFIX}{node.node_id}",
                             node_id=target, request_timeout=left + 5.0, connect_timeout=min(left, 5.0))
     try:
