@@ -30,144 +30,32 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from .config_values import (
+    Check,
+    Endpoint,
+    _authorizer,
+    _bool,
+    _cluster_name,
+    _int,
+    _listen,
+    _metadata,
+    _overrides,
+    _path,
+    _policy,
+    _port,
+    _rack,
+    _str,
+    _super_users,
+    at_least,
+    one_of,
+)
+
 __all__ = ["ALIASES", "BrokerConfig", "ConfigEntry", "ConfigError", "DEFAULT_CONFIG", "Endpoint", "SETTINGS",
            "STATIC_BROKER_CONFIG", "Setting", "TOPIC_DEFAULTS", "reference_markdown"]
 
 
 class ConfigError(ValueError):
     """A broker setting is unknown or has a bad value (the message names it as the user gave it)."""
-
-
-# ---------------------------------------------------------------------------------------------- values
-def _bool(v: Any) -> bool:
-    if isinstance(v, bool):
-        return v
-    s = str(v).strip().lower()
-    if s in ("true", "1", "yes", "on"):
-        return True
-    if s in ("false", "0", "no", "off"):
-        return False
-    raise ValueError("expected true or false")
-
-
-def _int(v: Any) -> int:
-    if isinstance(v, bool):
-        raise ValueError("expected an integer")
-    if isinstance(v, int):
-        return v
-    try:
-        return int(str(v).strip())
-    except ValueError:
-        raise ValueError("expected an integer") from None
-
-
-def _str(v: Any) -> str:
-    if isinstance(v, (dict, list, bool)):
-        raise ValueError("expected a string")
-    return str(v).strip()
-
-
-def _path(v: Any) -> Path:
-    dirs = [d.strip() for d in _str(v).split(",") if d.strip()]
-    if not dirs:
-        raise ValueError("expected a folder")
-    if len(dirs) > 1:
-        raise ValueError("oncelog keeps every partition in one folder: give one path")
-    return Path(dirs[0])
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """One listener: ``PLAINTEXT://HOST:PORT`` (``HOST:PORT`` is accepted too; an empty host means every
-    interface, as in Kafka)."""
-
-    host: str
-    port: int
-    name: str = "PLAINTEXT"
-
-    def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.name}://{host}:{self.port}"
-
-    @staticmethod
-    def parse(v: Any) -> Endpoint:
-        s = _str(v)
-        items = [x.strip() for x in s.split(",") if x.strip()]
-        if len(items) != 1:
-            raise ValueError("expected one listener such as PLAINTEXT://127.0.0.1:9092 (oncelog serves one "
-                             "listener)")
-        scheme, sep, rest = items[0].rpartition("://")
-        if not sep:
-            scheme, rest = "PLAINTEXT", items[0]
-        if scheme.upper() != "PLAINTEXT":
-            raise ValueError(f"listener {scheme}:// is not supported: oncelog speaks PLAINTEXT only (no TLS or "
-                             f"SASL yet)")
-        host, sep, port = rest.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ValueError("expected PLAINTEXT://HOST:PORT, e.g. PLAINTEXT://127.0.0.1:9092")
-        return Endpoint(host.strip("[]"), _port(port))
-
-
-def _port(v: Any) -> int:
-    p = _int(v)
-    if not 0 <= p <= 65535:
-        raise ValueError("a port is 0-65535")
-    return p
-
-
-# ---------------------------------------------------------------------------------------------- checks
-Check = Callable[[Any], str | None]
-
-
-def at_least(n: int) -> Check:
-    return lambda v: None if v >= n else f"must be at least {n}"
-
-
-def one_of(*options: str) -> Check:
-    return lambda v: None if v in options else f"must be one of {', '.join(options)}"
-
-
-def _policy(v: str) -> str | None:
-    parts = [p.strip() for p in v.split(",") if p.strip()]
-    bad = [p for p in parts if p not in ("delete", "compact")]
-    return "must be delete, compact or delete,compact" if bad or not parts else None
-
-
-def _listen(v: str) -> str | None:
-    if not v:
-        return None
-    host, sep, port = v.rpartition(":")
-    return None if sep and port.isdigit() and 0 <= int(port) <= 65535 else "expected HOST:PORT (empty: off)"
-
-
-def _overrides(v: str) -> str | None:
-    from .connection_quotas import parse_overrides
-
-    try:
-        parse_overrides(v)
-    except ValueError as e:
-        return str(e)
-    return None
-
-
-def _metadata(v: Any) -> str:
-    s = _str(v)
-    if s:
-        from oncelog.cluster.metadata import parse_endpoints
-
-        parse_endpoints(s)  # ValueError names the bad endpoint
-    return s
-
-
-def _cluster_name(v: Any) -> str:
-    s = _str(v)
-    if not s or "/" in s:
-        raise ValueError("a cluster name is non-empty and has no '/'")
-    return s
-
-
-def _rack(v: Any) -> str | None:
-    return _str(v) or None
 
 
 # ---------------------------------------------------------------------------------------------- table
@@ -275,6 +163,10 @@ class BrokerConfig:
     leader_imbalance_check_interval_seconds: int = 300
     leader_imbalance_per_broker_percentage: int = 10
     controlled_shutdown_enable: bool = True
+
+    authorizer_class_name: str = ""  # empty: no authorization (Kafka's default)
+    super_users: str = ""
+    allow_everyone_if_no_acl_found: bool = False
 
     #: Kafka names of the settings given at start (by any of their names): DescribeConfigs' STATIC_BROKER_CONFIG
     given: set[str] = field(default_factory=set)
@@ -617,6 +509,14 @@ _SETTINGS: list[Setting] = [
             "Leader imbalance a broker may have before the controller rebalances.", at_least(0)),
     Setting("controlled.shutdown.enable", "controlled_shutdown_enable", "BOOLEAN", _bool, "A broker stopping "
             "cleanly first moves its leaderships to other brokers."),
+    # -- authorization (docs/security.md)
+    Setting("authorizer.class.name", "authorizer_class_name", "STRING", _str, "Empty: every request is allowed. "
+            "`org.apache.kafka.metadata.authorizer.StandardAuthorizer` (or `kafka.security.authorizer.AclAuthorizer`):"
+            " requests are checked against the ACLs.", _authorizer),
+    Setting("super.users", "super_users", "LIST", _super_users, "Principals allowed everything, separated by `;` "
+            "(`User:admin;User:broker`)."),
+    Setting("allow.everyone.if.no.acl.found", "allow_everyone_if_no_acl_found", "BOOLEAN", _bool, "With an "
+            "authorizer: allow a request on a resource that has no ACL at all (else deny)."),
 ]
 
 SETTINGS: dict[str, Setting] = {s.key: s for s in _SETTINGS}

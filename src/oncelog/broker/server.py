@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from oncelog.clock import SYSTEM_CLOCK, Clock
+from oncelog.security.authorizer import StandardAuthorizer, parse_super_users
 from oncelog.security.store import FileSecurityStore, SecurityStoreError
 from oncelog.storage import KafkaStorageError, LogConfig, LogManager
 
@@ -196,6 +197,9 @@ class Broker:
             self._cluster_security.start()
         quotas = context.quotas = ClientQuotaManager(self.clock, cfg.quota_window_size_seconds, cfg.quota_window_num,
                                                      context.security_store)
+        if cfg.authorizer_class_name and context.security_store is not None:
+            context.authorizer = StandardAuthorizer(context.security_store, parse_super_users(cfg.super_users),
+                                                    cfg.allow_everyone_if_no_acl_found)
         self.metrics.watch_partitions(self._topics)
         self.metrics.watch_flusher(self.flusher)
         self.flusher.start()

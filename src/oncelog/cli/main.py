@@ -69,6 +69,12 @@ def _txn() -> click.Command:
     return txn.txn
 
 
+def _acl() -> click.Command:
+    from . import acl
+
+    return acl.acl
+
+
 def _quota() -> click.Command:
     from . import quota
 
@@ -79,6 +85,7 @@ def _quota() -> click.Command:
 #: objects), with the line 'oncelog --help' shows for it (tests/integration/test_cli_newcomer.py checks that it is
 #: the command's own first line)
 LAZY: dict[str, tuple[Callable[[], click.Command], str]] = {
+    "acl": (_acl, "Manage ACLs (like kafka-acls.sh); the broker needs authorizer.class.name set."),
     "cluster": (_cluster, "Brokers, controller and partition health of a cluster; leader elections."),
     "consume": (_consume, "Print records of TOPIC: new ones by default, --from-beginning or --offset to read what "
                           "is there."),

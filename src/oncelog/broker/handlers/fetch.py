@@ -25,11 +25,15 @@ from oncelog.protocol.messages.fetch_response import (
     FetchResponse,
     PartitionData,
 )
+from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.storage import OffsetOutOfRangeError
 
+from ..authorization import allowed
 from ._common import error_for, leadership_error, missing_partition_error
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from oncelog.broker.context import BrokerContext
     from oncelog.broker.partition import Partition
     from oncelog.broker.request import RequestContext
@@ -54,8 +58,8 @@ def _replica_id(request: FetchRequest, version: int) -> int:
     return request.replica_state.replica_id if version >= 15 else request.replica_id
 
 
-def _plan(broker: "BrokerContext", request: FetchRequest,
-          version: int) -> tuple[list[FetchableTopicResponse], list[_Want]]:
+def _plan(broker: "BrokerContext", request: FetchRequest, version: int,
+          may_read: "Callable[[str], bool] | None" = None) -> tuple[list[FetchableTopicResponse], list[_Want]]:
     topics: list[FetchableTopicResponse] = []
     wants: list[_Want] = []
     replica_id = _replica_id(request, version) if broker.cluster is not None else -1
@@ -72,7 +76,10 @@ def _plan(broker: "BrokerContext", request: FetchRequest,
             out = PartitionData(partition_index=p.partition, high_watermark=-1, last_stable_offset=-1,
                                 log_start_offset=-1, aborted_transactions=None, records=b"")
             partition = view.partitions[p.partition] if view and 0 <= p.partition < len(view.partitions) else None
-            if partition is None:
+            if may_read is not None and (view is not None or version < 13) \
+                    and not may_read(view.name if view is not None else t.topic):
+                out.error_code, partition = ErrorCode.TOPIC_AUTHORIZATION_FAILED, None
+            elif partition is None:
                 out.error_code = missing_partition_error(broker, t.topic, p.partition, missing_code) if t.topic \
                     else missing_code
             elif code := leadership_error(partition, p.current_leader_epoch):
@@ -161,6 +168,20 @@ def _response(topics: list[FetchableTopicResponse]) -> FetchResponse:
     return FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=topics)
 
 
+def _read_check(broker: "BrokerContext", ctx: "RequestContext", request: FetchRequest) -> "Callable[[str], bool]":
+    """A follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic (asked once per topic)."""
+    if _replica_id(request, ctx.api_version) >= 0:
+        follower = allowed(broker, ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER)
+        return lambda name: follower
+    answers: dict[str, bool] = {}
+
+    def may_read(name: str) -> bool:
+        if name not in answers:
+            answers[name] = allowed(broker, ctx, AclOperation.READ, ResourceType.TOPIC, name)
+        return answers[name]
+    return may_read
+
+
 def handle(broker: "BrokerContext", ctx: "RequestContext", request: FetchRequest) -> object:
     quotas = broker.quotas
     if quotas is not None and quotas.enabled and _replica_id(request, ctx.api_version) < 0:
@@ -170,7 +191,8 @@ def handle(broker: "BrokerContext", ctx: "RequestContext", request: FetchRequest
         if cap is not None and cap < request.max_bytes:
             request.max_bytes = cap
             request.min_bytes = min(request.min_bytes, cap)
-    topics, wants = _plan(broker, request, ctx.api_version)
+    may_read = _read_check(broker, ctx, request) if broker.authorizer is not None else None
+    topics, wants = _plan(broker, request, ctx.api_version, may_read)
     max_bytes = request.max_bytes
     isolation = request.isolation_level
     total, error = _read(broker, wants, max_bytes, isolation)
