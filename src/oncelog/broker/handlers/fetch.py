@@ -7,6 +7,13 @@ reads up to the log end and long-polls on it: it must be an assigned replica at 
 records (ISR, high watermark); a ``last_fetched_epoch`` whose end here is below the fetch offset is answered with
 ``diverging_epoch`` and no records (Fetch v12+, Kafka's Partition.fetchRecords), so the follower truncates first.
 
+A fetch that finds too little waits (Kafka's DelayedFetch) for what can complete it: a client's for the next high
+watermark move of its partitions, a follower's for the next append to them; a leader append thus answers the parked
+follower fetches at once, and acks=all, coordinator writes and markers wait for the followers' copy, not for their
+long poll to time out. The waits are registered in the handler's own step, as Kafka's ``tryCompleteElseWatch``
+does: the long poll's task first runs an event-loop iteration later, after other connections' requests read in the
+same iteration, and an append among them would otherwise go unseen until the next one or ``max_wait_ms``.
+
 Fetch sessions (KIP-227) are not kept: every answer carries session id 0, which tells clients to send full fetch
 requests; that is allowed by the protocol and costs only request size.
 """
@@ -198,22 +205,25 @@ def handle(broker: "BrokerContext", ctx: "RequestContext", request: FetchRequest
     total, error = _read(broker, wants, max_bytes, isolation)
     if error or total >= max(request.min_bytes, 1) or request.max_wait_ms <= 0 or not wants:
         return _response(topics)
-    return _long_poll(topics, wants, request, max_bytes, isolation, broker)
+    # watched in this step, with the read: an append before the long poll's task first runs must wake it
+    return _long_poll(topics, wants, request, max_bytes, isolation, broker, _watch(wants))
+
+
+def _watch(wants: list[_Want]) -> list["asyncio.Future[None]"]:
+    """What ends a long poll: the next append to a partition a follower fetches (it reads up to the log end), the
+    next high-watermark move of a partition a client fetches."""
+    return [p.log_end_advanced() if w.replica else p.data_available() for w in wants if (p := w.partition) is not None]
 
 
 async def _long_poll(topics: list[FetchableTopicResponse], wants: list[_Want], request: FetchRequest,
-                     max_bytes: int, isolation: int, broker: "BrokerContext") -> FetchResponse:
+                     max_bytes: int, isolation: int, broker: "BrokerContext",
+                     waits: list["asyncio.Future[None]"]) -> FetchResponse:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait_ms / 1000
-    while True:
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            break
-        waits = [p.log_end_advanced() if w.replica else p.data_available()
-                 for w in wants if (p := w.partition) is not None]
+    while (remaining := deadline - loop.time()) > 0:
         await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
         total, error = _read(broker, wants, max_bytes, isolation)
         if error or total >= request.min_bytes:
             break
+        waits = _watch(wants)  # no await since the read: nothing can move unseen
     return _response(topics)
-
