@@ -164,7 +164,8 @@ class ProducerFencedError(InvalidProducerEpochError):
 
 
 class InvalidTxnStateError(ProducerStateError):
-    """A non-transactional batch from a producer that has a transaction ongoing on this partition."""
+    """A non-transactional batch from a producer that has a transaction ongoing on this partition, or a
+    transactional batch that repeats the sequences of a batch whose transaction has ended (a reused sequence)."""
 
     error_code = 48
 

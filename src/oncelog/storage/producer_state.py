@@ -14,6 +14,14 @@ transaction version 0/1 markers):
 * Rules for client batches (origin ``client``), in Kafka's order:
     - duplicate of one of the producer's last 5 batches (same epoch, same first and last sequence) ->
       :class:`DuplicateSequenceError` carrying the original offsets (the broker answers success, writes nothing);
+      but a transactional batch is a retry only of a batch of the same, still open transaction: one that matches
+      a batch of a transaction already ended (by a marker of the same producer epoch) is a *reused* sequence
+      (librdkafka's ``abort_transaction()`` purges records whose response timed out although they were written,
+      and gives their sequences to the next transaction) -> :class:`InvalidTxnStateError`. Answering it as a
+      duplicate would acknowledge records that were aborted, and the next commit would miss them. Kafka answers
+      INVALID_TXN_STATE to a transactional batch outside an ongoing transaction (KIP-890's "Record was not part of
+      an ongoing transaction"); librdkafka and the Java client take it as an abortable error (abort, then go on),
+      where OUT_OF_ORDER_SEQUENCE_NUMBER at the head of the line is fatal for librdkafka's transactional producer;
     - epoch older than the producer's -> :class:`InvalidProducerEpochError`;
     - a newer epoch must start at sequence 0, else :class:`OutOfOrderSequenceError`;
     - same epoch: sequence must be last + 1 (int32 wrap: 0 follows 2147483647), else
@@ -201,6 +209,11 @@ class ProducerStateEntry:
                 return b
         return None
 
+    def in_open_txn(self, batch: BatchMetadata) -> bool:
+        """Whether ``batch`` (one of :attr:`batches`) belongs to the producer's transaction still open here."""
+        first = self.current_txn_first_offset
+        return first is not None and batch.first_offset >= first
+
     def summary(self) -> ActiveProducer:
         txn = self.current_txn_first_offset
         return ActiveProducer(self.producer_id, self.producer_epoch, self.last_seq, self.last_timestamp,
@@ -369,6 +382,15 @@ class ProducerStateManager:
                     last_seq = h.last_sequence
                     dup = entry.find_duplicate(h.producer_epoch, h.base_sequence, last_seq)
                     if dup is not None:
+                        if h.attributes & ATTR_TRANSACTIONAL and not entry.in_open_txn(dup):
+                            raise InvalidTxnStateError(
+                                f"transactional batch of producer {pid} (epoch {h.producer_epoch}, sequences "
+                                f"{h.base_sequence}..{last_seq}) in {self.partition} repeats the sequences of the "
+                                f"batch at offsets {dup.first_offset}..{dup.last_offset}, whose transaction has "
+                                f"ended: not a retry but a reused sequence; the producer must abort its "
+                                f"transaction",
+                                pid,
+                            )
                         raise DuplicateSequenceError(
                             f"batch of producer {pid} (epoch {h.producer_epoch}, sequences {h.base_sequence}.."
                             f"{last_seq}) in {self.partition} duplicates the one appended at offsets "

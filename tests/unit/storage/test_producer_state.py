@@ -206,6 +206,35 @@ def test_transaction_start_and_invalid_txn_state() -> None:
     assert h.psm.first_unstable_offset() == 3
 
 
+def test_reused_sequence_of_an_ended_transaction_is_refused() -> None:
+    """A transactional batch is a retry only of a batch of the same, still open transaction; matching a batch of
+    a transaction that has ended (same epoch) it is a reused sequence: INVALID_TXN_STATE, not a duplicate."""
+    h = Harness()
+    h.append(pbatch(1, 0, 0, 2, txn=True))  # 0-1
+    h.append(pbatch(1, 0, 2, 2, txn=True))  # 2-3: written, but its answer never reached the producer
+    with pytest.raises(DuplicateSequenceError) as dup:  # a retry while the transaction is open
+        h.append(pbatch(1, 0, 2, 2, txn=True))
+    assert (dup.value.first_offset, dup.value.last_offset) == (2, 3)
+    h.marker(1, 0, commit=False)  # 4: the producer aborted, and hands sequences 2..3 to its next transaction
+    with pytest.raises(InvalidTxnStateError) as ei:
+        h.append(pbatch(1, 0, 2, 2, txn=True))
+    assert ei.value.error_code == 48 and ei.value.producer_id == 1
+    assert "reused sequence" in str(ei.value) and "offsets 2..3" in str(ei.value)
+    assert h.entry(1).current_txn_first_offset is None and h.leo == 5  # nothing written, no transaction started
+    # the next transaction goes on in sequence; a retry of its own batch is a duplicate again, one of the
+    # ended transaction's batches is not
+    h.append(pbatch(1, 0, 4, txn=True))  # 5
+    assert h.entry(1).current_txn_first_offset == 5
+    with pytest.raises(DuplicateSequenceError):
+        h.append(pbatch(1, 0, 4, txn=True))
+    with pytest.raises(InvalidTxnStateError):
+        h.append(pbatch(1, 0, 0, 2, txn=True))
+    # an idempotent (non-transactional) producer's retries are duplicates as before
+    h.append(pbatch(2, 0, 0, 2))
+    with pytest.raises(DuplicateSequenceError):
+        h.append(pbatch(2, 0, 0, 2))
+
+
 def test_markers_end_transactions_and_lso() -> None:
     h = Harness()
     h.append(pbatch(1, 0, 0, txn=True))  # 0
