@@ -175,16 +175,24 @@ def handle(broker: "BrokerContext", ctx: "RequestContext", request: ProduceReque
     checks = remote_checks(broker, request)
     if checks is None:  # not transactional, or its coordinator is here (or a single node): checked in the append
         return _append_all(broker, request, None)
-    if not checks[2]:  # the coordinator is on another broker, and every transaction is ongoing here already
-        return _append_all(broker, request, {})
+    assert broker.txn_verifier is not None and request.transactional_id
+    if not checks[2] and broker.txn_verifier.appending_after(request.transactional_id) is None:
+        return _append_all(broker, request, {})  # every transaction ongoing here already, nothing before it waits
     return _verified_then_appended(broker, request, checks)
 
 
 async def _verified_then_appended(broker: "BrokerContext", request: ProduceRequest, checks: RemoteChecks) -> object:
-    assert broker.txn_verifier is not None and request.transactional_id
+    """Check the transaction with its coordinator, then append: after every earlier request of the same
+    transactional id, even one that needs no check itself (a pipelined request whose batches follow a batch still
+    being checked must not be appended before it: its sequence numbers would be out of order)."""
+    verifier = broker.txn_verifier
+    assert verifier is not None and request.transactional_id
     pid, epoch, partitions = checks
-    verified = await broker.txn_verifier.verify(request.transactional_id, pid, epoch, partitions)
-    result = _append_all(broker, request, verified)  # in the step the answer arrived: appends keep their order
+    with verifier.in_order(request.transactional_id) as before:
+        verified = await verifier.verify(request.transactional_id, pid, epoch, partitions) if partitions else {}
+        if before is not None:
+            await before
+        result = _append_all(broker, request, verified)  # in the step it may: appends keep their order
     if isinstance(result, ProduceResponse) or result is NO_RESPONSE:
         return result
     assert isinstance(result, Awaitable)
