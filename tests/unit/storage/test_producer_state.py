@@ -16,6 +16,7 @@ from oncelog.storage import (
     ProducerFencedError,
     ProducerStateEntry,
     ProducerStateManager,
+    SequenceAfterRefusedBatchError,
     TransactionCoordinatorFencedError,
     UnknownProducerIdError,
 )
@@ -110,6 +111,31 @@ def test_duplicate_within_last_five_returns_original_offsets() -> None:
     with pytest.raises(OutOfOrderSequenceError):
         h.append(pbatch(1, 0, 10, 1))
     assert h.leo == 12
+
+
+def test_a_batch_pipelined_behind_a_refused_one_is_refused_the_same_way_not_out_of_order() -> None:
+    """The broker refused batch 2..3 before appending it (the ISR below min.insync.replicas), then accepts writes
+    again when 4..5, pipelined behind it, arrives: 4..5 gets the same retriable answer (librdkafka would bump its
+    epoch on OUT_OF_ORDER_SEQUENCE_NUMBER and re-send written records), 2..3 then 4..5 are appended in order."""
+    h = Harness()
+    h.append(pbatch(1, 0, 0, 2))
+    h.psm.note_refused(1, 0, 2)
+    with pytest.raises(SequenceAfterRefusedBatchError) as ei:
+        h.append(pbatch(1, 0, 4, 2))
+    assert ei.value.error_code == 19 and "refused before the append" in str(ei.value)
+    with pytest.raises(OutOfOrderSequenceError):  # a rewind is not explained by the refusal
+        h.append(pbatch(1, 0, 1, 1))
+    h.psm.note_refused(1, 0, 4)  # refused too while the ISR was short: the gap still starts at 2
+    with pytest.raises(SequenceAfterRefusedBatchError):
+        h.append(pbatch(1, 0, 6, 2))
+    h.append(pbatch(1, 0, 2, 2))  # the retry of the refused batch clears the note
+    assert 1 not in h.psm.refused
+    h.append(pbatch(1, 0, 4, 2))
+    with pytest.raises(OutOfOrderSequenceError):  # a real gap is out of order again
+        h.append(pbatch(1, 0, 9, 1))
+    h.psm.note_refused(1, 7, 6)  # a refusal at another epoch or not next in sequence leaves no such gap
+    h.psm.note_refused(1, 0, 8)
+    assert 1 not in h.psm.refused
 
 
 def test_duplicate_check_needs_same_epoch() -> None:

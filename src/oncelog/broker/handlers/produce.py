@@ -26,10 +26,12 @@ from oncelog.protocol.messages.produce_response import (
 )
 from oncelog.protocol.record_decode import keyless_records_in
 from oncelog.protocol.records import (
+    BATCH_HEADER_SIZE,
     BatchHeader,
     CorruptRecordError,
     InvalidRecordError,
     UnsupportedMagicError,
+    parse_batch_header,
     set_max_timestamp_log_append,
     validate_batches,
 )
@@ -89,6 +91,7 @@ def _append_one(broker: "BrokerContext", partition: "Partition", records: memory
                                  f"{partition.index} refused")
             return None
         if code == ErrorCode.NOT_ENOUGH_REPLICAS:
+            note_refused(partition, records)
             out.error_code = code
             out.error_message = (f"the transaction of producer {first.producer_id} could not be checked with its "
                                  f"coordinator now (moving, loading or unreachable); retry")
@@ -153,6 +156,20 @@ def _every_record_has_a_key(partition: "Partition", records: memoryview | bytes,
                              "(cleanup.policy=compact); nothing of the batch was written")
         return False
     return True
+
+
+def note_refused(partition: "Partition", records: object) -> None:
+    """An idempotent batch refused before the append with a retriable error: the batches of that producer
+    pipelined behind it get the same answer, not OUT_OF_ORDER_SEQUENCE_NUMBER, until it is retried
+    (``ProducerStateManager.note_refused``)."""
+    if not isinstance(records, (bytes, bytearray, memoryview)) or len(records) < BATCH_HEADER_SIZE:
+        return
+    try:
+        h = parse_batch_header(records, 0)
+    except Exception:  # noqa: BLE001 - a malformed batch: nothing to note
+        return
+    if h.producer_id >= 0:
+        partition.log.producer_state_manager.note_refused(h.producer_id, h.producer_epoch, h.base_sequence)
 
 
 def _may_append(partition: "Partition", acks: int, out: PartitionProduceResponse) -> bool:
@@ -221,6 +238,8 @@ def _append_all(broker: "BrokerContext", request: ProduceRequest,
                 out.error_code, out.error_message = ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not 0, 1 or -1"
                 continue
             if partition.replicated and not _may_append(partition, acks, out):
+                if out.error_code == ErrorCode.NOT_ENOUGH_REPLICAS:
+                    note_refused(partition, pdata.records)
                 continue
             last = _append_one(broker, partition, pdata.records, out, request.transactional_id, verified)
             if last is None or acks != -1:
