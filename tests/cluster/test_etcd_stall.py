@@ -184,7 +184,7 @@ def test_cluster_rides_out_etcd_paused_past_the_session_timeout(make_cluster: Ca
     healthy = cluster.wait_for(lambda v: set(v.brokers) == {1, 2, 3} and v.controller is not None, 30,
                                "every broker registered again and a controller elected")
     registered = time.monotonic() - t1
-    time.sleep(5.0)
+    time.sleep(3.0)
     probe.stop()
     stop.set()
     for w in writers:

@@ -50,7 +50,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(180), pytest.mark.filterwarn
 
 SESSION_MS = 3000
 PARTITIONS = 3
-FAULT_S = 6.0  # every fault outlasts a session (the lease of a broker cut from etcd expires)
+FAULT_S = 5.0  # every fault outlasts a session (the lease of a broker cut from etcd expires)
 LIVE_S = 10.0  # the liveness bound after a heal
 
 
@@ -99,8 +99,8 @@ def judged(h: History, ends: dict[int, int], measured: dict[str, Any], tmp_path:
 def run_fault(net: Network, cluster: ClusterProcess, topic: str, load: Load, apply: Callable[[], None],
               heal: Callable[[], None] | None = None, live: Callable[[ClusterView], bool] | None = None,
               ) -> dict[str, Any]:
-    """Load for 2 s, ``apply`` the fault for FAULT_S, ``heal`` (default: the network), then wait for liveness."""
-    time.sleep(2.0)
+    """Load for 1.5 s, ``apply`` the fault for FAULT_S, ``heal`` (default: the network), then wait for liveness."""
+    time.sleep(1.5)
     before = load.acked()
     t0 = time.monotonic()
     apply()
@@ -110,7 +110,7 @@ def run_fault(net: Network, cluster: ClusterProcess, topic: str, load: Load, app
     healed = time.monotonic()
     measured: dict[str, Any] = {"fault_s": round(healed - t0, 1), "acked_during_fault": during}
     measured.update(wait_live(cluster, load, topic, healed, LIVE_S, live))
-    time.sleep(1.0)
+    time.sleep(0.5)
     return measured
 
 
@@ -351,3 +351,55 @@ def test_random_schedule(netcluster: tuple[Network, ClusterProcess], tmp_path: P
     ends = load.finish()
     rep = judged(h, ends, measured, tmp_path)
     assert rep.ok, f"seed {seed}:\n{rep.summary()}"
+
+
+def test_copier_group_under_a_partition(netcluster: tuple[Network, ClusterProcess], tmp_path: Path) -> None:
+    """Two transactional consume-transform-produce copiers in one consumer group (tests/eos/copier.py) while the
+    leader of the group's coordinator partition is cut from its peers and etcd (the clients reach it): every input
+    exactly once in the read_committed output, in order per input partition, and the group's committed offsets at
+    the input's end within 60 s of the heal."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from eos.test_copy import Copiers, group_committed, seed_input, stop_and_check
+
+    net, cluster = netcluster
+    run = f"copy-{uuid.uuid4().hex[:6]}"
+    in_topic, out_topic = f"{run}-in", f"{run}-out"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for f in admin.create_topics([NewTopic(in_topic, 2, 3), NewTopic(out_topic, 3, 3)]).values():
+        f.result(30)
+    h = History()
+    inputs = seed_input(h, cluster.bootstrap, in_topic, 2, records=3000)
+    copiers = Copiers(tmp_path, "confluent", cluster.bootstrap, in_topic, out_topic, 3, run)
+    names = ["copier-0", "copier-1"]
+    for n in names:
+        copiers.start(n)
+    ends = {q: len(v) for q, v in inputs.items()}
+    deadline = time.monotonic() + 30
+    while not group_committed(cluster.bootstrap, f"{run}-group", in_topic, 2) and time.monotonic() < deadline:
+        time.sleep(0.5)  # the group formed and committed once
+    view = cluster.view()
+    meta = view.topics["__consumer_offsets"]
+    state = view.partition("__consumer_offsets", partition_for(f"{run}-group", meta.num_partitions))
+    assert state is not None
+    victim = state.leader
+    others = [cluster.host_of(n) for n in cluster.brokers if n != victim]
+    net.partition([[cluster.host_of(victim)], [*others, cluster.etcd_host]])
+    time.sleep(FAULT_S)
+    net.heal()
+    healed = time.monotonic()
+    committed: dict[int, int] = {}
+    while time.monotonic() < healed + 60:
+        copiers.revive()
+        committed = group_committed(cluster.bootstrap, f"{run}-group", in_topic, 2)
+        if committed == ends:
+            break
+        time.sleep(0.5)
+    done_s = round(time.monotonic() - healed, 1)
+    rep = stop_and_check(copiers, names, h, cluster.bootstrap, out_topic, 3, inputs)
+    rep.stats.update(victim=victim, done_after_heal_s=done_s, committed=committed, input_ends=ends,
+                     copier_exits=copiers.exits[:10])
+    (tmp_path / "report.json").write_text(rep.to_json())
+    print(rep.summary(3))
+    assert committed == ends, f"not copied within 60 s of the heal: {committed} != {ends}\n{copiers.log_tail()}"
+    assert rep.ok, rep.summary()
