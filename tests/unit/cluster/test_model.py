@@ -46,6 +46,10 @@ def test_topic_and_broker_round_trip() -> None:
     leaving = BrokerInfo(2, "127.0.0.1", 9093, None, epoch=77, shutting_down=True)
     assert BrokerInfo.decode(leaving.encode(), epoch=77) == leaving
     assert b"shutting_down" not in b.encode()  # a registration without the flag reads the same as before it
+    # a process's first registration is its incarnation; it registers again with the same one
+    assert b.process_epoch == 77 and b"incarnation" not in b.encode()
+    again = BrokerInfo.decode(BrokerInfo(2, "127.0.0.1", 9093, "rack-a", incarnation=77).encode(), epoch=90)
+    assert (again.epoch, again.incarnation, again.process_epoch) == (90, 77, 77)
 
 
 @pytest.mark.parametrize("raw", [b"not json", b"[1]", b'{"replicas": [1]}', b'{"replicas": "x", "isr": [],'

@@ -45,7 +45,7 @@ class ClusterMarkerChannel:
         self.writer = writer
         self.local_node = node_id
         self._view = view
-        self._peers = PeerConnections(node_id, lambda n: view().brokers.get(n), request_timeout_ms, "txn-markers")
+        self._peers = PeerConnections(node_id, lambda n: view().address(n), request_timeout_ms, "txn-markers")
         self.requests_sent = 0
 
     def leader(self, tp: TopicPartition) -> int | None:

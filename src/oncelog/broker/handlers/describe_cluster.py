@@ -10,7 +10,7 @@ from oncelog.protocol.messages.describe_cluster_response import DescribeClusterB
 from oncelog.security.acl import AclOperation, ResourceType
 
 from ..authorization import allowed, authorized_operations
-from ._cluster_metadata import controller_id
+from ._cluster_metadata import controller_id, served_brokers
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
@@ -42,7 +42,8 @@ def _describe(broker: "BrokerContext", request: DescribeClusterRequest) -> Descr
             throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=request.endpoint_type,
             cluster_id=view.cluster_id, controller_id=controller_id(view),
             brokers=[DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-                     for b in sorted(view.brokers.values(), key=lambda b: b.node_id)])
+                     for b in sorted(served_brokers(view, broker.cluster.registration).values(),
+                                     key=lambda b: b.node_id)])
     host, port = broker.config.advertised
     node = broker.config.node_id
     return DescribeClusterResponse(throttle_time_ms=0, error_code=0, error_message=None,

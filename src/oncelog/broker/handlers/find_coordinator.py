@@ -87,7 +87,7 @@ async def _in_cluster(broker: "BrokerContext", key_type: int, keys: list[str]) -
         index = partition_for(key, meta.num_partitions)
         state = view.partition(topic, index)
         leader = state.leader if state is not None else NO_LEADER
-        info = view.brokers.get(leader) if leader != NO_LEADER else None
+        info = view.counted_on.get(leader) if leader != NO_LEADER else None
         if info is None:
             answers.append(_Answer(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                    f"{topic}-{index} has no live leader now; retry"))

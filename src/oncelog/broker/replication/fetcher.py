@@ -180,10 +180,15 @@ class ReplicaFetcher:
                 await self._pause(backoff)
 
     async def _pause(self, seconds: float) -> None:
-        """Sleep, but wake early when partitions are handed over (a new view)."""
+        """Sleep, but wake early when partitions are handed over (a new view). asyncio.wait, not wait_for: a
+        cancellation (close()) that meets the wake-up would be swallowed by wait_for (gh-86296) and the loop would
+        run on, holding up the broker's shutdown."""
         self._changed.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), max(seconds, 0.001))
+        waiter = asyncio.ensure_future(self._changed.wait())
+        try:
+            await asyncio.wait({waiter}, timeout=max(seconds, 0.001))
+        finally:
+            waiter.cancel()
 
     async def _truncate(self, conn: BrokerConnection, states: dict[tuple[str, int], _State]) -> None:
         """One OffsetForLeaderEpoch round for the partitions not yet truncated (KIP-101/KIP-279)."""
