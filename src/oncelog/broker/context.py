@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from oncelog.security.store import SecurityStore
     from oncelog.storage import LogConfig
 
+    from .auth import BrokerAuth
     from .cluster.node import ClusterNode
     from .cluster.topic_admin import AutoCreator
     from .config import BrokerConfig
@@ -52,6 +53,7 @@ class BrokerContext:
     auto_creator: AutoCreator | None = None  # Metadata's auto-creation in a cluster
     txn_verifier: RemoteTxnVerifier | None = None  # in a cluster: KIP-890 checks with a coordinator elsewhere
     security_store: SecurityStore | None = None  # ACL, SCRAM and quota records (a file, or etcd in a cluster)
+    auth: BrokerAuth | None = None  # the listeners' TLS and SASL, the credentials they check (auth.py)
 
     @property
     def log_defaults(self) -> LogConfig:

@@ -23,8 +23,10 @@ from typing import Any
 
 from oncelog.clock import SYSTEM_CLOCK, Clock
 from oncelog.security.store import FileSecurityStore, SecurityStoreError
+from oncelog.security.tls import TlsError
 from oncelog.storage import KafkaStorageError, LogConfig, LogManager
 
+from .auth import TLS_HANDSHAKE_TIMEOUT_S, BrokerAuth
 from .cluster.node import ClusterNode, ClusterStartError, ReplicaManagerLike
 from .cluster.security_store import ClusterSecurityStore
 from .cluster.topic_admin import AutoCreator
@@ -123,7 +125,6 @@ class Broker:
         self.flusher = GroupCommitFlusher(self._on_durable)
         self.logs: LogManager | None = None
         self._topics: TopicRegistry | None = None
-        self._server: asyncio.AbstractServer | None = None
         self._background: list[asyncio.Task[Any]] = []
         self._stopped = asyncio.Event()
         self.cluster_id = ""
@@ -133,7 +134,9 @@ class Broker:
         self._single_node_coordinators: list[TransactionCoordinatorHandle | GroupCoordinatorHandle] = []
         self._cluster_security: ClusterSecurityStore | None = None
         self.replicas: ReplicaManagerLike | None = None
-        self._sock: socket.socket | None = None  # the bound port until the listener takes it
+        self._socks: dict[str, socket.socket] = {}  # each listener's bound port until its server takes it
+        self._servers: list[asyncio.AbstractServer] = []
+        self.auth: BrokerAuth | None = None
 
     @property
     def topics(self) -> TopicRegistry:
@@ -154,9 +157,15 @@ class Broker:
         the registration (a cluster), then listen. Raises :class:`StartupError` for a port, data folder or etcd that
         cannot be used; a failed start leaves nothing open (see :func:`_main`)."""
         cfg = self.config
-        sock = self._sock = bind_listener(cfg.host, cfg.port)
-        if cfg.port == 0:
-            cfg.port = sock.getsockname()[1]
+        for ep in cfg.listeners:
+            sock = self._socks[ep.name] = bind_listener(ep.host, ep.port)
+            if ep.port == 0:
+                cfg.bound(ep.name, sock.getsockname()[1])
+        try:  # the certificates are read before anything is created on disk
+            self.auth = BrokerAuth(cfg, lambda: self._context.security_store if self._context else None,
+                                   self.clock.wall_ms, self.metrics.registry)
+        except TlsError as e:
+            raise StartupError(str(e)) from None
         loop = asyncio.get_running_loop()
         if cfg.cluster_mode:
             try:
@@ -179,6 +188,7 @@ class Broker:
         self._context = context = BrokerContext(cfg, self.clock, self.metrics, self.router.api_versions(),
                                                 self._topics, self.cluster_id, writer)
         writer.offsets_sink = lambda: context.group_coordinator
+        context.auth = self.auth
         if self.cluster is None:
             try:
                 context.security_store = FileSecurityStore(cfg.data_dir / SECURITY_RECORDS_FILE)
@@ -215,15 +225,22 @@ class Broker:
             replicas.add_leadership_listener(coordinators.on_leadership)
             coordinators.start()
             await replicas.start()
-            host, port = cfg.advertised
+            host, port = cfg.advertised_for(cfg.inter_broker_listener)
             try:
                 await self.cluster.join(self.replicas, host, port)
             except ClusterStartError as e:
                 raise StartupError(str(e)) from None
         self.metrics.watch_operator_view(self._topics, lambda: context.group_coordinator)
-        self._server = await loop.create_server(lambda: Connection(context, self.router, self.connections),
-                                               sock=sock, backlog=1024)
-        self._sock = None
+        auth = self.auth
+        for name, sock in list(self._socks.items()):
+            security = auth.listener(name)
+            self._servers.append(await loop.create_server(
+                lambda security=security: Connection(context, self.router, self.connections,
+                                                     security), sock=sock, backlog=1024, ssl=security.ssl_context,
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if security.tls else None))
+            del self._socks[name]
+        if any(sec.tls for sec in auth.listeners.values()):
+            self._background.append(loop.create_task(auth.reload_loop(), name="tls-reload"))
         if self.cluster is not None:
             self.cluster.start_controller()
         self._background.append(loop.create_task(self._retention_loop(), name="retention"))
@@ -236,8 +253,10 @@ class Broker:
             self._background.append(loop.create_task(self._cleaner_loop(), name="log-cleaner"))
         if cfg.metrics_listen:
             self.metrics.serve(cfg.metrics_listen)
-        log.info("oncelog broker %d listening on %s:%d (data in %s, %d topic(s), cluster id %s, %s)",
-                 cfg.node_id, cfg.host, cfg.port, cfg.data_dir.resolve(), len(self._topics), self.cluster_id,
+        log.info("oncelog broker %d listening on %s (data in %s, %d topic(s), cluster id %s, %s)",
+                 cfg.node_id, ", ".join(f"{e.host}:{e.port}" if e.name == "PLAINTEXT" else str(e)
+                                        for e in cfg.listeners), cfg.data_dir.resolve(), len(self._topics),
+                 self.cluster_id,
                  "acks=all waits for fsync" if self.durable_per_append else "background flush")
 
     def _join_data_dir(self, cluster: ClusterNode) -> None:
@@ -349,11 +368,12 @@ class Broker:
         if self.replicas is not None:
             await self.replicas.stop()
             self.replicas = None
-        if self._server is not None:
-            self._server.close()
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        for server in self._servers:
+            server.close()
+        self._servers.clear()
+        for sock in self._socks.values():
+            sock.close()
+        self._socks.clear()
         for conn in list(self.connections):
             conn.close(None)
         for task in self._background:

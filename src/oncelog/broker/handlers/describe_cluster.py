@@ -28,7 +28,7 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
             cluster_id=view.cluster_id, controller_id=controller_id(view),
             brokers=[DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
                      for b in sorted(view.brokers.values(), key=lambda b: b.node_id)])
-    host, port = broker.config.advertised
+    host, port = broker.config.advertised_for(ctx.listener)
     node = broker.config.node_id
     return DescribeClusterResponse(throttle_time_ms=0, error_code=0, error_message=None,
                                    endpoint_type=request.endpoint_type, cluster_id=broker.cluster_id,

@@ -48,13 +48,13 @@ def _check(key_type: int, key: str) -> _Answer | None:
     return None
 
 
-def _local(broker: "BrokerContext", key_type: int, key: str) -> _Answer:
+def _local(broker: "BrokerContext", key_type: int, key: str, listener: str) -> _Answer:
     refused = _check(key_type, key)
     if refused is not None:
         return refused
     if not broker.coordinator_available(key_type):
         return _Answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator is loading; retry shortly")
-    host, port = broker.config.advertised
+    host, port = broker.config.advertised_for(listener)  # the address of the listener the client came in on
     return _Answer(ErrorCode.NONE, None, broker.config.node_id, host, port)
 
 
@@ -110,4 +110,4 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
     keys = list(request.coordinator_keys) if ctx.api_version >= 4 else [request.key]
     if broker.cluster is not None:
         return _answer_in_cluster(broker, ctx, request.key_type, keys)
-    return _response(ctx, keys, [_local(broker, request.key_type, k) for k in keys])
+    return _response(ctx, keys, [_local(broker, request.key_type, k, ctx.listener) for k in keys])
