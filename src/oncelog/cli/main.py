@@ -91,7 +91,7 @@ def serve(data_dir: Path | None, listen: str | None, config_file: Path | None, s
 
 
 def _register() -> None:
-    from . import cluster, consume, group, produce, reassign, topic, txn
+    from . import cluster, consume, group, produce, reassign, topic, txn, user
 
     cli.add_command(topic.topic)
     topic.topic.add_command(reassign.reassign)  # a module of its own: topic.py is the admin client's commands
@@ -100,6 +100,7 @@ def _register() -> None:
     cli.add_command(consume.consume)
     cli.add_command(group.group)
     cli.add_command(txn.txn)
+    cli.add_command(user.user)
 
 
 _register()

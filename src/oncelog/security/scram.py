@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from oncelog.protocol.errors import ErrorCode
 
-__all__ = ["MAX_ITERATIONS", "MECHANISMS", "ScramCredential", "ScramStoreError", "ScramUpdate", "describe",
-           "from_password", "from_salted_password", "key_of", "plan_alter", "split_key"]
+__all__ = ["Deletion", "MAX_ITERATIONS", "MECHANISMS", "ScramCredential", "ScramStoreError", "ScramUpdate",
+           "Upsertion", "describe", "from_password", "from_salted_password", "key_of", "plan_alter", "split_key"]
 
 #: Kafka's ScramMechanism types (the KIP-554 wire values) -> names, with each one's hash
 MECHANISMS: dict[int, str] = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
