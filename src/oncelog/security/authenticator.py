@@ -128,7 +128,8 @@ class SaslServerAuthenticator:
             self.reauthenticating = True
             self.state = State.HANDSHAKE
         if self.state not in (State.HANDSHAKE_OR_VERSIONS, State.HANDSHAKE):
-            raise self._fail(f"SaslHandshake in state {self.state.value}")
+            raise self._fail(f"unexpected SaslHandshake request during SASL {self.what}",
+                             ErrorCode.ILLEGAL_SASL_STATE)
         if mechanism not in self.mechanisms:
             raise self._fail(f"the client asked for SASL mechanism {mechanism!r}, which this listener does not "
                              f"enable ({', '.join(self.mechanisms)})", ErrorCode.UNSUPPORTED_SASL_MECHANISM,
