@@ -9,8 +9,11 @@ import ssl
 import time
 import uuid
 
+from types import ModuleType
+
+import confluent_kafka
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient
 
 from conftest import SecureBroker
@@ -20,9 +23,11 @@ def _topic() -> str:
     return f"sec-{uuid.uuid4().hex[:10]}"
 
 
-def roundtrip(conf: dict[str, object], topic: str, n: int = 20, transactional: bool = False) -> list[bytes]:
-    """Produce ``n`` records (in one committed transaction when asked), then read them back read_committed."""
-    p = Producer({**conf, "enable.idempotence": True,
+def roundtrip(conf: dict[str, object], topic: str, n: int = 20, transactional: bool = False,
+              ck: ModuleType = confluent_kafka) -> list[bytes]:
+    """Produce ``n`` records (in one committed transaction when asked), then read them back read_committed, with
+    confluent-kafka or (``ck=oncelog.client``) the native client."""
+    p = ck.Producer({**conf, "enable.idempotence": True,
                   **({"transactional.id": f"tx-{topic}"} if transactional else {})})
     if transactional:
         p.init_transactions(30)
@@ -32,7 +37,7 @@ def roundtrip(conf: dict[str, object], topic: str, n: int = 20, transactional: b
     if transactional:
         p.commit_transaction(30)
     assert p.flush(30) == 0
-    c = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest",
+    c = ck.Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest",
                   "isolation.level": "read_committed", "enable.auto.commit": False})
     c.subscribe([topic])
     out: list[bytes] = []
@@ -42,7 +47,7 @@ def roundtrip(conf: dict[str, object], topic: str, n: int = 20, transactional: b
             m = c.poll(0.5)
             if m is not None and m.error() is None:
                 out.append(m.value())
-            elif m is not None and m.error().code() != KafkaError._PARTITION_EOF:
+            elif m is not None and m.error().code() != ck.KafkaError._PARTITION_EOF:
                 raise AssertionError(f"consuming {topic}: {m.error()}")
         c.commit(asynchronous=False)
     finally:
