@@ -34,6 +34,7 @@ from oncelog.security.scram import ScramCredential, ScramStoreError, key_of
 from oncelog.security.store import SCRAM, SecurityStore
 from oncelog.security.tls import TlsError, TlsOptions, server_context, subject_of
 
+from .oauth import JwksSource, oauth_server
 from .security_checks import enabled_mechanisms
 
 if TYPE_CHECKING:
@@ -156,7 +157,7 @@ class BrokerAuth:
                           for ep in config.listeners}
         self._users: dict[tuple[str, str], _Cache] = {}
         self._mappers: dict[str, PrincipalMapper] = {}
-        self.oauth_validators: dict[str, Any] = {}
+        self.jwks: dict[str, JwksSource] = {}  # OAUTHBEARER keys by sasl.oauthbearer.jwks.endpoint.url
 
     def listener(self, name: str) -> ListenerSecurity:
         return self.listeners[name]
@@ -201,6 +202,8 @@ class BrokerAuth:
             return PlainServer(lambda: self.plain_users(listener))
         if mechanism.startswith("SCRAM-"):
             return ScramServer(mechanism, lambda user: self.scram_credential(mechanism, user))
+        if mechanism == "OAUTHBEARER":
+            return oauth_server(self.config, self.jwks, listener)
         raise ValueError(f"no server for SASL mechanism {mechanism}")
 
     async def reload_loop(self) -> None:
