@@ -45,6 +45,7 @@ from .coordinators.txn_verifier import RemoteTxnVerifier
 from .durability import GroupCommitFlusher
 from .metrics import BrokerMetrics
 from .partition import Partition
+from .peer_connections import peer_link, refused_by_peers
 from .replication.manager import ReplicaManager
 from .router import Router
 from .topics import TopicRegistry
@@ -172,6 +173,13 @@ class Broker:
                 self.cluster = await ClusterNode.connect(cfg)
             except ClusterStartError as e:
                 raise StartupError(str(e)) from None
+            peers = [b for n, b in sorted(self.cluster.view.brokers.items()) if n != cfg.node_id]
+            refused = await refused_by_peers(peer_link(cfg), peers, 5.0)
+            if refused is not None:
+                raise StartupError(f"cannot join cluster {cfg.cluster_name}: {refused}; give this broker the "
+                                   f"credentials the cluster knows (sasl.jaas.config of "
+                                   f"{cfg.sasl_mechanism_inter_broker_protocol} on listener "
+                                   f"{cfg.inter_broker_listener}, and its certificates)")
         try:
             self.logs = await loop.run_in_executor(None, LogManager.open, cfg.data_dir, log_defaults(cfg),
                                                    self.clock)
@@ -214,7 +222,8 @@ class Broker:
             context.cluster = self.cluster
             context.auto_creator = AutoCreator(self.cluster)
             node = self.cluster
-            context.txn_verifier = RemoteTxnVerifier(cfg.node_id, lambda: node.view, cfg.request_timeout_ms)
+            context.txn_verifier = RemoteTxnVerifier(cfg.node_id, lambda: node.view, cfg.request_timeout_ms,
+                                                     peer_link(cfg))
             self.cluster.watch(self.metrics)
             replicas = ReplicaManager(cfg, self._topics, self.cluster.store, self.clock.monotonic_ms,
                                       self.durable_per_append)
@@ -226,8 +235,9 @@ class Broker:
             coordinators.start()
             await replicas.start()
             host, port = cfg.advertised_for(cfg.inter_broker_listener)
+            endpoints = tuple((ep.name, *cfg.advertised_for(ep.name)) for ep in cfg.listeners)
             try:
-                await self.cluster.join(self.replicas, host, port)
+                await self.cluster.join(self.replicas, host, port, endpoints)
             except ClusterStartError as e:
                 raise StartupError(str(e)) from None
         self.metrics.watch_operator_view(self._topics, lambda: context.group_coordinator)

@@ -36,9 +36,15 @@ __all__ = ["brokers", "controller_id", "handle_metadata"]
 ZERO_UUID = uuid.UUID(int=0)
 
 
-def brokers(view: ClusterView) -> list[MetadataResponseBroker]:
-    return [MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-            for b in sorted(view.brokers.values(), key=lambda b: b.node_id)]
+def brokers(view: ClusterView, listener: str) -> list[MetadataResponseBroker]:
+    """Every live broker with its address on ``listener`` (the one the client came in on); a broker without that
+    listener is left out, as Kafka does."""
+    out = []
+    for b in sorted(view.brokers.values(), key=lambda b: b.node_id):
+        address = b.endpoint(listener)
+        if address is not None:
+            out.append(MetadataResponseBroker(node_id=b.node_id, host=address[0], port=address[1], rack=b.rack))
+    return out
 
 
 def controller_id(view: ClusterView) -> int:
@@ -109,5 +115,5 @@ async def handle_metadata(broker: BrokerContext, node: ClusterNode, ctx: Request
                     continue
             topics.append(_topic(node.view, meta))
     view = node.view  # the brokers as of the newest view, after any creation
-    return MetadataResponse(throttle_time_ms=0, brokers=brokers(view), cluster_id=view.cluster_id,
+    return MetadataResponse(throttle_time_ms=0, brokers=brokers(view, ctx.listener), cluster_id=view.cluster_id,
                             controller_id=controller_id(view), topics=topics)

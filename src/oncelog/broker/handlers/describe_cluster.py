@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from oncelog.protocol.messages.describe_cluster_request import DescribeClusterRequest
 from oncelog.protocol.messages.describe_cluster_response import DescribeClusterBroker, DescribeClusterResponse
 
-from ._cluster_metadata import controller_id
+from ._cluster_metadata import brokers, controller_id
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
@@ -27,7 +27,7 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
             throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=request.endpoint_type,
             cluster_id=view.cluster_id, controller_id=controller_id(view),
             brokers=[DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-                     for b in sorted(view.brokers.values(), key=lambda b: b.node_id)])
+                     for b in brokers(view, ctx.listener)])
     host, port = broker.config.advertised_for(ctx.listener)
     node = broker.config.node_id
     return DescribeClusterResponse(throttle_time_ms=0, error_code=0, error_message=None,

@@ -58,7 +58,7 @@ def _local(broker: "BrokerContext", key_type: int, key: str, listener: str) -> _
     return _Answer(ErrorCode.NONE, None, broker.config.node_id, host, port)
 
 
-async def _in_cluster(broker: "BrokerContext", key_type: int, keys: list[str]) -> list[_Answer]:
+async def _in_cluster(broker: "BrokerContext", key_type: int, keys: list[str], listener: str) -> list[_Answer]:
     node, creator = broker.cluster, broker.auto_creator
     assert node is not None and creator is not None
     topic = _TOPIC.get(key_type)
@@ -82,11 +82,12 @@ async def _in_cluster(broker: "BrokerContext", key_type: int, keys: list[str]) -
         state = view.partition(topic, index)
         leader = state.leader if state is not None else NO_LEADER
         info = view.brokers.get(leader) if leader != NO_LEADER else None
-        if info is None:
+        address = info.endpoint(listener) if info is not None else None  # on the client's listener
+        if info is None or address is None:
             answers.append(_Answer(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                   f"{topic}-{index} has no live leader now; retry"))
+                                   f"{topic}-{index} has no live leader with listener {listener} now; retry"))
         else:
-            answers.append(_Answer(ErrorCode.NONE, None, info.node_id, info.host, info.port))
+            answers.append(_Answer(ErrorCode.NONE, None, info.node_id, *address))
     return answers
 
 
@@ -102,7 +103,7 @@ def _response(ctx: "RequestContext", keys: list[str], answers: list[_Answer]) ->
 
 async def _answer_in_cluster(broker: "BrokerContext", ctx: "RequestContext", key_type: int,
                              keys: list[str]) -> FindCoordinatorResponse:
-    return _response(ctx, keys, await _in_cluster(broker, key_type, keys))
+    return _response(ctx, keys, await _in_cluster(broker, key_type, keys, ctx.listener))
 
 
 def handle(broker: "BrokerContext", ctx: "RequestContext",
