@@ -16,6 +16,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import (
     AdminClient,
+    ConfigResource,
     NewTopic,
     ScramCredentialInfo,
     ScramMechanism,
@@ -112,6 +113,19 @@ def test_replication_and_transaction_markers_over_sasl_ssl(secure: Secure) -> No
     _produce_txn(secure.conf(), topic, f"tx-{topic}", 30)
     assert _read_committed(secure.conf(), topic, 30) == sorted(f"tx-{topic}-{i}" for i in range(30))
     secure.cluster.wait_for_topic(topic, 3)  # every follower fetched it (over SASL_SSL) back into the ISR
+
+
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")
+def test_librdkafka_alters_a_kerberos_setting_of_a_broker_as_its_admin_test_does(secure: Secure) -> None:
+    admin = AdminClient(secure.conf())
+    resource = ConfigResource(ConfigResource.Type.BROKER, "1",
+                              set_config={"sasl.kerberos.min.time.before.relogin": "58000"})
+    admin.alter_configs([resource])[resource].result(15)  # a known Kafka name, dynamic in Kafka: accepted
+    described = admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, "1")])
+    entries = next(iter(described.values())).result(15)
+    assert entries["sasl.kerberos.min.time.before.relogin"].value == "58000"
+    jaas = entries["listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config"]
+    assert jaas.value is None and jaas.is_sensitive  # a password is never shown
 
 
 def test_a_scram_user_created_through_one_broker_is_enforced_by_every_broker_within_a_second(secure: Secure) -> None:
