@@ -53,8 +53,9 @@ class AuthMetrics:
     ``expired-connections-killed-count``, per listener."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.authentications = Counter("oncelog_authentication", "Authentications by listener and result (TLS "
-                                       "handshakes and SASL exchanges; reauth: KIP-368 re-authentications)",
+        self.authentications = Counter("oncelog_authentication", "Authentications by listener and result (SASL "
+                                       "exchanges, and client certificates mapped to a principal on SSL "
+                                       "listeners; reauth: KIP-368 re-authentications)",
                                        ["listener", "result", "reauth"], registry=registry)
         self.expired = Counter("oncelog_expired_connections_killed", "Connections closed because their SASL session "
                                "expired without re-authentication", ["listener"], registry=registry)

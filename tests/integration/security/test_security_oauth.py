@@ -84,6 +84,7 @@ def oauth(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterator[OA
         "sasl.oauthbearer.clock.skew.seconds": 1,  # Kafka's 30 s would keep a just-expired token good
         "sasl.oauthbearer.unsecured.enable": "true",  # only where no JWKS is set: the SASL_PLAINTEXT listener
         "transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3,
+        "group.initial.rebalance.delay.ms": 0,
     }
     proc = BrokerProcess(base / "data", port=ports["PLAINTEXT"], settings=settings).start()
     yield OAuthBroker(proc, ports, idp, certs)

@@ -119,9 +119,12 @@ def _kafka_python_roundtrip(conf: dict[str, object], topic: str) -> list[bytes]:
         p.send(topic, value=f"v{i}".encode())
     p.commit_transaction()
     p.close()
-    c = KafkaConsumer(topic, **conf, group_id=f"g-{topic}", auto_offset_reset="earliest",  # type: ignore[arg-type]
-                      isolation_level="read_committed", consumer_timeout_ms=15000)
-    out = sorted(m.value for m, _ in zip(c, range(20)))
+    from kafka import TopicPartition
+
+    c = KafkaConsumer(**conf, auto_offset_reset="earliest", isolation_level="read_committed",  # type: ignore[arg-type]
+                      consumer_timeout_ms=15000)
+    c.assign([TopicPartition(topic, 0)])  # the topic was auto-created with one partition (num.partitions)
+    out = sorted(m.value for _, m in zip(range(20), c))  # range first: zip stops before a 21st (blocking) read
     c.close()
     return out
 

@@ -64,6 +64,7 @@ def sessions(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterator
         "listener.name.strict.ssl.principal.mapping.rules": "RULE:^CN=nobody,.*$/nobody/",
         "metrics.listen": f"127.0.0.1:{mport}",
         "transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3,
+        "group.initial.rebalance.delay.ms": 0,
     }
     proc = BrokerProcess(tmp_path_factory.mktemp("sessions") / "data", port=ports["PLAINTEXT"], settings=settings)
     proc.start()
