@@ -8,6 +8,8 @@ FULL    := $(VENV)/.installed
 # `make serve` enables KIP-939 two-phase commit, which the Spark exactly-once sink needs (docs/settings.md: "Two-phase
 # commit"); a plain `oncelog serve` keeps Kafka's default (off). More settings: make serve SERVE_ARGS='--set k=v'
 SERVE_ARGS ?=
+# `make cluster` settings for every broker, e.g. make cluster CLUSTER_ARGS='--set log.retention.hours=24'
+CLUSTER_ARGS ?=
 
 .PHONY: venv serve cluster test test-fast bench demo gen lint docs clean
 
@@ -33,9 +35,12 @@ venv: $(FULL)
 serve: $(BASE)
 	$(BIN)/oncelog serve --data-dir ./data --listen 127.0.0.1:9092 --set transaction.two.phase.commit.enable=true $(SERVE_ARGS)
 
-# etcd (Debian etcd-server, on PATH) and three brokers on 127.0.0.1:9092-9094, data in ./data/cluster; Ctrl-C stops all
+# etcd (Debian etcd-server, on PATH) and three brokers on 127.0.0.1:9092-9094, data and logs in ./data/cluster,
+# two-phase commit on (as make serve). A process that exits is reported at once with the command that restarts it
+# (kill -USR1 PID); Ctrl-C stops all and exits 0. One command without shell syntax: make runs it directly, so the
+# Ctrl-C reaches it and make waits for the brokers' clean shutdown.
 cluster: $(BASE)
-	$(BIN)/python -m oncelog.testing.cluster --data-dir ./data/cluster --ports 9092,9093,9094 --etcd-port 2379
+	$(BIN)/python -m oncelog.testing.cluster --data-dir ./data/cluster --ports 9092,9093,9094 --etcd-port 2379 $(CLUSTER_ARGS)
 
 test: $(FULL)
 	$(BIN)/python -m pytest tests -p no:cacheprovider

@@ -228,7 +228,7 @@ def consume_oncelog(bootstrap: str, topic: str, n: int) -> float:
 
 
 def consume_oncelog_columnar(bootstrap: str, topic: str, n: int) -> float:
-    import oncelog.client.consumer.columnar  # noqa: F401 - imported lazily by consume_arrow(): numpy, pyarrow
+    import oncelog.client.consumer.arrow_batches  # noqa: F401 - imported lazily by consume_arrow(): numpy, pyarrow
     from oncelog.client import Consumer
 
     with Consumer({"bootstrap.servers": bootstrap}) as c:

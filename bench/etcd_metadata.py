@@ -25,7 +25,7 @@ import uuid
 from pathlib import Path
 
 from oncelog.cluster._etcd import Cmp, Etcd, Put
-from oncelog.cluster._viewstate import PartitionMap
+from oncelog.cluster._etcd_view import PartitionMap
 from oncelog.cluster.metadata import EtcdMetadata
 from oncelog.cluster.model import PartitionState, TopicMeta
 from oncelog.cluster.store import PartitionChange

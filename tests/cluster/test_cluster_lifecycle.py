@@ -78,7 +78,8 @@ def test_settings_errors_are_one_line(tmp_path: Path) -> None:
 
 def test_a_single_nodes_data_folder_is_refused_by_a_cluster(cluster: ClusterProcess, tmp_path: Path) -> None:
     single = BrokerProcess(tmp_path / "data")
-    single.start()  # a single node creates its internal topics
+    single.start()
+    create(single.bootstrap, "single-node-topic", 1, 1)
     assert single.stop() == 0
     out = serve("--node-id", "9", "--metadata", f"etcd://{cluster.etcd.endpoint}", "--set",
                 f"cluster.name={cluster.cluster_name}", "--listen", f"127.0.0.1:{free_port()}", "--data-dir",
@@ -87,7 +88,7 @@ def test_a_single_nodes_data_folder_is_refused_by_a_cluster(cluster: ClusterProc
     (line,) = error_lines(out)
     assert "belongs to another cluster" in line and cluster.view().cluster_id in line
     assert 9 not in cluster.view().brokers
-    assert {p.name for p in (tmp_path / "data").iterdir()} >= {"__transaction_state-0"}  # nothing deleted
+    assert {p.name for p in (tmp_path / "data").iterdir()} >= {"single-node-topic-0"}  # nothing deleted
 
 
 def test_a_killed_broker_restarted_at_once_registers_again(make_cluster: Callable[..., ClusterProcess]) -> None:
@@ -104,6 +105,10 @@ def test_a_killed_broker_restarted_at_once_registers_again(make_cluster: Callabl
     assert took < 9.0, f"registered again after {took:.1f} s: it waited for the old lease to expire"
     log = cluster.log_tail(1, 200)
     assert "by an earlier process of this broker, which is gone" in log and "revoking its lease" in log
+    # one cluster id in the broker's log, the cluster's: a new data folder takes it when it is made
+    ids = {line.rsplit("cluster id ", 1)[1].split()[0].rstrip(",)") for line in
+           cluster.broker(1).log_path.read_text().splitlines() if "cluster id " in line}
+    assert ids == {cluster.view().cluster_id}, ids
     print(f"\nSIGKILLed broker restarted and registered again in {took:.2f} s (session timeout 9 s)")
 
 

@@ -105,6 +105,10 @@ def decode_batches(records: Any) -> list[Batch]:
 class TxnClient(RawClient):
     def __init__(self, bootstrap: str, timeout: float = 20.0, client_id: str = "txn-raw") -> None:
         super().__init__(bootstrap, timeout=timeout, client_id=client_id)
+        # as every client does before its first group or transaction request: find the coordinators (on a
+        # single node this also creates their internal topics on first use, as Kafka's FindCoordinator does)
+        for key_type in (0, 1):
+            self.find_coordinator("raw-client", key_type)
 
     # ------------------------------------------------------------------ coordinator APIs
     def find_coordinator(self, key: str, key_type: int = 1, version: int = 3) -> Any:

@@ -58,6 +58,8 @@ def test_cli_tour_runs_as_written(make_serve: str, tmp_path: Path) -> None:
     lines = r.stdout.splitlines()
     assert sorted(x for x in lines if x.startswith("u")) == ["u1\t/checkout", "u1\t/home", "u2\t/cart"]
     assert sorted(x for x in lines if x.startswith("/")) == ["/cart", "/checkout", "/home"]  # the group's read
+    assert sorted(x.split("@")[1].split(" ", 1)[1] for x in lines if x.startswith("clicks[")) == [
+        "u1 /checkout", "u1 /home", "u2 /cart"]  # -o -3 -f: the three records, kcat's format
     assert "Traceback" not in r.stderr and "error:" not in r.stderr
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
 
 from oncelog.testing.broker_process import BrokerProcess, free_port
@@ -136,8 +136,7 @@ def test_kafka_setting_names_reach_the_broker(tmp_path: Path) -> None:
 
 
 def test_sigterm_while_starting_stops_cleanly_and_the_folder_starts_again(tmp_path: Path) -> None:
-    """A supervisor may send SIGTERM while the broker is still starting (here: creating its internal topics in a
-    new data folder, ~0.5 s). It used to arrive before the broker's handler was in place and killed it (exit -15,
+    """A supervisor may send SIGTERM while the broker is still starting (here: initialising a new data folder). It used to arrive before the broker's handler was in place and killed it (exit -15,
     seen once in CI right after the port opened); now the broker stops cleanly (exit 0), at once if the start is
     waiting (etcd, a log loading in a thread) or once the step it is in ends, and the folder starts again."""
     broker = BrokerProcess(tmp_path / "data")
@@ -153,7 +152,42 @@ def test_sigterm_while_starting_stops_cleanly_and_the_folder_starts_again(tmp_pa
     broker.start()  # the interrupted folder opens again (recovered), and is whole
     try:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("t", 1)])["t"].result(30)
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g", "enable.auto.commit": False})
+        try:  # the first group creates __consumer_offsets, as Kafka does
+            c.commit(offsets=[TopicPartition("t", 0, 1)], asynchronous=False)
+        finally:
+            c.close()
         topics = admin.list_topics(timeout=30).topics
         assert len(topics["__consumer_offsets"].partitions) == 50, topics
+    finally:
+        assert broker.stop() == 0, broker.log_tail()
+
+
+def test_internal_topics_are_created_on_first_use_and_loaded_at_the_next_start(tmp_path: Path) -> None:
+    """Kafka creates __consumer_offsets on the first FindCoordinator for a group and __transaction_state on the first
+    for a transactional id: a fresh broker listens without its 100 internal partitions. Once made, they are loaded
+    at every start (committed offsets and transactions are there for the clients that come back)."""
+    broker = BrokerProcess(tmp_path / "data").start()
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        assert not {"__consumer_offsets", "__transaction_state"} & set(admin.list_topics(timeout=30).topics)
+        admin.create_topics([NewTopic("t", 1)])["t"].result(30)
+        p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "first-use"})
+        p.init_transactions(30)
+        topics = admin.list_topics(timeout=30).topics
+        assert "__transaction_state" in topics and "__consumer_offsets" not in topics
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g", "enable.auto.commit": False})
+        c.commit(offsets=[TopicPartition("t", 0, 7)], asynchronous=False)
+        c.close()
+        assert len(admin.list_topics(timeout=30).topics["__consumer_offsets"].partitions) == 50
+    finally:
+        assert broker.stop() == 0, broker.log_tail()
+    broker.start()
+    try:
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g", "enable.auto.commit": False})
+        assert [tp.offset for tp in c.committed([TopicPartition("t", 0)], timeout=30)] == [7]
+        c.close()
+        assert "__consumer_offsets found: 50 partition(s) loaded" in broker.log_path.read_text(errors="replace")
     finally:
         assert broker.stop() == 0, broker.log_tail()

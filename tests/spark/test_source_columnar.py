@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from oncelog.protocol.records import BATCH_HEADER_SIZE, RecordBatchBuilder, decode_records, parse_batch_header
-from oncelog.spark.columnar import RecordFormatError, Section, decode_sections
+from oncelog.client.consumer.arrow_decode import RecordFormatError, Section, decode_sections
 
 
 def _batch(rng: random.Random, base: int, n: int, with_headers: bool, fixed: bool) -> bytes:

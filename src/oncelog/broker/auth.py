@@ -40,12 +40,11 @@ from .security_checks import enabled_mechanisms
 if TYPE_CHECKING:
     from .config import BrokerConfig
 
-__all__ = ["AuthMetrics", "BrokerAuth", "ListenerSecurity", "RELOAD_CHECK_S", "TLS_HANDSHAKE_TIMEOUT_S"]
+__all__ = ["AuthMetrics", "BrokerAuth", "ListenerSecurity", "RELOAD_CHECK_S"]
 
 log = logging.getLogger("oncelog.broker.auth")
 
 RELOAD_CHECK_S = 5.0  # how often the certificate files are checked for a renewal
-TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a TLS handshake not done by then closes the connection (a stalled client)
 
 
 class AuthMetrics:

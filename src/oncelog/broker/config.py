@@ -30,9 +30,26 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from .config_values import (
+    Check,
+    _authorizer,
+    _bool,
+    _cluster_name,
+    _int,
+    _listen,
+    _metadata,
+    _overrides,
+    _path,
+    _policy,
+    _rack,
+    _str,
+    _super_users,
+    at_least,
+    one_of,
+)
 from .listeners import Endpoint, Listeners, parse_listeners, parse_port
-from .security_settings import SECURITY_ROWS, SecuritySettings, listener_key, parse_protocol_map
 from .security_checks import check_inter_broker, check_listeners
+from .security_settings import SECURITY_ROWS, SecuritySettings, listener_key, parse_protocol_map
 
 __all__ = ["ALIASES", "BrokerConfig", "ConfigEntry", "ConfigError", "DEFAULT_CONFIG", "Endpoint", "Listeners",
            "SETTINGS", "STATIC_BROKER_CONFIG", "Setting", "TOPIC_DEFAULTS", "reference_markdown"]
@@ -40,89 +57,6 @@ __all__ = ["ALIASES", "BrokerConfig", "ConfigEntry", "ConfigError", "DEFAULT_CON
 
 class ConfigError(ValueError):
     """A broker setting is unknown or has a bad value (the message names it as the user gave it)."""
-
-
-# ---------------------------------------------------------------------------------------------- values
-def _bool(v: Any) -> bool:
-    if isinstance(v, bool):
-        return v
-    s = str(v).strip().lower()
-    if s in ("true", "1", "yes", "on"):
-        return True
-    if s in ("false", "0", "no", "off"):
-        return False
-    raise ValueError("expected true or false")
-
-
-def _int(v: Any) -> int:
-    if isinstance(v, bool):
-        raise ValueError("expected an integer")
-    if isinstance(v, int):
-        return v
-    try:
-        return int(str(v).strip())
-    except ValueError:
-        raise ValueError("expected an integer") from None
-
-
-def _str(v: Any) -> str:
-    if isinstance(v, (dict, list, bool)):
-        raise ValueError("expected a string")
-    return str(v).strip()
-
-
-def _path(v: Any) -> Path:
-    dirs = [d.strip() for d in _str(v).split(",") if d.strip()]
-    if not dirs:
-        raise ValueError("expected a folder")
-    if len(dirs) > 1:
-        raise ValueError("oncelog keeps every partition in one folder: give one path")
-    return Path(dirs[0])
-
-
-# ---------------------------------------------------------------------------------------------- checks
-Check = Callable[[Any], str | None]
-
-
-def at_least(n: int) -> Check:
-    return lambda v: None if v >= n else f"must be at least {n}"
-
-
-def one_of(*options: str) -> Check:
-    return lambda v: None if v in options else f"must be one of {', '.join(options)}"
-
-
-def _policy(v: str) -> str | None:
-    parts = [p.strip() for p in v.split(",") if p.strip()]
-    bad = [p for p in parts if p not in ("delete", "compact")]
-    return "must be delete, compact or delete,compact" if bad or not parts else None
-
-
-def _listen(v: str) -> str | None:
-    if not v:
-        return None
-    host, sep, port = v.rpartition(":")
-    return None if sep and port.isdigit() and 0 <= int(port) <= 65535 else "expected HOST:PORT (empty: off)"
-
-
-def _metadata(v: Any) -> str:
-    s = _str(v)
-    if s:
-        from oncelog.cluster.metadata import parse_endpoints
-
-        parse_endpoints(s)  # ValueError names the bad endpoint
-    return s
-
-
-def _cluster_name(v: Any) -> str:
-    s = _str(v)
-    if not s or "/" in s:
-        raise ValueError("a cluster name is non-empty and has no '/'")
-    return s
-
-
-def _rack(v: Any) -> str | None:
-    return _str(v) or None
 
 
 # ---------------------------------------------------------------------------------------------- table
@@ -168,6 +102,12 @@ class BrokerConfig(SecuritySettings):
 
     message_max_bytes: int = 1048588
     socket_request_max_bytes: int = 104857600
+    max_connections: int = 2147483647
+    max_connections_per_ip: int = 2147483647
+    max_connections_per_ip_overrides: str = ""
+    max_connection_creation_rate: int = 2147483647
+    quota_window_num: int = 11
+    quota_window_size_seconds: int = 1
     auto_create_topics_enable: bool = True
     num_partitions: int = 1
     default_replication_factor: int = 1
@@ -225,6 +165,10 @@ class BrokerConfig(SecuritySettings):
     leader_imbalance_check_interval_seconds: int = 300
     leader_imbalance_per_broker_percentage: int = 10
     controlled_shutdown_enable: bool = True
+
+    authorizer_class_name: str = ""  # empty: no authorization (Kafka's default)
+    super_users: str = ""
+    allow_everyone_if_no_acl_found: bool = False
 
     #: Kafka names of the settings given at start (by any of their names): DescribeConfigs' STATIC_BROKER_CONFIG
     given: set[str] = field(default_factory=set)
@@ -341,6 +285,9 @@ class BrokerConfig(SecuritySettings):
 
     def validate(self) -> None:
         """Checks across settings, once all are set (raises :class:`ConfigError`)."""
+        if self.max_connections_per_ip == 0 and not self.max_connections_per_ip_overrides.strip():
+            raise ConfigError("max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides "
+                              "is set (the addresses that may connect)")
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ConfigError(f"group.min.session.timeout.ms ({self.group_min_session_timeout_ms}) is above "
                               f"group.max.session.timeout.ms ({self.group_max_session_timeout_ms})")
@@ -488,6 +435,19 @@ _SETTINGS: list[Setting] = [
             "(its default `max.message.bytes`).", at_least(0), _B),
     Setting("socket.request.max.bytes", "socket_request_max_bytes", "INT", _int, "Largest request; a larger one "
             "closes the connection.", at_least(1), _B),
+    # -- connection limits and client quotas (docs/security.md)
+    Setting("max.connections", "max_connections", "INT", _int, "Most connections the broker holds; past it a new "
+            "one waits to be accepted until another closes.", at_least(0)),
+    Setting("max.connections.per.ip", "max_connections_per_ip", "INT", _int, "Most connections from one address; "
+            "one more is closed at once.", at_least(0)),
+    Setting("max.connections.per.ip.overrides", "max_connections_per_ip_overrides", "STRING", _str, "Other "
+            "maxima for some addresses: `HOST:COUNT,HOST:COUNT`.", _overrides),
+    Setting("max.connection.creation.rate", "max_connection_creation_rate", "INT", _int, "Most new connections "
+            "accepted per second; faster ones are accepted late.", at_least(0)),
+    Setting("quota.window.num", "quota_window_num", "INT", _int, "Samples a client's rate is measured over "
+            "(client quotas, connection rates).", at_least(1)),
+    Setting("quota.window.size.seconds", "quota_window_size_seconds", "INT", _int, "Length of one sample of a "
+            "rate.", at_least(1)),
     Setting("auto.create.topics.enable", "auto_create_topics_enable", "BOOLEAN", _bool, "Create a topic a "
             "producer or a metadata request names, if it does not exist."),
     Setting("num.partitions", "num_partitions", "INT", _int, "Partitions of an auto-created topic (and of "
@@ -607,6 +567,14 @@ _SETTINGS: list[Setting] = [
             "Leader imbalance a broker may have before the controller rebalances.", at_least(0)),
     Setting("controlled.shutdown.enable", "controlled_shutdown_enable", "BOOLEAN", _bool, "A broker stopping "
             "cleanly first moves its leaderships to other brokers."),
+    # -- authorization (docs/security.md)
+    Setting("authorizer.class.name", "authorizer_class_name", "STRING", _str, "Empty: every request is allowed. "
+            "`org.apache.kafka.metadata.authorizer.StandardAuthorizer` (or `kafka.security.authorizer.AclAuthorizer`):"
+            " requests are checked against the ACLs.", _authorizer),
+    Setting("super.users", "super_users", "LIST", _super_users, "Principals allowed everything, separated by `;` "
+            "(`User:admin;User:broker`)."),
+    Setting("allow.everyone.if.no.acl.found", "allow_everyone_if_no_acl_found", "BOOLEAN", _bool, "With an "
+            "authorizer: allow a request on a resource that has no ACL at all (else deny)."),
     # -- security (docs/security.md)
     *(Setting(*row) for row in SECURITY_ROWS),
 ]

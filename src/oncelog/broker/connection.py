@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from oncelog.protocol import api as kapi
 from oncelog.protocol.errors import ErrorCode
@@ -35,6 +35,7 @@ from .router import Route, Router
 if TYPE_CHECKING:
     from .auth import ListenerSecurity
     from .context import BrokerContext
+    from .quota_manager import Charge
 
 __all__ = ["Connection"]
 
@@ -45,7 +46,7 @@ MAX_PENDING = 100  # pipelined requests per connection before we stop reading fr
 
 
 class _Slot:
-    __slots__ = ("header", "route", "response", "ready", "started")
+    __slots__ = ("header", "route", "response", "ready", "started", "charge")
 
     def __init__(self, header: RequestHeader, route: Route, started: float) -> None:
         self.header = header
@@ -53,6 +54,7 @@ class _Slot:
         self.response: Any = None
         self.ready = False
         self.started = started
+        self.charge: Charge | None = None  # what the response owes the client quotas (quota_manager.py)
 
 
 class Connection(asyncio.Protocol):
@@ -80,6 +82,10 @@ class Connection(asyncio.Protocol):
         self._reading_paused = False
         self._writing_paused = False
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.on_lost: Callable[[], None] | None = None  # the acceptor's: the connection no longer counts
+        self._muted: asyncio.TimerHandle | None = None  # a throttled client is not read until this fires
+        self._held: deque[memoryview | bytearray] = deque()  # requests read while muted: handled once unmuted
+        self._quotas = broker.quotas  # client quotas: charge requests when any is set
 
     # -- asyncio.Protocol -------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -106,6 +112,10 @@ class Connection(asyncio.Protocol):
         self.broker.metrics.connections.dec()
         for task in list(self._tasks):
             task.cancel()
+        if self._muted is not None:
+            self._muted.cancel()
+        if self.on_lost is not None:
+            self.on_lost()
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -136,6 +146,9 @@ class Connection(asyncio.Protocol):
         for frame in frames:
             if self._closed or self._auth_failed:
                 return
+            if self._muted is not None:  # (frames are held only while muted)
+                self._held.append(frame)  # Kafka reads a throttled client's next request after its throttle time
+                continue
             sasl = self.sasl
             if sasl is not None and sasl.bare_tokens and sasl.state is State.AUTHENTICATE:
                 self._bare_token(sasl, frame)
@@ -185,10 +198,18 @@ class Connection(asyncio.Protocol):
                           header.api_version, header.client_id)
             self.close(None)
             return
+        charge = None
+        quotas = self._quotas
+        if quotas is not None and quotas.enabled:
+            charge = quotas.on_request(ctx, request, len(frame), time.perf_counter() - started)
         if result is NO_RESPONSE:
             self.broker.metrics.observe_request(route.name, time.perf_counter() - started)
+            if charge is not None:
+                self.mute_for(charge.throttle_ms)
             return
         slot = _Slot(header, route, started)
+        if charge is not None:
+            slot.charge = charge
         if hasattr(type(result), "__await__"):  # a coroutine or future (cheaper than inspect.isawaitable)
             self._slots.append(slot)
             task = asyncio.ensure_future(result)
@@ -297,6 +318,9 @@ class Connection(asyncio.Protocol):
         if self._closed or self.transport is None:
             return
         h = slot.header
+        throttle_ms = 0
+        if slot.charge is not None and self._quotas is not None:
+            throttle_ms = self._quotas.on_response(slot.charge, slot.response)
         try:
             buffers = kapi.encode_response(h.api_key, h.api_version, h.correlation_id, slot.response)
         except Exception:
@@ -310,6 +334,8 @@ class Connection(asyncio.Protocol):
             return
         self.transport.writelines(buffers)
         self.broker.metrics.observe_request(slot.route.name, time.perf_counter() - slot.started, slot.response)
+        if throttle_ms:
+            self.mute_for(throttle_ms)
 
     def _answer_unsupported_api_versions(self, header: RequestHeader) -> None:
         """A client asking ApiVersions at a version we don't know gets a v0 answer with our versions (KIP-511)."""
@@ -332,13 +358,33 @@ class Connection(asyncio.Protocol):
     def _update_reading(self) -> None:
         if self.transport is None or self._closed or self._auth_failed:
             return
-        should_pause = self._writing_paused or len(self._slots) >= MAX_PENDING
+        should_pause = self._writing_paused or len(self._slots) >= MAX_PENDING or self._muted is not None
         if should_pause and not self._reading_paused:
             self.transport.pause_reading()
             self._reading_paused = True
         elif not should_pause and self._reading_paused:
             self.transport.resume_reading()
             self._reading_paused = False
+
+    def mute_for(self, ms: int) -> None:
+        """Read nothing more from this client for ``ms``: it is throttled for a quota (KIP-219: the response saying
+        so has been sent; Kafka mutes the channel for the throttle time)."""
+        if ms <= 0 or self._closed or self.transport is None:
+            return
+        loop = asyncio.get_running_loop()
+        when = loop.time() + ms / 1000
+        if self._muted is not None:
+            if self._muted.when() >= when:
+                return
+            self._muted.cancel()
+        self._muted = loop.call_at(when, self._unmute)
+        self._update_reading()
+
+    def _unmute(self) -> None:
+        self._muted = None
+        while self._held and self._muted is None and not self._closed:
+            self._handle_frame(self._held.popleft())
+        self._update_reading()
 
     def close(self, reason: str | None) -> None:
         if self._closed:

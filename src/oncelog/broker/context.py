@@ -12,7 +12,8 @@ DescribeCluster, CreateTopics) then answer from its view; None on a single node.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from oncelog.clock import Clock
@@ -20,6 +21,7 @@ from oncelog.clock import Clock
 if TYPE_CHECKING:
     from oncelog.coordinator.group.coordinator import GroupCoordinator
     from oncelog.coordinator.transaction import TransactionCoordinator
+    from oncelog.security.authorizer import StandardAuthorizer
     from oncelog.security.store import SecurityStore
     from oncelog.storage import LogConfig
 
@@ -28,7 +30,9 @@ if TYPE_CHECKING:
     from .cluster.topic_admin import AutoCreator
     from .config import BrokerConfig
     from .coordinators.markers import LocalMarkerWriter
+    from .coordinators.single_node import LoadOnFirstUse
     from .metrics import BrokerMetrics
+    from .quota_manager import ClientQuotaManager
     from .topics import TopicRegistry
     from .coordinators.txn_verifier import RemoteTxnVerifier
 
@@ -53,6 +57,10 @@ class BrokerContext:
     auto_creator: AutoCreator | None = None  # Metadata's auto-creation in a cluster
     txn_verifier: RemoteTxnVerifier | None = None  # in a cluster: KIP-890 checks with a coordinator elsewhere
     security_store: SecurityStore | None = None  # ACL, SCRAM and quota records (a file, or etcd in a cluster)
+    authorizer: StandardAuthorizer | None = None  # None: authorization off (no authorizer.class.name)
+    #: a single node: the internal topic of each coordinator (GROUP, TRANSACTION), created on first use
+    internal_topics: Mapping[int, LoadOnFirstUse] = field(default_factory=dict)
+    quotas: ClientQuotaManager | None = None  # client quotas: the connection and the Fetch handler charge requests
     auth: BrokerAuth | None = None  # the listeners' TLS and SASL, the credentials they check (auth.py)
 
     @property

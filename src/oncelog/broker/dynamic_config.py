@@ -54,6 +54,8 @@ DYNAMIC: frozenset[str] = frozenset({
     "unclean.leader.election.enable",
     # DynamicProducerStateManagerConfig: read by every retention pass
     "producer.id.expiration.ms",
+    # DynamicConnectionQuota: read by the acceptor for each new connection
+    "max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides", "max.connection.creation.rate",
     # Kafka's DynamicListenerConfig SASL settings: read when a connection starts (the Kerberos and login-refresh
     # ones are known names oncelog does not use, so changing them changes nothing)
     "sasl.enabled.mechanisms", "sasl.jaas.config", "principal.builder.class", "sasl.kerberos.service.name",

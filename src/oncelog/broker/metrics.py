@@ -116,6 +116,10 @@ class BrokerMetrics:
         self.records_in = Counter("oncelog_records_in", "Records appended", ["topic"], registry=r)
         self.bytes_out = Counter("oncelog_bytes_out", "Record batch bytes served to fetchers", ["topic"], registry=r)
         self.connections = Gauge("oncelog_connections", "Open client connections", registry=r)
+        self.authorization_denials = Counter("oncelog_authorization_denials", "Requests (or parts of them) refused "
+                                             "by the authorizer", ["api", "operation"], registry=r)
+        self.failed_authentications = Counter("oncelog_failed_authentications", "Logins refused",
+                                              ["listener", "mechanism"], registry=r)
         self._topic_children: dict[str, tuple[Counter, Counter, Counter]] = {}
 
     def topic(self, topic: str) -> tuple[Counter, Counter, Counter]:

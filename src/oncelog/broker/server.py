@@ -19,21 +19,20 @@ import signal
 import socket
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oncelog.clock import SYSTEM_CLOCK, Clock
+from oncelog.security.authorizer import StandardAuthorizer, parse_super_users
 from oncelog.security.store import FileSecurityStore, SecurityStoreError
 from oncelog.security.tls import TlsError
 from oncelog.storage import KafkaStorageError, LogConfig, LogManager
 
-from .auth import TLS_HANDSHAKE_TIMEOUT_S, BrokerAuth
-from .cluster.node import ClusterNode, ClusterStartError, ReplicaManagerLike
-from .cluster.security_store import ClusterSecurityStore
-from .cluster.topic_admin import AutoCreator
+from .acceptor import Acceptor
+from .auth import BrokerAuth
 from .config import BrokerConfig
 from .connection import Connection
-from .context import BrokerContext
-from .coordinators.cluster import ClusterCoordinators
+from .connection_quotas import ConnectionQuotas
+from .context import GROUP, TRANSACTION, BrokerContext
 from .coordinators.groups import GroupCoordinatorHandle, start_single_node_groups
 from .coordinators.markers import LocalMarkerWriter
 from .coordinators.transactions import (
@@ -41,14 +40,17 @@ from .coordinators.transactions import (
     next_coordinator_epoch,
     start_single_node_transactions,
 )
-from .coordinators.txn_verifier import RemoteTxnVerifier
 from .durability import GroupCommitFlusher
 from .metrics import BrokerMetrics
 from .partition import Partition
-from .peer_connections import peer_link, refused_by_peers
-from .replication.manager import ReplicaManager
+from .quota_manager import ClientQuotaManager
 from .router import Router
 from .topics import TopicRegistry
+
+if TYPE_CHECKING:  # a cluster's parts (etcd's client among them) are imported only by a broker of a cluster
+    from .cluster.node import ClusterNode, ReplicaManagerLike
+    from .cluster.security_store import ClusterSecurityStore
+    from .coordinators.cluster import ClusterCoordinators
 
 __all__ = ["Broker", "StartupError", "run_broker"]
 
@@ -126,6 +128,7 @@ class Broker:
         self.flusher = GroupCommitFlusher(self._on_durable)
         self.logs: LogManager | None = None
         self._topics: TopicRegistry | None = None
+        self._acceptors: list[Acceptor] = []
         self._background: list[asyncio.Task[Any]] = []
         self._stopped = asyncio.Event()
         self.cluster_id = ""
@@ -136,7 +139,6 @@ class Broker:
         self._cluster_security: ClusterSecurityStore | None = None
         self.replicas: ReplicaManagerLike | None = None
         self._socks: dict[str, socket.socket] = {}  # each listener's bound port until its server takes it
-        self._servers: list[asyncio.AbstractServer] = []
         self.auth: BrokerAuth | None = None
 
     @property
@@ -169,10 +171,14 @@ class Broker:
             raise StartupError(str(e)) from None
         loop = asyncio.get_running_loop()
         if cfg.cluster_mode:
+            from .cluster.node import ClusterNode, ClusterStartError
+
             try:
                 self.cluster = await ClusterNode.connect(cfg)
             except ClusterStartError as e:
                 raise StartupError(str(e)) from None
+            from .peer_connections import peer_link, refused_by_peers
+
             peers = [b for n, b in sorted(self.cluster.view.brokers.items()) if n != cfg.node_id]
             refused = await refused_by_peers(peer_link(cfg), peers, 5.0)
             if refused is not None:
@@ -182,7 +188,7 @@ class Broker:
                                    f"{cfg.inter_broker_listener}, and its certificates)")
         try:
             self.logs = await loop.run_in_executor(None, LogManager.open, cfg.data_dir, log_defaults(cfg),
-                                                   self.clock)
+                                                   self.clock, self.cluster.cluster_id if self.cluster else None)
         except KafkaStorageError as e:
             raise StartupError(str(e)) from None
         except OSError as e:
@@ -203,9 +209,16 @@ class Broker:
             except SecurityStoreError as e:
                 raise StartupError(str(e)) from None
         else:
+            from .cluster.security_store import ClusterSecurityStore
+
             self._cluster_security = ClusterSecurityStore(self.cluster.store)
             context.security_store = self._cluster_security
             self._cluster_security.start()
+        quotas = context.quotas = ClientQuotaManager(self.clock, cfg.quota_window_size_seconds, cfg.quota_window_num,
+                                                     context.security_store)
+        if cfg.authorizer_class_name and context.security_store is not None:
+            context.authorizer = StandardAuthorizer(context.security_store, parse_super_users(cfg.super_users),
+                                                    cfg.allow_everyone_if_no_acl_found)
         self.metrics.watch_partitions(self._topics)
         self.metrics.watch_flusher(self.flusher)
         self.flusher.start()
@@ -218,7 +231,15 @@ class Broker:
                                                     lambda: context.txn_coordinator)
             self._single_node_coordinators.append(groups)
             context.group_coordinator = groups.coordinator
+            assert groups.first_use is not None and txn.first_use is not None
+            context.internal_topics = {GROUP: groups.first_use, TRANSACTION: txn.first_use}
         else:
+            from .cluster.topic_admin import AutoCreator
+            from .coordinators.cluster import ClusterCoordinators
+            from .coordinators.txn_verifier import RemoteTxnVerifier
+            from .peer_connections import peer_link
+            from .replication.manager import ReplicaManager
+
             context.cluster = self.cluster
             context.auto_creator = AutoCreator(self.cluster)
             node = self.cluster
@@ -242,12 +263,15 @@ class Broker:
                 raise StartupError(str(e)) from None
         self.metrics.watch_operator_view(self._topics, lambda: context.group_coordinator)
         auth = self.auth
-        for name, sock in list(self._socks.items()):
+        connection_quotas = ConnectionQuotas(cfg, self.clock, quotas.ip_connection_rate)
+        for name, sock in list(self._socks.items()):  # one accept loop per listener
             security = auth.listener(name)
-            self._servers.append(await loop.create_server(
-                lambda security=security: Connection(context, self.router, self.connections,
-                                                     security), sock=sock, backlog=1024, ssl=security.ssl_context,
-                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if security.tls else None))
+            acceptor = Acceptor(sock, name, connection_quotas,
+                                lambda security=security: Connection(context, self.router,  # type: ignore[misc]
+                                                                     self.connections, security),
+                                ssl=security.ssl_context)
+            acceptor.start(backlog=1024)
+            self._acceptors.append(acceptor)
             del self._socks[name]
         if any(sec.tls for sec in auth.listeners.values()):
             self._background.append(loop.create_task(auth.reload_loop(), name="tls-reload"))
@@ -378,9 +402,9 @@ class Broker:
         if self.replicas is not None:
             await self.replicas.stop()
             self.replicas = None
-        for server in self._servers:
-            server.close()
-        self._servers.clear()
+        for acceptor in self._acceptors:
+            acceptor.close()
+        self._acceptors.clear()
         for sock in self._socks.values():
             sock.close()
         self._socks.clear()

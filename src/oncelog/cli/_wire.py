@@ -9,17 +9,17 @@ controller forwards the two that change the cluster to it).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from oncelog.client.connection import BrokerConnection
-from oncelog.protocol.errors import ErrorCode
-from oncelog.protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
+from ._common import Conn, config_hint, fail, unreachable_hint
 
-from ._common import fail, unreachable_hint
+if TYPE_CHECKING:
+    import asyncio
+
+    from oncelog.client.connection import BrokerConnection
 
 __all__ = ["Broker", "ClusterShape", "PartitionInfo", "Wire", "error_name", "wire"]
 
@@ -63,6 +63,8 @@ class ClusterShape:
 
 
 def error_name(code: int) -> str:
+    from oncelog.protocol.errors import ErrorCode
+
     try:
         return ErrorCode(code).name
     except ValueError:
@@ -70,18 +72,33 @@ def error_name(code: int) -> str:
 
 
 class Wire:
-    """A connection to one broker of ``bootstrap`` on a loop of its own (the CLI is synchronous)."""
+    """A connection to one broker of ``conn.bootstrap`` on a loop of its own (the CLI is synchronous); client.id
+    and the timeouts of --command-config apply."""
 
-    def __init__(self, bootstrap: str, timeout: float = 30.0) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, conn: Conn, timeout: float = 30.0) -> None:
+        self.bootstrap = conn.bootstrap
+        self.conn = conn
         self.timeout = timeout
-        self._loop = asyncio.new_event_loop()
+        import asyncio  # here, not at the top: help and usage errors need no event loop (~40 ms of imports)
+
+        self._loop: asyncio.AbstractEventLoop = asyncio.new_event_loop()
         self._conn: BrokerConnection | None = None
 
     def _unreachable(self, detail: str) -> NoReturn:
         fail(f"cannot reach a broker at {self.bootstrap}: {detail}", unreachable_hint(self.bootstrap))
 
     def connect(self) -> None:
+        from oncelog.client.config import parse_admin_config
+        from oncelog.client.connection import BrokerConnection
+        from oncelog.client.errors import ConfigError
+
+        own = {"client.id": "oncelog-cli", "request.timeout.ms": int(self.timeout * 1000)}
+        try:
+            cfg = parse_admin_config({**self.conn.client_conf(),
+                                      **{k: v for k, v in own.items() if k not in self.conn.properties}})
+        except ConfigError as e:
+            fail(f"{e.message} (--command-config {self.conn.config_file})",
+                 config_hint(self.conn.config_file) if self.conn.config_file else None, code=2)
         last = "no address given"
         for addr in (a.strip() for a in self.bootstrap.split(",")):
             if not addr:
@@ -89,8 +106,9 @@ class Wire:
             host, _, port = addr.rpartition(":")
             if not host or not port.isdigit():
                 fail(f"--bootstrap-server expects HOST:PORT, got {addr!r}", code=2)
-            conn = BrokerConnection(host, int(port), client_id="oncelog-cli", request_timeout=self.timeout,
-                                    connect_timeout=5.0)
+            conn = BrokerConnection(host, int(port), client_id=cfg.client_id,
+                                    request_timeout=cfg.request_timeout_ms / 1000,
+                                    connect_timeout=cfg.connect_timeout_ms / 1000, security=cfg.security)
             try:
                 self._loop.run_until_complete(conn.connect())
             except Exception as e:  # the next address
@@ -117,6 +135,9 @@ class Wire:
 
     def shape(self, topics: list[str] | None = None) -> ClusterShape:
         """Brokers, controller and the partitions of ``topics`` (None: every topic) from one Metadata request."""
+        from oncelog.protocol.errors import ErrorCode
+        from oncelog.protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
+
         req = MetadataRequest(topics=None if topics is None else [MetadataRequestTopic(name=t) for t in topics],
                               allow_auto_topic_creation=False)
         resp = self.send(req)
@@ -148,8 +169,8 @@ class Wire:
 
 
 @contextlib.contextmanager
-def wire(bootstrap: str, timeout: float = 30.0) -> Iterator[Wire]:
-    w = Wire(bootstrap, timeout)
+def wire(conn: Conn, timeout: float = 30.0) -> Iterator[Wire]:
+    w = Wire(conn, timeout)
     try:
         yield w
     finally:

@@ -4,17 +4,19 @@ partition's leader, leader epoch, replicas and ISR, and preferred/unclean leader
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from oncelog.protocol.messages.elect_leaders_request import ElectLeadersRequest, TopicPartitions
-from oncelog.protocol.messages.list_partition_reassignments_request import ListPartitionReassignmentsRequest
+from ._common import CONTEXT, Conn, connection_options, echo_json, fail, json_option
+from ._table import Col, print_table
+from ._wire import ClusterShape, PartitionInfo, error_name, wire
+from .topic import is_internal
 
-from ._common import CONTEXT, bootstrap_option, echo_json, fail, json_option
-from ._wire import ClusterShape, PartitionInfo, Wire, error_name, wire
+if TYPE_CHECKING:
+    from ._wire import Wire
+
+Ongoing = dict[tuple[str, int], dict[str, list[int]]]
 
 
 @click.group(context_settings=CONTEXT)
@@ -22,14 +24,16 @@ def cluster() -> None:
     """Brokers, controller and partition health of a cluster; leader elections."""
 
 
-def _ongoing(w: Wire) -> dict[tuple[str, int], dict[str, list[int]]]:
+def _ongoing(w: Wire) -> Ongoing:
+    from oncelog.protocol.messages.list_partition_reassignments_request import ListPartitionReassignmentsRequest
+
     resp = w.send(ListPartitionReassignmentsRequest(timeout_ms=15000, topics=None))
     return {(t.name, p.partition_index): {"replicas": list(p.replicas), "adding": list(p.adding_replicas),
                                           "removing": list(p.removing_replicas)}
             for t in resp.topics for p in t.partitions}
 
 
-def _partition_json(p: PartitionInfo, ongoing: dict[tuple[str, int], dict[str, list[int]]]) -> dict[str, Any]:
+def _partition_json(p: PartitionInfo, ongoing: Ongoing) -> dict[str, Any]:
     moving = ongoing.get((p.topic, p.partition))
     return {"topic": p.topic, "partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
             "replicas": list(p.replicas), "isr": list(p.isr), "offline_replicas": list(p.offline),
@@ -41,58 +45,68 @@ def _ids(nodes: tuple[int, ...] | list[int]) -> str:
     return ",".join(map(str, nodes)) or "-"
 
 
+def down_brokers(shape: ClusterShape, ongoing: Ongoing) -> list[int]:
+    """Brokers the cluster knows but that are not registered (Metadata lists only live brokers): those named as a
+    replica, in an ISR or as an offline replica of a partition, or in a reassignment."""
+    named: set[int] = set()
+    for ps in shape.topics.values():
+        for p in ps:
+            named.update(p.replicas, p.isr, p.offline)
+    for r in ongoing.values():
+        named.update(r["replicas"], r["adding"], r["removing"])
+    return sorted(named - {b.node_id for b in shape.brokers} - {-1})
+
+
 @cluster.command(context_settings=CONTEXT)
-@bootstrap_option
+@connection_options
 @json_option
-def status(bootstrap_server: str, as_json: bool) -> None:
-    """Brokers, the active controller, and the partitions that are under-replicated (ISR smaller than the replicas),
-    offline (no leader) or being reassigned."""
-    with wire(bootstrap_server) as w:
+def status(conn: Conn, as_json: bool) -> None:
+    """Brokers (a broker that holds replicas but is not registered shows as down), the active controller, and the
+    partitions that are under-replicated (ISR smaller than the replicas), offline (no leader) or being reassigned."""
+    with wire(conn) as w:
         shape = w.shape()
         ongoing = _ongoing(w)
     parts = [p for ps in shape.topics.values() for p in ps]
     under = [p for p in parts if p.under_replicated and not p.is_offline]
     offline = [p for p in parts if p.is_offline]
+    down = down_brokers(shape, ongoing)
     leaders: dict[int, int] = {}
     for p in parts:
         leaders[p.leader] = leaders.get(p.leader, 0) + 1
     if as_json:
         echo_json({"cluster_id": shape.cluster_id, "controller": shape.controller,
                    "brokers": [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack,
-                                "leaders": leaders.get(b.node_id, 0)} for b in shape.brokers],
+                                "leaders": leaders.get(b.node_id, 0), "state": "up"} for b in shape.brokers]
+                   + [{"node_id": n, "host": None, "port": None, "rack": None, "leaders": 0, "state": "down"}
+                      for n in down],
                    "topics": len(shape.topics), "partitions": len(parts),
                    "under_replicated": [_partition_json(p, ongoing) for p in under],
                    "offline": [_partition_json(p, ongoing) for p in offline],
                    "reassigning": [{"topic": t, "partition": i, **r} for (t, i), r in sorted(ongoing.items())]})
         return
-    console = Console()
-    console.print(f"Cluster {shape.cluster_id}: {len(shape.brokers)} broker(s), controller "
-                  f"{shape.controller if shape.controller >= 0 else 'none'}; {len(shape.topics)} topic(s), "
-                  f"{len(parts)} partition(s): {len(under)} under-replicated, {len(offline)} offline, "
-                  f"{len(ongoing)} being reassigned")
-    table = Table(title="Brokers")
-    for col in ("Node", "Address", "Rack", "Leaders", "Role"):
-        table.add_column(col)
-    for b in shape.brokers:
-        table.add_row(str(b.node_id), f"{b.host}:{b.port}", b.rack or "-", str(leaders.get(b.node_id, 0)),
-                      "controller" if b.node_id == shape.controller else "")
-    console.print(table)
+    click.echo(f"Cluster {shape.cluster_id}: {len(shape.brokers) + len(down)} broker(s)"
+               + (f" ({len(down)} down: {_ids(down)})" if down else "")
+               + f", controller {shape.controller if shape.controller >= 0 else 'none'}")
+    click.echo(f"{len(shape.topics)} topic(s), {len(parts)} partition(s): {len(under)} under-replicated, "
+               f"{len(offline)} offline, {len(ongoing)} being reassigned")
+    rows = [[str(b.node_id), f"{b.host}:{b.port}", b.rack or "-", str(leaders.get(b.node_id, 0)),
+             "up, controller" if b.node_id == shape.controller else "up"] for b in shape.brokers]
+    rows += [[str(n), "-", "-", "0", "DOWN (not registered)"] for n in down]
+    rows.sort(key=lambda r: int(r[0]))
+    print_table("Brokers", [Col("Node", right=True), Col("Address", fold=True), Col("Rack", fold=True),
+                            Col("Leaders", right=True), Col("State", fold=True)], rows)
     if under or offline:
-        _partition_table(console, "Under-replicated and offline partitions", under + offline, ongoing)
+        _partition_table("Under-replicated and offline partitions", under + offline, ongoing)
     if ongoing:
-        rtable = Table(title="Reassignments in progress")
-        for col in ("Topic", "Partition", "Replicas", "Adding", "Removing"):
-            rtable.add_column(col)
-        for (t, i), r in sorted(ongoing.items()):
-            rtable.add_row(t, str(i), _ids(r["replicas"]), _ids(r["adding"]), _ids(r["removing"]))
-        console.print(rtable)
+        print_table("Reassignments in progress",
+                    [Col("Topic", fold=True), Col("Partition", right=True), Col("Replicas", fold=True),
+                     Col("Adding", fold=True), Col("Removing", fold=True)],
+                    [[t, str(i), _ids(r["replicas"]), _ids(r["adding"]), _ids(r["removing"])]
+                     for (t, i), r in sorted(ongoing.items())])
 
 
-def _partition_table(console: Console, title: str, parts: list[PartitionInfo],
-                     ongoing: dict[tuple[str, int], dict[str, list[int]]]) -> None:
-    table = Table(title=title)
-    for col in ("Topic", "Partition", "Leader", "Leader epoch", "Replicas", "ISR", "State"):
-        table.add_column(col, justify="left" if col == "Topic" else "right")
+def _partition_table(title: str, parts: list[PartitionInfo], ongoing: Ongoing) -> None:
+    rows = []
     for p in parts:
         state = []
         if p.is_offline:
@@ -102,30 +116,33 @@ def _partition_table(console: Console, title: str, parts: list[PartitionInfo],
         moving = ongoing.get((p.topic, p.partition))
         if moving:
             state.append(f"reassigning (+{_ids(moving['adding'])} -{_ids(moving['removing'])})")
-        table.add_row(p.topic, str(p.partition), str(p.leader) if p.leader >= 0 else "none", str(p.leader_epoch),
-                      _ids(p.replicas), _ids(p.isr), ", ".join(state) or "ok")
-    console.print(table)
+        rows.append([p.topic, str(p.partition), str(p.leader) if p.leader >= 0 else "none", str(p.leader_epoch),
+                     _ids(p.replicas), _ids(p.isr), ", ".join(state) or "ok"])
+    print_table(title, [Col("Topic", fold=True), Col("Partition", right=True), Col("Leader", right=True),
+                        Col("Leader epoch", right=True), Col("Replicas", fold=True), Col("ISR", fold=True),
+                        Col("State", fold=True)], rows)
 
 
 @cluster.command(context_settings=CONTEXT)
 @click.argument("topics", nargs=-1, metavar="[TOPIC]...")
-@click.option("--internal", "include_internal", is_flag=True, help="include internal topics (without TOPIC)")
-@bootstrap_option
+@click.option("--include-internal", "--internal", "include_internal", is_flag=True,
+              help="without TOPIC: also internal topics (__consumer_offsets and other names that start with '__')")
+@connection_options
 @json_option
-def partitions(topics: tuple[str, ...], include_internal: bool, bootstrap_server: str, as_json: bool) -> None:
+def partitions(topics: tuple[str, ...], include_internal: bool, conn: Conn, as_json: bool) -> None:
     """Each partition's leader, leader epoch, replicas and ISR (of TOPICs, or of every topic)."""
-    with wire(bootstrap_server) as w:
+    with wire(conn) as w:
         shape = w.shape(list(topics) if topics else None)
         ongoing = _ongoing(w)
     if shape.missing:
         fail(f"topic {', '.join(repr(t) for t in sorted(shape.missing))} does not exist",
              "check the name with 'oncelog topic list'")
-    parts = [p for name, ps in shape.topics.items() if topics or include_internal or name not in shape.internal
-             for p in ps]
+    parts = [p for name, ps in shape.topics.items()
+             if topics or include_internal or not is_internal(name, name in shape.internal) for p in ps]
     if as_json:
         echo_json([_partition_json(p, ongoing) for p in parts])
         return
-    _partition_table(Console(), _title(shape, parts), parts, ongoing)
+    _partition_table(_title(shape, parts), parts, ongoing)
 
 
 def _title(shape: ClusterShape, parts: list[PartitionInfo]) -> str:
@@ -147,14 +164,21 @@ def _tp(value: str) -> tuple[str, int]:
 @click.option("-t", "--topic", "topics", multiple=True, metavar="TOPIC", help="every partition of TOPIC (repeatable)")
 @click.option("-p", "--partition", "tps", multiple=True, metavar="TOPIC:PARTITION", help="one partition (repeatable)")
 @click.option("--all", "all_partitions", is_flag=True, help="every partition of the cluster")
-@bootstrap_option
+@connection_options
 @json_option
 def elect_leaders(election_type: str, topics: tuple[str, ...], tps: tuple[str, ...], all_partitions: bool,
-                  bootstrap_server: str, as_json: bool) -> None:
+                  conn: Conn, as_json: bool) -> None:
     """Elect leaders (like kafka-leader-election.sh): partitions that need no election say so."""
-    if all_partitions == bool(topics or tps):
-        fail("give --all, or --topic / --partition", code=2)
-    with wire(bootstrap_server) as w:
+    from oncelog.protocol.messages.elect_leaders_request import ElectLeadersRequest, TopicPartitions
+
+    if all_partitions and (topics or tps):
+        fail("--all cannot be combined with --topic or --partition", "give --all alone, or name the partitions",
+             code=2)
+    if not all_partitions and not (topics or tps):
+        fail("say which partitions need a leader election: --all, --topic TOPIC or --partition TOPIC:PARTITION",
+             "e.g. 'oncelog cluster elect-leaders --all' moves every leadership back to its preferred replica; "
+             "'oncelog cluster status' shows which partitions need it", code=2)
+    with wire(conn) as w:
         wanted: dict[str, list[int]] | None = None
         if not all_partitions:
             wanted = {}

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from oncelog.client.admin import Admin, GroupDescription
-from oncelog.client.errors import KafkaError
-from oncelog.protocol.errors import ErrorCode
+from ._common import CONTEXT, Conn, connection_options, echo_json, fail, json_option, user_errors
+from ._table import Col, print_table
 
-from ._common import CONTEXT, bootstrap_option, client_conf, echo_json, fail, json_option, user_errors
+if TYPE_CHECKING:
+    from oncelog.client.admin import Admin, GroupDescription
 
 
 @click.group(context_settings=CONTEXT)
@@ -32,8 +31,19 @@ _ISOLATION = ("read_committed", "read_uncommitted")
 _RESETTABLE = ("Empty", "Dead")
 
 
-def _admin(bootstrap: str) -> Admin:
-    return Admin(client_conf(bootstrap))
+def _admin(conn: Conn) -> Admin:
+    from oncelog.client.admin import Admin
+
+    return Admin(conn.client_conf())
+
+
+def _code(e: Exception) -> int | None:
+    """The Kafka error code of a client error (None for anything else)."""
+    from oncelog.client.errors import KafkaError
+
+    return int(e.code()) if isinstance(e, KafkaError) else None
+
+
 
 
 def _known(desc: GroupDescription) -> bool:
@@ -41,10 +51,12 @@ def _known(desc: GroupDescription) -> bool:
 
 
 def _describe_one(admin: Admin, group: str) -> GroupDescription:
+    from oncelog.protocol.errors import ErrorCode
+
     try:
         desc = admin.describe_groups([group])[group]
-    except KafkaError as e:
-        if e.code() == ErrorCode.GROUP_ID_NOT_FOUND:
+    except Exception as e:
+        if _code(e) == ErrorCode.GROUP_ID_NOT_FOUND:
             fail(f"consumer group {group!r} does not exist", "list the groups with 'oncelog group list'")
         raise
     if not _known(desc):
@@ -55,12 +67,12 @@ def _describe_one(admin: Admin, group: str) -> GroupDescription:
 @group.command("list", context_settings=CONTEXT)
 @click.option("-s", "--state", multiple=True, metavar="STATE",
               help="only groups in this state, e.g. Empty or Stable (repeatable)")
-@bootstrap_option
+@connection_options
 @json_option
-def list_(state: tuple[str, ...], bootstrap_server: str, as_json: bool) -> None:
+def list_(state: tuple[str, ...], conn: Conn, as_json: bool) -> None:
     """List the consumer groups the coordinators know, with their state."""
-    with user_errors("cannot list groups", bootstrap_server):
-        admin = _admin(bootstrap_server)
+    with user_errors("cannot list groups", conn):
+        admin = _admin(conn)
         try:
             groups = admin.list_groups(list(state) or None)
         finally:
@@ -68,14 +80,9 @@ def list_(state: tuple[str, ...], bootstrap_server: str, as_json: bool) -> None:
     if as_json:
         echo_json([asdict(g) for g in groups])
         return
-    table = Table(title=f"{len(groups)} group(s)")
-    table.add_column("Group", overflow="fold")
-    table.add_column("Coordinator", justify="right")
-    table.add_column("Protocol type")
-    table.add_column("State")
-    for g in groups:
-        table.add_row(g.group_id, str(g.coordinator_id), g.protocol_type or "-", g.state)
-    Console().print(table)
+    print_table(f"{len(groups)} group(s)", [Col("Group", fold=True), Col("Coordinator", right=True),
+                                            Col("Protocol type", fold=True), Col("State", fold=True)],
+                [[g.group_id, str(g.coordinator_id), g.protocol_type or "-", g.state] for g in groups])
 
 
 @group.command(context_settings=CONTEXT)
@@ -83,13 +90,13 @@ def list_(state: tuple[str, ...], bootstrap_server: str, as_json: bool) -> None:
 @click.option("--isolation", type=click.Choice(_ISOLATION), default="read_committed", show_default=True,
               help="count lag as a read_committed consumer does (against the last stable offset) or as "
                    "read_uncommitted (against the log end offset)")
-@bootstrap_option
+@connection_options
 @json_option
-def describe(group_id: str, isolation: str, bootstrap_server: str, as_json: bool) -> None:
+def describe(group_id: str, isolation: str, conn: Conn, as_json: bool) -> None:
     """State and members of GROUP, and per partition its committed offset, log end offset, LSO and lag."""
     group = group_id
-    with user_errors(f"cannot describe group {group!r}", bootstrap_server):
-        admin = _admin(bootstrap_server)
+    with user_errors(f"cannot describe group {group!r}", conn):
+        admin = _admin(conn)
         try:
             desc = _describe_one(admin, group)
             committed = admin.list_group_offsets(group)
@@ -118,47 +125,38 @@ def describe(group_id: str, isolation: str, bootstrap_server: str, as_json: bool
         out["total_lag"] = sum(r["lag"] for r in rows if r["lag"] is not None)
         echo_json(out)
         return
-    console = Console()
-    head = Table(title=f"Group {desc.group_id}", show_header=False)
-    head.add_column("Field", style="bold")
-    head.add_column("Value", overflow="fold")
-    head.add_row("Coordinator", str(desc.coordinator_id))
-    head.add_row("State", desc.state)
-    head.add_row("Protocol type", desc.protocol_type or "-")
-    head.add_row("Assignor", desc.protocol or "-")
-    head.add_row("Members", str(len(desc.members)))
-    console.print(head)
+    print_table(f"Group {desc.group_id}", [Col("Field"), Col("Value", fold=True)],
+                [["Coordinator", str(desc.coordinator_id)], ["State", desc.state],
+                 ["Protocol type", desc.protocol_type or "-"], ["Assignor", desc.protocol or "-"],
+                 ["Members", str(len(desc.members))]], show_header=False)
     if desc.members:
-        mt = Table(title="Members")
-        for col in ("Member id", "Instance id", "Client id", "Host", "Assignment"):
-            mt.add_column(col, overflow="fold")
-        for m in desc.members:
-            mt.add_row(m.member_id, m.group_instance_id or "-", m.client_id, m.client_host,
-                       ", ".join(f"{t}-{p}" for t, p in m.assignment) or "-")
-        console.print(mt)
-    lag_col = "Lag (vs LSO)" if isolation == "read_committed" else "Lag (vs LEO)"
-    ot = Table(title=f"Offsets ({isolation})")
-    ot.add_column("Topic", overflow="fold")
-    for col in ("Partition", "Committed", "Log end", "LSO", lag_col):
-        ot.add_column(col, justify="right")
-    ot.add_column("Consumer", overflow="fold")
-    for r in rows:
-        ot.add_row(str(r["topic"]), str(r["partition"]), "-" if r["committed_offset"] is None else str(r["committed_offset"]),
-                   str(r["log_end_offset"]), str(r["last_stable_offset"]),
-                   "-" if r["lag"] is None else str(r["lag"]),
-                   f"{r['client_id']} ({r['host']})" if r["member_id"] else "-")
-    console.print(ot)
+        print_table("Members", [Col("Member id", fold=True), Col("Instance id", fold=True),
+                                Col("Client id", fold=True), Col("Host", fold=True), Col("Assignment", fold=True)],
+                    [[m.member_id, m.group_instance_id or "-", m.client_id, m.client_host,
+                      ", ".join(f"{t}-{p}" for t, p in m.assignment) or "-"] for m in desc.members])
+    print_table(f"Offsets ({isolation})",
+                [Col("Topic", fold=True), Col("Partition", right=True), Col("Committed", right=True),
+                 Col("Log end", right=True), Col("LSO", right=True),
+                 Col("Lag (vs LSO)" if isolation == "read_committed" else "Lag (vs LEO)", right=True),
+                 Col("Consumer", fold=True)],
+                [[str(r["topic"]), str(r["partition"]),
+                  "-" if r["committed_offset"] is None else str(r["committed_offset"]), str(r["log_end_offset"]),
+                  str(r["last_stable_offset"]), "-" if r["lag"] is None else str(r["lag"]),
+                  f"{r['client_id']} ({r['host']})" if r["member_id"] else "-"] for r in rows])
 
 
 @group.command(context_settings=CONTEXT)
 @click.argument("groups", nargs=-1, required=True, metavar="GROUP...")
-@bootstrap_option
+@connection_options
 @json_option
-def delete(groups: tuple[str, ...], bootstrap_server: str, as_json: bool) -> None:
+def delete(groups: tuple[str, ...], conn: Conn, as_json: bool) -> None:
     """Delete consumer groups with their committed offsets (only groups without active members)."""
+    from oncelog.client.errors import KafkaError
+    from oncelog.protocol.errors import ErrorCode
+
     results: dict[str, str | None] = {}
-    with user_errors("cannot delete groups", bootstrap_server):
-        admin = _admin(bootstrap_server)
+    with user_errors("cannot delete groups", conn):
+        admin = _admin(conn)
         try:
             for g in dict.fromkeys(groups):
                 try:
@@ -208,11 +206,11 @@ def _parse_datetime(text: str) -> int:
               help="to the first offset at or after this time, e.g. 2026-01-31T12:00:00Z (UTC unless it has an "
                    "offset)")
 @click.option("--execute", is_flag=True, help="commit the new offsets (default: a dry run that only prints them)")
-@bootstrap_option
+@connection_options
 @json_option
 def reset_offsets(group_id: str, topic: str, partition: tuple[int, ...], to_earliest: bool, to_latest: bool,
                   to_offset: int | None, shift_by: int | None, to_datetime: str | None, execute: bool,
-                  bootstrap_server: str, as_json: bool) -> None:
+                  conn: Conn, as_json: bool) -> None:
     """Reset GROUP's committed offsets for a topic; a dry run that only prints the plan unless --execute.
 
     As in Kafka, only while the group has no members (stop its consumers first).
@@ -225,14 +223,16 @@ def reset_offsets(group_id: str, topic: str, partition: tuple[int, ...], to_earl
         fail("give exactly one of --to-earliest, --to-latest, --to-offset N, --shift-by N, --to-datetime ISO"
              + (f" (got {', '.join(chosen)})" if chosen else ""), code=2)
     ts = _parse_datetime(to_datetime) if to_datetime is not None else None
-    with user_errors(f"cannot reset offsets of group {group!r}", bootstrap_server):
-        admin = _admin(bootstrap_server)
+    from oncelog.protocol.errors import ErrorCode
+
+    with user_errors(f"cannot reset offsets of group {group!r}", conn):
+        admin = _admin(conn)
         try:
             try:
                 desc = admin.describe_groups([group])[group]
                 state = desc.state
-            except KafkaError as e:
-                if e.code() != ErrorCode.GROUP_ID_NOT_FOUND:
+            except Exception as e:
+                if _code(e) != ErrorCode.GROUP_ID_NOT_FOUND:
                     raise
                 state = "Dead"
             if state not in _RESETTABLE:
@@ -278,16 +278,12 @@ def reset_offsets(group_id: str, topic: str, partition: tuple[int, ...], to_earl
     if as_json:
         echo_json({"group_id": group, "executed": execute, "offsets": rows})
         return
-    table = Table(title=f"Group {group}: new offsets" + ("" if execute else " (dry run)"))
-    table.add_column("Topic", overflow="fold")
-    for col in ("Partition", "Current", "New"):
-        table.add_column(col, justify="right")
-    for r in rows:
-        table.add_row(str(r["topic"]), str(r["partition"]),
-                      "-" if r["current_offset"] is None else str(r["current_offset"]), str(r["new_offset"]))
-    console = Console()
-    console.print(table)
+    print_table(f"Group {group}: new offsets" + ("" if execute else " (dry run)"),
+                [Col("Topic", fold=True), Col("Partition", right=True), Col("Current", right=True),
+                 Col("New", right=True)],
+                [[str(r["topic"]), str(r["partition"]), "-" if r["current_offset"] is None else str(r["current_offset"]),
+                  str(r["new_offset"])] for r in rows])
     if execute:
-        console.print(f"Committed {len(rows)} offset(s) for group {group!r}.", highlight=False)
+        click.echo(f"Committed {len(rows)} offset(s) for group {group!r}.")
     else:
-        console.print("Dry run: nothing changed. Add --execute to commit these offsets.", highlight=False)
+        click.echo("Dry run: nothing changed. Add --execute to commit these offsets.")

@@ -9,27 +9,130 @@ from __future__ import annotations
 
 import logging
 import sys
-from importlib.metadata import PackageNotFoundError, version
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
-from ._common import CONTEXT, fail, quiet_client_logs
+from ._common import CONTEXT, fail, quiet_client_logs, root_connection_options
 
 
-def _version() -> str:
+def _print_version(ctx: click.Context, _: click.Parameter, value: bool) -> None:
+    """``--version``: the installed package's version, looked up only when asked (importlib.metadata is slow)."""
+    if not value or ctx.resilient_parsing:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
-        return version("oncelog")
+        v = version("oncelog")
     except PackageNotFoundError:  # pragma: no cover - running from a source tree without an install
-        return "unknown"
+        v = "unknown"
+    click.echo(f"oncelog {v}")
+    ctx.exit(0)
 
 
-@click.group(context_settings=CONTEXT)
-@click.version_option(_version(), "-V", "--version", prog_name="oncelog", message="%(prog)s %(version)s")
-def cli() -> None:
+def _topic() -> click.Command:
+    from . import reassign, topic
+
+    if "reassign" not in topic.topic.commands:  # a module of its own: topic.py is the admin client's commands
+        topic.topic.add_command(reassign.reassign)
+    return topic.topic
+
+
+def _cluster() -> click.Command:
+    from . import cluster
+
+    return cluster.cluster
+
+
+def _produce() -> click.Command:
+    from . import produce
+
+    return produce.produce
+
+
+def _consume() -> click.Command:
+    from . import consume
+
+    return consume.consume
+
+
+def _group() -> click.Command:
+    from . import group
+
+    return group.group
+
+
+def _txn() -> click.Command:
+    from . import txn
+
+    return txn.txn
+
+
+def _acl() -> click.Command:
+    from . import acl
+
+    return acl.acl
+
+
+def _quota() -> click.Command:
+    from . import quota
+
+    return quota.quota
+
+
+def _user() -> click.Command:
+    from . import user
+
+    return user.user
+
+
+#: the commands in modules of their own, each loaded only when it runs (its options alone are ~10 ms of click
+#: objects), with the line 'oncelog --help' shows for it (tests/integration/test_cli_newcomer.py checks that it is
+#: the command's own first line)
+LAZY: dict[str, tuple[Callable[[], click.Command], str]] = {
+    "acl": (_acl, "Manage ACLs (like kafka-acls.sh); the broker needs authorizer.class.name set."),
+    "cluster": (_cluster, "Brokers, controller and partition health of a cluster; leader elections."),
+    "consume": (_consume, "Print records of TOPIC: new ones by default, --from-beginning or --offset to read what "
+                          "is there."),
+    "group": (_group, "Inspect consumer groups and manage their offsets (like kafka-consumer-groups.sh)."),
+    "produce": (_produce, "Write records to TOPIC: one per line of stdin, or one per --value."),
+    "quota": (_quota, "Set, remove and list client quotas (like kafka-configs.sh for users, clients and ips)."),
+    "topic": (_topic, "Create, list, describe, alter and delete topics, and delete old records."),
+    "txn": (_txn, "Inspect transactions and abort hanging ones (like kafka-transactions.sh)."),
+    "user": (_user, "Add, list and remove SCRAM users (SASL SCRAM-SHA-256 / SCRAM-SHA-512)."),
+}
+
+
+class _LazyGroup(click.Group):
+    """The root group: a command's module is imported when that command runs (or shows its own help)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in LAZY and cmd_name not in self.commands:
+            self.add_command(LAZY[cmd_name][0](), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(n) for n in names)  # as click.Group's
+        rows = [(name, LAZY[name][1] if name in LAZY and name not in self.commands
+                 else self.commands[name].get_short_help_str(limit)) for name in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=_LazyGroup, context_settings=CONTEXT)
+@click.option("-V", "--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version and exit.")
+@root_connection_options
+def cli(bootstrap_server: str | None, command_config: str | None) -> None:
     """oncelog: a Kafka-compatible log broker with exactly-once semantics.
 
     Start a broker with 'oncelog serve', then use any Kafka client, or these commands, against 127.0.0.1:9092.
+    -b/--bootstrap-server and --command-config go before the command or after it.
     """
 
 
@@ -88,22 +191,6 @@ def serve(data_dir: Path | None, listen: str | None, config_file: Path | None, s
     except KeyboardInterrupt:
         fail("interrupted while starting; the data folder is left as it was (the next start recovers it)",
              code=130)
-
-
-def _register() -> None:
-    from . import cluster, consume, group, produce, reassign, topic, txn, user
-
-    cli.add_command(topic.topic)
-    topic.topic.add_command(reassign.reassign)  # a module of its own: topic.py is the admin client's commands
-    cli.add_command(cluster.cluster)
-    cli.add_command(produce.produce)
-    cli.add_command(consume.consume)
-    cli.add_command(group.group)
-    cli.add_command(txn.txn)
-    cli.add_command(user.user)
-
-
-_register()
 
 
 def main(argv: list[str] | None = None) -> int:

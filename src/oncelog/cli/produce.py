@@ -7,20 +7,14 @@ import os
 import stat
 import sys
 from collections.abc import Callable
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import click
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
-
-from oncelog.client.errors import KafkaError
-from oncelog.client.message import Message
-from oncelog.client.producer import Producer
-from oncelog.protocol.errors import ErrorCode
 
 from ._common import (
     CONTEXT,
-    bootstrap_option,
-    client_conf,
+    Conn,
+    connection_options,
     echo_json,
     fail,
     is_unreachable,
@@ -30,6 +24,11 @@ from ._common import (
     unreachable_hint,
     user_errors,
 )
+
+if TYPE_CHECKING:
+    from oncelog.client.errors import KafkaError
+    from oncelog.client.message import Message
+    from oncelog.client.producer import Producer
 
 _PROGRESS_MIN_BYTES = 1 << 20
 
@@ -52,22 +51,39 @@ _PROGRESS_MIN_BYTES = 1 << 20
 @click.option("--batch-size", type=click.IntRange(min=1), default=262144, show_default=True, metavar="BYTES")
 @click.option("--progress/--no-progress", default=None,
               help="a progress bar (default: on for a big file piped in on a terminal)")
-@bootstrap_option
+@connection_options
 @json_option
 def produce(topic: str, values: tuple[str, ...], key: str | None, key_separator: str | None, partition: int | None,
             headers: tuple[str, ...], compression: str, acks: str, linger_ms: int, batch_size: int,
-            progress: bool | None, bootstrap_server: str, as_json: bool) -> None:
+            progress: bool | None, conn: Conn, as_json: bool) -> None:
     """Write records to TOPIC: one per line of stdin, or one per --value.
 
     Lines are sent as the bytes they are (no decoding; a trailing CR of CRLF line ends is dropped). A topic that does
     not exist is created if the broker creates topics on first use (auto.create.topics.enable). Exits 1 if any
     record failed, 130 on Ctrl-C, each time saying how many records were written.
     """
+    if key_separator == "":
+        # kafka-console-producer.sh would take an empty key and the whole line as the value (indexOf("") is 0), and
+        # kcat -K '' fails the same way: an empty separator splits nothing, so it is surely a mistake (a variable
+        # that was not set, a lost quote)
+        fail("--key-separator must not be empty: it splits each line at its first occurrence into KEY and VALUE",
+             "give the character between key and value, e.g. --key-separator ':' (or $'\\t' for a tab)", code=2)
+    if key_separator is not None and key is not None:
+        fail("--key and --key-separator cannot be combined: one key for every record, or a key on each line",
+             code=2)
     hdrs = [(k, to_bytes(v)) for k, v in parse_pairs(headers, "--header").items()]
     sep = None if key_separator is None else to_bytes(key_separator)
     fixed_key = None if key is None else to_bytes(key)
-    conf = {**client_conf(bootstrap_server), "compression.type": compression, "acks": acks, "linger.ms": linger_ms,
-            "batch.size": batch_size, "allow.auto.create.topics": True, "delivery.timeout.ms": 30000}
+    ctx = click.get_current_context()
+    # the options' defaults give way to the --command-config file; an option given on the command line wins over it
+    # (kafka-console-producer.sh does the same with --producer.config)
+    own = {"compression.type": ("compression", compression), "acks": ("acks", acks),
+           "linger.ms": ("linger_ms", linger_ms), "batch.size": ("batch_size", batch_size)}
+    settings = {k: v for k, (param, v) in own.items()
+                if k not in conn.properties or ctx.get_parameter_source(param) != click.core.ParameterSource.DEFAULT}
+    defaults = {"allow.auto.create.topics": True, "delivery.timeout.ms": 30000}
+    settings.update({k: v for k, v in defaults.items() if k not in conn.properties})
+    conf = conn.client_conf(**settings)
     failures: list[KafkaError] = []
     stats = {"sent": 0, "delivered": 0}
 
@@ -88,7 +104,9 @@ def produce(topic: str, values: tuple[str, ...], key: str | None, key_separator:
 
     interrupted = False
     left = 0
-    with user_errors(f"cannot produce to {topic!r}", bootstrap_server):
+    with user_errors(f"cannot produce to {topic!r}", conn):
+        from oncelog.client.producer import Producer
+
         producer = Producer(conf)
         try:
             parts = _partitions(producer, topic)
@@ -121,11 +139,11 @@ def produce(topic: str, values: tuple[str, ...], key: str | None, key_separator:
         first = failures[0]
         if is_unreachable(first):
             fail(f"{len(failures)} record(s) failed, {done}: the broker did not answer ({first.message})",
-                 unreachable_hint(bootstrap_server))
+                 unreachable_hint(conn.bootstrap))
         fail(f"{len(failures)} record(s) failed, {done}; the first: {first.message} ({first.name})",
              "'oncelog topic describe " + topic + "' shows the topic's partitions and configs")
     if left:
-        fail(f"{left} record(s) were not acknowledged within 60 s, {done}", unreachable_hint(bootstrap_server))
+        fail(f"{left} record(s) were not acknowledged within 60 s, {done}", unreachable_hint(conn.bootstrap))
     if as_json:
         echo_json({"topic": topic, "records": stats["delivered"]})
     else:
@@ -134,6 +152,9 @@ def produce(topic: str, values: tuple[str, ...], key: str | None, key_separator:
 
 def _partitions(producer: Producer, topic: str) -> list[int]:
     """The topic's partitions; the broker creates the topic here if it creates topics on first use."""
+    from oncelog.client.errors import KafkaError
+    from oncelog.protocol.errors import ErrorCode
+
     try:
         return producer.partitions_for(topic, 5.0)
     except KafkaError as e:
@@ -157,6 +178,8 @@ def _send_lines(stream: IO[bytes], send: Callable[[bytes], None], progress: bool
         for line in stream:
             send(_strip(line))
         return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
+
     with Progress(TextColumn("producing"), BarColumn(), TextColumn("{task.fields[records]} records"),
                   TransferSpeedColumn(), TimeElapsedColumn(), transient=True) as bar:
         task = bar.add_task("produce", total=total, records=0)

@@ -11,22 +11,15 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from oncelog.protocol.messages.alter_partition_reassignments_request import (
-    AlterPartitionReassignmentsRequest,
-    ReassignablePartition,
-    ReassignableTopic,
-)
-from oncelog.protocol.messages.list_partition_reassignments_request import (
-    ListPartitionReassignmentsRequest,
-    ListPartitionReassignmentsTopics,
-)
+from ._common import CONTEXT, Conn, connection_options, echo_json, fail, json_option
+from ._wire import error_name, wire
 
-from ._common import CONTEXT, bootstrap_option, echo_json, fail, json_option
-from ._wire import Wire, error_name, wire
+if TYPE_CHECKING:
+    from ._wire import Wire
 
 Plan = dict[tuple[str, int], list[int] | None]
 
@@ -89,6 +82,11 @@ def _spread(w: Wire, topic: str, brokers: list[int], replication_factor: int | N
 
 
 def _list(w: Wire, topics: list[str] | None) -> dict[tuple[str, int], dict[str, list[int]]]:
+    from oncelog.protocol.messages.list_partition_reassignments_request import (
+        ListPartitionReassignmentsRequest,
+        ListPartitionReassignmentsTopics,
+    )
+
     if topics is None:
         req = ListPartitionReassignmentsRequest(timeout_ms=15000, topics=None)
     else:
@@ -105,6 +103,12 @@ def _list(w: Wire, topics: list[str] | None) -> dict[tuple[str, int], dict[str, 
 
 
 def _send(w: Wire, plan: Plan) -> list[dict[str, Any]]:
+    from oncelog.protocol.messages.alter_partition_reassignments_request import (
+        AlterPartitionReassignmentsRequest,
+        ReassignablePartition,
+        ReassignableTopic,
+    )
+
     by_topic: dict[str, list[ReassignablePartition]] = {}
     for (t, i), replicas in sorted(plan.items()):
         by_topic.setdefault(t, []).append(ReassignablePartition(partition_index=i, replicas=replicas))
@@ -148,17 +152,17 @@ def _ids(nodes: list[int]) -> str:
               help="cancel the reassignments in progress (of NAME, of the --replicas partitions, or of the plan)")
 @click.option("--wait", "wait_s", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="wait up to SECONDS for the moves to complete (exit 1 if they do not)")
-@bootstrap_option
+@connection_options
 @json_option
 def reassign(name: str | None, replica_items: tuple[str, ...], brokers: str | None, replication_factor: int | None,
-             plan_path: str | None, list_only: bool, cancel: bool, wait_s: float | None, bootstrap_server: str,
+             plan_path: str | None, list_only: bool, cancel: bool, wait_s: float | None, conn: Conn,
              as_json: bool) -> None:
     """Move partitions of topic NAME (or of a plan) to other brokers, or list / cancel moves in progress."""
     sources = sum(1 for s in (replica_items, brokers, plan_path) if s)
     if list_only:
         if sources or cancel:
             fail("--list takes only NAME", code=2)
-        with wire(bootstrap_server) as w:
+        with wire(conn) as w:
             ongoing = _list(w, [name] if name else None)
         _print_ongoing(ongoing, as_json)
         return
@@ -168,7 +172,7 @@ def reassign(name: str | None, replica_items: tuple[str, ...], brokers: str | No
         fail("nothing to do: give --replicas, --brokers or --plan (or --list, or --cancel with NAME)", code=2)
     if replication_factor is not None and not brokers:
         fail("--replication-factor goes with --brokers", code=2)
-    with wire(bootstrap_server) as w:
+    with wire(conn) as w:
         if plan_path:
             plan = _plan_file(plan_path)
         elif replica_items:

@@ -3,17 +3,18 @@ kafka-delete-records.sh in one place)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from oncelog.client.admin import Admin
-from oncelog.client.errors import KafkaError
-from oncelog.protocol.errors import ErrorCode
+from ._common import CONTEXT, Conn, connection_options, echo_json, fail, json_option, parse_pairs, user_errors
+from ._table import Col, print_table
 
-from ._common import CONTEXT, bootstrap_option, client_conf, echo_json, fail, json_option, parse_pairs, user_errors
+if TYPE_CHECKING:
+    from oncelog.client.admin import Admin
+
+_INCLUDE_INTERNAL_HELP = "also list internal topics (__consumer_offsets, __transaction_state and other names that " \
+                         "start with '__', e.g. the Spark sink's commit log)"
 
 
 @click.group(context_settings=CONTEXT)
@@ -21,38 +22,62 @@ def topic() -> None:
     """Create, list, describe, alter and delete topics, and delete old records."""
 
 
-def _admin(bootstrap: str) -> Admin:
-    return Admin(client_conf(bootstrap))
+def _admin(conn: Conn) -> Admin:
+    from oncelog.client.admin import Admin
+
+    return Admin(conn.client_conf())
+
+
+def is_internal(name: str, flagged: bool) -> bool:
+    """Kafka's internal topics (Metadata's is_internal) and, like them, every name that starts with '__' (the
+    prefix Kafka reserves for internal use; the Spark sink's commit log is one)."""
+    return flagged or name.startswith("__")
+
+
+def _not_found(e: Exception) -> bool:
+    from oncelog.client.errors import KafkaError
+    from oncelog.protocol.errors import ErrorCode
+
+    return isinstance(e, KafkaError) and e.code() == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 def _exists_or_fail(admin: Admin, name: str) -> None:
     try:
         admin.describe_topic(name)
-    except KafkaError as e:
-        if e.code() == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+    except Exception as e:
+        if _not_found(e):
             fail(f"topic {name!r} does not exist", "check the name with 'oncelog topic list'")
         raise
 
 
 @topic.command(context_settings=CONTEXT)
 @click.argument("name")
-@click.option("-p", "--partitions", type=click.IntRange(min=1), default=1, show_default=True, metavar="N")
-@click.option("-r", "--replication-factor", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
-              help="1 on this single-node broker")
+@click.option("-p", "--partitions", type=click.IntRange(min=1), metavar="N",
+              help="number of partitions  [default: the broker's num.partitions]")
+@click.option("-r", "--replication-factor", type=click.IntRange(min=1), metavar="N",
+              help="copies of each partition  [default: the broker's default.replication.factor]")
 @click.option("-c", "--config", "configs", multiple=True, metavar="KEY=VALUE",
               help="a topic config, e.g. retention.ms=86400000 or cleanup.policy=compact (repeatable)")
 @click.option("--if-not-exists", is_flag=True, help="succeed if the topic exists already")
-@bootstrap_option
+@connection_options
 @json_option
-def create(name: str, partitions: int, replication_factor: int, configs: tuple[str, ...], if_not_exists: bool,
-           bootstrap_server: str, as_json: bool) -> None:
-    """Create topic NAME."""
+def create(name: str, partitions: int | None, replication_factor: int | None, configs: tuple[str, ...],
+           if_not_exists: bool, conn: Conn, as_json: bool) -> None:
+    """Create topic NAME.
+
+    What is not given is left to the broker, as kafka-topics.sh does (CreateTopics with -1): its num.partitions and
+    default.replication.factor.
+    """
+    from oncelog.client.errors import KafkaError
+    from oncelog.protocol.errors import ErrorCode
+
     cfg = parse_pairs(configs, "--config")
     created = True
-    with user_errors(f"cannot create topic {name!r}", bootstrap_server):
-        with _admin(bootstrap_server) as admin:
+    with user_errors(f"cannot create topic {name!r}", conn):
+        with _admin(conn) as admin:
             try:
-                admin.create_topics(name, partitions, cfg, replication_factor=replication_factor)
+                admin.create_topics(name, -1 if partitions is None else partitions, cfg,
+                                    replication_factor=-1 if replication_factor is None else replication_factor)
             except KafkaError as e:
                 if e.code() != ErrorCode.TOPIC_ALREADY_EXISTS:
                     raise
@@ -60,47 +85,54 @@ def create(name: str, partitions: int, replication_factor: int, configs: tuple[s
                     fail(f"topic {name!r} already exists",
                          "add --if-not-exists to accept it, or 'oncelog topic describe " + name + "' to see it")
                 created = False
+            desc = admin.describe_topic(name)
+    count = len(desc.partitions)
+    rf = max((len(p.replicas) for p in desc.partitions), default=0)
     if as_json:
-        echo_json({"topic": name, "created": created, "partitions": partitions, "configs": cfg})
+        echo_json({"topic": name, "created": created, "partitions": count, "replication_factor": rf,
+                   "configs": cfg})
     else:
-        click.echo(f"Created topic {name} with {partitions} partition(s)." if created
+        click.echo(f"Created topic {name} with {count} partition(s), replication factor {rf}." if created
                    else f"Topic {name} exists already; nothing changed.")
 
 
 @topic.command("list", context_settings=CONTEXT)
-@click.option("--internal", "include_internal", is_flag=True, help="include internal topics (__consumer_offsets, ...)")
-@bootstrap_option
+@click.option("--include-internal", "--internal", "include_internal", is_flag=True, help=_INCLUDE_INTERNAL_HELP)
+@connection_options
 @json_option
-def list_(include_internal: bool, bootstrap_server: str, as_json: bool) -> None:
-    """List topics."""
-    with user_errors("cannot list topics", bootstrap_server):
-        with _admin(bootstrap_server) as admin:
-            topics = admin.list_topics(include_internal)
+def list_(include_internal: bool, conn: Conn, as_json: bool) -> None:
+    """List topics (internal ones with --include-internal)."""
+    from dataclasses import asdict
+
+    with user_errors("cannot list topics", conn):
+        with _admin(conn) as admin:
+            listed = admin.list_topics(True)
+    topics = [t for t in listed if include_internal or not is_internal(t.name, t.is_internal)]
+    hidden = len(listed) - len(topics)
     if as_json:
-        echo_json([asdict(t) for t in topics])
+        echo_json([{**asdict(t), "is_internal": is_internal(t.name, t.is_internal)} for t in topics])
         return
-    table = Table(title=f"{len(topics)} topic(s)")
-    table.add_column("Topic", overflow="fold")
-    table.add_column("Partitions", justify="right")
-    table.add_column("Topic id", style="dim")
-    for t in topics:
-        table.add_row(t.name + (" (internal)" if t.is_internal else ""), str(t.partitions), t.topic_id)
-    Console().print(table)
+    title = f"{len(topics)} topic(s)" + (f"; {hidden} internal hidden (--include-internal)" if hidden else "")
+    print_table(title, [Col("Topic", fold=True), Col("Partitions", right=True), Col("Topic id", dim=True)],
+                [[t.name + (" (internal)" if is_internal(t.name, t.is_internal) else ""), str(t.partitions),
+                  t.topic_id] for t in topics])
 
 
 @topic.command(context_settings=CONTEXT)
 @click.argument("name")
 @click.option("--all-configs", is_flag=True, help="show every config, not only those set on the topic or broker")
-@bootstrap_option
+@connection_options
 @json_option
-def describe(name: str, all_configs: bool, bootstrap_server: str, as_json: bool) -> None:
+def describe(name: str, all_configs: bool, conn: Conn, as_json: bool) -> None:
     """Partitions (leader and its epoch, replicas, ISR, start, end and stable offsets) and configs of topic NAME."""
-    with user_errors(f"cannot describe topic {name!r}", bootstrap_server):
-        with _admin(bootstrap_server) as admin:
+    from dataclasses import asdict
+
+    with user_errors(f"cannot describe topic {name!r}", conn):
+        with _admin(conn) as admin:
             try:
                 desc = admin.describe_topic(name)
-            except KafkaError as e:
-                if e.code() == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            except Exception as e:
+                if _not_found(e):
                     fail(f"topic {name!r} does not exist", "check the name with 'oncelog topic list'")
                 raise
             configs = admin.describe_configs(name)
@@ -109,26 +141,18 @@ def describe(name: str, all_configs: bool, bootstrap_server: str, as_json: bool)
         out["configs"] = {k: asdict(v) for k, v in sorted(configs.items())}
         echo_json(out)
         return
-    console = Console()
     total = sum(p.high_watermark - p.log_start_offset for p in desc.partitions)
-    table = Table(title=f"{desc.name}  ({len(desc.partitions)} partitions, {total} records, id {desc.topic_id})")
-    for col in ("Partition", "Leader", "Leader epoch", "Replicas", "ISR", "Start offset", "End offset",
-                "Stable offset", "Records"):
-        table.add_column(col, justify="right")
-    for p in desc.partitions:
-        table.add_row(str(p.partition), str(p.leader), str(p.leader_epoch), ",".join(map(str, p.replicas)),
-                      ",".join(map(str, p.isr)),
-                      str(p.log_start_offset), str(p.high_watermark), str(p.last_stable_offset),
-                      str(p.high_watermark - p.log_start_offset))
-    console.print(table)
+    print_table(f"{desc.name}  ({len(desc.partitions)} partitions, {total} records, id {desc.topic_id})",
+                [Col("Partition", right=True), Col("Leader", right=True), Col("Leader epoch", right=True),
+                 Col("Replicas", right=True), Col("ISR", right=True), Col("Start offset", right=True),
+                 Col("End offset", right=True), Col("LSO", right=True), Col("Records", right=True)],
+                [[str(p.partition), str(p.leader), str(p.leader_epoch), ",".join(map(str, p.replicas)),
+                  ",".join(map(str, p.isr)), str(p.log_start_offset), str(p.high_watermark),
+                  str(p.last_stable_offset), str(p.high_watermark - p.log_start_offset)] for p in desc.partitions])
     shown = {k: v for k, v in sorted(configs.items()) if all_configs or not v.is_default}
-    ctable = Table(title="Configs" + ("" if all_configs else " (set on the topic or broker; --all-configs for all)"))
-    ctable.add_column("Key")
-    ctable.add_column("Value", overflow="fold")
-    ctable.add_column("Source", style="dim")
-    for k, v in shown.items():
-        ctable.add_row(k, "******" if v.is_sensitive else str(v.value), v.source)
-    console.print(ctable)
+    print_table("Configs" + ("" if all_configs else " (set on the topic or broker; --all-configs for all)"),
+                [Col("Key", fold=True), Col("Value", fold=True), Col("Source", fold=True, dim=True)],
+                [[k, "******" if v.is_sensitive else str(v.value), v.source] for k, v in shown.items()])
 
 
 @topic.command(context_settings=CONTEXT)
@@ -139,16 +163,16 @@ def describe(name: str, all_configs: bool, bootstrap_server: str, as_json: bool)
               help="return a config to the broker's default (repeatable)")
 @click.option("-p", "--partitions", type=click.IntRange(min=1), metavar="N",
               help="grow the topic to N partitions (keys then map to other partitions)")
-@bootstrap_option
+@connection_options
 @json_option
-def alter(name: str, configs: tuple[str, ...], deletes: tuple[str, ...], partitions: int | None,
-          bootstrap_server: str, as_json: bool) -> None:
+def alter(name: str, configs: tuple[str, ...], deletes: tuple[str, ...], partitions: int | None, conn: Conn,
+          as_json: bool) -> None:
     """Change configs of topic NAME, or add partitions to it."""
     to_set = parse_pairs(configs, "--config")
     if not to_set and not deletes and partitions is None:
         fail("nothing to change: give --config KEY=VALUE, --delete-config KEY or --partitions N", code=2)
-    with user_errors(f"cannot alter topic {name!r}", bootstrap_server):
-        with _admin(bootstrap_server) as admin:
+    with user_errors(f"cannot alter topic {name!r}", conn):
+        with _admin(conn) as admin:
             _exists_or_fail(admin, name)
             before = len(admin.describe_topic(name).partitions)
             if partitions is not None and partitions < before:
@@ -174,20 +198,20 @@ def alter(name: str, configs: tuple[str, ...], deletes: tuple[str, ...], partiti
 @topic.command(context_settings=CONTEXT)
 @click.argument("names", nargs=-1, required=True, metavar="NAME...")
 @click.option("--if-exists", is_flag=True, help="succeed if a topic does not exist")
-@bootstrap_option
+@connection_options
 @json_option
-def delete(names: tuple[str, ...], if_exists: bool, bootstrap_server: str, as_json: bool) -> None:
+def delete(names: tuple[str, ...], if_exists: bool, conn: Conn, as_json: bool) -> None:
     """Delete topics with their data."""
     deleted: list[str] = []
     missing: list[str] = []
-    with user_errors("cannot delete topic", bootstrap_server):
-        with _admin(bootstrap_server) as admin:
+    with user_errors("cannot delete topic", conn):
+        with _admin(conn) as admin:
             for name in names:
                 try:
                     admin.delete_topics(name)
                     deleted.append(name)
-                except KafkaError as e:
-                    if e.code() != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                except Exception as e:
+                    if not _not_found(e):
                         raise
                     missing.append(name)
     if as_json:
@@ -206,15 +230,14 @@ def delete(names: tuple[str, ...], if_exists: bool, bootstrap_server: str, as_js
               help="delete every record below OFFSET; 'end' deletes all records written so far")
 @click.option("-p", "--partition", "partitions", type=click.IntRange(min=0), multiple=True, metavar="N",
               help="only partition N (repeatable; default: every partition)")
-@bootstrap_option
+@connection_options
 @json_option
-def delete_records(name: str, before: str, partitions: tuple[int, ...], bootstrap_server: str,
-                   as_json: bool) -> None:
+def delete_records(name: str, before: str, partitions: tuple[int, ...], conn: Conn, as_json: bool) -> None:
     """Delete the oldest records of topic NAME (its log start offset moves up), like kafka-delete-records.sh."""
     if before != "end" and not before.isdigit():
         fail(f"--before expects an offset or 'end', got {before!r}", code=2)
-    with user_errors(f"cannot delete records of {name!r}", bootstrap_server):
-        with _admin(bootstrap_server) as admin:
+    with user_errors(f"cannot delete records of {name!r}", conn):
+        with _admin(conn) as admin:
             _exists_or_fail(admin, name)
             all_parts = [p.partition for p in admin.describe_topic(name).partitions]
             unknown = sorted(set(partitions) - set(all_parts))

@@ -11,16 +11,15 @@ from __future__ import annotations
 import time
 from dataclasses import asdict
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from oncelog.client.admin import Admin, ProducerState
-from oncelog.client.errors import KafkaError
-from oncelog.protocol.errors import ErrorCode
+from ._common import CONTEXT, Conn, connection_options, echo_json, fail, json_option, user_errors
+from ._table import Col, print_table
 
-from ._common import CONTEXT, bootstrap_option, client_conf, echo_json, fail, json_option, user_errors
+if TYPE_CHECKING:
+    from oncelog.client.admin import Admin, ProducerState
 
 
 @click.group(context_settings=CONTEXT)
@@ -30,8 +29,10 @@ def txn() -> None:
 _DEFAULT_MAX_DURATION_MS = 15 * 60 * 1000
 
 
-def _admin(bootstrap: str) -> Admin:
-    return Admin(client_conf(bootstrap))
+def _admin(conn: Conn) -> Admin:
+    from oncelog.client.admin import Admin
+
+    return Admin(conn.client_conf())
 
 
 def _when(ms: int | None) -> str:
@@ -61,13 +62,13 @@ def _opt(v: int | None) -> str:
 @click.option("--producer-id", type=int, multiple=True, metavar="ID", help="only this producer id (repeatable)")
 @click.option("--min-duration-ms", type=int, default=-1, metavar="MS",
               help="only transactions running longer than MS (default: any)")
-@bootstrap_option
+@connection_options
 @json_option
-def list_(state: tuple[str, ...], producer_id: tuple[int, ...], min_duration_ms: int, bootstrap_server: str,
+def list_(state: tuple[str, ...], producer_id: tuple[int, ...], min_duration_ms: int, conn: Conn,
           as_json: bool) -> None:
     """List the transactional ids the coordinators know, with their producer id and state."""
-    with user_errors("cannot list transactions", bootstrap_server):
-        admin = _admin(bootstrap_server)
+    with user_errors("cannot list transactions", conn):
+        admin = _admin(conn)
         try:
             listings = admin.list_transactions(list(state) or None, list(producer_id) or None, min_duration_ms)
         finally:
@@ -75,28 +76,27 @@ def list_(state: tuple[str, ...], producer_id: tuple[int, ...], min_duration_ms:
     if as_json:
         echo_json([asdict(t) for t in listings])
         return
-    table = Table(title=f"{len(listings)} transaction(s)")
-    table.add_column("Transactional id", overflow="fold")
-    table.add_column("Coordinator", justify="right")
-    table.add_column("Producer id", justify="right")
-    table.add_column("State")
-    for t in listings:
-        table.add_row(t.transactional_id, str(t.coordinator_id), str(t.producer_id), t.state)
-    Console().print(table)
+    print_table(f"{len(listings)} transaction(s)",
+                [Col("Transactional id", fold=True), Col("Coordinator", right=True), Col("Producer id", right=True),
+                 Col("State", fold=True)],
+                [[t.transactional_id, str(t.coordinator_id), str(t.producer_id), t.state] for t in listings])
 
 
 @txn.command(context_settings=CONTEXT)
 @click.argument("transactional_id", metavar="TRANSACTIONAL_ID")
-@bootstrap_option
+@connection_options
 @json_option
-def describe(transactional_id: str, bootstrap_server: str, as_json: bool) -> None:
+def describe(transactional_id: str, conn: Conn, as_json: bool) -> None:
     """State, producer, timeout and partitions of one transactional id."""
-    with user_errors(f"cannot describe transaction {transactional_id!r}", bootstrap_server):
-        admin = _admin(bootstrap_server)
+    with user_errors(f"cannot describe transaction {transactional_id!r}", conn):
+        admin = _admin(conn)
         try:
             try:
                 desc = admin.describe_transactions(transactional_id)[transactional_id]
             except Exception as e:
+                from oncelog.client.errors import KafkaError
+                from oncelog.protocol.errors import ErrorCode
+
                 if isinstance(e, KafkaError) and e.code() == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND:
                     fail(f"transactional id {transactional_id!r} is not known to its coordinator",
                          "list the known ones with 'oncelog txn list'")
@@ -111,18 +111,13 @@ def describe(transactional_id: str, bootstrap_server: str, as_json: bool) -> Non
         out["duration_ms"] = duration
         echo_json(out)
         return
-    table = Table(title=f"Transaction {desc.transactional_id}", show_header=False)
-    table.add_column("Field", style="bold")
-    table.add_column("Value", overflow="fold")
-    table.add_row("Coordinator", str(desc.coordinator_id))
-    table.add_row("State", desc.state)
-    table.add_row("Producer id", str(desc.producer_id))
-    table.add_row("Producer epoch", str(desc.producer_epoch))
-    table.add_row("Timeout", f"{desc.transaction_timeout_ms} ms")
-    table.add_row("Started", _when(desc.transaction_start_time_ms))
-    table.add_row("Duration", _duration(duration))
-    table.add_row("Partitions", ", ".join(f"{t}-{p}" for t, p in desc.topic_partitions) or "-")
-    Console().print(table)
+    print_table(f"Transaction {desc.transactional_id}", [Col("Field"), Col("Value", fold=True)],
+                [["Coordinator", str(desc.coordinator_id)], ["State", desc.state],
+                 ["Producer id", str(desc.producer_id)], ["Producer epoch", str(desc.producer_epoch)],
+                 ["Timeout", f"{desc.transaction_timeout_ms} ms"], ["Started", _when(desc.transaction_start_time_ms)],
+                 ["Duration", _duration(duration)],
+                 ["Partitions", ", ".join(f"{t}-{p}" for t, p in desc.topic_partitions) or "-"]],
+                show_header=False)
 
 
 def _producer_row(p: ProducerState, now: int) -> list[str]:
@@ -134,12 +129,12 @@ def _producer_row(p: ProducerState, now: int) -> list[str]:
 @txn.command(context_settings=CONTEXT)
 @click.argument("topic")
 @click.option("-p", "--partition", type=click.IntRange(min=0), metavar="N", help="only partition N")
-@bootstrap_option
+@connection_options
 @json_option
-def producers(topic: str, partition: int | None, bootstrap_server: str, as_json: bool) -> None:
+def producers(topic: str, partition: int | None, conn: Conn, as_json: bool) -> None:
     """The producers with state on a topic's partitions, and where their open transaction starts."""
-    with user_errors(f"cannot describe producers of {topic!r}", bootstrap_server):
-        admin = _admin(bootstrap_server)
+    with user_errors(f"cannot describe producers of {topic!r}", conn):
+        admin = _admin(conn)
         try:
             if partition is None:
                 parts = [p.partition for p in admin.describe_topic(topic).partitions]
@@ -154,14 +149,11 @@ def producers(topic: str, partition: int | None, bootstrap_server: str, as_json:
         return
     now = int(time.time() * 1000)
     open_txns = sum(1 for _, s in rows if s.current_txn_start_offset is not None)
-    table = Table(title=f"{topic}: {len(rows)} producer state(s), {open_txns} open transaction(s)")
-    for col in ("Partition", "Producer id", "Epoch", "Coordinator epoch", "Last sequence"):
-        table.add_column(col, justify="right")
-    table.add_column("Last timestamp")
-    table.add_column("Txn start offset", justify="right")
-    for tp, s in rows:
-        table.add_row(str(tp[1]), *_producer_row(s, now))
-    Console().print(table)
+    print_table(f"{topic}: {len(rows)} producer state(s), {open_txns} open transaction(s)",
+                [Col("Partition", right=True), Col("Producer id", right=True), Col("Epoch", right=True),
+                 Col("Coordinator epoch", right=True), Col("Last sequence", right=True),
+                 Col("Last timestamp", fold=True), Col("Txn start offset", right=True)],
+                [[str(tp[1]), *_producer_row(s, now)] for tp, s in rows])
 
 
 @txn.command("find-hanging", context_settings=CONTEXT)
@@ -170,15 +162,15 @@ def producers(topic: str, partition: int | None, bootstrap_server: str, as_json:
 @click.option("--max-duration-ms", type=click.IntRange(min=0), default=_DEFAULT_MAX_DURATION_MS, show_default=True,
               metavar="MS", help="consider transactions whose last write is at least MS old (the default is the "
                                  "default transaction.max.timeout.ms, 15 min)")
-@bootstrap_option
+@connection_options
 @json_option
-def find_hanging(topic: str | None, partition: int | None, max_duration_ms: int, bootstrap_server: str,
+def find_hanging(topic: str | None, partition: int | None, max_duration_ms: int, conn: Conn,
                  as_json: bool) -> None:
     """Find open transactions that no coordinator will end; abort them with 'oncelog txn abort'."""
     if partition is not None and topic is None:
         fail("--partition needs --topic", code=2)
-    with user_errors("cannot search for hanging transactions", bootstrap_server):
-        admin = _admin(bootstrap_server)
+    with user_errors("cannot search for hanging transactions", conn):
+        admin = _admin(conn)
         try:
             hanging = admin.find_hanging_transactions(max_duration_ms, None if topic is None else [topic],
                                                       partition=partition)
@@ -190,21 +182,16 @@ def find_hanging(topic: str | None, partition: int | None, max_duration_ms: int,
     if not hanging:
         click.echo("No hanging transactions found.")
         return
-    table = Table(title=f"{len(hanging)} hanging transaction(s)")
-    for col in ("Topic", "Partition", "Producer id", "Epoch", "Coordinator epoch", "Start offset"):
-        table.add_column(col, justify="right" if col != "Topic" else "left", overflow="fold")
-    table.add_column("Idle for", justify="right")
-    table.add_column("Transactional id", overflow="fold")
-    table.add_column("Why", overflow="fold")
-    for h in hanging:
-        table.add_row(h.topic, str(h.partition), str(h.producer_id), str(h.producer_epoch),
-                      _opt(h.coordinator_epoch), str(h.start_offset), _duration(h.duration_ms),
-                      h.transactional_id or "-", h.reason)
-    console = Console()
-    console.print(table)
+    print_table(f"{len(hanging)} hanging transaction(s)",
+                [Col("Partition", fold=True), Col("Start offset", right=True), Col("Producer (epoch)", fold=True),
+                 Col("Coordinator epoch", right=True), Col("Idle for", right=True),
+                 Col("Transactional id", fold=True), Col("Why", fold=True)],
+                [[f"{h.topic}-{h.partition}", str(h.start_offset), f"{h.producer_id} ({h.producer_epoch})",
+                  _opt(h.coordinator_epoch), _duration(h.duration_ms), h.transactional_id or "-", h.reason]
+                 for h in hanging])
     first = hanging[0]
-    console.print(f"Abort one with: oncelog txn abort --topic {first.topic} --partition {first.partition} "
-                  f"--start-offset {first.start_offset}", highlight=False, soft_wrap=True)
+    click.echo(f"Abort one with: oncelog txn abort --topic {first.topic} --partition {first.partition} "
+               f"--start-offset {first.start_offset}")
 
 
 def _live_owner(admin: Admin, producer_id: int, tp: tuple[str, int]) -> str | None:
@@ -231,10 +218,10 @@ def _live_owner(admin: Admin, producer_id: int, tp: tuple[str, int]) -> str | No
                                                             "--coordinator-epoch)")
 @click.option("--producer-epoch", type=int, metavar="EPOCH", help="producer epoch")
 @click.option("--coordinator-epoch", type=int, metavar="EPOCH", help="coordinator epoch (-1 is sent as 0)")
-@bootstrap_option
+@connection_options
 @json_option
 def abort(topic: str, partition: int, start_offset: int | None, producer_id: int | None,
-          producer_epoch: int | None, coordinator_epoch: int | None, bootstrap_server: str, as_json: bool) -> None:
+          producer_epoch: int | None, coordinator_epoch: int | None, conn: Conn, as_json: bool) -> None:
     """Abort an open transaction on one partition by writing its ABORT marker (for hanging transactions).
 
     Identify it with --start-offset (see 'oncelog txn find-hanging' / 'oncelog txn producers'), or with
@@ -252,8 +239,8 @@ def abort(topic: str, partition: int, start_offset: int | None, producer_id: int
                    if v is None]
         fail(f"missing {', '.join(missing)} (all three are needed without --start-offset)", code=2)
     tp = (topic, partition)
-    with user_errors(f"cannot abort the transaction on {topic}[{partition}]", bootstrap_server):
-        admin = _admin(bootstrap_server)
+    with user_errors(f"cannot abort the transaction on {topic}[{partition}]", conn):
+        admin = _admin(conn)
         try:
             if start_offset is not None:
                 states = admin.describe_producers([tp])[tp]

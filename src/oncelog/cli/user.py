@@ -35,7 +35,7 @@ from oncelog.protocol.messages.describe_user_scram_credentials_request import (
 from oncelog.security.scram import MAX_ITERATIONS, MECHANISMS, Deletion, Upsertion, describe, plan_alter
 from oncelog.security.store import SCRAM, FileSecurityStore, SecurityStoreError
 
-from ._common import CONTEXT, bootstrap_option, echo_json, fail, json_option
+from ._common import CONTEXT, Conn, connection_options, echo_json, fail, json_option
 from ._wire import error_name, wire
 
 __all__ = ["user"]
@@ -63,10 +63,10 @@ def _offline_options(f: Any) -> Any:
 class _Target:
     """Where the records are: a broker (KIP-554), a stopped single node's data folder, or a cluster's etcd."""
 
-    def __init__(self, bootstrap: str, data_dir: Path | None, metadata: str | None, cluster_name: str) -> None:
+    def __init__(self, conn: Conn, data_dir: Path | None, metadata: str | None, cluster_name: str) -> None:
         if data_dir is not None and metadata is not None:
             fail("give --data-dir (a single node) or --metadata (a cluster), not both", code=2)
-        self.bootstrap, self.data_dir, self.metadata, self.cluster_name = bootstrap, data_dir, metadata, cluster_name
+        self.conn, self.data_dir, self.metadata, self.cluster_name = conn, data_dir, metadata, cluster_name
 
     @property
     def offline(self) -> bool:
@@ -161,12 +161,12 @@ def _check(results: list[tuple[str, int, str | None]], action: str) -> None:
               help="PBKDF2 iterations of the salted password")
 @click.option("--password", help="the password (visible to other users of this machine: prefer --password-file)")
 @click.option("--password-file", metavar="FILE", help="read the password from FILE (- for stdin)")
-@bootstrap_option
+@connection_options
 @_offline_options
 def add(name: str, mechanisms: tuple[str, ...], iterations: int, password: str | None, password_file: str | None,
-        bootstrap_server: str, data_dir: Path | None, metadata: str | None, cluster_name: str) -> None:
+        conn: Conn, data_dir: Path | None, metadata: str | None, cluster_name: str) -> None:
     """Create user NAME, or set a new password (its salted SCRAM credential; the password is never stored)."""
-    target = _Target(bootstrap_server, data_dir, metadata, cluster_name)
+    target = _Target(conn, data_dir, metadata, cluster_name)
     secret = _password(password, password_file, name)
     for mech in mechanisms or ("SCRAM-SHA-512",):  # one per request: KIP-554 refuses a user named twice in one
         salt = os.urandom(32)
@@ -176,7 +176,7 @@ def add(name: str, mechanisms: tuple[str, ...], iterations: int, password: str |
             _check(plan.results, "add")
             target.write(plan.puts, plan.deletes)
             continue
-        with wire(bootstrap_server) as w:
+        with wire(conn) as w:
             resp = w.send(AlterUserScramCredentialsRequest(upsertions=[ScramCredentialUpsertion(
                 name=u.name, mechanism=u.mechanism, iterations=u.iterations, salt=u.salt,
                 salted_password=u.salted_password)]))
@@ -186,17 +186,17 @@ def add(name: str, mechanisms: tuple[str, ...], iterations: int, password: str |
 
 @user.command("list", context_settings=CONTEXT)
 @click.argument("names", nargs=-1)
-@bootstrap_option
+@connection_options
 @_offline_options
 @json_option
-def list_(names: tuple[str, ...], bootstrap_server: str, data_dir: Path | None, metadata: str | None,
-          cluster_name: str, as_json: bool) -> None:
+def list_(names: tuple[str, ...], conn: Conn, data_dir: Path | None, metadata: str | None, cluster_name: str,
+          as_json: bool) -> None:
     """List SCRAM users (all, or NAMES) with their mechanisms and iterations."""
-    target = _Target(bootstrap_server, data_dir, metadata, cluster_name)
+    target = _Target(conn, data_dir, metadata, cluster_name)
     if target.offline:
         rows = describe(target.records(), list(names) or None)
     else:
-        with wire(bootstrap_server) as w:
+        with wire(conn) as w:
             resp = w.send(DescribeUserScramCredentialsRequest(users=[UserName(name=n) for n in names] or None))
         if resp.error_code:
             fail(f"cannot list users: {error_name(resp.error_code)}: {resp.error_message or ''}")
@@ -218,17 +218,17 @@ def list_(names: tuple[str, ...], bootstrap_server: str, data_dir: Path | None, 
 @click.argument("name")
 @click.option("-m", "--mechanism", "mechanisms", multiple=True, type=click.Choice(sorted(_TYPES)),
               help="remove only this mechanism's credential (repeatable)  [default: every one]")
-@bootstrap_option
+@connection_options
 @_offline_options
-def remove(name: str, mechanisms: tuple[str, ...], bootstrap_server: str, data_dir: Path | None,
-           metadata: str | None, cluster_name: str) -> None:
+def remove(name: str, mechanisms: tuple[str, ...], conn: Conn, data_dir: Path | None, metadata: str | None,
+           cluster_name: str) -> None:
     """Remove user NAME's SCRAM credentials (its open connections stay until they re-authenticate)."""
-    target = _Target(bootstrap_server, data_dir, metadata, cluster_name)
+    target = _Target(conn, data_dir, metadata, cluster_name)
     if not mechanisms:  # every mechanism the user has
         if target.offline:
             rows = describe(target.records(), [name])
         else:
-            with wire(bootstrap_server) as w:
+            with wire(conn) as w:
                 resp = w.send(DescribeUserScramCredentialsRequest(users=[UserName(name=name)]))
             rows = [(r.user, r.error_code, r.error_message, [(c.mechanism, 0) for c in r.credential_infos])
                     for r in resp.results]
@@ -241,7 +241,7 @@ def remove(name: str, mechanisms: tuple[str, ...], bootstrap_server: str, data_d
             _check(plan.results, "remove")
             target.write(plan.puts, plan.deletes)
         else:
-            with wire(bootstrap_server) as w:
+            with wire(conn) as w:
                 resp = w.send(AlterUserScramCredentialsRequest(deletions=[
                     ScramCredentialDeletion(name=name, mechanism=_TYPES[mech])]))
             _check([(r.user, r.error_code, r.error_message) for r in resp.results], "remove")

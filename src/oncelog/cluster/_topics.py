@@ -3,7 +3,7 @@
 A topic whose partition keys do not fit in one transaction (``--max-txn-ops``, 128 by default) is written under a
 *claim*: a key on a lease of its own, held by the one writer; every transaction of the write compares the claim,
 the partition keys go first and the topic key (or its new partition count) last, and readers keep partition keys
-invisible until the topic key covers them (``cluster._viewstate``). So a reader sees a topic with all of its
+invisible until the topic key covers them (``cluster._etcd_view``). So a reader sees a topic with all of its
 partitions or not at all; two concurrent creations of one name cannot mix their partitions (the second finds the
 claim: TOPIC_ALREADY_EXISTS, as Kafka answers); a writer that dies half-way blocks the name only until its lease
 expires, and the next creation deletes what it left.

@@ -5,7 +5,7 @@
 - ``connect``: etcd reachable or one clear error (:class:`EtcdUnreachableError`); the cluster id created once
   (compare-and-swap) and read by everyone; the whole prefix read at one revision R, then watched from R + 1.
 - The view: every watch response (whole revisions) becomes a new immutable :class:`ClusterView`
-  (``cluster._follower``, ``cluster._viewstate``); subscribers get what changed. A broken watch is resumed where it
+  (``cluster._etcd_watch``, ``cluster._etcd_view``); subscribers get what changed. A broken watch is resumed where it
   stopped while the last view is served, marked ``stale``; after a compaction everything is read again.
 - The session: the broker's registration under a lease (Kafka's ``broker.session.timeout.ms``, refreshed every
   ``broker.heartbeat.interval.ms``); broker epoch = the registration's create_revision (KIP-380). When no refresh
@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ._etcd import KV, Cmp, Delete, Etcd, EtcdUnavailable, Get, Put, TxnResult, stop_task
-from ._follower import ViewFollower
+from ._etcd_watch import ViewWatch
 from ._topics import TopicWrites
 from .changes import ViewSubscription
 from .model import BrokerInfo, ClusterView, ControllerInfo, Keys, MetadataFormatError, PartitionState, \
@@ -120,7 +120,7 @@ class EtcdMetadata:
         self._ttl_s = max(1, math.ceil(session_timeout_ms / 1000))
         self._heartbeat_s = heartbeat_interval_ms / 1000
         self._max_ops = max_txn_ops
-        self._follower = ViewFollower(etcd, keys)
+        self._watch = ViewWatch(etcd, keys)
         self._topics = TopicWrites(etcd, keys, max_txn_ops, self._ttl_s, self._written)
         self._info: BrokerInfo | None = None
         self._lease: _Lease | None = None
@@ -168,7 +168,7 @@ class EtcdMetadata:
             res = await etcd.txn([Cmp.absent(keys.cluster_id)], [Put(keys.cluster_id, cid)], [Get(keys.cluster_id)])
             if res.succeeded:
                 log.info("created cluster %s (id %s) in etcd at %s", cluster_name, cid.decode(), etcd.endpoint)
-            await store._follower.start()
+            await store._watch.start()
         except BaseException:
             await etcd.close()
             raise
@@ -180,7 +180,7 @@ class EtcdMetadata:
             return
         self._closed = True
         await self.deregister()
-        await self._follower.close()
+        await self._watch.close()
         await self._etcd.close()
 
     async def __aenter__(self) -> EtcdMetadata:
@@ -192,31 +192,31 @@ class EtcdMetadata:
     # ================================================================== the view
     @property
     def view(self) -> ClusterView:
-        return self._follower.view
+        return self._watch.view
 
     @property
     def cluster_id(self) -> str:
-        return self._follower.view.cluster_id
+        return self._watch.view.cluster_id
 
     @property
     def stale(self) -> bool:
         """True while the view is not known to be caught up with etcd (etcd unreachable, reconnecting)."""
-        return self._follower.stale
+        return self._watch.stale
 
     @property
     def endpoint(self) -> str:
         return self._etcd.endpoint
 
     def subscribe(self) -> ViewSubscription:
-        return self._follower.subscribe()
+        return self._watch.subscribe()
 
     async def wait_for_change(self, after_revision: int, timeout: float | None = None) -> ClusterView:
-        await self._follower.wait_until(lambda: self.view.revision > after_revision, timeout)
+        await self._watch.wait_until(lambda: self.view.revision > after_revision, timeout)
         return self.view
 
     async def _written(self, res: TxnResult) -> None:
         """After a successful write: return once the view shows it (the store's read-your-writes rule)."""
-        if not await self._follower.seen(res.revision, self._etcd.timeout):
+        if not await self._watch.seen(res.revision, self._etcd.timeout):
             raise EtcdUnavailable(f"etcd at {self._etcd.endpoint}: written at revision {res.revision}, but the "
                                   f"watch did not deliver it within {self._etcd.timeout:g} s")
 
@@ -248,7 +248,7 @@ class EtcdMetadata:
                 cb(session)
             except Exception:
                 log.exception("a session listener failed")
-        self._follower.poke()
+        self._watch.poke()
 
     async def register(self, info: BrokerInfo) -> BrokerInfo:
         """Register this broker under a new lease; the returned BrokerInfo carries its broker epoch.
@@ -308,7 +308,7 @@ class EtcdMetadata:
         self._arm(_Lease(lease_id, ttl, sent + ttl))
         broker = replace(info, epoch=epoch)
         self._set_session(Session(True, broker, "registered"))
-        await self._follower.seen(epoch, self._etcd.timeout)
+        await self._watch.seen(epoch, self._etcd.timeout)
         return broker
 
     def _arm(self, lease: _Lease | None) -> None:
@@ -452,7 +452,7 @@ class EtcdMetadata:
             raise RuntimeError("register the broker before campaigning")
         key = self._keys.controller
         while True:
-            await self._follower.wait_until(lambda: self.session_valid() or self._closed, None)
+            await self._watch.wait_until(lambda: self.session_valid() or self._closed, None)
             if self._closed:
                 raise MetadataUnavailableError("the metadata store was closed while campaigning")
             lease = self._lease
@@ -469,7 +469,7 @@ class EtcdMetadata:
             if res.succeeded or (held is not None and held.lease == lease.id):
                 epoch = res.revision if held is None else held.create_revision
                 self._controller_epoch = epoch
-                await self._follower.seen(epoch, self._etcd.timeout)
+                await self._watch.seen(epoch, self._etcd.timeout)
                 log.info("node %d is the controller (epoch %d)", self._info.node_id, epoch)
                 return ControllerInfo(self._info.node_id, epoch)
             holder = held.create_revision if held is not None else 0
@@ -477,9 +477,9 @@ class EtcdMetadata:
 
             def vacant() -> bool:
                 c = self.view.controller
-                return self._follower.progress >= seen_at and (c is None or c.epoch != holder)
+                return self._watch.progress >= seen_at and (c is None or c.epoch != holder)
 
-            await self._follower.wait_until(lambda: vacant() or self._closed, None)
+            await self._watch.wait_until(lambda: vacant() or self._closed, None)
 
     async def resign(self) -> None:
         """Give up the controller role (delete the key if it is still this election's)."""
@@ -512,7 +512,7 @@ class EtcdMetadata:
         if res.succeeded:
             await self._written(res)
         else:  # the caller decides again from a view that has what beat it
-            await self._follower.seen(_newest(res), self._etcd.timeout)
+            await self._watch.seen(_newest(res), self._etcd.timeout)
         return res.succeeded
 
     async def apply_partition_changes(self, changes: Sequence[PartitionChange], *,
@@ -542,14 +542,14 @@ class EtcdMetadata:
                     break
                 last = max(last, _newest(res))
                 if fence and (not res.gets[-1] or res.gets[-1][0].create_revision != controller_epoch):
-                    await self._follower.seen(last, self._etcd.timeout)
+                    await self._watch.seen(last, self._etcd.timeout)
                     return PartitionWriteResult(frozenset(applied), frozenset(conflicts), fenced=True)
                 lost = {c.tp for c, got in zip(todo, res.gets)
                         if (got[0].mod_revision if got else 0) != c.expected_mod_revision}
                 conflicts |= lost or {c.tp for c in todo}  # (lost is never empty when the fence held)
                 todo = [c for c in todo if c.tp not in lost]
         if last:
-            await self._follower.seen(last, self._etcd.timeout)
+            await self._watch.seen(last, self._etcd.timeout)
         return PartitionWriteResult(frozenset(applied), frozenset(conflicts))
 
     # ================================================================== topics (cluster._topics)

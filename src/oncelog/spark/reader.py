@@ -1,8 +1,9 @@
 """Executor side of the source: read one :class:`OffsetRange` into Arrow record batches.
 
 The client's :class:`BatchFetcher` hands over checked, decompressed record batches with aborted transactions and
-control batches (markers) already dropped under read_committed; :mod:`.columnar` decodes them into columns
-without per-record Python objects. A range [start, end) ends at or below the last stable offset the driver saw,
+control batches (markers) already dropped under read_committed; the client's columnar decoder
+(:mod:`oncelog.client.consumer.arrow_decode`, shared with ``consume_arrow()``) decodes them into columns without
+per-record Python objects. A range [start, end) ends at or below the last stable offset the driver saw,
 so every transaction in it is decided; it can yield fewer rows than ``end - start`` (markers, aborted records).
 The loop ends when the fetch position reaches ``end``, never by counting rows.
 
@@ -22,9 +23,9 @@ import numpy as np
 import pyarrow as pa
 
 from oncelog.client import KafkaError
+from oncelog.client.consumer.arrow_decode import Section, decode_sections
 from oncelog.client.consumer.batch_fetch import BatchFetcher, FetchedBatch
 
-from .columnar import Section, decode_sections
 from .offsets import OffsetRange
 from .worker_malloc import tune_worker_malloc
 

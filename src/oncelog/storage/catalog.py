@@ -55,12 +55,14 @@ class TopicCatalog:
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, data_dir: Path) -> TopicCatalog:
+    def open(cls, data_dir: Path, cluster_id: str | None = None) -> TopicCatalog:
+        """The catalog of ``data_dir``; a new one takes ``cluster_id`` (a cluster's, known before the folder is
+        opened), or a new random id (a single node)."""
         path = Path(data_dir) / CATALOG_FILE
         try:
             raw = json.loads(path.read_text())
         except FileNotFoundError:
-            cat = cls(path, new_cluster_id(), {})
+            cat = cls(path, cluster_id or new_cluster_id(), {})
             cat._save()
             log.info("new data directory %s: cluster id %s", data_dir, cat.cluster_id)
             return cat

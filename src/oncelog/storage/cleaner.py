@@ -56,7 +56,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from oncelog.protocol.records import (
     ATTR_CONTROL,
@@ -74,7 +74,7 @@ from oncelog.protocol.records import (
     parse_control_record,
 )
 
-from .config import LONG_MAX
+from .config import LONG_MAX, LogConfig
 from .files import fsync_dir, write_all, write_atomic
 from .index import OffsetIndex, TimeIndex
 from .loader import INDEX_SUFFIXES
@@ -91,11 +91,8 @@ from .segment import (
 )
 from .txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionIndex
 
-if TYPE_CHECKING:
-    from .log import PartitionLog
-
-__all__ = ["CLEANED_SUFFIX", "CLEANER_CHECKPOINT", "DELETED_SUFFIX", "SWAP_SUFFIX", "CleanStats", "CleanerState",
-           "LogCleaner", "needs_cleaning", "truncate_cleaner_checkpoint"]
+__all__ = ["CLEANED_SUFFIX", "CLEANER_CHECKPOINT", "DELETED_SUFFIX", "SWAP_SUFFIX", "CleanStats", "CleanableLog",
+           "CleanerState", "LogCleaner", "needs_cleaning", "truncate_cleaner_checkpoint"]
 
 log = logging.getLogger("oncelog.storage.cleaner")
 
@@ -147,14 +144,41 @@ class CleanerState:
         write_atomic(self.path, body.encode())
 
 
-def _state(plog: PartitionLog) -> CleanerState:
+class CleanableLog(Protocol):
+    """What the cleaner uses of a partition's log (:class:`~.log.PartitionLog` is one): its folder, configuration
+    and cleaner checkpoint, its segments and bounds, the aborted transactions, a snapshot under the log lock, and
+    the swap of cleaned segments."""
+
+    directory: Path
+    config: LogConfig
+    cleaner_state: CleanerState | None
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def segments(self) -> list[Segment]: ...
+    @property
+    def log_start_offset(self) -> int: ...
+    @property
+    def durable_offset(self) -> int: ...
+    @property
+    def high_watermark(self) -> int: ...
+    def first_unstable_offset(self) -> int | None: ...
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]: ...
+    def cleaner_snapshot(self) -> tuple[list[Segment], int, dict[int, tuple[int, int]], dict[int, int]]: ...
+    def replace_segments(self, old: list[Segment], install: Callable[[], None]) -> Segment | None: ...
+
+
+def _state(plog: CleanableLog) -> CleanerState:
     st = plog.cleaner_state
     if st is None:
         st = plog.cleaner_state = CleanerState.load(plog.directory)
     return st
 
 
-def truncate_cleaner_checkpoint(plog: PartitionLog, end_offset: int) -> None:
+def truncate_cleaner_checkpoint(plog: CleanableLog, end_offset: int) -> None:
     """The log was truncated to ``end_offset``: the dirty section starts there at the latest, so what is
     written again at those offsets is compacted (Kafka's LogCleaner.maybeTruncateCheckpoint)."""
     if plog.cleaner_state is None and not (plog.directory / CLEANER_CHECKPOINT).exists():
@@ -175,7 +199,7 @@ def _largest_ts(seg: Segment) -> int:
         return 0
 
 
-def _cleanable_end(plog: PartitionLog, segs: list[Segment], upper: int, first_dirty: int, now_ms: int) -> int:
+def _cleanable_end(plog: CleanableLog, segs: list[Segment], upper: int, first_dirty: int, now_ms: int) -> int:
     """Base offset of the first segment that may not be cleaned (a segment boundary <= ``upper``)."""
     lag = plog.config.min_compaction_lag_ms
     for i in range(len(segs) - 1):  # the active segment never
@@ -187,13 +211,13 @@ def _cleanable_end(plog: PartitionLog, segs: list[Segment], upper: int, first_di
     return segs[-1].base_offset
 
 
-def _upper_bound(plog: PartitionLog, active_base: int) -> int:
+def _upper_bound(plog: CleanableLog, active_base: int) -> int:
     first_unstable = plog.first_unstable_offset()
     upper = min(active_base, plog.durable_offset, plog.high_watermark)
     return upper if first_unstable is None else min(upper, first_unstable)
 
 
-def needs_cleaning(plog: PartitionLog, now_ms: int) -> bool:
+def needs_cleaning(plog: CleanableLog, now_ms: int) -> bool:
     """Whether a compacted log should be cleaned now: its cleanable dirty ratio is at least
     ``min.cleanable.dirty.ratio``, or a dirty segment is older than ``max.compaction.lag.ms``, or the earliest
     delete horizon written by the last run has passed. Cheap (segment sizes only)."""
@@ -356,7 +380,7 @@ class LogCleaner:
         self.fault = fault
 
     # ---------------------------------------------------------------- entry point
-    def clean(self, plog: PartitionLog, now_ms: int) -> CleanStats:
+    def clean(self, plog: CleanableLog, now_ms: int) -> CleanStats:
         stats = CleanStats()
         if not plog.config.compact or plog.closed:
             return stats
@@ -368,7 +392,7 @@ class LogCleaner:
                 os.close(fd)
         return stats
 
-    def _clean(self, plog: PartitionLog, segs: list[Segment], lso: int, producers: dict[int, tuple[int, int]],
+    def _clean(self, plog: CleanableLog, segs: list[Segment], lso: int, producers: dict[int, tuple[int, int]],
                fds: dict[int, int], now_ms: int, stats: CleanStats) -> None:
         st = _state(plog)
         if len(segs) < 2:
@@ -401,7 +425,7 @@ class LogCleaner:
                  stats.bytes_before, stats.bytes_after, stats.records_removed, stats.map_entries)
 
     # ---------------------------------------------------------------- offset map
-    def _build_map(self, plog: PartitionLog, cand: list[Segment], fds: dict[int, int], first_dirty: int,
+    def _build_map(self, plog: CleanableLog, cand: list[Segment], fds: dict[int, int], first_dirty: int,
                    end: int) -> tuple[dict[bytes, int], int]:
         m: dict[bytes, int] = {}
         if first_dirty >= end:
@@ -456,7 +480,7 @@ class LogCleaner:
         return groups
 
     # ---------------------------------------------------------------- one group -> one segment
-    def _clean_group(self, plog: PartitionLog, group: list[Segment], fds: dict[int, int], ctx: _Ctx,
+    def _clean_group(self, plog: CleanableLog, group: list[Segment], fds: dict[int, int], ctx: _Ctx,
                      stats: CleanStats) -> bool:
         d = plog.directory
         c = plog.config

@@ -1,4 +1,5 @@
-"""What the layers above see of a partition's log: typing Protocols that PartitionLog satisfies.
+"""What the layers above see of a partition's log: typing Protocols that PartitionLog satisfies (``log.py``
+checks it), and the result of an append.
 
 :class:`ReplicaLog` is the narrow part a replica of a partition needs, leader or follower (Kafka's ``UnifiedLog``
 as ``Partition`` and the replica fetcher use it): append as leader (offsets assigned, the leader epoch stamped)
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -24,11 +26,21 @@ if TYPE_CHECKING:
 
     from .config import LogConfig
     from .local_log import ReadResult
-    from .log import AppendResult, PartitionLog
     from .producer_state import ActiveProducer, TxnMetadata
     from .txn_index import AbortedTxn
 
-__all__ = ["BrokerLog", "HighWatermarkRule", "ReplicaLog"]
+__all__ = ["AppendResult", "BrokerLog", "HighWatermarkRule", "ReplicaLog"]
+
+
+@dataclass(slots=True)
+class AppendResult:
+    """Where an append landed: its offsets, the log append time (-1 for CreateTime) and its largest timestamp."""
+
+    first_offset: int
+    last_offset: int
+    log_append_time_ms: int  # -1 for CreateTime
+    max_timestamp: int
+    offset_of_max_timestamp: int
 
 
 class HighWatermarkRule(enum.Enum):
@@ -116,8 +128,3 @@ class BrokerLog(ReplicaLog, Protocol):
     def expire_producers(self, now_ms: int, producer_id_expiration_ms: int) -> list[int]: ...
     def apply_retention(self, now_ms: int) -> int: ...
     def update_config(self, config: LogConfig) -> None: ...
-
-
-if TYPE_CHECKING:
-    def _partition_log_is_a_broker_log(log: PartitionLog) -> BrokerLog:  # mypy checks PartitionLog conforms
-        return log

@@ -29,8 +29,8 @@ import logging
 import shutil
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from oncelog.clock import Clock
 from oncelog.protocol.records import (
@@ -48,7 +48,7 @@ from .cleaner import needs_cleaning as _needs_cleaning
 from .config import LogConfig
 from .errors import KafkaStorageError, OffsetOutOfRangeError, UnexpectedAppendOffsetError
 from .files import write_atomic
-from .interface import HighWatermarkRule
+from .interface import AppendResult, HighWatermarkRule
 from .leader_epoch import LeaderEpochCache
 from .loader import CHECKPOINT_FILE, LogLoader, encode_checkpoint, rebuild_producer_state
 from .local_log import LocalLog, ReadResult, RollHook
@@ -69,15 +69,6 @@ __all__ = ["CHECKPOINT_FILE", "ORIGIN_CLIENT", "ORIGIN_COORDINATOR", "AppendResu
            "RollHook"]
 
 log = logging.getLogger("oncelog.storage")
-
-
-@dataclass(slots=True)
-class AppendResult:
-    first_offset: int
-    last_offset: int
-    log_append_time_ms: int  # -1 for CreateTime
-    max_timestamp: int
-    offset_of_max_timestamp: int
 
 
 class PartitionLog:
@@ -696,3 +687,9 @@ class PartitionLog:
         return (f"PartitionLog({self.name}, start={self._lso}, end={self._local.log_end_offset}, "
                 f"durable={self._local.durable_offset})")
 
+
+if TYPE_CHECKING:
+    from .interface import BrokerLog
+
+    def _partition_log_is_a_broker_log(log: PartitionLog) -> BrokerLog:  # mypy checks PartitionLog conforms
+        return log

@@ -86,7 +86,8 @@ class LogManager:
 
     # ---------------------------------------------------------------- open
     @classmethod
-    def open(cls, data_dir: Path, defaults: LogConfig, clock: Clock) -> LogManager:
+    def open(cls, data_dir: Path, defaults: LogConfig, clock: Clock, cluster_id: str | None = None) -> LogManager:
+        """Open (or create) the data folder; a new one takes ``cluster_id`` when given (a broker of a cluster)."""
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         lock_fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
@@ -104,7 +105,7 @@ class LogManager:
             if marker.exists():
                 marker.unlink()
                 fsync_dir(data_dir)
-            catalog = TopicCatalog.open(data_dir)
+            catalog = TopicCatalog.open(data_dir, cluster_id)
             self = cls(data_dir, defaults, clock, catalog, lock_fd)
             self.recovered = not clean
             if not clean:

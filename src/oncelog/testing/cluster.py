@@ -7,7 +7,10 @@ waiting for a condition on the cluster's view as etcd holds it (read through etc
 process holds no etcd client: the view is what the brokers are told, not what one of them believes).
 
 ``python -m oncelog.testing.cluster`` runs one in the foreground with every process's log on the terminal, until
-Ctrl-C stops the brokers one after the other (each a controlled shutdown), then etcd: that is ``make cluster``.
+Ctrl-C stops the brokers one after the other (each a controlled shutdown), then etcd, and exits 0: that is
+``make cluster``. A process that exits meanwhile (a broker killed to try a failover) is reported at once with its
+exit code, its log and the command that restarts it (``kill -USR1 <pid of this process>``: it restarts every
+process that is down, as a child of this one, so the next Ctrl-C stops it too).
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import shutil
 import signal
+import socket
 import sys
 import threading
 import time
@@ -26,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from oncelog.cluster._etcd import KV, prefix_end
-from oncelog.cluster._viewstate import ViewState
+from oncelog.cluster._etcd_view import ViewState
 from oncelog.cluster.model import ClusterView, Keys
 
 from .broker_process import BrokerProcess, free_port
@@ -270,17 +275,95 @@ class _Tail(threading.Thread):
             self.stopping.wait(0.2)
 
 
+def _exit_text(rc: int) -> str:
+    if rc < 0:
+        try:
+            return f"exit code {rc} (killed by {signal.Signals(-rc).name})"
+        except ValueError:
+            return f"exit code {rc}"
+    return f"exit code {rc}" + (" (stopped)" if rc == 0 else "")
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+class _Supervisor:
+    """Watches the processes of ``make cluster``: says at once when one exits (which, its exit code, its log, the
+    command that restarts it), restarts the ones that are down when asked (SIGUSR1: ``kill -USR1 <pid>``, so a
+    restarted broker is this process's child again and Ctrl-C stops it with the others)."""
+
+    def __init__(self, cluster: ClusterProcess) -> None:
+        self.cluster = cluster
+        self.restart = threading.Event()
+        self.down: set[int | str] = set()  # node ids and "etcd", reported as exited
+        self.starting: dict[int, float] = {}  # node -> when it was relaunched
+
+    def restart_command(self) -> str:
+        return f"kill -USR1 {os.getpid()}"
+
+    def _report(self, name: str, rc: int, log: Path, address: str) -> None:
+        print(f"\n*** {name} ({address}) exited with {_exit_text(rc)}; its log: {log.resolve()}\n"
+              f"*** restart it with: {self.restart_command()}   (restarts every process of this cluster that is "
+              f"down; Ctrl-C still stops them all)\n", flush=True)
+
+    def check(self) -> None:
+        etcd = self.cluster.etcd
+        if etcd.proc is not None and etcd.proc.poll() is not None and "etcd" not in self.down:
+            self.down.add("etcd")
+            self._report("etcd", etcd.proc.returncode, etcd.log_path, etcd.endpoint)
+        for node, b in self.cluster.brokers.items():
+            if b.proc is not None and b.proc.poll() is not None and node not in self.down:
+                self.down.add(node)
+                self.starting.pop(node, None)
+                self._report(f"broker {node}", b.proc.returncode, b.log_path, b.bootstrap)
+        for node, since in list(self.starting.items()):
+            b = self.cluster.brokers[node]
+            if b.alive() and _listening(b.port):
+                del self.starting[node]
+                print(f"\n*** broker {node} is back on {b.bootstrap} (pid {b.proc.pid if b.proc else '?'}, "
+                      f"{time.monotonic() - since:.1f} s)\n", flush=True)
+        if self.restart.is_set():
+            self.restart.clear()
+            self._restart_down()
+
+    def _restart_down(self) -> None:
+        if not self.down:
+            print("\n*** nothing to restart: every process of this cluster is running\n", flush=True)
+            return
+        if "etcd" in self.down:
+            print("\n*** restarting etcd", flush=True)
+            try:
+                self.cluster.etcd.start()
+                self.down.discard("etcd")
+            except Exception as e:  # one line; its log says the rest
+                print(f"*** etcd did not start: {str(e).splitlines()[0]}", flush=True)
+        for node in sorted(n for n in self.down if isinstance(n, int)):
+            b = self.cluster.brokers[node]
+            print(f"\n*** restarting broker {node} on {b.bootstrap}", flush=True)
+            b.launch()
+            self.down.discard(node)
+            self.starting[node] = time.monotonic()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m oncelog.testing.cluster",
                                  description="etcd and a cluster of oncelog brokers on 127.0.0.1, in the foreground; "
-                                             "Ctrl-C stops them all (the brokers one by one, each a controlled "
-                                             "shutdown).")
+                                             "a process that exits is reported at once and restarted on "
+                                             "SIGUSR1; Ctrl-C stops them all (the brokers one by one, each a "
+                                             "controlled shutdown).")
     ap.add_argument("--data-dir", type=Path, default=Path("./data/cluster"), help="[default: ./data/cluster]")
     ap.add_argument("--ports", default="9092,9093,9094", help="the brokers' ports, one per broker "
                                                               "[default: 9092,9093,9094]")
     ap.add_argument("--etcd-port", type=int, default=2379, help="[default: 2379]")
     ap.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
-                    help="a broker setting for every broker (repeatable)")
+                    help="a broker setting for every broker (repeatable); the defaults: "
+                         "default.replication.factor=min(3, brokers), transaction.two.phase.commit.enable=true "
+                         "(as make serve: the Spark sink needs it)")
     args = ap.parse_args(argv)
     ports = [int(p) for p in args.ports.split(",") if p.strip()]
     settings: dict[str, object] = {}
@@ -290,6 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ap.error(f"--set expects KEY=VALUE, got {item!r}")
         settings[key.strip()] = value.strip()
     settings.setdefault("default.replication.factor", min(3, len(ports)))
+    settings.setdefault("transaction.two.phase.commit.enable", "true")  # KIP-939, as `make serve`
     base = args.data_dir
     base.mkdir(parents=True, exist_ok=True)
     try:
@@ -302,28 +386,35 @@ def main(argv: Sequence[str] | None = None) -> int:
                  + [(f"broker {n}", b.log_path) for n, b in cluster.brokers.items()])
     tail.start()
     stop = threading.Event()
+    supervisor = _Supervisor(cluster)
     for sig in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C (again and again) only asks to stop: nothing is left behind
         signal.signal(sig, lambda *_: stop.set())
+    signal.signal(signal.SIGUSR1, lambda *_: supervisor.restart.set())
     code = 0
     try:
         cluster.start()
         if not stop.is_set():
-            print(f"\ncluster {cluster.cluster_name} up: {len(ports)} broker(s), bootstrap {cluster.bootstrap}, "
-                  f"etcd at {cluster.etcd.endpoint}, data in {base.resolve()}; Ctrl-C stops it\n", flush=True)
-        while not stop.wait(0.5):
-            pass
+            pids = ", ".join(f"{n}: pid {b.proc.pid}" for n, b in cluster.brokers.items() if b.proc is not None)
+            print(f"\ncluster {cluster.cluster_name} up: {len(ports)} broker(s) ({pids}), bootstrap "
+                  f"{cluster.bootstrap}, etcd at {cluster.etcd.endpoint}, data and logs in {base.resolve()}; "
+                  f"{supervisor.restart_command()} restarts a process that is down; Ctrl-C stops it\n", flush=True)
+        while not stop.wait(0.2):
+            supervisor.check()
     except Exception as e:  # one line, then the logs above say the rest
         print(f"error: the cluster did not start: {str(e).splitlines()[0]}", file=sys.stderr, flush=True)
         code = 1
     finally:
         print("\nstopping the brokers one by one (controlled shutdown), then etcd", flush=True)
+        running = {n for n, b in cluster.brokers.items() if b.alive()}  # not those that exited (reported above)
         codes = cluster.stop()
         time.sleep(0.3)
         tail.stopping.set()
         tail.join()
-        bad = {n: rc for n, rc in codes.items() if rc != 0}
+        bad = {n: rc for n, rc in codes.items() if n in running and rc != 0}
         if bad:
-            print(f"broker(s) exited with {bad}", file=sys.stderr)
+            print("error: " + "; ".join(f"broker {n} did not stop cleanly ({_exit_text(rc)}), see "
+                                        f"{cluster.brokers[n].log_path.resolve()}" for n, rc in sorted(bad.items())),
+                  file=sys.stderr)
             code = code or 1
     return code
 

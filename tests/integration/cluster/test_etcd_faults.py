@@ -192,7 +192,9 @@ def test_paused_etcd_marks_the_view_stale_and_writes_fail_in_time(own_etcd: Etcd
         finally:
             own_etcd.resume()
         await wait_for(lambda: not a.stale, 10, "fresh again")
-        assert await a.allocate_producer_ids(10) == 0
+        # the refused write may or may not have applied (etcd can have taken it just before the pause): either way
+        # the counter moved in whole blocks and the next block follows it
+        assert await a.allocate_producer_ids(10) in (0, 10)
         await a.close()
 
     run(main)

@@ -64,6 +64,20 @@ def test_only_the_settings_kafka_and_oncelog_change_at_run_time_are_accepted() -
     assert validate({}) == {}
 
 
+def test_connection_limits_change_at_run_time_as_in_kafka() -> None:
+    """Kafka's DynamicConnectionQuota: the acceptor reads them from the live settings for each new connection."""
+    assert validate({"max.connections": "100", "max.connections.per.ip": "10",
+                     "max.connections.per.ip.overrides": "127.0.0.2:50", "max.connection.creation.rate": "20"}) == {
+        "max.connections": "100", "max.connections.per.ip": "10", "max.connections.per.ip.overrides": "127.0.0.2:50",
+        "max.connection.creation.rate": "20"}
+    e = _refused({"max.connections.per.ip.overrides": "127.0.0.2"})
+    assert e.code == ErrorCode.INVALID_REQUEST and "HOST:COUNT" in str(e)
+    assert _refused({"quota.window.num": "3"}).code == ErrorCode.INVALID_REQUEST  # read-only in Kafka too
+    live = BrokerConfig.load(None, {"node.id": 1})
+    DynamicBrokerConfig(live).update({None: {"max.connections.per.ip": "7"}})
+    assert live.max_connections_per_ip == 7
+
+
 def test_layers_resolve_own_over_cluster_over_static_over_default() -> None:
     static = BrokerConfig.load(None, {"node.id": 2, "log.retention.ms": 1000, "log.segment.bytes": 5000})
     layers = Layers({"log.retention.ms": "7", "bogus.key": "1"},

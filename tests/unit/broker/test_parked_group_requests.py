@@ -23,7 +23,7 @@ import pytest
 
 from oncelog.broker.context import BrokerContext
 from oncelog.coordinator.group.coordinator import GroupCoordinator
-from oncelog.coordinator.group.shard import GroupConfig
+from oncelog.coordinator.group.config import GroupConfig
 from oncelog.coordinator.group.state import GroupState
 from oncelog.coordinator.runtime import LoadedRecord
 from oncelog.protocol.errors import ErrorCode

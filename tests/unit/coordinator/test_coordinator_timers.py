@@ -26,7 +26,7 @@ from oncelog.coordinator.group import membership
 from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.group.group import ClassicGroup, Member
 from oncelog.coordinator.group.records import group_record
-from oncelog.coordinator.group.shard import GroupConfig
+from oncelog.coordinator.group.config import GroupConfig
 from oncelog.coordinator.group.state import GroupState
 from oncelog.coordinator.runtime import LoadedRecord, LogEntry
 from oncelog.coordinator.timers import DeadlineTimers

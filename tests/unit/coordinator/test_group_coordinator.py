@@ -11,7 +11,7 @@ from typing import Any
 from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.runtime import LoadedMarker, LoadedRecord, LogEntry
 from oncelog.coordinator.group.records import decode_key
-from oncelog.coordinator.group.shard import GroupConfig
+from oncelog.coordinator.group.config import GroupConfig
 from oncelog.coordinator.group.state import GroupState
 from oncelog.protocol.coordinator_records import GroupMetadataKey, OffsetCommitKey
 from oncelog.protocol.errors import ErrorCode

@@ -15,7 +15,6 @@ REASON = re.compile(r"\bover 700 lines\b", re.IGNORECASE)
 # Over the limit today, each being split on another branch of issue 14: remove an entry once its split is merged
 # (test_known_exceptions_are_still_over_the_limit says when).
 KNOWN_EXCEPTIONS = {
-    "src/oncelog/client/admin.py": "being split by i16-client",
     "tests/unit/coordinator/test_group_coordinator.py": (
         "the group defects of issue 14 add their regression tests here; split it once those branches are merged"
     ),

@@ -34,7 +34,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from oncelog.cluster.changes import ViewChange, ViewSubscription, diff
-from oncelog.cluster.controller import ControllerConfig, leads_nothing
+from oncelog.cluster.controller import leads_nothing
 from oncelog.cluster.controller_driver import ELECTION_BUCKETS, ControllerDriver, ControllerStats
 from oncelog.cluster.metadata import EtcdMetadata, EtcdUnreachableError, Session
 from oncelog.cluster.model import NO_LEADER, BrokerInfo, ClusterView
@@ -42,6 +42,7 @@ from oncelog.cluster.store import DuplicateBrokerError, MetadataUnavailableError
 
 from ..config import BrokerConfig
 from ..dynamic_config import DynamicBrokerConfig
+from .controller_config import controller_config
 from .liveness import Liveness
 from ..metrics import BrokerMetrics
 
@@ -117,14 +118,6 @@ class ViewOnlyReplicaManager:
 
     async def stop(self) -> None:
         pass
-
-
-def controller_config(config: BrokerConfig) -> ControllerConfig:
-    return ControllerConfig(
-        unclean_leader_election_enable=config.unclean_leader_election_enable,
-        auto_leader_rebalance_enable=config.auto_leader_rebalance_enable,
-        leader_imbalance_per_broker_percentage=config.leader_imbalance_per_broker_percentage,
-        leader_imbalance_check_interval_seconds=float(config.leader_imbalance_check_interval_seconds))
 
 
 class ClusterNode:

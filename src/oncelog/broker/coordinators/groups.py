@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING
 
 from oncelog.clock import Clock
 from oncelog.coordinator.group.coordinator import GroupCoordinator
-from oncelog.coordinator.group.shard import GroupConfig
+from oncelog.coordinator.group.config import GroupConfig
 from oncelog.protocol.errors import ErrorCode
 
 from .internal_log import InternalTopicLog
+from .single_node import LoadOnFirstUse
 from .timers import DeadlineDriver
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ class GroupCoordinatorHandle:
     def __init__(self, coordinator: GroupCoordinator, timer: DeadlineDriver) -> None:
         self.coordinator = coordinator
         self.timer = timer
+        self.first_use: LoadOnFirstUse | None = None  # a single node: loads __consumer_offsets on first use
 
     def start(self) -> None:
         self.timer.start()
@@ -104,11 +106,14 @@ def build_group_coordinator(cfg: BrokerConfig, clock: Clock, offsets_log: Intern
 async def start_single_node_groups(cfg: BrokerConfig, clock: Clock, topics: TopicRegistry, epoch: int,
                                    transactions: Callable[[], TransactionCoordinator | None]
                                    ) -> GroupCoordinatorHandle:
-    """A single node: it leads every ``__consumer_offsets`` partition, at the epoch of this start. Returns the
-    started handle, every partition loaded."""
+    """A single node: it leads every ``__consumer_offsets`` partition, at the epoch of this start. The partitions are
+    loaded now when the topic exists, else on first use (``handle.first_use``, as Kafka creates the topic on the
+    first FindCoordinator for a group). Returns the started handle."""
     offsets_log = InternalTopicLog(topics, clock, OFFSETS_TOPIC, cfg.offsets_topic_num_partitions,
                                    {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})
-    offsets_log.ensure()
+    existing = topics.get(OFFSETS_TOPIC)
+    if existing is not None:
+        offsets_log.num_partitions = len(existing.partitions)
 
     def partition_exists(topic: str, partition: int) -> bool:
         view = topics.get(topic)
@@ -116,12 +121,10 @@ async def start_single_node_groups(cfg: BrokerConfig, clock: Clock, topics: Topi
 
     handle = build_group_coordinator(cfg, clock, offsets_log, partition_exists, transactions, clustered=False)
     coordinator = handle.coordinator
-    groups = 0
-    for partition in range(offsets_log.num_partitions):
-        offsets_log.become_leader(partition, epoch)
-        shard = await coordinator.load(partition, epoch, offsets_log.read(partition))
-        groups += len(shard.groups) if shard is not None else 0
+    handle.first_use = LoadOnFirstUse(offsets_log, epoch, coordinator.load)
+    if handle.first_use.exists:
+        await handle.first_use.ensure()
+        groups = sum(len(shard.groups) for shard in coordinator.runtime.shards().values())
+        log.info("group coordinator: %d group(s) in %s", groups, OFFSETS_TOPIC)
     handle.start()
-    log.info("group coordinator loaded %d partition(s) of %s, %d group(s)", offsets_log.num_partitions,
-             OFFSETS_TOPIC, groups)
     return handle

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from oncelog.clock import Clock
+from oncelog.coordinator.runtime import LogEntry
 from oncelog.coordinator.transaction import (
     FileProducerIdStore,
     MarkerChannel,
@@ -34,6 +35,7 @@ from oncelog.storage.files import write_atomic
 
 from .internal_log import InternalTopicLog
 from .markers import LocalMarkerChannel, LocalMarkerWriter
+from .single_node import LoadOnFirstUse
 from .timers import DeadlineDriver
 
 if TYPE_CHECKING:
@@ -59,6 +61,7 @@ class TransactionCoordinatorHandle:
     def __init__(self, coordinator: TransactionCoordinator, timer: DeadlineDriver) -> None:
         self.coordinator = coordinator
         self.timer = timer
+        self.first_use: LoadOnFirstUse | None = None  # a single node: loads __transaction_state on first use
 
     def start(self) -> None:
         self.timer.start()
@@ -98,20 +101,27 @@ def build_transaction_coordinator(cfg: BrokerConfig, clock: Clock, txn_log: Inte
 async def start_single_node_transactions(cfg: BrokerConfig, clock: Clock, topics: TopicRegistry,
                                          marker_writer: LocalMarkerWriter, epoch: int,
                                          spawn: Spawn) -> TransactionCoordinatorHandle:
-    """A single node: it leads every ``__transaction_state`` partition, at the epoch of this start. Returns the
-    started handle, every partition loaded; the transactions left prepared by the previous run are finished by a
-    job given to ``spawn``."""
+    """A single node: it leads every ``__transaction_state`` partition, at the epoch of this start. The partitions
+    are loaded now when the topic exists (the transactions the previous run left prepared are then finished by a
+    job given to ``spawn``), else on first use (``handle.first_use``, as Kafka creates the topic on the first
+    FindCoordinator for a transactional id). Returns the started handle."""
     txn_log = InternalTopicLog(topics, clock, TRANSACTION_STATE_TOPIC, cfg.transaction_state_log_num_partitions,
                                {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})
-    txn_log.ensure()
+    existing = topics.get(TRANSACTION_STATE_TOPIC)
+    if existing is not None:
+        txn_log.num_partitions = len(existing.partitions)
     store = FileProducerIdStore(str(cfg.data_dir / "producer-ids"))
     handle = build_transaction_coordinator(cfg, clock, txn_log, LocalMarkerChannel(marker_writer, cfg.node_id),
                                            ProducerIdManager(store.load, store.persist))
     coordinator = handle.coordinator
-    for partition in range(txn_log.num_partitions):
-        txn_log.become_leader(partition, epoch)
-        await coordinator.load_partition(partition, epoch, txn_log.read(partition), complete_pending=False)
-    spawn(_finish_pending(coordinator), "txn-complete-pending")
+
+    async def load(partition: int, epoch: int, entries: Iterator[LogEntry]) -> None:
+        await coordinator.load_partition(partition, epoch, entries, complete_pending=False)
+
+    handle.first_use = LoadOnFirstUse(txn_log, epoch, load)
+    if handle.first_use.exists:
+        await handle.first_use.ensure()
+        spawn(_finish_pending(coordinator), "txn-complete-pending")
     handle.start()
     return handle
 

@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING
 
 from oncelog.protocol.messages.describe_cluster_request import DescribeClusterRequest
 from oncelog.protocol.messages.describe_cluster_response import DescribeClusterBroker, DescribeClusterResponse
+from oncelog.security.acl import AclOperation, ResourceType
 
+from ..authorization import allowed, authorized_operations
 from ._cluster_metadata import brokers, controller_id
 
 if TYPE_CHECKING:
@@ -21,6 +23,20 @@ MAX_VERSION = 1
 
 def handle(broker: "BrokerContext", ctx: "RequestContext",
            request: DescribeClusterRequest) -> DescribeClusterResponse:
+    return _with_authorized_operations(broker, ctx, request, _describe(broker, ctx, request))
+
+
+def _with_authorized_operations(broker: "BrokerContext", ctx: "RequestContext", request: DescribeClusterRequest,
+                                response: DescribeClusterResponse) -> DescribeClusterResponse:
+    """KIP-430: the cluster's operations the principal may do (0 without DESCRIBE on it), when asked."""
+    if request.include_cluster_authorized_operations:
+        response.cluster_authorized_operations = authorized_operations(broker, ctx, ResourceType.CLUSTER) \
+            if allowed(broker, ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER) else 0
+    return response
+
+
+def _describe(broker: "BrokerContext", ctx: "RequestContext", request: DescribeClusterRequest
+              ) -> DescribeClusterResponse:
     if broker.cluster is not None:
         view = broker.cluster.view
         return DescribeClusterResponse(

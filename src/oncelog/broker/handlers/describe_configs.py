@@ -24,8 +24,9 @@ from oncelog.protocol.messages.describe_configs_response import (
 )
 
 from oncelog.broker.dynamic_config import BrokerEntry, Synonym, default_entries
+from oncelog.security.acl import AclOperation
 
-from ._configs import BROKER, CONFIG_TYPE, TOPIC, Source, check_resource, topic_entries
+from ._configs import BROKER, CONFIG_TYPE, TOPIC, Source, check_resource, config_refusal, topic_entries
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
@@ -40,7 +41,9 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
            request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     results = []
     for res in request.resources:
-        code, message = check_resource(broker, res.resource_type, res.resource_name)
+        code, message = config_refusal(broker, ctx, AclOperation.DESCRIBE_CONFIGS, res.resource_type,
+                                       res.resource_name) or check_resource(broker, res.resource_type,
+                                                                            res.resource_name)
         out = DescribeConfigsResult(error_code=code, error_message=message, resource_type=res.resource_type,
                                     resource_name=res.resource_name, configs=[])
         results.append(out)

@@ -1,6 +1,7 @@
 """FindCoordinator (10): which broker coordinates a group (key type 0) or a transactional id (key type 1).
 
-On a single node: this broker, for every key. In a cluster: the leader of the key's partition of
+On a single node: this broker, for every key; the first lookup of a key type creates and loads its internal topic
+(``coordinators/single_node.py``) before answering. In a cluster: the leader of the key's partition of
 ``__consumer_offsets`` / ``__transaction_state`` (Kafka's ``partitionFor``: Java's String.hashCode of the key, modulo
 the topic's partition count), from this broker's view; COORDINATOR_NOT_AVAILABLE while that partition has no live
 leader. The internal topic behind the coordinator is created on first use, as Kafka does (in a cluster with its
@@ -11,6 +12,7 @@ Batched lookups (v4+) answer each key separately.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -19,6 +21,9 @@ from oncelog.coordinator.transaction.partitioner import partition_for
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.find_coordinator_request import FindCoordinatorRequest
 from oncelog.protocol.messages.find_coordinator_response import Coordinator, FindCoordinatorResponse
+
+from oncelog.security.acl import AclOperation, ResourceType
+from ..authorization import allowed
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
@@ -29,6 +34,7 @@ MIN_VERSION = 0
 MAX_VERSION = 6
 
 GROUP, TRANSACTION = 0, 1
+log = logging.getLogger("oncelog.broker.coordinator")
 _TOPIC = {GROUP: "__consumer_offsets", TRANSACTION: "__transaction_state"}
 
 
@@ -102,13 +108,43 @@ def _response(ctx: "RequestContext", keys: list[str], answers: list[_Answer]) ->
 
 
 async def _answer_in_cluster(broker: "BrokerContext", ctx: "RequestContext", key_type: int,
-                             keys: list[str]) -> FindCoordinatorResponse:
-    return _response(ctx, keys, await _in_cluster(broker, key_type, keys, ctx.listener))
+                             keys: list[str], refused: dict[str, _Answer]) -> FindCoordinatorResponse:
+    asked = [k for k in keys if k not in refused]
+    found = dict(zip(asked, await _in_cluster(broker, key_type, asked, ctx.listener))) if asked else {}
+    return _response(ctx, keys, [refused.get(k) or found[k] for k in keys])
+
+
+def _unauthorized(broker: "BrokerContext", ctx: "RequestContext", key_type: int,
+                  keys: list[str]) -> dict[str, _Answer]:
+    """DESCRIBE on the group, or on the transactional id (Kafka's ``KafkaApis.getCoordinator``)."""
+    if broker.authorizer is None or key_type not in (GROUP, TRANSACTION):
+        return {}
+    resource, code = (ResourceType.GROUP, ErrorCode.GROUP_AUTHORIZATION_FAILED) if key_type == GROUP else \
+        (ResourceType.TRANSACTIONAL_ID, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    return {k: _Answer(code, f"{ctx.principal} may not DESCRIBE {resource.name} {k}") for k in set(keys)
+            if not allowed(broker, ctx, AclOperation.DESCRIBE, resource, k)}
+
+
+async def _answer_once_loaded(broker: "BrokerContext", ctx: "RequestContext", key_type: int,
+                              keys: list[str], refused: dict[str, _Answer]) -> FindCoordinatorResponse:
+    try:
+        await broker.internal_topics[key_type].ensure()
+    except Exception as e:  # noqa: BLE001 - the data folder refused the topic: the client retries
+        log.warning("could not create or load %s: %s", _TOPIC[key_type], e)
+        why = f"{_TOPIC[key_type]} could not be created or loaded; retry"
+        return _response(ctx, keys, [refused.get(k) or _check(key_type, k)
+                                     or _Answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, why) for k in keys])
+    return _response(ctx, keys, [refused.get(k) or _local(broker, key_type, k, ctx.listener) for k in keys])
 
 
 def handle(broker: "BrokerContext", ctx: "RequestContext",
            request: FindCoordinatorRequest) -> FindCoordinatorResponse | Awaitable[FindCoordinatorResponse]:
     keys = list(request.coordinator_keys) if ctx.api_version >= 4 else [request.key]
+    refused = _unauthorized(broker, ctx, request.key_type, keys)
     if broker.cluster is not None:
-        return _answer_in_cluster(broker, ctx, request.key_type, keys)
-    return _response(ctx, keys, [_local(broker, request.key_type, k, ctx.listener) for k in keys])
+        return _answer_in_cluster(broker, ctx, request.key_type, keys, refused)
+    first_use = broker.internal_topics.get(request.key_type)
+    if first_use is not None and not first_use.loaded and any(
+            _check(request.key_type, k) is None and k not in refused for k in keys):
+        return _answer_once_loaded(broker, ctx, request.key_type, keys, refused)
+    return _response(ctx, keys, [refused.get(k) or _local(broker, request.key_type, k, ctx.listener) for k in keys])

@@ -34,8 +34,11 @@ from oncelog.protocol.records import (
     validate_batches,
 )
 
+from oncelog.protocol.record_batch import parse_batch_header
+from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.storage import DuplicateSequenceError, ProducerStateError
 
+from ..authorization import allowed, allowed_names
 from ..request import NO_RESPONSE
 from ._common import error_for, missing_partition_error
 from ._txn_verify import RemoteChecks, remote_checks, verify_transaction
@@ -171,20 +174,50 @@ def _may_append(partition: "Partition", acks: int, out: PartitionProduceResponse
     return True
 
 
+def _has_transactional_batches(request: ProduceRequest) -> bool:
+    """Kafka's ``RequestUtils.hasTransactionalRecords``: the first batch of some partition is transactional."""
+    for topic in request.topic_data:
+        for pdata in topic.partition_data:
+            try:
+                if pdata.records and parse_batch_header(pdata.records).is_transactional:
+                    return True
+            except Exception:  # not a batch: refused as such in the append
+                continue
+    return False
+
+
+def _refused(request: ProduceRequest, code: ErrorCode, message: str) -> ProduceResponse:
+    return ProduceResponse(throttle_time_ms=0, responses=[TopicProduceResponse(name=t.name, partition_responses=[
+        PartitionProduceResponse(index=p.index, error_code=code, error_message=message, base_offset=-1,
+                                 log_append_time_ms=-1, log_start_offset=-1) for p in t.partition_data])
+        for t in request.topic_data])
+
+
 def handle(broker: "BrokerContext", ctx: "RequestContext", request: ProduceRequest) -> object:
+    denied: frozenset[str] = frozenset()
+    if broker.authorizer is not None:  # WRITE on the transactional id of transactional batches, on each topic
+        txn_id = request.transactional_id
+        if _has_transactional_batches(request) and (
+                txn_id is None or not allowed(broker, ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id)):
+            return NO_RESPONSE if request.acks == 0 else _refused(
+                request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                f"{ctx.principal} may not WRITE to transactional id {txn_id}")
+        names = [t.name for t in request.topic_data]
+        denied = frozenset(names) - allowed_names(broker, ctx, AclOperation.WRITE, ResourceType.TOPIC, names)
     checks = remote_checks(broker, request)
     if checks is None:  # not transactional, or its coordinator is here (or a single node): checked in the append
-        return _append_all(broker, request, None)
+        return _append_all(broker, request, None, denied)
     if not checks[2]:  # the coordinator is on another broker, and every transaction is ongoing here already
-        return _append_all(broker, request, {})
-    return _verified_then_appended(broker, request, checks)
+        return _append_all(broker, request, {}, denied)
+    return _verified_then_appended(broker, request, checks, denied)
 
 
-async def _verified_then_appended(broker: "BrokerContext", request: ProduceRequest, checks: RemoteChecks) -> object:
+async def _verified_then_appended(broker: "BrokerContext", request: ProduceRequest, checks: RemoteChecks,
+                                  denied: frozenset[str]) -> object:
     assert broker.txn_verifier is not None and request.transactional_id
     pid, epoch, partitions = checks
     verified = await broker.txn_verifier.verify(request.transactional_id, pid, epoch, partitions)
-    result = _append_all(broker, request, verified)  # in the step the answer arrived: appends keep their order
+    result = _append_all(broker, request, verified, denied)  # in the step the answer arrived: appends keep order
     if isinstance(result, ProduceResponse) or result is NO_RESPONSE:
         return result
     assert isinstance(result, Awaitable)
@@ -192,7 +225,7 @@ async def _verified_then_appended(broker: "BrokerContext", request: ProduceReque
 
 
 def _append_all(broker: "BrokerContext", request: ProduceRequest,
-                verified: dict[tuple[str, int], int] | None) -> object:
+                verified: dict[tuple[str, int], int] | None, denied: frozenset[str] = frozenset()) -> object:
     responses: list[TopicProduceResponse] = []
     waits: list[tuple[PartitionProduceResponse, asyncio.Future[None] | asyncio.Future[int]]] = []
     acks = request.acks
@@ -203,6 +236,9 @@ def _append_all(broker: "BrokerContext", request: ProduceRequest,
             out = PartitionProduceResponse(index=pdata.index, base_offset=-1, log_append_time_ms=-1,
                                            log_start_offset=-1)
             parts.append(out)
+            if topic.name in denied:
+                out.error_code, out.error_message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized to WRITE"
+                continue
             partition = view.partitions[pdata.index] if view and 0 <= pdata.index < len(view.partitions) else None
             if partition is None:
                 out.error_code = missing_partition_error(broker, topic.name, pdata.index,

@@ -9,7 +9,7 @@ other fields are decoded for all records at once, and keys and values are gather
 
 Batch framing (CRC, decompression, transaction filtering) is done before (:mod:`.batch_fetch`); this module sees
 only uncompressed records sections and the few header fields it needs. It is shared by the consumer's columnar
-path (:mod:`.columnar`, ``consume_arrow()``) and the Spark source (``oncelog.spark.reader``), and needs numpy and
+path (:mod:`.arrow_batches`, ``consume_arrow()``) and the Spark source (``oncelog.spark.reader``), and needs numpy and
 pyarrow (the ``spark`` extra): the consumer imports it only when ``consume_arrow()`` is called.
 """
 

@@ -300,17 +300,23 @@ class AsyncConsumer:
                 del self.subscription.awaiting_committed[tp]
                 self.fetcher.assign(tp, off if off >= 0 else None)
 
+    async def _before_fetch(self, deadline: float) -> None:
+        """What a fetch round does before each fetch: keep the group membership (join/rebalance, or raise what
+        failed it), auto commit when due, and look up the committed offsets of partitions that wait for them."""
+        co = self.coordinator
+        if co is not None:
+            if self.subscription.auto:
+                await co.ensure_active(deadline, block=not self.subscription.assigned)
+            else:
+                co.raise_if_failed()
+            self._maybe_auto_commit()
+        await self._resolve_committed()
+
     async def _fetch_round(self, deadline: float, max_messages: int) -> list[Message]:
         await self.start()
         co = self.coordinator
         while True:
-            if co is not None:
-                if self.subscription.auto:
-                    await co.ensure_active(deadline, block=not self.subscription.assigned)
-                else:
-                    co.raise_if_failed()
-                self._maybe_auto_commit()
-            await self._resolve_committed()
+            await self._before_fetch(deadline)
             if self._buffer:
                 break
             left_ms = int((deadline - time.monotonic()) * 1000)
@@ -339,10 +345,43 @@ class AsyncConsumer:
         """What one fetch round brings, as pyarrow RecordBatches (one per partition; columns topic, partition,
         offset, timestamp, timestamp_type, key, value, headers), decoded column-wise; [] after ``timeout``.
         Honours the isolation level, assignment, pause and offset store as :meth:`consume` does (see
-        :mod:`.columnar`; needs numpy and pyarrow)."""
-        from .columnar import consume_arrow
+        :mod:`.arrow_batches`; needs numpy and pyarrow)."""
+        from .arrow_batches import FetchedBatches, decode_batches, from_messages, to_record_batch
 
-        return await consume_arrow(self, timeout)
+        deadline = time.monotonic() + timeout
+        if self._buffer:  # records poll()/consume() fetched and did not return yet come first
+            msgs = await self._fetch_round(deadline, len(self._buffer))
+            if msgs:
+                return [from_messages(msgs)]
+        await self.start()
+        co = self.coordinator
+        while True:
+            await self._before_fetch(deadline)
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if left_ms <= 0:
+                return []
+            if co is not None and co.joining and not self.subscription.assigned:
+                continue  # ensure_active waits for the join
+            out: list[Any] = []
+            async with self._fetch_lock:
+                fetched: list[FetchedBatches] = await self.fetcher.fetch(min(left_ms, self.config.fetch_max_wait_ms),
+                                                                         decode_batches)
+                assigned, paused = self.subscription.assigned, self.subscription.paused
+                for f in fetched:
+                    tp = (f.topic, f.partition)
+                    if tp not in assigned:
+                        continue
+                    if tp in paused:  # paused while the fetch was in flight: fetch these records again on resume
+                        if tp in self.fetcher.positions:
+                            self.fetcher.positions[tp] = f.fetch_offset
+                        continue
+                    rb = to_record_batch(f)
+                    if rb is not None:
+                        out.append(rb)
+                        if self.config.enable_auto_offset_store:  # as poll() stores after each record
+                            self._stored[tp] = int(rb.column(2)[rb.num_rows - 1].as_py()) + 1
+            if out:
+                return out
 
     # ------------------------------------------------------------------ offsets
 
@@ -419,7 +458,7 @@ class AsyncConsumer:
     # ------------------------------------------------------------------ metadata and offsets lookups
 
     async def _list_offsets(self, specs: Mapping[tuple[str, int], int | str]) -> dict[tuple[str, int], Any]:
-        from ..admin import AsyncAdmin  # the admin's ListOffsets per leader, on this consumer's connections
+        from ..admin.async_admin import AsyncAdmin  # the admin's ListOffsets per leader, on this consumer's connections
 
         await self.start()
         admin = AsyncAdmin(self.config)

@@ -32,7 +32,7 @@ from ..errors import ConfigError, KafkaError, KafkaTimeoutError
 from ..message import Header, Message
 from ..metadata import ClusterMetadata, list_topics
 from .accumulator import BatchMessage, DeliveryCallback, RecordAccumulator
-from .bulk import append_columns
+from .bulk import BulkAppender
 from .partitioner import Partitioner
 from .sender import Reports, Sender
 from .transaction_manager import OffsetsLike, TransactionManager
@@ -82,6 +82,7 @@ class AsyncProducer:
             self.txn = TransactionManager(self.cluster, c, self._wakeup)
         self._transactional = c.transactional_id is not None
         self._max_bytes = c.message_max_bytes
+        self._bulk = BulkAppender(self.cluster, self.partitioner, self.accumulator, c)
         self._partitions: dict[str, tuple[Any, list[int], list[int]]] = {}
 
     def _wakeup(self) -> None:
@@ -213,7 +214,10 @@ class AsyncProducer:
         is queued.
         """
         hs = None if headers is None else [_headers(h) for h in headers]
-        return append_columns(self, topic, values, keys, partition, timestamps, hs, on_complete)
+        txn = self.txn
+        if txn is not None and (self._transactional or txn.has_error):
+            txn.check_can_send()
+        return self._bulk.append(topic, values, keys, partition, timestamps, hs, on_complete)
 
     async def produce_batch(self, topic: str, values: Any, keys: Any = None, *, partition: Any = None,
                             timestamps: Any = None, headers: Sequence[HeadersLike] | None = None,

@@ -69,7 +69,8 @@ from .offsets import (
     txn_commit_error,
     txn_commit_offsets,
 )
-from .shard import GroupConfig, GroupShard
+from .config import GroupConfig
+from .shard import GroupShard
 from .state import GroupState
 
 __all__ = ["GroupCoordinator", "TxnVerifier"]
@@ -149,7 +150,7 @@ class GroupCoordinator:
     async def join_group(self, req: JoinGroupRequest, version: int, client_id: str,
                          client_host: str) -> JoinGroupResponse:
         try:
-            fut = await self._run(req.group_id, lambda s: membership.join_group(s, req, version, client_id,
+            fut = await self._run(req.group_id, lambda s: membership.join_group(s.group_manager, req, version, client_id,
                                                                                  client_host))
         except CoordinatorError as e:
             return membership.join_error(e.code, req.member_id)
@@ -161,7 +162,7 @@ class GroupCoordinator:
 
     async def sync_group(self, req: SyncGroupRequest, version: int) -> SyncGroupResponse:
         try:
-            fut = await self._run(req.group_id, lambda s: membership.sync_group(s, req, version))
+            fut = await self._run(req.group_id, lambda s: membership.sync_group(s.group_manager, req, version))
         except CoordinatorError as e:
             return membership.sync_error(e.code)
         return await asyncio.shield(fut)  # the parked SyncGroup: as in join_group
@@ -170,7 +171,7 @@ class GroupCoordinator:
         instance_id = req.group_instance_id if version >= 3 else None
         try:
             return await self._run(req.group_id, lambda s: membership.heartbeat(  # type: ignore[no-any-return]
-                s, req.group_id, req.generation_id, req.member_id, instance_id), req.member_id)
+                s.group_manager, req.group_id, req.generation_id, req.member_id, instance_id), req.member_id)
         except CoordinatorError as e:
             return HeartbeatResponse(error_code=e.code)
 
@@ -178,7 +179,7 @@ class GroupCoordinator:
         members = list(req.members) if version >= 3 else [MemberIdentity(member_id=req.member_id)]
         try:
             return await self._run(req.group_id,  # type: ignore[no-any-return]
-                                   lambda s: membership.leave_group(s, req.group_id, members))
+                                   lambda s: membership.leave_group(s.group_manager, req.group_id, members))
         except CoordinatorError as e:
             return LeaveGroupResponse(error_code=e.code)
 
@@ -186,7 +187,7 @@ class GroupCoordinator:
     async def commit_offsets(self, req: OffsetCommitRequest, version: int) -> OffsetCommitResponse:
         try:
             return await self._run(req.group_id,  # type: ignore[no-any-return]
-                                   lambda s: commit_offsets(s, req, version), req.member_id)
+                                   lambda s: commit_offsets(s.offset_manager, req, version), req.member_id)
         except CoordinatorError as e:
             return OffsetCommitResponse(topics=[OffsetCommitResponseTopic(name=t.name, partitions=[
                 OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=e.code)
@@ -201,11 +202,11 @@ class GroupCoordinator:
             code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self.runtime.is_loading(partition) \
                 else ErrorCode.NOT_COORDINATOR
             return code, []
-        return ErrorCode.NONE, fetch_offsets(shard, group_id, topics, require_stable)
+        return ErrorCode.NONE, fetch_offsets(shard.offset_manager, group_id, topics, require_stable)
 
     async def delete_offsets(self, req: OffsetDeleteRequest) -> OffsetDeleteResponse:
         try:
-            return await self._run(req.group_id, lambda s: delete_offsets(s, req))  # type: ignore[no-any-return]
+            return await self._run(req.group_id, lambda s: delete_offsets(s.offset_manager, req))  # type: ignore[no-any-return]
         except CoordinatorError as e:
             return OffsetDeleteResponse(error_code=e.code)
 
@@ -220,7 +221,7 @@ class GroupCoordinator:
                     if code == ErrorCode.PRODUCER_FENCED and version < 3:  # KIP-588: older clients know this one
                         code = ErrorCode.INVALID_PRODUCER_EPOCH
                     return CoordinatorResult([], txn_commit_error(req, code))
-            return txn_commit_offsets(shard, req, version)
+            return txn_commit_offsets(shard.offset_manager, req, version)
 
         try:
             return await self.runtime.run_transactional(partition, req.producer_id, req.producer_epoch, op)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .consumer_protocol import parse_subscription_topics
 from .state import GroupState, check_transition
 
 __all__ = ["NEW_MEMBER_JOIN_TIMEOUT_MS", "ClassicGroup", "Member"]
@@ -218,8 +219,6 @@ class ClassicGroup:
 
     def subscribed_topics(self) -> set[str] | None:
         """Topics the members subscribe to (consumer protocol only), None when unknown."""
-        from .records import parse_subscription_topics
-
         if self.protocol_type != "consumer" or self.protocol_name is None:
             return None
         topics: set[str] = set()

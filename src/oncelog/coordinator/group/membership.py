@@ -1,10 +1,12 @@
-"""JoinGroup, SyncGroup, Heartbeat, LeaveGroup and the membership timers of classic groups.
+"""The classic groups of a ``__consumer_offsets`` partition: JoinGroup, SyncGroup, Heartbeat, LeaveGroup and the
+membership timers, DescribeGroups and ListGroups.
 
 Kafka's GroupMetadataManager classic paths (classicGroupJoin*, classicGroupSync, classicGroupHeartbeat,
 classicGroupLeave, completeClassicGroupJoin, prepareRebalance, onExpireHeartbeat, expirePendingSync), as functions
-of a :class:`~oncelog.coordinator.group.shard.GroupShard`. Each returns a ``CoordinatorResult`` whose response is a
-future: already resolved when the answer is known, or parked on the member until the join phase ends or the
-leader's assignment is durable.
+of a :class:`GroupMetadataManager` (the groups and what their operations read). The shard
+(:class:`~oncelog.coordinator.group.manager.GroupShard`) runs them and schedules the timers they change; nothing
+here knows of offsets. Each returns a ``CoordinatorResult`` whose response is a future: already resolved when the
+answer is known, or parked on the member until the join phase ends or the leader's assignment is durable.
 
 Membership lives in memory, as in Kafka: only the group snapshot (``GroupMetadata`` record) is written, when a
 generation's assignment is stored, when a static member is replaced, and when the group becomes Empty. Records the
@@ -17,28 +19,30 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from oncelog.clock import Clock
 from oncelog.coordinator.runtime import CoordinatorResult
 from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.messages.describe_groups_response import DescribedGroup, DescribedGroupMember
 from oncelog.protocol.messages.heartbeat_response import HeartbeatResponse
 from oncelog.protocol.messages.join_group_request import JoinGroupRequest
 from oncelog.protocol.messages.join_group_response import JoinGroupResponse, JoinGroupResponseMember
 from oncelog.protocol.messages.leave_group_request import MemberIdentity
 from oncelog.protocol.messages.leave_group_response import LeaveGroupResponse, MemberResponse
+from oncelog.protocol.messages.list_groups_response import ListedGroup
 from oncelog.protocol.messages.sync_group_request import SyncGroupRequest
 from oncelog.protocol.messages.sync_group_response import SyncGroupResponse
 
+from .config import GroupConfig
 from .group import NEW_MEMBER_JOIN_TIMEOUT_MS, ClassicGroup, Member
 from .records import group_record
 from .state import GroupState
 
-if TYPE_CHECKING:
-    from .shard import GroupShard
-
 log = logging.getLogger("oncelog.coordinator.group")
 
 __all__ = [
+    "GroupMetadataManager",
     "complete_join",
     "expire",
     "heartbeat",
@@ -55,6 +59,60 @@ Record = tuple[bytes, "bytes | None"]
 
 EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (GroupState.EMPTY, GroupState.PREPARING_REBALANCE,
                                               GroupState.COMPLETING_REBALANCE, GroupState.STABLE, GroupState.DEAD)
+
+
+class GroupMetadataManager:
+    """The classic groups of one ``__consumer_offsets`` partition by id, with what their operations read (the
+    broker's group settings, the clock) and the records an append-failure path produced but could not return (the
+    shard writes them at its next tick)."""
+
+    def __init__(self, clock: Clock, config: GroupConfig) -> None:
+        self.clock = clock
+        self.config = config
+        self.groups: dict[str, ClassicGroup] = {}
+        self.deferred_records: list[Record] = []
+
+    def now(self) -> int:
+        return self.clock.monotonic_ms()
+
+    def take_deferred_records(self) -> list[Record]:
+        records, self.deferred_records = self.deferred_records, []
+        return records
+
+    def ensure_group(self, group_id: str) -> None:
+        """A group with offsets here: if it was never managed here, a simple (standalone) group."""
+        if group_id not in self.groups:
+            self.groups[group_id] = ClassicGroup(group_id, state_timestamp=self.clock.wall_ms())
+
+    def remove_group(self, group_id: str) -> None:
+        """The group's tombstone: it becomes Dead and its parked members are answered COORDINATOR_NOT_AVAILABLE."""
+        group = self.groups.pop(group_id, None)
+        if group is not None:
+            if group.state is not DEAD:
+                group.transition_to(DEAD, self.clock.wall_ms())
+            for m in group.all_members():
+                remove_member(group, m.member_id, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
+    def describe(self, group_id: str) -> DescribedGroup:
+        group = self.groups.get(group_id)
+        if group is None or group.state is DEAD:
+            return DescribedGroup(error_code=0, group_id=group_id, group_state=DEAD.display_name,
+                                  protocol_type="", protocol_data="", members=[])
+        stable = group.state is STABLE
+        members = [DescribedGroupMember(member_id=m.member_id, group_instance_id=m.group_instance_id,
+                                        client_id=m.client_id, client_host=m.client_host,
+                                        member_metadata=m.metadata(group.protocol_name) if stable else b"",
+                                        member_assignment=m.assignment if stable else b"")
+                   for m in group.members.values()]
+        return DescribedGroup(error_code=0, group_id=group_id, group_state=group.state.display_name,
+                              protocol_type=group.protocol_type or "",
+                              protocol_data=(group.protocol_name or "") if stable else "", members=members)
+
+    def list_groups(self, states: set[GroupState] | None) -> list[ListedGroup]:
+        return [ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.display_name,
+                            group_type="classic")
+                for g in self.groups.values()
+                if g.state is not DEAD and (states is None or g.state in states)]
 
 
 def _future() -> asyncio.Future[Any]:
@@ -109,9 +167,9 @@ def _validate_member(group: ClassicGroup, member_id: str, instance_id: str | Non
 
 
 # ---------------------------------------------------------------------------------------------------- join
-def join_group(shard: GroupShard, req: JoinGroupRequest, version: int, client_id: str,
+def join_group(manager: GroupMetadataManager, req: JoinGroupRequest, version: int, client_id: str,
                client_host: str) -> CoordinatorResult[Any]:
-    cfg = shard.config
+    cfg = manager.config
     gid, member_id = req.group_id, req.member_id
     instance_id = req.group_instance_id if version >= 5 else None
     rebalance_timeout = req.rebalance_timeout_ms if version >= 1 else req.session_timeout_ms
@@ -123,14 +181,14 @@ def join_group(shard: GroupShard, req: JoinGroupRequest, version: int, client_id
         return err(ErrorCode.INVALID_GROUP_ID)
     if not cfg.min_session_timeout_ms <= req.session_timeout_ms <= cfg.max_session_timeout_ms:
         return err(ErrorCode.INVALID_SESSION_TIMEOUT)
-    group = shard.groups.get(gid)
+    group = manager.groups.get(gid)
     is_unknown = member_id == ""
     created = False
     if group is None:
         if not is_unknown:
             return err(ErrorCode.UNKNOWN_MEMBER_ID)
-        group = ClassicGroup(gid, state_timestamp=shard.clock.wall_ms())
-        shard.groups[gid] = group
+        group = ClassicGroup(gid, state_timestamp=manager.clock.wall_ms())
+        manager.groups[gid] = group
         created = True
     if group.state is DEAD:
         return err(ErrorCode.COORDINATOR_NOT_AVAILABLE)
@@ -143,7 +201,7 @@ def join_group(shard: GroupShard, req: JoinGroupRequest, version: int, client_id
         code = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
     if code:
         if created:
-            del shard.groups[gid]
+            del manager.groups[gid]
         return err(code, "" if code == ErrorCode.GROUP_MAX_SIZE_REACHED else member_id)
     spec = _Spec(client_id, client_host, rebalance_timeout, req.session_timeout_ms, req.protocol_type, protocols)
     if is_unknown:
@@ -151,13 +209,13 @@ def join_group(shard: GroupShard, req: JoinGroupRequest, version: int, client_id
         if instance_id is not None:
             existing = group.static_member_id(instance_id)
             if existing is None:
-                return _add_member_and_rebalance(shard, group, new_id, instance_id, spec)
-            return _update_static_member(shard, group, instance_id, existing, new_id, spec, version)
+                return _add_member_and_rebalance(manager, group, new_id, instance_id, spec)
+            return _update_static_member(manager, group, instance_id, existing, new_id, spec, version)
         if version >= 4:
-            group.pending_members[new_id] = shard.now() + req.session_timeout_ms
+            group.pending_members[new_id] = manager.now() + req.session_timeout_ms
             return err(ErrorCode.MEMBER_ID_REQUIRED, new_id)
-        return _add_member_and_rebalance(shard, group, new_id, None, spec)
-    return _join_existing(shard, group, member_id, instance_id, spec)
+        return _add_member_and_rebalance(manager, group, new_id, None, spec)
+    return _join_existing(manager, group, member_id, instance_id, spec)
 
 
 class _Spec:
@@ -181,40 +239,40 @@ def _accept_joining_member(group: ClassicGroup, member_id: str, max_size: int) -
     return group.has_member(member_id) or len(group.members) < max_size
 
 
-def _join_existing(shard: GroupShard, group: ClassicGroup, member_id: str, instance_id: str | None,
+def _join_existing(manager: GroupMetadataManager, group: ClassicGroup, member_id: str, instance_id: str | None,
                    spec: _Spec) -> CoordinatorResult[Any]:
     if member_id in group.pending_members:
         if instance_id is not None:  # pending ids are only handed to dynamic members
             return CoordinatorResult([], _resolved(join_error(ErrorCode.UNKNOWN_MEMBER_ID, member_id)))
-        return _add_member_and_rebalance(shard, group, member_id, None, spec)
+        return _add_member_and_rebalance(manager, group, member_id, None, spec)
     code = _validate_member(group, member_id, instance_id)
     if code:
         return CoordinatorResult([], _resolved(join_error(code, member_id)))
     member = group.members[member_id]
     if group.state is PREPARING:
-        return _update_member_and_rebalance(shard, group, member, spec)
+        return _update_member_and_rebalance(manager, group, member, spec)
     if group.state is COMPLETING:
         if member.matches(spec.protocols):
             # the member lost the JoinGroup answer of this generation: give it again
             return CoordinatorResult([], _resolved(_join_result(group, member)))
-        return _update_member_and_rebalance(shard, group, member, spec)
+        return _update_member_and_rebalance(manager, group, member, spec)
     if group.state is STABLE:
         if group.is_leader(member_id) or not member.matches(spec.protocols):
-            return _update_member_and_rebalance(shard, group, member, spec)
+            return _update_member_and_rebalance(manager, group, member, spec)
         return CoordinatorResult([], _resolved(_join_result(group, member)))
     return CoordinatorResult([], _resolved(join_error(ErrorCode.UNKNOWN_MEMBER_ID, member_id)))
 
 
-def _add_member_and_rebalance(shard: GroupShard, group: ClassicGroup, member_id: str, instance_id: str | None,
+def _add_member_and_rebalance(manager: GroupMetadataManager, group: ClassicGroup, member_id: str, instance_id: str | None,
                               spec: _Spec) -> CoordinatorResult[Any]:
     fut = _future()
     member = Member(member_id, instance_id, spec.client_id, spec.client_host, spec.rebalance_timeout,
                     spec.session_timeout, spec.protocol_type, spec.protocols, join_waiter=fut, is_new=True,
-                    heartbeat_deadline=shard.now() + NEW_MEMBER_JOIN_TIMEOUT_MS)
+                    heartbeat_deadline=manager.now() + NEW_MEMBER_JOIN_TIMEOUT_MS)
     if group.state is PREPARING and group.generation == 0:
         group.new_member_added = True
     group.add(member)
-    return CoordinatorResult(_rebalance_or_complete_join(shard, group), fut)
+    return CoordinatorResult(_rebalance_or_complete_join(manager, group), fut)
 
 
 def _set_join_waiter(member: Member) -> asyncio.Future[Any]:
@@ -232,21 +290,21 @@ def _update_member(member: Member, spec: _Spec) -> None:
     member.client_id, member.client_host = spec.client_id, spec.client_host
 
 
-def _update_member_and_rebalance(shard: GroupShard, group: ClassicGroup, member: Member,
+def _update_member_and_rebalance(manager: GroupMetadataManager, group: ClassicGroup, member: Member,
                                  spec: _Spec) -> CoordinatorResult[Any]:
     _update_member(member, spec)
     fut = _set_join_waiter(member)
-    return CoordinatorResult(_rebalance_or_complete_join(shard, group), fut)
+    return CoordinatorResult(_rebalance_or_complete_join(manager, group), fut)
 
 
-def _update_static_member(shard: GroupShard, group: ClassicGroup, instance_id: str, old_id: str, new_id: str,
+def _update_static_member(manager: GroupMetadataManager, group: ClassicGroup, instance_id: str, old_id: str, new_id: str,
                           spec: _Spec, version: int) -> CoordinatorResult[Any]:
     current_leader = group.leader_id
     old = group.members[old_id]
     _complete(old.join_waiter, join_error(ErrorCode.FENCED_INSTANCE_ID, old_id))
     _complete(old.sync_waiter, sync_error(ErrorCode.FENCED_INSTANCE_ID))
     member = group.replace_static_member(instance_id, old_id, new_id)
-    member.heartbeat_deadline = shard.now() + spec.session_timeout
+    member.heartbeat_deadline = manager.now() + spec.session_timeout
     saved = (list(member.protocols), member.rebalance_timeout_ms, member.session_timeout_ms)
     _update_member(member, spec)
     fut = _set_join_waiter(member)
@@ -270,45 +328,45 @@ def _update_static_member(shard: GroupShard, group: ClassicGroup, instance_id: s
                     return
                 member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms = saved
                 group.replace_static_member(instance_id, new_id, old_id)
-                member.heartbeat_deadline = shard.now() + member.session_timeout_ms
+                member.heartbeat_deadline = manager.now() + member.session_timeout_ms
 
             fut.set_result(resp)
             return CoordinatorResult([group_record(group)], fut, on_failure=revert)
-        return CoordinatorResult(_rebalance_or_complete_join(shard, group), fut)
+        return CoordinatorResult(_rebalance_or_complete_join(manager, group), fut)
     if group.state is COMPLETING:
-        return CoordinatorResult(_prepare_rebalance(shard, group), fut)
-    return CoordinatorResult(_maybe_complete_join(shard, group), fut)
+        return CoordinatorResult(_prepare_rebalance(manager, group), fut)
+    return CoordinatorResult(_maybe_complete_join(manager, group), fut)
 
 
 # ---------------------------------------------------------------------------------------------------- phases
-def _rebalance_or_complete_join(shard: GroupShard, group: ClassicGroup) -> list[Record]:
+def _rebalance_or_complete_join(manager: GroupMetadataManager, group: ClassicGroup) -> list[Record]:
     if group.can_rebalance():
-        return _prepare_rebalance(shard, group)
-    return _maybe_complete_join(shard, group)
+        return _prepare_rebalance(manager, group)
+    return _maybe_complete_join(manager, group)
 
 
-def _prepare_rebalance(shard: GroupShard, group: ClassicGroup) -> list[Record]:
+def _prepare_rebalance(manager: GroupMetadataManager, group: ClassicGroup) -> list[Record]:
     if group.state is COMPLETING:
         _reset_and_propagate(group, ErrorCode.REBALANCE_IN_PROGRESS)
     group.pending_sync.clear()
     group.sync_deadline = 0
-    now = shard.now()
+    now = manager.now()
     initial = group.state is EMPTY
-    group.transition_to(PREPARING, shard.clock.wall_ms())
+    group.transition_to(PREPARING, manager.clock.wall_ms())
     if initial:
-        delay = shard.config.initial_rebalance_delay_ms
+        delay = manager.config.initial_rebalance_delay_ms
         group.initial_join = True
         group.initial_remaining_ms = max(group.max_rebalance_timeout_ms() - delay, 0)
         group.join_deadline = now + delay
         return []
     group.initial_join = False
     group.join_deadline = now + group.max_rebalance_timeout_ms()
-    return _maybe_complete_join(shard, group)
+    return _maybe_complete_join(manager, group)
 
 
-def _maybe_complete_join(shard: GroupShard, group: ClassicGroup) -> list[Record]:
+def _maybe_complete_join(manager: GroupMetadataManager, group: ClassicGroup) -> list[Record]:
     if group.state is PREPARING and not group.initial_join and group.has_all_members_joined():
-        return complete_join(shard, group)
+        return complete_join(manager, group)
     return []
 
 
@@ -322,12 +380,12 @@ def _reset_and_propagate(group: ClassicGroup, code: int) -> None:
         _complete(m.sync_waiter, sync_error(code))
 
 
-def complete_join(shard: GroupShard, group: ClassicGroup) -> list[Record]:
+def complete_join(manager: GroupMetadataManager, group: ClassicGroup) -> list[Record]:
     """The join phase ends: drop dynamic members that did not rejoin, start the next generation, answer every
     parked JoinGroup (the leader gets the members and their metadata)."""
     if group.state is not PREPARING:
         return []
-    now = shard.now()
+    now = manager.now()
     for m in group.all_members():
         if not m.awaiting_join and not m.is_static:
             remove_member(group, m.member_id)
@@ -343,10 +401,10 @@ def complete_join(shard: GroupShard, group: ClassicGroup) -> list[Record]:
     group.pending_sync.clear()
     if not group.members:
         group.protocol_name = None
-        group.transition_to(EMPTY, shard.clock.wall_ms())
+        group.transition_to(EMPTY, manager.clock.wall_ms())
         return [group_record(group)]
     group.protocol_name = group.select_protocol()
-    group.transition_to(COMPLETING, shard.clock.wall_ms())
+    group.transition_to(COMPLETING, manager.clock.wall_ms())
     log.info("group %s: generation %d with %d member(s) %s, leader %s, protocol %s", group.group_id,
              group.generation, len(group.members), list(group.members), group.leader_id, group.protocol_name)
     for m in group.all_members():
@@ -367,21 +425,21 @@ def remove_member(group: ClassicGroup, member_id: str, code: int = ErrorCode.UNK
         _complete(member.sync_waiter, sync_error(code))
 
 
-def _remove_member_and_update(shard: GroupShard, group: ClassicGroup, member_id: str) -> list[Record]:
+def _remove_member_and_update(manager: GroupMetadataManager, group: ClassicGroup, member_id: str) -> list[Record]:
     remove_member(group, member_id)
     if group.state in (STABLE, COMPLETING):
-        return _prepare_rebalance(shard, group)
+        return _prepare_rebalance(manager, group)
     if group.state is PREPARING:
-        return _maybe_complete_join(shard, group)
+        return _maybe_complete_join(manager, group)
     return []
 
 
 # ---------------------------------------------------------------------------------------------------- sync
-def sync_group(shard: GroupShard, req: SyncGroupRequest, version: int) -> CoordinatorResult[Any]:
+def sync_group(manager: GroupMetadataManager, req: SyncGroupRequest, version: int) -> CoordinatorResult[Any]:
     def err(code: int) -> CoordinatorResult[Any]:
         return CoordinatorResult([], _resolved(sync_error(code)))
 
-    group = shard.groups.get(req.group_id)
+    group = manager.groups.get(req.group_id)
     if group is None:
         return err(ErrorCode.UNKNOWN_MEMBER_ID)
     if group.state is DEAD:
@@ -401,7 +459,7 @@ def sync_group(shard: GroupShard, req: SyncGroupRequest, version: int) -> Coordi
         return err(ErrorCode.UNKNOWN_MEMBER_ID)
     if group.state is PREPARING:
         return err(ErrorCode.REBALANCE_IN_PROGRESS)
-    member.heartbeat_deadline = shard.now() + member.session_timeout_ms
+    member.heartbeat_deadline = manager.now() + member.session_timeout_ms
     if group.state is STABLE:
         return CoordinatorResult([], _resolved(_sync_ok(group, member)))
     # CompletingRebalance: park until the leader's assignment is durable
@@ -420,7 +478,7 @@ def sync_group(shard: GroupShard, req: SyncGroupRequest, version: int) -> Coordi
     def failed() -> None:
         if group.state is COMPLETING and group.generation == generation:
             _reset_and_propagate(group, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-            shard.deferred_records.extend(_prepare_rebalance(shard, group))
+            manager.deferred_records.extend(_prepare_rebalance(manager, group))
 
     return CoordinatorResult([group_record(group, full)], fut, on_failure=failed)
 
@@ -450,12 +508,12 @@ def on_assignment_durable(group: ClassicGroup, generation: int, wall_ms: int, no
 
 
 # ---------------------------------------------------------------------------------------------------- heartbeat
-def heartbeat(shard: GroupShard, group_id: str, generation: int, member_id: str,
+def heartbeat(manager: GroupMetadataManager, group_id: str, generation: int, member_id: str,
               instance_id: str | None) -> CoordinatorResult[Any]:
     def resp(code: int) -> CoordinatorResult[Any]:
         return CoordinatorResult([], HeartbeatResponse(error_code=code))
 
-    group = shard.groups.get(group_id)
+    group = manager.groups.get(group_id)
     if group is None:
         return resp(ErrorCode.UNKNOWN_MEMBER_ID)
     if group.state is DEAD:
@@ -468,15 +526,15 @@ def heartbeat(shard: GroupShard, group_id: str, generation: int, member_id: str,
     if group.state is EMPTY:
         return resp(ErrorCode.UNKNOWN_MEMBER_ID)
     member = group.members[member_id]
-    member.heartbeat_deadline = shard.now() + member.session_timeout_ms
+    member.heartbeat_deadline = manager.now() + member.session_timeout_ms
     if group.state is PREPARING:
         return resp(ErrorCode.REBALANCE_IN_PROGRESS)
     return resp(ErrorCode.NONE)
 
 
 # ---------------------------------------------------------------------------------------------------- leave
-def leave_group(shard: GroupShard, group_id: str, members: list[MemberIdentity]) -> CoordinatorResult[Any]:
-    group = shard.groups.get(group_id)
+def leave_group(manager: GroupMetadataManager, group_id: str, members: list[MemberIdentity]) -> CoordinatorResult[Any]:
+    group = manager.groups.get(group_id)
     if group is None:
         return CoordinatorResult([], LeaveGroupResponse(error_code=0, members=[
             MemberResponse(member_id=m.member_id, group_instance_id=m.group_instance_id,
@@ -507,38 +565,38 @@ def leave_group(shard: GroupShard, group_id: str, members: list[MemberIdentity])
                                   error_code=code))
     records: list[Record] = []
     for mid in dict.fromkeys(leaving):
-        records += _remove_member_and_update(shard, group, mid)
+        records += _remove_member_and_update(manager, group, mid)
     if pending_left and not leaving:
-        records += _maybe_complete_join(shard, group)
+        records += _maybe_complete_join(manager, group)
     return CoordinatorResult(records, LeaveGroupResponse(error_code=0, members=out))
 
 
 # ---------------------------------------------------------------------------------------------------- timers
-def expire(shard: GroupShard, group: ClassicGroup, now: int) -> list[Record]:
+def expire(manager: GroupMetadataManager, group: ClassicGroup, now: int) -> list[Record]:
     """Fire every deadline of ``group`` that has passed: pending member ids, member sessions, the join phase
     (rebalance timeout or the initial delay) and the sync phase."""
     records: list[Record] = []
     for mid, deadline in list(group.pending_members.items()):
         if now >= deadline:
             del group.pending_members[mid]
-            records += _maybe_complete_join(shard, group)
+            records += _maybe_complete_join(manager, group)
     for m in group.all_members():
         if m.member_id in group.members and not m.heartbeat_satisfied_until(now):
-            records += _remove_member_and_update(shard, group, m.member_id)
+            records += _remove_member_and_update(manager, group, m.member_id)
     while group.state is PREPARING and now >= group.join_deadline:
         if group.initial_join and group.new_member_added and group.initial_remaining_ms > 0:
             # members arrived during the initial delay: wait another delay (bounded by the rebalance timeout)
-            delay = min(shard.config.initial_rebalance_delay_ms, group.initial_remaining_ms)
+            delay = min(manager.config.initial_rebalance_delay_ms, group.initial_remaining_ms)
             group.new_member_added = False
             group.initial_remaining_ms = max(group.initial_remaining_ms - delay, 0)
             group.join_deadline = now + delay
         else:
             group.initial_join = False
-            records += complete_join(shard, group)
+            records += complete_join(manager, group)
             break
     if group.state in (COMPLETING, STABLE) and group.pending_sync and now >= group.sync_deadline:
         for mid in list(group.pending_sync):
             remove_member(group, mid)
         group.pending_sync.clear()
-        records += _prepare_rebalance(shard, group) if group.state in (STABLE, COMPLETING) else []
+        records += _prepare_rebalance(manager, group) if group.state in (STABLE, COMPLETING) else []
     return records

@@ -1,6 +1,8 @@
 """Committed offsets, pending transactional offsets, and the offset APIs of a ``__consumer_offsets`` partition.
 
-Kafka's OffsetMetadataManager. ``OffsetStore`` changes only by replay: a committed offset from a non-transactional
+Kafka's OffsetMetadataManager: :class:`OffsetMetadataManager` holds the offsets (:class:`OffsetStore`) and what the
+offset operations read (the groups, which they never change, the broker's settings, the clock), and the functions
+of this module are its operations. ``OffsetStore`` changes only by replay: a committed offset from a non-transactional
 record, a pending one from a transactional batch (kept per producer id, invisible to OffsetFetch), made visible by
 the COMMIT marker that follows it on the partition or dropped by ABORT (KIP-98). When a pending offset is
 committed, it replaces the committed one only if its record is newer in the log (Kafka compares the record
@@ -9,10 +11,13 @@ offsets, so a plain commit written after the transactional one wins).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from oncelog.clock import Clock
 from oncelog.coordinator.runtime import CoordinatorResult
+from oncelog.protocol.coordinator_records import OffsetCommitKey, OffsetCommitValue
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.offset_commit_request import OffsetCommitRequest
 from oncelog.protocol.messages.offset_commit_response import (
@@ -33,16 +38,15 @@ from oncelog.protocol.messages.txn_offset_commit_response import (
     TxnOffsetCommitResponseTopic,
 )
 
+from .config import GroupConfig
 from .group import ClassicGroup
 from .records import offset_record, offset_tombstone
 from .state import GroupState
 
-if TYPE_CHECKING:
-    from .shard import GroupShard
-
 __all__ = [
     "FetchedOffset",
     "OffsetEntry",
+    "OffsetMetadataManager",
     "OffsetStore",
     "commit_offsets",
     "delete_offsets",
@@ -127,6 +131,43 @@ class OffsetStore:
         return bool(self.committed.get(group)) or self.has_any_pending(group)
 
 
+class OffsetMetadataManager:
+    """The offsets of one ``__consumer_offsets`` partition and what their operations read: the partition's groups
+    (looked up, never added or removed here), the broker's settings, the clock, and whether a partition exists."""
+
+    def __init__(self, groups: Mapping[str, ClassicGroup], clock: Clock, config: GroupConfig,
+                 partition_exists: Callable[[str, int], bool] | None = None) -> None:
+        self.groups = groups
+        self.clock = clock
+        self.config = config
+        self.partition_exists = partition_exists
+        self.store = OffsetStore()
+
+    def now(self) -> int:
+        return self.clock.monotonic_ms()
+
+    def replay(self, key: OffsetCommitKey, value: OffsetCommitValue | None, record_offset: int,
+               producer_id: int = -1) -> None:
+        """An offset record at ``record_offset``: committed, deleted (a tombstone), or, with ``producer_id`` >= 0 (a
+        transactional batch), pending until that producer's marker."""
+        tp = (key.topic, key.partition)
+        if value is None:
+            if producer_id < 0:
+                self.store.delete(key.group, tp)
+            return
+        entry = OffsetEntry(value.offset, value.leader_epoch, value.metadata, value.commit_timestamp,
+                            value.expire_timestamp, record_offset)
+        if producer_id >= 0:
+            self.store.add_pending(producer_id, key.group, tp, entry)
+        else:
+            self.store.put(key.group, tp, entry)
+
+    def replay_end_transaction_marker(self, producer_id: int, commit: bool) -> None:
+        """The transaction of ``producer_id`` ended on this partition: its pending offsets become committed
+        (COMMIT) or are dropped (ABORT)."""
+        self.store.complete(producer_id, commit)
+
+
 # -------------------------------------------------------------------------------------------------------- commit
 def _validate_commit(group: ClassicGroup | None, generation: int, member_id: str,
                      instance_id: str | None) -> int:
@@ -148,28 +189,28 @@ def _validate_commit(group: ClassicGroup | None, generation: int, member_id: str
     return ErrorCode.NONE
 
 
-def _partition_error(shard: GroupShard, topic: str, partition: int, metadata: str | None) -> int:
-    if metadata is not None and len(metadata.encode("utf-8")) > shard.config.offset_metadata_max_bytes:
+def _partition_error(manager: OffsetMetadataManager, topic: str, partition: int, metadata: str | None) -> int:
+    if metadata is not None and len(metadata.encode("utf-8")) > manager.config.offset_metadata_max_bytes:
         return ErrorCode.OFFSET_METADATA_TOO_LARGE
-    if shard.partition_exists is not None and not shard.partition_exists(topic, partition):
+    if manager.partition_exists is not None and not manager.partition_exists(topic, partition):
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     return ErrorCode.NONE
 
 
-def commit_offsets(shard: GroupShard, req: OffsetCommitRequest, version: int) -> CoordinatorResult[Any]:
+def commit_offsets(manager: OffsetMetadataManager, req: OffsetCommitRequest, version: int) -> CoordinatorResult[Any]:
     gid = req.group_id
     instance_id = req.group_instance_id if version >= 7 else None
-    group = shard.groups.get(gid)
+    group = manager.groups.get(gid)
     code = ErrorCode.INVALID_GROUP_ID if not gid else \
         _validate_commit(group, req.generation_id_or_member_epoch, req.member_id, instance_id)
-    wall = shard.clock.wall_ms()
+    wall = manager.clock.wall_ms()
     retention = req.retention_time_ms if 2 <= version <= 4 else -1
     records: list[Record] = []
     topics = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            pcode = code or _partition_error(shard, t.name, p.partition_index, p.committed_metadata)
+            pcode = code or _partition_error(manager, t.name, p.partition_index, p.committed_metadata)
             if not pcode:
                 records.append(offset_record(gid, t.name, p.partition_index, p.committed_offset,
                                              p.committed_leader_epoch if version >= 6 else -1,
@@ -179,16 +220,16 @@ def commit_offsets(shard: GroupShard, req: OffsetCommitRequest, version: int) ->
         topics.append(OffsetCommitResponseTopic(name=t.name, partitions=parts))
     if records and group is not None and group.has_member(req.member_id):
         m = group.members[req.member_id]
-        m.heartbeat_deadline = max(m.heartbeat_deadline, shard.now() + m.session_timeout_ms)
+        m.heartbeat_deadline = max(m.heartbeat_deadline, manager.now() + m.session_timeout_ms)
     return CoordinatorResult(records, OffsetCommitResponse(topics=topics))
 
 
-def txn_commit_offsets(shard: GroupShard, req: TxnOffsetCommitRequest,
+def txn_commit_offsets(manager: OffsetMetadataManager, req: TxnOffsetCommitRequest,
                        version: int) -> CoordinatorResult[TxnOffsetCommitResponse]:
     """TxnOffsetCommit: validate (Kafka's validateOffsetCommit with isTransactional, KIP-447) and return the
     records the runtime writes as a transactional batch of the request's producer, with the answer."""
     gid = req.group_id
-    group = shard.groups.get(gid)
+    group = manager.groups.get(gid)
     code: int = ErrorCode.NONE
     member_id = req.member_id if version >= 3 else ""
     generation = req.generation_id if version >= 3 else -1
@@ -206,13 +247,13 @@ def txn_commit_offsets(shard: GroupShard, req: TxnOffsetCommitRequest,
             code = ErrorCode.ILLEGAL_GENERATION
     elif member_id or generation >= 0:
         code = ErrorCode.ILLEGAL_GENERATION if generation >= 0 else ErrorCode.UNKNOWN_MEMBER_ID
-    wall = shard.clock.wall_ms()
+    wall = manager.clock.wall_ms()
     records: list[Record] = []
     topics = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            pcode = code or _partition_error(shard, t.name, p.partition_index, p.committed_metadata)
+            pcode = code or _partition_error(manager, t.name, p.partition_index, p.committed_metadata)
             if not pcode:
                 records.append(offset_record(gid, t.name, p.partition_index, p.committed_offset,
                                              p.committed_leader_epoch if version >= 2 else -1,
@@ -240,12 +281,12 @@ class FetchedOffset:
     error_code: int = 0
 
 
-def fetch_offsets(shard: GroupShard, group_id: str, topics: list[tuple[str, list[int]]] | None,
+def fetch_offsets(manager: OffsetMetadataManager, group_id: str, topics: list[tuple[str, list[int]]] | None,
                   require_stable: bool) -> list[FetchedOffset]:
     """Committed offsets of ``group_id`` (all of them when ``topics`` is None). Pending transactional offsets
     are invisible; with ``require_stable`` a partition that has one answers UNSTABLE_OFFSET_COMMIT."""
-    store = shard.offsets
-    group = shard.groups.get(group_id)
+    store = manager.store
+    group = manager.groups.get(group_id)
     if group is not None and group.state is GroupState.DEAD:
         group = None
     out: list[FetchedOffset] = []
@@ -266,11 +307,11 @@ def fetch_offsets(shard: GroupShard, group_id: str, topics: list[tuple[str, list
 
 
 # -------------------------------------------------------------------------------------------------------- delete
-def delete_offsets(shard: GroupShard, req: OffsetDeleteRequest) -> CoordinatorResult[Any]:
+def delete_offsets(manager: OffsetMetadataManager, req: OffsetDeleteRequest) -> CoordinatorResult[Any]:
     """Kafka's OffsetMetadataManager.deleteOffsets: a group that is not Empty may only lose offsets of topics
     none of its members subscribes to (GROUP_SUBSCRIBED_TO_TOPIC)."""
     gid = req.group_id
-    group = shard.groups.get(gid)
+    group = manager.groups.get(gid)
     if not gid:
         return CoordinatorResult([], OffsetDeleteResponse(error_code=ErrorCode.INVALID_GROUP_ID))
     if group is None or group.state is GroupState.DEAD:
@@ -289,7 +330,7 @@ def delete_offsets(shard: GroupShard, req: OffsetDeleteRequest) -> CoordinatorRe
                 parts.append(OffsetDeleteResponsePartition(partition_index=p.partition_index,
                                                            error_code=ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC))
                 continue
-            if shard.offsets.get(gid, (t.name, p.partition_index)) is not None:
+            if manager.store.get(gid, (t.name, p.partition_index)) is not None:
                 records.append(offset_tombstone(gid, t.name, p.partition_index))
             parts.append(OffsetDeleteResponsePartition(partition_index=p.partition_index, error_code=0))
         topics.append(OffsetDeleteResponseTopic(name=t.name, partitions=parts))
@@ -297,12 +338,12 @@ def delete_offsets(shard: GroupShard, req: OffsetDeleteRequest) -> CoordinatorRe
 
 
 # -------------------------------------------------------------------------------------------------------- retention
-def expired_offset_records(shard: GroupShard, group_id: str, now_wall: int) -> tuple[list[Record], bool]:
+def expired_offset_records(manager: OffsetMetadataManager, group_id: str, now_wall: int) -> tuple[list[Record], bool]:
     """Tombstones for the offsets of ``group_id`` past retention (Kafka's ClassicGroup.offsetExpirationCondition
     and OffsetMetadataManager.cleanupExpiredOffsets). Returns (records, every offset of the group expired)."""
-    store = shard.offsets
-    group = shard.groups.get(group_id)
-    retention_ms = shard.config.offsets_retention_ms
+    store = manager.store
+    group = manager.groups.get(group_id)
+    retention_ms = manager.config.offsets_retention_ms
     offsets = store.group_offsets(group_id)
     subscribed: set[str] | None = None
     if group is None or not group.protocol_type:

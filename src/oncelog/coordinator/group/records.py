@@ -3,13 +3,10 @@
 Offsets: key OffsetCommitKey v1 (group, topic, partition); value OffsetCommitValue v3 (with leader epoch), or v1
 when the commit carries an explicit expire timestamp (OffsetCommit v2-4 retention_time_ms). A null value is a
 tombstone. Groups: key GroupMetadataKey v2; value GroupMetadataValue v3 (members with group.instance.id and the
-state timestamp). Also a tolerant reader of the topics in a ConsumerProtocolSubscription (any version), which is
-all the broker needs from the consumer protocol (offset retention and OffsetDelete, KIP-496).
+state timestamp). :func:`group_from_record` is the group a GroupMetadata record describes (loading).
 """
 
 from __future__ import annotations
-
-import struct
 
 from oncelog.protocol.coordinator_records import (
     GroupMetadataKey,
@@ -22,7 +19,8 @@ from oncelog.protocol.coordinator_records import (
     encode_record,
 )
 
-from .group import ClassicGroup
+from .group import ClassicGroup, Member
+from .state import GroupState
 
 __all__ = [
     "GROUP_VALUE_VERSION",
@@ -32,7 +30,7 @@ __all__ = [
     "group_tombstone",
     "offset_record",
     "offset_tombstone",
-    "parse_subscription_topics",
+    "group_from_record",
 ]
 
 Record = tuple[bytes, "bytes | None"]
@@ -89,22 +87,18 @@ def decode_value(key: OffsetCommitKey | GroupMetadataKey, value: bytes) -> Offse
     return decode_offsets_value(key, value)
 
 
-def parse_subscription_topics(data: bytes) -> list[str] | None:
-    """The topic list of a ConsumerProtocolSubscription: int16 version, then an array of int16-length strings
-    (the layout every version starts with). None if the bytes do not parse."""
-    try:
-        (_version, n) = struct.unpack_from(">hi", data, 0)
-        pos = 6
-        if n < 0 or n > len(data):
-            return None
-        topics = []
-        for _ in range(n):
-            (ln,) = struct.unpack_from(">h", data, pos)
-            pos += 2
-            if ln < 0 or pos + ln > len(data):
-                return None
-            topics.append(bytes(data[pos:pos + ln]).decode("utf-8"))
-            pos += ln
-        return topics
-    except (struct.error, UnicodeDecodeError):
-        return None
+def group_from_record(group_id: str, v: GroupMetadataValue) -> ClassicGroup:
+    """The group a GroupMetadata record describes: Stable with its members and their assignments, or Empty."""
+    group = ClassicGroup(group_id, state=GroupState.STABLE if v.members else GroupState.EMPTY,
+                         state_timestamp=v.current_state_timestamp, generation=v.generation,
+                         protocol_type=v.protocol_type or None, protocol_name=v.protocol or None,
+                         leader_id=v.leader or None)
+    for mm in v.members:
+        rebalance = mm.rebalance_timeout if mm.rebalance_timeout >= 0 else mm.session_timeout
+        member = Member(mm.member_id, mm.group_instance_id, mm.client_id, mm.client_host, rebalance,
+                        mm.session_timeout, v.protocol_type, [(v.protocol or "", bytes(mm.subscription))],
+                        assignment=bytes(mm.assignment))
+        group.members[member.member_id] = member
+        if member.group_instance_id is not None:
+            group.static_members[member.group_instance_id] = member.member_id
+    return group

@@ -1,5 +1,10 @@
 """The state of one ``__consumer_offsets`` partition: its groups and offsets, and the operations on them.
 
+Kafka's GroupCoordinatorShard: it composes the group metadata manager (:class:`.membership.GroupMetadataManager`:
+the groups and their membership) and the offset metadata manager (:class:`.offsets.OffsetMetadataManager`: the
+committed and pending offsets, which reads the groups), dispatches replayed records to them, runs what needs both
+(deleting groups, expiring offsets and the groups left without any) and keeps the timers.
+
 ``replay`` (records) and ``replay_end_transaction_marker`` (the COMMIT/ABORT marker that resolves a producer's pending
 transactional offsets) are how the log changes state, live and at start-up (the same path, driven by the coordinator
 runtime). Offsets change only by replay.
@@ -22,7 +27,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TypeVar
 
 from oncelog.clock import Clock
@@ -31,16 +35,18 @@ from oncelog.coordinator.timers import DeadlineTimers
 from oncelog.protocol.coordinator_records import GroupMetadataKey, GroupMetadataValue, OffsetCommitValue
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.delete_groups_response import DeletableGroupResult
-from oncelog.protocol.messages.describe_groups_response import DescribedGroup, DescribedGroupMember
+from oncelog.protocol.messages.describe_groups_response import DescribedGroup
 from oncelog.protocol.messages.list_groups_response import ListedGroup
 
 from . import membership
+from .config import GroupConfig
 from .group import ClassicGroup, Member
-from .offsets import OffsetEntry, OffsetStore, expired_offset_records
-from .records import decode_key, decode_value, group_tombstone, offset_tombstone
+from .membership import GroupMetadataManager
+from .offsets import OffsetMetadataManager, OffsetStore, expired_offset_records
+from .records import decode_key, decode_value, group_from_record, group_tombstone, offset_tombstone
 from .state import GroupState
 
-__all__ = ["GroupConfig", "GroupShard"]
+__all__ = ["GroupShard"]
 
 log = logging.getLogger("oncelog.coordinator.group")
 Record = tuple[bytes, "bytes | None"]
@@ -53,18 +59,6 @@ _RETENTION: TimerKey = ("offsets-retention",)
 _DEFERRED: TimerKey = ("deferred-records",)
 
 
-@dataclass
-class GroupConfig:
-    """Broker settings the group coordinator obeys (Kafka's names and defaults)."""
-    min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms
-    max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
-    initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
-    max_size: int = 2_147_483_647  # group.max.size
-    offsets_retention_ms: int = 10080 * 60_000  # offsets.retention.minutes
-    offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
-    offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
-
-
 class GroupShard:
     def __init__(self, partition: int, clock: Clock, config: GroupConfig,
                  partition_exists: Callable[[str, int], bool] | None = None,
@@ -72,15 +66,25 @@ class GroupShard:
         self.partition = partition
         self.clock = clock
         self.config = config
-        self.partition_exists = partition_exists
-        self.groups: dict[str, ClassicGroup] = {}
-        self.offsets = OffsetStore()
+        #: the groups and their membership (Kafka's GroupMetadataManager)
+        self.group_manager = GroupMetadataManager(clock, config)
+        #: the committed and pending offsets (Kafka's OffsetMetadataManager); it reads the groups
+        self.offset_manager = OffsetMetadataManager(self.group_manager.groups, clock, config, partition_exists)
         self.live = False  # False while loading: group snapshots replace the in-memory group
-        self.deferred_records: list[Record] = []  # records an append-failure path could not return
         self.next_retention_check = 0
         self.last_offset = -1
         #: deadlines (monotonic ms) by key; ``on_timer`` hears of a deadline sooner than every other
         self.timers: DeadlineTimers[TimerKey] = DeadlineTimers(on_timer)
+
+    @property
+    def groups(self) -> dict[str, ClassicGroup]:
+        """The partition's groups by id (the group manager's)."""
+        return self.group_manager.groups
+
+    @property
+    def offsets(self) -> OffsetStore:
+        """The partition's committed and pending offsets (the offset manager's)."""
+        return self.offset_manager.store
 
     def now(self) -> int:
         return self.clock.monotonic_ms()
@@ -96,52 +100,37 @@ class GroupShard:
         k = decode_key(key)
         if k is None:
             return
-        if producer_id >= 0:
-            if value is None or isinstance(k, GroupMetadataKey):
-                return
-            pv = decode_value(k, value)
-            assert isinstance(pv, OffsetCommitValue)
-            self.offsets.add_pending(producer_id, k.group, (k.topic, k.partition), _entry(pv, offset))
-            self._ensure_group(k.group)
-            return
         if isinstance(k, GroupMetadataKey):
-            if value is None:
-                self._remove_group(k.group)
-                return
-            v = decode_value(k, value)
-            assert isinstance(v, GroupMetadataValue)
-            group = self.groups.get(k.group)
-            if self.live and group is not None:
-                membership.on_assignment_durable(group, v.generation, self.clock.wall_ms(), self.now())
-                self.schedule_group(k.group)  # members no longer parked in SyncGroup: their sessions run
-                return
-            self.groups[k.group] = _group_from_record(k.group, v)
+            if producer_id < 0:  # a group record is never transactional
+                self._replay_group(k.group, None if value is None else decode_value(k, value))
             return
-        tp = (k.topic, k.partition)
-        if value is None:
-            self.offsets.delete(k.group, tp)
+        if producer_id >= 0 and value is None:
             return
-        v = decode_value(k, value)
-        assert isinstance(v, OffsetCommitValue)
-        self.offsets.put(k.group, tp, _entry(v, offset))
-        self._ensure_group(k.group)
+        v = None if value is None else decode_value(k, value)
+        assert v is None or isinstance(v, OffsetCommitValue)
+        self.offset_manager.replay(k, v, offset, producer_id)
+        if v is not None:
+            self.group_manager.ensure_group(k.group)
+
+    def _replay_group(self, group_id: str, v: GroupMetadataValue | OffsetCommitValue | None) -> None:
+        if v is None:
+            self._remove_group(group_id)
+            return
+        assert isinstance(v, GroupMetadataValue)
+        group = self.groups.get(group_id)
+        if self.live and group is not None:
+            membership.on_assignment_durable(group, v.generation, self.clock.wall_ms(), self.now())
+            self.schedule_group(group_id)  # members no longer parked in SyncGroup: their sessions run
+            return
+        self.groups[group_id] = group_from_record(group_id, v)
 
     def replay_end_transaction_marker(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
         """The transaction of ``producer_id`` ended on this partition: its pending offsets become committed
         (COMMIT) or are dropped (ABORT)."""
-        self.offsets.complete(producer_id, commit)
-
-    def _ensure_group(self, group_id: str) -> None:
-        if group_id not in self.groups:  # offsets of a group never managed here: a simple (standalone) group
-            self.groups[group_id] = ClassicGroup(group_id, state_timestamp=self.clock.wall_ms())
+        self.offset_manager.replay_end_transaction_marker(producer_id, commit)
 
     def _remove_group(self, group_id: str) -> None:
-        group = self.groups.pop(group_id, None)
-        if group is not None:
-            if group.state is not GroupState.DEAD:
-                group.transition_to(GroupState.DEAD, self.clock.wall_ms())
-            for m in group.all_members():
-                membership.remove_member(group, m.member_id, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        self.group_manager.remove_group(group_id)
         self.offsets.delete_group(group_id)
 
     def on_loaded(self) -> CoordinatorResult[None]:
@@ -166,8 +155,7 @@ class GroupShard:
         """Fire the timers due now: the expiry of every group with a due deadline (``membership.expire``, which
         checks all of that group's deadlines), the offset-retention check when due, and records an append-failure
         path left behind. Groups without a due deadline are not looked at."""
-        records = self.deferred_records
-        self.deferred_records = []
+        records = self.group_manager.take_deferred_records()
         now = self.now()
         due_groups: dict[str, None] = {}
         retention = False
@@ -187,7 +175,7 @@ class GroupShard:
         for gid in due_groups:
             group = self.groups.get(gid)
             if group is not None:
-                records += membership.expire(self, group, now)
+                records += membership.expire(self.group_manager, group, now)
                 self.schedule_group(gid)
         if retention:
             wall = self.clock.wall_ms()
@@ -213,7 +201,7 @@ class GroupShard:
                     undo()
                 finally:
                     self.schedule_group(group_id)
-                    if self.deferred_records:
+                    if self.group_manager.deferred_records:
                         self.timers.schedule_if_earlier(_DEFERRED, self.now())
 
             result.on_failure = on_failure
@@ -274,7 +262,7 @@ class GroupShard:
     def expire_offsets(self, wall: int) -> list[Record]:
         records: list[Record] = []
         for gid in sorted(set(self.groups) | set(self.offsets.committed)):
-            recs, all_gone = expired_offset_records(self, gid, wall)
+            recs, all_gone = expired_offset_records(self.offset_manager, gid, wall)
             records += recs
             group = self.groups.get(gid)
             if group is not None and group.state is GroupState.EMPTY and all_gone and not group.pending_members:
@@ -305,44 +293,7 @@ class GroupShard:
         return CoordinatorResult(records, out)
 
     def describe(self, group_id: str) -> DescribedGroup:
-        group = self.groups.get(group_id)
-        if group is None or group.state is GroupState.DEAD:
-            return DescribedGroup(error_code=0, group_id=group_id, group_state=GroupState.DEAD.display_name,
-                                  protocol_type="", protocol_data="", members=[])
-        stable = group.state is GroupState.STABLE
-        members = [DescribedGroupMember(member_id=m.member_id, group_instance_id=m.group_instance_id,
-                                        client_id=m.client_id, client_host=m.client_host,
-                                        member_metadata=m.metadata(group.protocol_name) if stable else b"",
-                                        member_assignment=m.assignment if stable else b"")
-                   for m in group.members.values()]
-        return DescribedGroup(error_code=0, group_id=group_id, group_state=group.state.display_name,
-                              protocol_type=group.protocol_type or "",
-                              protocol_data=(group.protocol_name or "") if stable else "", members=members)
+        return self.group_manager.describe(group_id)
 
     def list_groups(self, states: set[GroupState] | None) -> list[ListedGroup]:
-        return [ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.display_name,
-                            group_type="classic")
-                for g in self.groups.values()
-                if g.state is not GroupState.DEAD and (states is None or g.state in states)]
-
-
-def _entry(v: OffsetCommitValue, offset: int) -> OffsetEntry:
-    return OffsetEntry(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp, offset)
-
-
-def _group_from_record(group_id: str, v: GroupMetadataValue) -> ClassicGroup:
-    group = ClassicGroup(group_id, state=GroupState.STABLE if v.members else GroupState.EMPTY,
-                         state_timestamp=v.current_state_timestamp, generation=v.generation,
-                         protocol_type=v.protocol_type or None, protocol_name=v.protocol or None,
-                         leader_id=v.leader or None)
-    for mm in v.members:
-        rebalance = mm.rebalance_timeout if mm.rebalance_timeout >= 0 else mm.session_timeout
-        member = Member(mm.member_id, mm.group_instance_id, mm.client_id, mm.client_host, rebalance,
-                        mm.session_timeout, v.protocol_type, [(v.protocol or "", bytes(mm.subscription))],
-                        assignment=bytes(mm.assignment))
-        group.members[member.member_id] = member
-        if member.group_instance_id is not None:
-            group.static_members[member.group_instance_id] = member.member_id
-    return group
-
-
+        return self.group_manager.list_groups(states)

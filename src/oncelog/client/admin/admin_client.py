@@ -4,7 +4,8 @@ confluent-kafka keys them (topic name, :class:`ConfigResource`, group id, :class
 
 ``from oncelog.client.admin import AdminClient, NewTopic, NewPartitions, ConfigResource`` as from
 ``confluent_kafka.admin``. The oncelog-native blocking :class:`~oncelog.client.admin.Admin` (plain return
-values, raising at once) stays available.
+values, raising at once) stays available. The futures run :class:`~.async_admin.AsyncAdmin` coroutines on a
+background event loop thread.
 """
 
 from __future__ import annotations
@@ -15,14 +16,15 @@ import enum
 from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
-from ._sync import LoopThread
-from .admin import RESOURCE_BROKER, RESOURCE_TOPIC, AsyncAdmin, ConfigEntry, GroupDescription, GroupListing
-from .errors import KafkaError
-from .metadata import ClusterMetadata, list_topics
-from .topic_partition import TopicPartition, split
+from .._sync import LoopThread
+from ..errors import KafkaError
+from ..metadata import ClusterMetadata, list_topics
+from ..topic_partition import TopicPartition, split
+from .async_admin import AsyncAdmin
+from .results import RESOURCE_BROKER, RESOURCE_TOPIC, ConfigEntry, GroupDescription, GroupListing
 
 __all__ = ["AdminClient", "ConfigResource", "ConsumerGroupListing", "ListConsumerGroupsResult",
-           "ListOffsetsResultInfo", "NewPartitions", "NewTopic", "OffsetSpec"]
+           "ListOffsetsResultInfo", "NewPartitions", "NewTopic", "OffsetSpec", "ResourceType"]
 
 T = TypeVar("T")
 

@@ -7,7 +7,7 @@ import asyncio
 import uuid
 
 from oncelog.cluster._etcd import KV, WatchEvent
-from oncelog.cluster._viewstate import PartitionMap, ViewState
+from oncelog.cluster._etcd_view import PartitionMap, ViewState
 from oncelog.cluster.changes import ViewChange, ViewSubscription
 from oncelog.cluster.model import (
     BrokerInfo,

@@ -1,7 +1,7 @@
-"""Following the cluster's keys in etcd: one consistent read, then a watch (private to ``cluster.metadata``).
+"""The etcd watch of the cluster's keys: one consistent read, then a watch (private to ``cluster.metadata``).
 
 The whole prefix is read at one revision R (in pages, every page at R) and watched from R + 1; each watch response
-becomes one new view (``cluster._viewstate``). ``progress`` is the newest revision whose events were applied (only
+becomes one new view (``cluster._etcd_view``). ``progress`` is the newest revision whose events were applied (only
 events count: see ``cluster._etcd`` on progress notifications), so waiting for a write means waiting for its own
 event. A quiet watch is checked every second with a linearizable read; a read that fails within the timeout counts
 as a broken watch. A broken watch (etcd restarted, unreachable, paused) is resumed from ``progress`` + 1 while the
@@ -17,11 +17,11 @@ import logging
 from collections.abc import Callable
 
 from ._etcd import KV, Etcd, EtcdCompacted, EtcdUnavailable, WatchBatch, WatchStream, prefix_end, stop_task
-from ._viewstate import ViewState
+from ._etcd_view import ViewState
 from .changes import ViewChange, ViewSubscription
 from .model import ClusterView, Keys
 
-__all__ = ["ViewFollower"]
+__all__ = ["ViewWatch"]
 
 log = logging.getLogger("oncelog.cluster.metadata")
 
@@ -29,7 +29,10 @@ _RANGE_PAGE = 2000  # keys per page of a full read (one response stays far below
 _QUIET_CHECK_S = 1.0  # a watch quiet for this long is checked with a read
 
 
-class ViewFollower:
+class ViewWatch:
+    """The cluster view kept current by an etcd watch of the cluster's prefix (nothing to do with replica
+    followers): ``view``, ``progress`` (revision), ``stale``, and subscriptions to what changed."""
+
     def __init__(self, etcd: Etcd, keys: Keys) -> None:
         self._etcd = etcd
         self._keys = keys

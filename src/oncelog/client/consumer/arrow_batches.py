@@ -1,15 +1,14 @@
-"""The consumer's columnar path: ``consume_arrow()`` returns what one fetch round brought as Arrow record
-batches, one per partition, decoded column-wise by :mod:`.arrow_decode` (the decoder the Spark source uses), with
-no Python object per record (records with headers aside).
+"""Fetched record batches as Arrow record batches, for ``consume_arrow()``: one per partition, decoded column-wise by
+:mod:`.arrow_decode` (the decoder the Spark source uses), with no Python object per record (records with headers
+aside).
 
-The fetch round is the consumer's own (group membership, auto commit, assignment, pause, positions): the
-fetcher is asked for whole record batches instead of Messages (:func:`.batch_fetch.accepted_batches`: CRC
-checked, decompressed, and with ``isolation.level=read_committed`` the batches of aborted transactions and the
-control batches dropped by the same filter ``poll()`` uses). Records before the fetch position (a batch that
-starts before it) are cut off. With ``enable.auto.offset.store`` the offset after each partition's last
-returned record is stored for ``commit()``, as ``poll()`` does per record.
-
-Records that ``poll()``/``consume()`` fetched and did not return yet come first (converted record by record).
+The fetch round is the consumer's own (:meth:`.consumer.AsyncConsumer.consume_arrow`: group membership, auto
+commit, assignment, pause, positions); the fetcher is asked for whole record batches instead of Messages
+(:func:`decode_batches`, its decode step: :func:`.batch_fetch.accepted_batches`, CRC checked, decompressed, and
+with ``isolation.level=read_committed`` the batches of aborted transactions and the control batches dropped by the
+same filter ``poll()`` uses). Records before the fetch position (a batch that starts before it) are cut off
+(:func:`to_record_batch`). Records that ``poll()``/``consume()`` fetched and did not return yet are converted
+record by record (:func:`from_messages`).
 
 Columns (:data:`ARROW_SCHEMA`): topic, partition, offset, timestamp (ms), timestamp_type (1 create time,
 2 log append time: confluent-kafka's TIMESTAMP_CREATE_TIME / TIMESTAMP_LOG_APPEND_TIME), key, value, headers
@@ -21,7 +20,6 @@ is called.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,10 +30,9 @@ from .arrow_decode import Section, decode_sections
 from .batch_fetch import FetchedBatch, accepted_batches
 
 if TYPE_CHECKING:
-    from .consumer import AsyncConsumer
     from .fetcher import BatchFilter
 
-__all__ = ["ARROW_SCHEMA", "consume_arrow"]
+__all__ = ["ARROW_SCHEMA", "FetchedBatches", "decode_batches", "from_messages", "to_record_batch"]
 
 _HEADERS = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 ARROW_SCHEMA = pa.schema([
@@ -52,7 +49,9 @@ _CREATE_TIME, _LOG_APPEND_TIME = 1, 2
 
 
 @dataclass(frozen=True, slots=True)
-class _Fetched:
+class FetchedBatches:
+    """The accepted record batches of one partition from one fetch, and the position the fetch started at."""
+
     topic: str
     partition: int
     fetch_offset: int
@@ -72,14 +71,16 @@ def _constant_string(value: str, n: int) -> pa.Array:
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b * n)])
 
 
-def _decode_raw(topic: str, partition: int, records: Any, fetch_offset: int, batch_filter: BatchFilter,
-                check_crcs: bool) -> tuple[list[Any], int]:
-    """The fetcher's decode step for the columnar path: accepted batches, not records."""
+def decode_batches(topic: str, partition: int, records: Any, fetch_offset: int, batch_filter: BatchFilter,
+                   check_crcs: bool) -> tuple[list[Any], int]:
+    """The fetcher's decode step for the columnar path: accepted batches (one :class:`FetchedBatches`), not
+    records."""
     batches, nxt = accepted_batches(records, fetch_offset, batch_filter, check_crcs)
-    return ([_Fetched(topic, partition, fetch_offset, batches)] if batches else []), nxt
+    return ([FetchedBatches(topic, partition, fetch_offset, batches)] if batches else []), nxt
 
 
-def _record_batch(f: _Fetched) -> pa.RecordBatch | None:
+def to_record_batch(f: FetchedBatches) -> pa.RecordBatch | None:
+    """The records of ``f`` from its fetch position on, as one Arrow batch; None when none is left."""
     batches = f.batches
     sections = [Section(b.records, b.records_count, b.base_offset, b.base_timestamp,
                         b.max_timestamp if b.log_append_time else None) for b in batches]
@@ -107,7 +108,7 @@ def _field(m: Any, name: str) -> Any:
     return v() if callable(v) else v
 
 
-def _from_messages(msgs: list[Any]) -> pa.RecordBatch:
+def from_messages(msgs: list[Any]) -> pa.RecordBatch:
     """Records already fetched as Messages (by poll()/consume()), as one Arrow batch (per-record, rare)."""
     ts = [_field(m, "timestamp") for m in msgs]
     ts_pairs = [t if isinstance(t, tuple) else (_CREATE_TIME, t) for t in ts]
@@ -122,46 +123,3 @@ def _from_messages(msgs: list[Any]) -> pa.RecordBatch:
         "value": [_field(m, "value") for m in msgs],
         "headers": [[{"key": k, "value": v} for k, v in h] if h else None for h in headers],
     }, schema=ARROW_SCHEMA)
-
-
-async def consume_arrow(c: AsyncConsumer, timeout: float) -> list[pa.RecordBatch]:
-    """See :meth:`.consumer.AsyncConsumer.consume_arrow`."""
-    deadline = time.monotonic() + timeout
-    if c._buffer:
-        msgs = await c._fetch_round(deadline, len(c._buffer))
-        if msgs:
-            return [_from_messages(msgs)]
-    await c.start()
-    co = c.coordinator
-    while True:
-        if co is not None:
-            if c.subscription.auto:
-                await co.ensure_active(deadline, block=not c.subscription.assigned)
-            else:
-                co.raise_if_failed()
-            c._maybe_auto_commit()
-        await c._resolve_committed()
-        left_ms = int((deadline - time.monotonic()) * 1000)
-        if left_ms <= 0:
-            return []
-        if co is not None and co.joining and not c.subscription.assigned:
-            continue  # ensure_active waits for the join
-        out: list[pa.RecordBatch] = []
-        async with c._fetch_lock:
-            fetched: list[_Fetched] = await c.fetcher.fetch(min(left_ms, c.config.fetch_max_wait_ms), _decode_raw)
-            assigned, paused = c.subscription.assigned, c.subscription.paused
-            for f in fetched:
-                tp = (f.topic, f.partition)
-                if tp not in assigned:
-                    continue
-                if tp in paused:  # paused while the fetch was in flight: fetch these records again on resume
-                    if tp in c.fetcher.positions:
-                        c.fetcher.positions[tp] = f.fetch_offset
-                    continue
-                rb = _record_batch(f)
-                if rb is not None:
-                    out.append(rb)
-                    if c.config.enable_auto_offset_store:
-                        c._stored[tp] = int(rb.column(2)[rb.num_rows - 1].as_py()) + 1
-        if out:
-            return out
