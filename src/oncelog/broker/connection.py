@@ -29,6 +29,7 @@ from oncelog.protocol.messages.sasl_handshake_response import SaslHandshakeRespo
 from oncelog.security.authenticator import SASL_AUTHENTICATE, SASL_HANDSHAKE, AuthFailure, SaslServerAuthenticator, State
 from oncelog.security.principal_mapping import NoMatchingRule
 
+from .authorization import audit_failed_login
 from .request import ANONYMOUS, NO_RESPONSE, KafkaPrincipal, RequestContext
 from .router import Route, Router
 
@@ -102,6 +103,7 @@ class Connection(asyncio.Protocol):
                 self.principal = sec.ssl_principal(ssl_object.getpeercert(binary_form=True) if ssl_object else None)
             except NoMatchingRule as e:
                 self.broker.auth.metrics.failure(self.listener)
+                audit_failed_login(self.broker.metrics, "unknown", self._host(), self.listener, "SSL", str(e))
                 self.close(f"its certificate gives no principal: {e}")
                 return
             self.broker.auth.metrics.success(self.listener)
@@ -270,6 +272,10 @@ class Connection(asyncio.Protocol):
         self.decoder.max_frame_bytes = self.broker.config.socket_request_max_bytes
         self.broker.auth.metrics.success(self.listener, reauth)
 
+    def _host(self) -> str:
+        host, sep, _ = self.peer.rpartition(":")
+        return host.strip("[]") if sep else self.peer
+
     def _respond(self, header: RequestHeader, route: Route, response: Any, started: float) -> None:
         slot = _Slot(header, route, started)
         slot.response, slot.ready = response, True
@@ -286,6 +292,10 @@ class Connection(asyncio.Protocol):
         auth.metrics.failure(self.listener, reauth)
         log.info("failed %s of connection %d from %s on listener %s: %s", "re-authentication" if reauth else
                  "authentication", self.id, self.peer, self.listener, reason)
+        sasl = self.sasl
+        user = sasl.attempted_user if sasl is not None else ""
+        audit_failed_login(self.broker.metrics, f"User:{user}" if user else "unknown", self._host(), self.listener,
+                           (sasl.mechanism if sasl is not None else None) or "SASL", reason)
         self._auth_failed = True
         if self.transport is not None and not self._reading_paused:
             self.transport.pause_reading()

@@ -93,6 +93,11 @@ class SaslServerAuthenticator:
         return self.state is not State.COMPLETE or self.reauthenticating
 
     @property
+    def attempted_user(self) -> str:
+        """The user name the client gave in the exchange under way (empty when unknown), for the audit log."""
+        return str(getattr(self._server, "attempted", "") or "") if self._server is not None else ""
+
+    @property
     def what(self) -> str:
         return "re-authentication" if self.reauthenticating else "authentication"
 

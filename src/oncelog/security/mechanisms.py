@@ -57,6 +57,7 @@ class PlainServer:
         self._users = users
         self.complete = False
         self.authorization_id = ""
+        self.attempted = ""  # the user name the client gave (for the audit log of a failure)
 
     def evaluate(self, token: bytes) -> bytes:
         try:
@@ -68,6 +69,7 @@ class PlainServer:
             raise AuthenticationFailed(f"PLAIN token has {len(parts)} parts",
                                        f"Invalid SASL/PLAIN response: expected 3 tokens, got {len(parts)}")
         authzid, user, password = parts
+        self.attempted = user
         if not user:
             raise AuthenticationFailed("no user name", "Authentication failed: username not specified")
         if not password:
@@ -98,9 +100,11 @@ class ScramServer:
         self._step = 0
         self.complete = False
         self.authorization_id = ""
+        self.attempted = ""  # the user name the client gave (for the audit log of a failure)
         self._user = ""
 
     def _auth_info(self, user: str) -> tuple[bytes, bytes, bytes, int] | None:
+        self.attempted = user
         cred = self._credential(user)
         if cred is None or cred.iterations < MIN_ITERATIONS:
             return None

@@ -117,6 +117,7 @@ def test_a_session_not_renewed_closes_at_its_next_request(sessions: Sessions) ->
 def test_thousands_of_wrong_passwords_are_answered_late_cost_little_cpu_and_are_counted(sessions: Sessions) -> None:
     n, workers = 1000, 50
     failures = sessions.metric("oncelog_authentication_total", listener="SASL_PLAINTEXT", result="failure")
+    audited = sessions.metric("oncelog_failed_authentications_total", listener="SASL_PLAINTEXT", mechanism="PLAIN")
     cpu = sessions.cpu_seconds()
     slowest_fast = []
     errors: list[BaseException] = []
@@ -148,6 +149,10 @@ def test_thousands_of_wrong_passwords_are_answered_late_cost_little_cpu_and_are_
     assert min(slowest_fast) >= 0.095  # connection.failed.authentication.delay.ms (100) before each answer
     assert sessions.metric("oncelog_authentication_total", listener="SASL_PLAINTEXT",
                            result="failure") == failures + n
+    assert sessions.metric("oncelog_failed_authentications_total", listener="SASL_PLAINTEXT",
+                           mechanism="PLAIN") == audited + n  # and each in the audit log, with the user given
+    assert "Failed authentication of principal = User:alice from host = 127.0.0.1 on listener SASL_PLAINTEXT " \
+           "with PLAIN" in sessions.proc.log_path.read_text()
     used = sessions.cpu_seconds() - cpu
     # the delay is a timer, not work: the broker's CPU stays a fraction of the time the guessing took
     assert used < 0.8 * elapsed, f"{used:.1f} s of CPU for {n} failed logins in {elapsed:.1f} s"
