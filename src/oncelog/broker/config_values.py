@@ -1,10 +1,10 @@
-"""Parsing and checking of broker setting values (``broker/config.py``'s table uses them): Kafka's value types,
-listeners, and the checks a value must pass. Each raises ValueError (or returns the problem) with what is expected."""
+"""Parsing and checking of broker setting values (``broker/config.py``'s table uses them): Kafka's value types and
+the checks a value must pass (the listeners' are in ``listeners.py``, the security settings' in
+``security_settings.py``). Each raises ValueError (or returns the problem) with what is expected."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,45 +44,6 @@ def _path(v: Any) -> Path:
     if len(dirs) > 1:
         raise ValueError("oncelog keeps every partition in one folder: give one path")
     return Path(dirs[0])
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """One listener: ``PLAINTEXT://HOST:PORT`` (``HOST:PORT`` is accepted too; an empty host means every
-    interface, as in Kafka)."""
-
-    host: str
-    port: int
-    name: str = "PLAINTEXT"
-
-    def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.name}://{host}:{self.port}"
-
-    @staticmethod
-    def parse(v: Any) -> Endpoint:
-        s = _str(v)
-        items = [x.strip() for x in s.split(",") if x.strip()]
-        if len(items) != 1:
-            raise ValueError("expected one listener such as PLAINTEXT://127.0.0.1:9092 (oncelog serves one "
-                             "listener)")
-        scheme, sep, rest = items[0].rpartition("://")
-        if not sep:
-            scheme, rest = "PLAINTEXT", items[0]
-        if scheme.upper() != "PLAINTEXT":
-            raise ValueError(f"listener {scheme}:// is not supported: oncelog speaks PLAINTEXT only (no TLS or "
-                             f"SASL yet)")
-        host, sep, port = rest.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ValueError("expected PLAINTEXT://HOST:PORT, e.g. PLAINTEXT://127.0.0.1:9092")
-        return Endpoint(host.strip("[]"), _port(port))
-
-
-def _port(v: Any) -> int:
-    p = _int(v)
-    if not 0 <= p <= 65535:
-        raise ValueError("a port is 0-65535")
-    return p
 
 
 # ---------------------------------------------------------------------------------------------- checks

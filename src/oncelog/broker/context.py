@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from oncelog.security.store import SecurityStore
     from oncelog.storage import LogConfig
 
+    from .auth import BrokerAuth
     from .cluster.node import ClusterNode
     from .cluster.topic_admin import AutoCreator
     from .config import BrokerConfig
@@ -60,6 +61,7 @@ class BrokerContext:
     #: a single node: the internal topic of each coordinator (GROUP, TRANSACTION), created on first use
     internal_topics: Mapping[int, LoadOnFirstUse] = field(default_factory=dict)
     quotas: ClientQuotaManager | None = None  # client quotas: the connection and the Fetch handler charge requests
+    auth: BrokerAuth | None = None  # the listeners' TLS and SASL, the credentials they check (auth.py)
 
     @property
     def log_defaults(self) -> LogConfig:

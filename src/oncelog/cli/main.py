@@ -81,6 +81,12 @@ def _quota() -> click.Command:
     return quota.quota
 
 
+def _user() -> click.Command:
+    from . import user
+
+    return user.user
+
+
 #: the commands in modules of their own, each loaded only when it runs (its options alone are ~10 ms of click
 #: objects), with the line 'oncelog --help' shows for it (tests/integration/test_cli_newcomer.py checks that it is
 #: the command's own first line)
@@ -94,6 +100,7 @@ LAZY: dict[str, tuple[Callable[[], click.Command], str]] = {
     "quota": (_quota, "Set, remove and list client quotas (like kafka-configs.sh for users, clients and ips)."),
     "topic": (_topic, "Create, list, describe, alter and delete topics, and delete old records."),
     "txn": (_txn, "Inspect transactions and abort hanging ones (like kafka-transactions.sh)."),
+    "user": (_user, "Add, list and remove SCRAM users (SASL SCRAM-SHA-256 / SCRAM-SHA-512)."),
 }
 
 

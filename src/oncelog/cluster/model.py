@@ -91,6 +91,9 @@ class BrokerInfo:
     #: first registration itself. A process whose lease expired while it kept running (etcd unreachable or
     #: stalled) registers again with a new broker epoch but the same incarnation: the same log, not a restart.
     incarnation: int = -1
+    #: (listener name, host, port) of every listener, as advertised; ``host``/``port`` are the inter-broker one's.
+    #: Empty in a registration written before listeners were registered: then ``host``/``port`` serve every client.
+    endpoints: tuple[tuple[str, str, int], ...] = ()
 
     @property
     def process_epoch(self) -> int:
@@ -98,20 +101,31 @@ class BrokerInfo:
         newer for a restarted one."""
         return self.incarnation if self.incarnation >= 0 else self.epoch
 
+    def endpoint(self, listener: str) -> tuple[str, int] | None:
+        """(host, port) of ``listener`` on this broker; None when it does not have it (an old registration
+        without endpoints answers ``host``/``port`` for every listener)."""
+        if not self.endpoints:
+            return self.host, self.port
+        return next(((h, p) for name, h, p in self.endpoints if name == listener), None)
+
     def encode(self) -> bytes:
         d: dict[str, Any] = {"node_id": self.node_id, "host": self.host, "port": self.port, "rack": self.rack}
         if self.shutting_down:
             d["shutting_down"] = True
         if self.incarnation >= 0:
             d["incarnation"] = self.incarnation
+        if self.endpoints:
+            d["endpoints"] = [list(e) for e in self.endpoints]
         return _dump(d)
 
     @classmethod
     def decode(cls, raw: bytes, epoch: int = -1) -> BrokerInfo:
         d = _load(raw, "broker registration")
         try:
+            endpoints = tuple((str(n), str(h), int(p)) for n, h, p in d.get("endpoints") or ())
             return cls(int(d["node_id"]), str(d["host"]), int(d["port"]), d.get("rack"), epoch,
-                       bool(d.get("shutting_down", False)), int(d.get("incarnation", -1)))
+                       bool(d.get("shutting_down", False)), incarnation=int(d.get("incarnation", -1)),
+                       endpoints=endpoints)
         except (KeyError, TypeError, ValueError) as e:
             raise MetadataFormatError(f"broker registration lacks or has a bad field: {e}") from None
 

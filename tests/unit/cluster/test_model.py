@@ -78,3 +78,13 @@ def test_keys_and_view_lookups() -> None:
     assert view.is_alive(1) and not view.is_alive(2)
     assert view.broker_config(1, "min.insync.replicas") == "2"
     assert view.broker_config(2, "min.insync.replicas") == "1"
+
+
+def test_a_registration_carries_every_listener_and_an_old_one_still_decodes() -> None:
+    info = BrokerInfo(1, "10.0.0.1", 9093, "r1", endpoints=(("PLAINTEXT", "10.0.0.1", 9092),
+                                                            ("SASL_SSL", "broker1.example.com", 9093)))
+    back = BrokerInfo.decode(info.encode(), epoch=7)
+    assert back.endpoint("SASL_SSL") == ("broker1.example.com", 9093) and back.endpoint("SSL") is None
+    assert (back.host, back.port, back.epoch) == ("10.0.0.1", 9093, 7)
+    old = BrokerInfo.decode(b'{"node_id":2,"host":"h","port":9092,"rack":null}')  # written before listeners
+    assert old.endpoints == () and old.endpoint("ANY") == ("h", 9092)

@@ -167,12 +167,14 @@ class ClusterNode:
     def is_controller(self) -> bool:
         return self.driver is not None and self.driver.is_active()
 
-    async def join(self, replicas: ReplicaManagerLike, host: str, port: int) -> BrokerInfo:
+    async def join(self, replicas: ReplicaManagerLike, host: str, port: int,
+                   endpoints: tuple[tuple[str, str, int], ...] = ()) -> BrokerInfo:
         """Register (call once the listener's port is held: a registration of this node id with this host:port
-        is then a dead predecessor's) and follow the view. Raises :class:`ClusterStartError`."""
+        is then a dead predecessor's) and follow the view. ``host``/``port``: the inter-broker listener's
+        advertised address; ``endpoints``: every listener's. Raises :class:`ClusterStartError`."""
         self._replicas = replicas
         sub = self.store.subscribe()  # before registering: no change between the first view and the loop is lost
-        info = BrokerInfo(self.node_id, host, port, self.config.broker_rack)
+        info = BrokerInfo(self.node_id, host, port, self.config.broker_rack, endpoints=endpoints)
         try:
             self.registration = await self.store.register(info)
         except DuplicateBrokerError as e:

@@ -235,10 +235,16 @@ async def forward(node: ClusterNode, request: Any, api_version: int, timeout: fl
     if info is None:
         return ApiError(ErrorCode.NOT_CONTROLLER, f"the controller (node {target}) is not registered; retry")
     left = max(1.0, deadline - loop.time())
-    from oncelog.client.connection import BrokerConnection  # the forwarding broker's client, imported on use
+    from oncelog.client.errors import KafkaError  # the forwarding broker's client, imported on use
 
-    conn = BrokerConnection(info.host, info.port, client_id=f"{FORWARDED_CLIENT_PREFIX}{node.node_id}",
-                            node_id=target, request_timeout=left + 5.0, connect_timeout=min(left, 5.0))
+    from ..peer_connections import peer_link
+
+    try:  # to the controller's inter-broker listener, with this broker's credentials
+        conn = peer_link(node.config).connection(info, client_id=f"{FORWARDED_CLIENT_PREFIX}{node.node_id}",
+                                                 node_id=target, request_timeout=left + 5.0,
+                                                 connect_timeout=min(left, 5.0))
+    except KafkaError as e:
+        return ApiError(ErrorCode.NOT_CONTROLLER, f"the controller (node {target}) cannot be reached: {e}")
     try:
         await conn.connect()
         response = await conn.send(request, version=api_version)

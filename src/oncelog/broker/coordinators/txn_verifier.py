@@ -35,7 +35,7 @@ from oncelog.protocol.messages.add_partitions_to_txn_request import (
     AddPartitionsToTxnTransaction,
 )
 
-from ..peer_connections import PeerConnections
+from ..peer_connections import PeerConnections, PeerLink
 
 __all__ = ["RETRIABLE_AS_NOT_ENOUGH_REPLICAS", "RemoteTxnVerifier"]
 
@@ -51,10 +51,12 @@ RETRIABLE_AS_NOT_ENOUGH_REPLICAS = frozenset({
 
 
 class RemoteTxnVerifier:
-    def __init__(self, node_id: int, view: Callable[[], ClusterView], request_timeout_ms: int) -> None:
+    def __init__(self, node_id: int, view: Callable[[], ClusterView], request_timeout_ms: int,
+                 link: PeerLink | None = None) -> None:
         self.node_id = node_id
         self._view = view
-        self._peers = PeerConnections(node_id, lambda n: view().address(n), request_timeout_ms, "txn-verify")
+        self._peers = PeerConnections(node_id, lambda n: view().address(n), request_timeout_ms, "txn-verify",
+                                      link)
         self._order: dict[int, asyncio.Lock] = {}
         self._last_append: dict[str, asyncio.Future[None]] = {}  # transactional id -> its latest waiting produce
         self.requests_sent = 0

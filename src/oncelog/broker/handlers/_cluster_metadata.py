@@ -49,9 +49,15 @@ def served_brokers(view: ClusterView, me: BrokerInfo | None) -> dict[int, Broker
     return out
 
 
-def brokers(served: dict[int, BrokerInfo]) -> list[MetadataResponseBroker]:
-    return [MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-            for b in sorted(served.values(), key=lambda b: b.node_id)]
+def brokers(served: dict[int, BrokerInfo], listener: str) -> list[MetadataResponseBroker]:
+    """Every broker of ``served`` with its address on ``listener`` (the one the client came in on); a broker without
+    that listener is left out, as Kafka does."""
+    out = []
+    for b in sorted(served.values(), key=lambda b: b.node_id):
+        address = b.endpoint(listener)
+        if address is not None:
+            out.append(MetadataResponseBroker(node_id=b.node_id, host=address[0], port=address[1], rack=b.rack))
+    return out
 
 
 def controller_id(view: ClusterView) -> int:
@@ -123,6 +129,6 @@ async def handle_metadata(broker: BrokerContext, node: ClusterNode, ctx: Request
                     continue
             topics.append(_topic(node.view, meta, served_brokers(node.view, node.registration)))
     view = node.view  # the brokers as of the newest view, after any creation
-    return MetadataResponse(throttle_time_ms=0, brokers=brokers(served_brokers(view, node.registration)),
+    return MetadataResponse(throttle_time_ms=0, brokers=brokers(served_brokers(view, node.registration), ctx.listener),
                             cluster_id=view.cluster_id,
                             controller_id=controller_id(view), topics=topics)

@@ -62,9 +62,11 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
             synonyms = [DescribeConfigsSynonym(name=s.name, value=s.value, source=s.source)
                         for s in (e.synonyms or (Synonym(e.key, e.value, e.source),))] \
                 if request.include_synonyms else []
+            sensitive = e.type == "PASSWORD"  # Kafka answers a password's value as null
             out.configs.append(DescribeConfigsResourceResult(
-                name=e.key, value=e.value, read_only=e.read_only, is_default=e.source == Source.DEFAULT,
-                config_source=e.source, is_sensitive=False, synonyms=synonyms,
+                name=e.key, value=None if sensitive else e.value, read_only=e.read_only,
+                is_default=e.source == Source.DEFAULT, config_source=e.source, is_sensitive=sensitive,
+                synonyms=[] if sensitive else synonyms,
                 config_type=CONFIG_TYPE.get(e.type, 0),
                 documentation=e.doc if request.include_documentation else None))
     return DescribeConfigsResponse(throttle_time_ms=0, results=results)

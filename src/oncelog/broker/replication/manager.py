@@ -37,6 +37,7 @@ from oncelog.storage import InvalidConfigError, LogConfig
 from ..config import BrokerConfig
 from ..metrics import BrokerMetrics
 from ..partition import Partition, Role
+from ..peer_connections import peer_link
 from .fetcher import FetcherConfig, ReplicaFetcherManager
 from ..topics import TopicRegistry
 
@@ -60,7 +61,7 @@ class ReplicaManager:
             FetcherConfig(config.node_id, durable, max_wait_ms=config.replica_fetch_wait_max_ms,
                           min_bytes=config.replica_fetch_min_bytes, max_bytes=config.replica_fetch_max_bytes,
                           backoff_ms=config.replica_fetch_backoff_ms,
-                          socket_timeout_ms=config.replica_socket_timeout_ms),
+                          socket_timeout_ms=config.replica_socket_timeout_ms, link=peer_link(config)),
             self._broker)
         self._listeners: list[Callable[[str, int, int | None], None]] = []
         self._isr_writes: dict[TopicPartition, asyncio.Task[None]] = {}
