@@ -36,7 +36,8 @@ from oncelog.cluster._etcd_view import ViewState
 from oncelog.cluster.model import ClusterView, Keys
 
 from .broker_process import BrokerProcess, free_port
-from .etcd_process import EtcdProcess, EtcdUnavailable
+from .clock_skew import SkewControl
+from .etcd_process import EtcdCluster, EtcdProcess, EtcdUnavailable
 from .netns import Network
 
 __all__ = ["NET_BROKER_PORT", "NET_ETCD_PORT", "ClusterProcess", "topic_ready"]
@@ -66,17 +67,23 @@ class ClusterProcess:
     ``settings`` go to every broker, ``broker_settings[node]`` to one (and ``broker_env[node]`` to its environment:
     fault hooks such as the power-cut trace); ``ports`` / ``etcd_port`` fix the ports
     (free ones otherwise). Data: ``base_dir/etcd``, ``base_dir/broker-<id>``; logs next to them (``*.log``).
+    ``etcd_members`` > 1: etcd is an :class:`~oncelog.testing.etcd_process.EtcdCluster` of that many members (data
+    in ``base_dir/etcd/member-<i>``), and every broker is given all their endpoints. ``clock_control``: every broker
+    runs with skewable clocks (``oncelog.testing.clock_skew``), :attr:`clocks` holds each one's
+    :class:`~oncelog.testing.clock_skew.SkewControl` (no skew until a test sets one).
     """
 
     def __init__(self, base_dir: Path, size: int = 3, *, settings: Mapping[str, object] | None = None,
                  broker_settings: Mapping[int, Mapping[str, object]] | None = None,
                  node_ids: Sequence[int] | None = None, ports: Sequence[int] | None = None,
                  etcd_port: int | None = None, cluster_name: str = "oncelog", new_session: bool = False,
-                 broker_env: Mapping[int, Mapping[str, str]] | None = None, net: Network | None = None) -> None:
+                 broker_env: Mapping[int, Mapping[str, str]] | None = None, net: Network | None = None,
+                 etcd_members: int = 1, clock_control: bool = False) -> None:
         """``net``: run every process on a host of its own of that ``oncelog.testing.netns`` network, the brokers
-        on hosts 1..size (port 9092 each) and etcd on host size + 1 (:meth:`host_of` gives a broker's host,
-        :attr:`etcd_host` etcd's), so that partitions can cut any of them from any other, the test process (the
-        network's client) included."""
+        on hosts 1..size (port 9092 each) and etcd on host size + 1 (the etcd members on hosts size + 1 ..
+        size + etcd_members; :meth:`host_of` gives a broker's host, :attr:`etcd_host` etcd's, :attr:`etcd_hosts`
+        every member's), so that partitions can cut any of them from any other, the test process (the network's
+        client) included."""
         self.base_dir = Path(base_dir)
         self.cluster_name = cluster_name
         self.keys = Keys(cluster_name)
@@ -85,17 +92,29 @@ class ClusterProcess:
         if ports is not None and len(ports) != len(ids):
             raise ValueError(f"{len(ports)} ports for {len(ids)} brokers")
         self._hosts = {node: i + 1 for i, node in enumerate(ids)}
-        self.etcd_host = len(ids) + 1
-        where: dict[str, Any] = {}
-        if net is not None:
-            if net.size < len(ids) + 1:
-                raise ValueError(f"a network of {net.size} hosts cannot hold {len(ids)} brokers and etcd")
-            where = {"host": net.ip(self.etcd_host), "wrap": net.host(self.etcd_host).command([]),
-                     "client_port": NET_ETCD_PORT, "peer_port": NET_ETCD_PORT + 1}
-        self.etcd = EtcdProcess(self.base_dir / "etcd", **{"client_port": etcd_port, **where},
-                                log_path=self.base_dir / "etcd.log")
+        self.etcd_hosts = [len(ids) + 1 + i for i in range(etcd_members)]
+        self.etcd_host = self.etcd_hosts[0]
+        if net is not None and net.size < len(ids) + etcd_members:
+            raise ValueError(f"a network of {net.size} hosts cannot hold {len(ids)} brokers and {etcd_members} etcd "
+                             f"member(s)")
+        self.etcd: EtcdProcess | EtcdCluster
+        if etcd_members > 1:
+            placed: dict[str, Any] = {} if net is None else {
+                "hosts": [net.ip(h) for h in self.etcd_hosts], "wraps": [net.host(h).command([]) for h in self.etcd_hosts],
+                "client_port": NET_ETCD_PORT, "peer_port": NET_ETCD_PORT + 1}
+            self.etcd = EtcdCluster(self.base_dir / "etcd", etcd_members, **placed)
+        else:
+            where: dict[str, Any] = {}
+            if net is not None:
+                where = {"host": net.ip(self.etcd_host), "wrap": net.host(self.etcd_host).command([]),
+                         "client_port": NET_ETCD_PORT, "peer_port": NET_ETCD_PORT + 1}
+            self.etcd = EtcdProcess(self.base_dir / "etcd", **{"client_port": etcd_port, **where},
+                                    log_path=self.base_dir / "etcd.log")
+        self._view_from = 0  # the etcd member that answered the last view()
         self.settings = dict(settings or {})
         self.new_session = new_session
+        self.clock_control = clock_control
+        self.clocks: dict[int, SkewControl] = {}
         self.brokers: dict[int, BrokerProcess] = {}
         for i, node in enumerate(ids):
             own = {**self.settings, **dict((broker_settings or {}).get(node, {})),
@@ -107,10 +126,14 @@ class ClusterProcess:
                                                new_session=new_session, **self._placed(node))
 
     def _placed(self, node: int) -> dict[str, Any]:
+        where: dict[str, Any] = {}
+        if self.clock_control:
+            self.clocks[node] = SkewControl(self.base_dir / f"clock-{node}.json")
+            where["clock_control"] = self.clocks[node].path
         if self.net is None:
-            return {}
+            return where
         host = self._hosts[node]
-        return {"host": self.net.ip(host), "wrap": self.net.host(host).command([])}
+        return {**where, "host": self.net.ip(host), "wrap": self.net.host(host).command([])}
 
     def host_of(self, node: int) -> int:
         """The network host a broker runs on (with ``net``)."""
@@ -191,7 +214,7 @@ class ClusterProcess:
         own = {**self.settings, **dict(settings or {}), "node.id": node, "metadata": f"etcd://{self.etcd.endpoint}",
                "cluster.name": self.cluster_name}
         if self.net is not None:
-            self._hosts[node] = max(*self._hosts.values(), self.etcd_host) + 1
+            self._hosts[node] = max(*self._hosts.values(), *self.etcd_hosts) + 1
         self.brokers[node] = BrokerProcess(self.base_dir / f"broker-{node}", port=port or free_port(), settings=own,
                                            log_path=self.base_dir / f"broker-{node}.log",
                                            new_session=self.new_session, **self._placed(node))
@@ -219,16 +242,32 @@ class ClusterProcess:
         query = {"key": _b64(prefix), "range_end": _b64(prefix_end(prefix))}
         if revision:
             query["revision"] = str(revision)
-        body = json.dumps(query).encode()
-        req = urllib.request.Request(f"http://{self.etcd.endpoint}/v3/kv/range", data=body,
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            got = json.loads(resp.read())
+        got = self._range(json.dumps(query).encode(), timeout)
         kvs = [KV(base64.b64decode(kv["key"]), base64.b64decode(kv.get("value", "")),
                   int(kv.get("create_revision", 0)), int(kv.get("mod_revision", 0)), int(kv.get("version", 0)),
                   int(kv.get("lease", 0))) for kv in got.get("kvs", [])]
         state = ViewState(self.keys)
         return state.load(kvs, revision or int(got["header"]["revision"])).view
+
+    def _range(self, body: bytes, timeout: float) -> Any:
+        """A linearizable range read from the etcd member that answered last, else the next ones (a member cut
+        off with a minority of them cannot answer it)."""
+        endpoints = self.etcd.endpoints
+        problem: Exception | None = None
+        for i in range(len(endpoints)):
+            at = (self._view_from + i) % len(endpoints)
+            req = urllib.request.Request(f"http://{endpoints[at]}/v3/kv/range", data=body,
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=timeout if len(endpoints) == 1 else timeout / 2) as resp:
+                    got = json.loads(resp.read())
+            except OSError as e:  # urllib.error.URLError included
+                problem = e
+                continue
+            self._view_from = at
+            return got
+        assert problem is not None
+        raise problem
 
     def wait_for(self, cond: Callable[[ClusterView], bool], timeout: float = 30.0,
                  what: str = "the condition") -> ClusterView:
@@ -343,6 +382,7 @@ class _Supervisor:
 
     def check(self) -> None:
         etcd = self.cluster.etcd
+        assert isinstance(etcd, EtcdProcess)  # make cluster runs one etcd member
         if etcd.proc is not None and etcd.proc.poll() is not None and "etcd" not in self.down:
             self.down.add("etcd")
             self._report("etcd", etcd.proc.returncode, etcd.log_path, etcd.endpoint)
