@@ -17,11 +17,19 @@ Edge cases of etcd's API this module encodes (etcd v3 API reference):
   were delivered (etcd-io/etcd#15220; Debian's 3.4.23 has it), and later versions may not answer a quiet new watch
   at all (etcd-io/etcd#17507). Progress is what the events show; liveness is a read.
 - Lease TTLs below etcd's minimum (1.5 x the election timeout, 2 s by default) are raised to it: use the granted TTL.
+- A member cut off from a majority of the others has no leader, and without more it leaves every request waiting
+  until its deadline (a watch on it just stays silent). Every call here requires a leader (the ``hasleader``
+  metadata, etcd's ``clientv3.WithRequireLeader``): such a member answers UNAVAILABLE "etcdserver: no leader" at
+  once, and cancels a watch or lease stream when it loses its leader.
+- With several endpoints (the members of one etcd cluster), a call that finds its member unavailable moves the
+  channel on to the next member, for every caller at once: any member with a leader serves the same linearizable
+  reads and writes, so one that does not answer is left at the first failure rather than retried.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +55,11 @@ __all__ = [
     "prefix_end",
     "stop_task",
 ]
+
+log = logging.getLogger("oncelog.cluster.metadata")
+
+#: etcd's rpctypes.MetadataRequireLeaderKey / MetadataHasLeader: fail at once on a member without a leader
+_REQUIRE_LEADER = (("hasleader", "true"),)
 
 # gRPC channel settings: reconnect quickly after etcd restarts (gRPC's own backoff grows to 2 minutes), notice a
 # silent peer through HTTP/2 pings no more often than etcd's --grpc-keepalive-min-time (5 s) allows, and accept
@@ -209,9 +222,24 @@ def _map_error(e: BaseException, what: str, endpoint: str) -> Exception:
         reason = details or code.name
     elif isinstance(e, asyncio.TimeoutError):
         reason = "no answer in time"
+    elif isinstance(e, asyncio.CancelledError):
+        reason = "the channel was closed (moved to another member)"
     else:
         reason = repr(e)
     return EtcdUnavailable(f"etcd at {endpoint}: {what}: {reason}")
+
+
+#: what a call may fail with; a CancelledError too, see _own_cancellation
+_FAILURES = (rpc.AioRpcError, asyncio.TimeoutError, asyncio.CancelledError)
+
+
+def _own_cancellation(e: BaseException) -> bool:
+    """A CancelledError meant for the calling task (re-raise it), not one of a gRPC call whose channel was closed
+    under it: grpc.aio cancels every call of a channel it closes, and its awaiters see CancelledError."""
+    if not isinstance(e, asyncio.CancelledError):
+        return False
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
 
 
 async def stop_task(task: asyncio.Task[None] | None) -> None:
@@ -225,13 +253,15 @@ async def stop_task(task: asyncio.Task[None] | None) -> None:
 
 
 class Etcd:
-    """A gRPC channel to one of ``endpoints`` (``host:port``; ``rotate()`` moves to the next one). Safe to use
-    from many tasks of one event loop; every call has a deadline (``timeout`` seconds unless given)."""
+    """A gRPC channel to one of ``endpoints`` (``host:port``), moved on to the next one when a call finds its member
+    unavailable. Safe to use from many tasks of one event loop; every call has a deadline (``timeout`` seconds
+    unless given)."""
 
     def __init__(self, endpoints: Sequence[str], timeout: float, index: int = 0) -> None:
         self.endpoints = list(endpoints)
         self.timeout = timeout
         self._index = index % len(self.endpoints)
+        self._closing: set[asyncio.Task[None]] = set()
         self._open()
 
     def _open(self) -> None:
@@ -241,24 +271,34 @@ class Etcd:
         self._lease: Any = rpc.LeaseStub(self._channel)
         self._watch: Any = rpc.WatchStub(self._channel)
 
-    async def rotate(self) -> None:
-        """Use the next endpoint (calls in flight on the old channel fail with EtcdUnavailable)."""
-        if len(self.endpoints) > 1:
-            old = self._channel
+    def _unavailable(self, channel: Any, error: Exception) -> Exception:
+        """A call on ``channel`` failed with ``error``: if its member is unavailable and ``channel`` is still the
+        one in use, move on to the next endpoint; the old channel is closed, so the calls still in flight on it
+        fail with EtcdUnavailable at once (and do not move it again). Returns ``error``."""
+        if isinstance(error, EtcdUnavailable) and channel is self._channel and len(self.endpoints) > 1:
             self._index = (self._index + 1) % len(self.endpoints)
             self._open()
-            await old.close(grace=None)
+            log.warning("%s; using etcd at %s from now on", error, self.endpoint)
+            task = asyncio.ensure_future(channel.close(grace=None))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+        return error
 
     async def close(self) -> None:
         await self._channel.close(grace=None)
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
 
     async def _call(self, what: str, method: Any, request: Any, timeout: float | None,
                     wait_for_ready: bool = False) -> Any:
+        channel = self._channel
         try:
             return await method(request, timeout=self.timeout if timeout is None else timeout,
-                                wait_for_ready=wait_for_ready)
-        except (rpc.AioRpcError, asyncio.TimeoutError) as e:
-            raise _map_error(e, what, self.endpoint) from None
+                                wait_for_ready=wait_for_ready, metadata=_REQUIRE_LEADER)
+        except _FAILURES as e:
+            if _own_cancellation(e):
+                raise
+            raise self._unavailable(channel, _map_error(e, what, self.endpoint)) from None
 
     async def range(self, key: bytes, range_end: bytes = b"", *, revision: int = 0, limit: int = 0,
                     timeout: float | None = None, wait_for_ready: bool = False
@@ -293,27 +333,34 @@ class Etcd:
 
     async def revoke(self, lease_id: int, timeout: float | None = None) -> None:
         """Revoke a lease (its keys are deleted); a lease that is already gone is not an error."""
+        channel = self._channel
         try:
             await self._lease.LeaseRevoke(rpc.LeaseRevokeRequest(ID=lease_id),
-                                          timeout=self.timeout if timeout is None else timeout)
-        except rpc.AioRpcError as e:
-            if e.code() == rpc.StatusCode.NOT_FOUND:
+                                          timeout=self.timeout if timeout is None else timeout,
+                                          metadata=_REQUIRE_LEADER)
+        except _FAILURES as e:
+            if isinstance(e, rpc.AioRpcError) and e.code() == rpc.StatusCode.NOT_FOUND:
                 return
-            raise _map_error(e, "lease revoke", self.endpoint) from None
-        except asyncio.TimeoutError as e:
-            raise _map_error(e, "lease revoke", self.endpoint) from None
+            if _own_cancellation(e):
+                raise
+            raise self._unavailable(channel, _map_error(e, "lease revoke", self.endpoint)) from None
 
     async def keepalive(self, lease_id: int, timeout: float | None = None) -> int:
         """Refresh a lease once; its TTL from now, 0 when the lease no longer exists."""
-        call = self._lease.LeaseKeepAlive(timeout=self.timeout if timeout is None else timeout)
+        channel = self._channel
+        call = self._lease.LeaseKeepAlive(timeout=self.timeout if timeout is None else timeout,
+                                          metadata=_REQUIRE_LEADER)
         try:
             await call.write(rpc.LeaseKeepAliveRequest(ID=lease_id))
             resp = await call.read()
             if not isinstance(resp, rpc.LeaseKeepAliveResponse):  # grpc.aio.EOF: the stream ended
-                raise EtcdUnavailable(f"etcd at {self.endpoint}: lease keep-alive: the stream ended")
+                raise self._unavailable(channel, EtcdUnavailable(
+                    f"etcd at {self.endpoint}: lease keep-alive: the stream ended"))
             return max(0, int(resp.TTL))
-        except (rpc.AioRpcError, asyncio.TimeoutError) as e:
-            raise _map_error(e, "lease keep-alive", self.endpoint) from None
+        except _FAILURES as e:
+            if _own_cancellation(e):
+                raise
+            raise self._unavailable(channel, _map_error(e, "lease keep-alive", self.endpoint)) from None
         finally:
             call.cancel()
 
@@ -329,21 +376,28 @@ class WatchStream:
         self._prefix = prefix
         self._start = start_revision
         self._call: Any = None
+        self._channel: Any = None
+
+    def _unavailable(self, error: Exception) -> Exception:
+        return self._etcd._unavailable(self._channel, error)
 
     async def start(self) -> None:
         """Create the watch; raises EtcdCompacted if ``start_revision`` is compacted, EtcdUnavailable."""
-        self._call = self._etcd._watch.Watch()
+        self._channel = self._etcd._channel
+        self._call = self._etcd._watch.Watch(metadata=_REQUIRE_LEADER)
         req = rpc.WatchRequest(create_request=rpc.WatchCreateRequest(
             key=self._prefix, range_end=prefix_end(self._prefix), start_revision=self._start))
         try:
             await asyncio.wait_for(self._call.write(req), self._etcd.timeout)
             resp = await asyncio.wait_for(self._call.read(), self._etcd.timeout)
-        except (rpc.AioRpcError, asyncio.TimeoutError) as e:
+        except _FAILURES as e:
             self.cancel()
-            raise _map_error(e, "watch", self._etcd.endpoint) from None
+            if _own_cancellation(e):
+                raise
+            raise self._unavailable(_map_error(e, "watch", self._etcd.endpoint)) from None
         if not isinstance(resp, rpc.WatchResponse) or not resp.created:
             self.cancel()
-            raise EtcdUnavailable(f"etcd at {self._etcd.endpoint}: watch: not created")
+            raise self._unavailable(EtcdUnavailable(f"etcd at {self._etcd.endpoint}: watch: not created"))
         if resp.compact_revision:
             self.cancel()
             raise EtcdCompacted(int(resp.compact_revision))
@@ -353,15 +407,17 @@ class WatchStream:
         when the stream breaks."""
         try:
             resp = await self._call.read()
-        except rpc.AioRpcError as e:
-            raise _map_error(e, "watch", self._etcd.endpoint) from None
+        except _FAILURES as e:
+            if _own_cancellation(e):
+                raise
+            raise self._unavailable(_map_error(e, "watch", self._etcd.endpoint)) from None
         if not isinstance(resp, rpc.WatchResponse):  # grpc.aio.EOF
-            raise EtcdUnavailable(f"etcd at {self._etcd.endpoint}: watch: the stream ended")
+            raise self._unavailable(EtcdUnavailable(f"etcd at {self._etcd.endpoint}: watch: the stream ended"))
         if resp.compact_revision:
             raise EtcdCompacted(int(resp.compact_revision))
         if resp.canceled:
-            raise EtcdUnavailable(f"etcd at {self._etcd.endpoint}: watch canceled: "
-                                  f"{resp.cancel_reason or 'no reason given'}")
+            raise self._unavailable(EtcdUnavailable(f"etcd at {self._etcd.endpoint}: watch canceled: "
+                                                    f"{resp.cancel_reason or 'no reason given'}"))
         return WatchBatch(tuple(WatchEvent(e.type == rpc.Event.PUT, _kv(e.kv)) for e in resp.events))
 
     def cancel(self) -> None:

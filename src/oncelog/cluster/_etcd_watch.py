@@ -147,7 +147,6 @@ class ViewWatch:
 
     async def _run(self) -> None:
         reload = False
-        failures = 0
         while not self.closed:
             if self._went_back:  # another history: nothing of it is followed (the error is logged)
                 self._set_stale(True)
@@ -171,10 +170,7 @@ class ViewWatch:
                 if not self.stale:
                     log.warning("lost the metadata watch (%s): serving the last view (revision %d) until etcd "
                                 "answers again", e, self.view.revision)
-                self._set_stale(True)
-                failures += 1
-                if failures % 3 == 0:
-                    await self._etcd.rotate()
+                self._set_stale(True)  # (the Etcd has moved on to another member, if it has several)
                 await self._pause()
                 continue
             except Exception:  # a bug must not freeze the view for good: say so, read everything, go on
@@ -183,7 +179,6 @@ class ViewWatch:
                 reload = True
                 await asyncio.sleep(1.0)
                 continue
-            failures = 0
 
     async def _follow(self, stream: WatchStream) -> None:
         await self._probe()

@@ -122,6 +122,9 @@ class EtcdMetadata:
         self._keys = keys
         self._ttl_s = max(1, math.ceil(session_timeout_ms / 1000))
         self._heartbeat_s = heartbeat_interval_ms / 1000
+        # one refresh waits at most this long: a member that does not answer (cut off, paused) is left in time for
+        # a refresh through the next one to reach etcd within the TTL (TTL / 3 leaves 2/3 of it, less a heartbeat)
+        self._refresh_timeout_s = min(etcd.timeout, max(self._heartbeat_s, self._ttl_s / 3))
         self._max_ops = max_txn_ops
         self._watch = ViewWatch(etcd, keys)
         self._topics = TopicWrites(etcd, keys, max_txn_ops, self._ttl_s, self._written)
@@ -389,7 +392,7 @@ class EtcdMetadata:
             await asyncio.sleep(max(0.0, next_refresh - loop.time()))
             sent = loop.time()
             try:
-                ttl = await self._etcd.keepalive(lease.id)
+                ttl = await self._etcd.keepalive(lease.id, timeout=self._refresh_timeout_s)
             except EtcdUnavailable as e:
                 log.debug("lease refresh failed: %s", e)
                 next_refresh = loop.time() + min(retry, self._heartbeat_s)

@@ -1,5 +1,6 @@
 """etcd for the cluster metadata tests: one per test module (tests use distinct cluster names), or a fresh one for a
-test that kills, pauses or compacts it. Without etcd the tests are skipped, except in CI (which installs it)."""
+test that kills, pauses or compacts it (``own_etcd``; ``etcd_members``: three members, of which it loses some).
+Without etcd the tests are skipped, except in CI (which installs it)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from oncelog.testing.etcd_process import EtcdProcess, EtcdUnavailable, find_etcd
+from oncelog.testing.etcd_process import EtcdCluster, EtcdProcess, EtcdUnavailable, find_etcd
 
 
 def etcd_or_skip() -> None:
@@ -38,6 +39,15 @@ def own_etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
     proc = EtcdProcess(tmp_path / "etcd-data").start()
     yield proc
     proc.stop()
+
+
+@pytest.fixture
+def etcd_members(tmp_path: Path) -> Iterator[EtcdCluster]:
+    """A 3-member etcd cluster on 127.0.0.1 for one test only."""
+    etcd_or_skip()
+    members = EtcdCluster(tmp_path / "etcd", 3).start()
+    yield members
+    members.stop()
 
 
 @pytest.fixture

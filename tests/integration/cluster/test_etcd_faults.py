@@ -1,6 +1,7 @@
 """Faults of etcd and of the way to it: killed and restarted, paused, history compacted while a store was cut off,
 a broker cut off past its lease. The view keeps being served (marked stale), writes fail with a retriable error,
-and everything resumes when etcd is back. Each test has an etcd of its own."""
+and everything resumes when etcd is back. With three members, one that stops answering or has no leader is left
+for another within the session. Each test has an etcd of its own."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from oncelog.cluster._etcd import Etcd
+from oncelog.cluster._etcd import Etcd, EtcdUnavailable
 from oncelog.cluster.metadata import EtcdMetadata, Session
 from oncelog.cluster.model import BrokerInfo, PartitionState, TopicMeta
 from oncelog.cluster.store import MetadataUnavailableError, PartitionChange
 from oncelog.testing.broker_process import free_port
-from oncelog.testing.etcd_process import EtcdProcess
+from oncelog.testing.etcd_process import EtcdCluster, EtcdProcess
 
 SESSION_MS = 3000
 
@@ -287,5 +288,55 @@ def test_an_etcd_wiped_under_a_running_store_is_reported_not_followed(own_etcd: 
         assert a.stale and set(a.view.topics) == {f"t{i}" for i in range(5)}
         await other.close()
         await a.close()
+
+    run(main)
+
+
+def test_a_member_without_a_leader_answers_at_once(etcd_members: EtcdCluster) -> None:
+    """A member cut off from a majority of the others has no leader. Every call requires one, so it answers
+    "no leader" at once, not at the call's deadline (nor does a watch on it just stay silent)."""
+    alone = etcd_members.members[0]
+    for m in etcd_members.members[1:]:
+        m.kill()
+
+    async def main() -> None:
+        raw = Etcd([alone.endpoint], 5.0)
+        try:
+            await asyncio.sleep(2.0)  # it notices it lost its leader after an election timeout (1 s)
+            for what, call in (("range", lambda: raw.range(b"/x")), ("grant", lambda: raw.grant(5)),
+                               ("watch", lambda: raw.watch(b"/x", 1).start())):
+                t0 = time.monotonic()
+                with pytest.raises(EtcdUnavailable, match="no leader"):
+                    await call()
+                assert time.monotonic() - t0 < 1.0, what
+        finally:
+            await raw.close()
+
+    run(main)
+
+
+def test_a_store_leaves_a_member_that_stops_answering_within_its_session(etcd_members: EtcdCluster) -> None:
+    """The member a broker's store talks to stops answering (paused: cut off, or hung) while the other two go on:
+    the store moves to another one before its lease can expire, so it keeps its session and its broker epoch, and
+    its view follows what is written meanwhile."""
+    etcd_members.move_leader(1)  # the paused member is a follower: the others need no election
+
+    async def main() -> None:
+        a = await connect(etcd_members.endpoint, "c")  # the first member first
+        other = await connect(etcd_members.members[1].endpoint, "c")
+        first = await a.register(BrokerInfo(1, "127.0.0.1", 9001))
+        changes: list[Session] = []
+        a.add_session_listener(changes.append)
+        etcd_members.members[0].pause()
+        try:
+            await other.create_topic(TopicMeta("t", uuid.uuid4(), 1), states(1))
+            await wait_for(lambda: "t" in a.view.topics, SESSION_MS / 1000, "a follows etcd through another member")
+            await asyncio.sleep(2 * SESSION_MS / 1000)
+            assert changes == [] and a.session.alive, changes
+            assert other.view.brokers[1].epoch == first.epoch
+        finally:
+            etcd_members.members[0].resume()
+        await a.close()
+        await other.close()
 
     run(main)
