@@ -2,8 +2,8 @@
 cluster tests use them").
 
 etcd and each broker run on a host of their own of an ``oncelog.testing.netns`` network; the test process is the
-network's client (producers, readers, and the observer that reads etcd). The cluster is shared by the tests of this
-module (each has its own topic: 3 partitions, replication factor 3, ``min.insync.replicas`` 2) and runs with short
+network's client (producers, readers, and the observer that reads etcd). The cluster (``netcluster``, conftest.py)
+is shared by the tests of this folder (each has its own topic: 3 partitions, replication factor 3, ``min.insync.replicas`` 2) and runs with short
 timeouts (``broker.session.timeout.ms`` 3000) so that every fault outlasts a session. Each test runs the load of
 ``cluster_load`` (two idempotent ``acks=all`` librdkafka producers, a live ``read_committed`` reader), applies one
 fault for a few seconds, heals it, and asserts:
@@ -28,96 +28,24 @@ import random
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from oncelog.cluster.model import ClusterView
 from oncelog.testing.cluster import ClusterProcess
-from oncelog.testing.etcd_process import EtcdUnavailable, find_etcd
 from oncelog.coordinator.transaction.partitioner import partition_for
-from oncelog.testing.netns import CLIENT, Network, bridge, complete_grudge, majorities_ring, require_netns
+from oncelog.testing.netns import CLIENT, Network, bridge, complete_grudge, majorities_ring
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from checker import History, check
+from checker import History
 from checker.metadata_probe import MetadataProbe
 
+from cluster_faults import FAULT_S, LIVE_S, PARTITIONS, brokers_and_etcd, judged, leader_of, new_topic, run_fault
 from cluster_load import Load, wait_live
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
-
-SESSION_MS = 3000
-PARTITIONS = 3
-FAULT_S = 5.0  # every fault outlasts a session (the lease of a broker cut from etcd expires)
-LIVE_S = 10.0  # the liveness bound after a heal
-
-
-@pytest.fixture(scope="module")
-def netcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Network, ClusterProcess]]:
-    require_netns()
-    try:
-        find_etcd()
-    except EtcdUnavailable as e:
-        pytest.skip(str(e))
-    with Network(hosts=4) as net:
-        cluster = ClusterProcess(tmp_path_factory.mktemp("netcluster"), 3, net=net, new_session=True, settings={
-            "broker.session.timeout.ms": SESSION_MS, "broker.heartbeat.interval.ms": 500,
-            "replica.lag.time.max.ms": 2000, "default.replication.factor": 3, "min.insync.replicas": 2,
-            "offsets.topic.replication.factor": 3, "transaction.state.log.replication.factor": 3})
-        cluster.start()
-        try:
-            yield net, cluster
-        finally:
-            net.heal()
-            for b in cluster.brokers.values():
-                if b.paused:
-                    b.resume()
-            cluster.stop()
-
-
-def new_topic(cluster: ClusterProcess, configs: dict[str, str] | None = None) -> str:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    name = f"nemesis-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    admin.create_topics([NewTopic(name, PARTITIONS, 3, config=configs or {})])[name].result(30)
-    cluster.wait_for_topic(name, 3)
-    return name
-
-
-def judged(h: History, ends: dict[int, int], measured: dict[str, Any], tmp_path: Path) -> Any:
-    rep = check(h, sends_complete=True)
-    rep.stats.update(ends=ends, **measured)
-    h.dump(tmp_path / "history.jsonl")
-    (tmp_path / "report.json").write_text(rep.to_json())
-    print(rep.summary(3))
-    return rep
-
-
-def run_fault(net: Network, cluster: ClusterProcess, topic: str, load: Load, apply: Callable[[], None],
-              heal: Callable[[], None] | None = None, live: Callable[[ClusterView], bool] | None = None,
-              ) -> dict[str, Any]:
-    """Load for 1.5 s, ``apply`` the fault for FAULT_S, ``heal`` (default: the network), then wait for liveness."""
-    time.sleep(1.5)
-    before = load.acked()
-    t0 = time.monotonic()
-    apply()
-    time.sleep(FAULT_S)
-    during = load.acked() - before
-    (heal or net.heal)()
-    healed = time.monotonic()
-    measured: dict[str, Any] = {"fault_s": round(healed - t0, 1), "acked_during_fault": during}
-    measured.update(wait_live(cluster, load, topic, healed, LIVE_S, live))
-    time.sleep(0.5)
-    return measured
-
-
-def leader_of(cluster: ClusterProcess, topic: str, partition: int = 0) -> int:
-    state = cluster.view().partition(topic, partition)
-    assert state is not None
-    return state.leader
 
 
 # ------------------------------------------------------------------------------------------------------- shapes
@@ -209,10 +137,6 @@ def test_client_cut_from_one_broker(netcluster: tuple[Network, ClusterProcess], 
     rep = judged(h, ends, measured, tmp_path)
     assert rep.ok, rep.summary()
     assert leader_of(cluster, topic) == victim  # a client's trouble moves no leadership
-
-
-def brokers_and_etcd(cluster: ClusterProcess) -> list[int]:
-    return [*(cluster.host_of(n) for n in cluster.brokers), cluster.etcd_host]
 
 
 SHAPES: dict[str, Callable[[ClusterProcess, random.Random], set[tuple[int, int]]]] = {
