@@ -348,11 +348,14 @@ class Etcd:
     async def keepalive(self, lease_id: int, timeout: float | None = None) -> int:
         """Refresh a lease once; its TTL from now, 0 when the lease no longer exists."""
         channel = self._channel
-        call = self._lease.LeaseKeepAlive(timeout=self.timeout if timeout is None else timeout,
-                                          metadata=_REQUIRE_LEADER)
+        deadline = self.timeout if timeout is None else timeout
+        call = self._lease.LeaseKeepAlive(timeout=deadline, metadata=_REQUIRE_LEADER)
         try:
-            await call.write(rpc.LeaseKeepAliveRequest(ID=lease_id))
-            resp = await call.read()
+            # bounded here too: a stream whose channel is closed before it starts never completes its first write,
+            # whatever its gRPC deadline (grpc.aio), and another caller may close the channel at any time
+            async with asyncio.timeout(deadline):
+                await call.write(rpc.LeaseKeepAliveRequest(ID=lease_id))
+                resp = await call.read()
             if not isinstance(resp, rpc.LeaseKeepAliveResponse):  # grpc.aio.EOF: the stream ended
                 raise self._unavailable(channel, EtcdUnavailable(
                     f"etcd at {self.endpoint}: lease keep-alive: the stream ended"))

@@ -340,3 +340,27 @@ def test_a_store_leaves_a_member_that_stops_answering_within_its_session(etcd_me
         await other.close()
 
     run(main)
+
+
+def test_a_keep_alive_whose_channel_is_closed_as_it_starts_fails_in_time(own_etcd: EtcdProcess) -> None:
+    """Another caller moves the channel on (closing the old one) just as a lease keep-alive starts on it: grpc.aio
+    then never completes the stream's first write, whatever its deadline; the keep-alive must still fail within its
+    timeout, or the session would silently end."""
+    async def main() -> None:
+        raw = Etcd([own_etcd.endpoint, own_etcd.endpoint], 5.0)
+        try:
+            lease, _ = await raw.grant(10)
+            for _ in range(3):
+                t0 = time.monotonic()
+                call = asyncio.ensure_future(raw.keepalive(lease, timeout=1.0))
+                await asyncio.sleep(0)  # the stream is created and waits to send
+                raw._unavailable(raw._channel, EtcdUnavailable("another caller found it unavailable"))
+                done, _ = await asyncio.wait({call}, timeout=3.0)
+                assert done, "the keep-alive never returned"
+                with pytest.raises(EtcdUnavailable):
+                    call.result()
+                assert time.monotonic() - t0 < 2.0
+        finally:
+            await raw.close()
+
+    run(main)
