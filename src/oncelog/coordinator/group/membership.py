@@ -51,6 +51,7 @@ __all__ = [
     "leave_group",
     "on_assignment_durable",
     "remove_member",
+    "resolved",
     "sync_error",
     "sync_group",
 ]
@@ -117,6 +118,11 @@ class GroupMetadataManager:
 
 def _future() -> asyncio.Future[Any]:
     return asyncio.get_running_loop().create_future()
+
+
+def resolved(value: Any) -> asyncio.Future[Any]:
+    """A future that already holds ``value`` (an answer known at once)."""
+    return _resolved(value)
 
 
 def _resolved(value: Any) -> asyncio.Future[Any]:
