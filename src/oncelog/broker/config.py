@@ -30,6 +30,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from oncelog.coordinator.group.assignors import assignors_by_name
+
 from .config_values import (
     Check,
     Endpoint,
@@ -142,6 +144,15 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
     group_max_size: int = 2147483647
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_min_session_timeout_ms: int = 45_000
+    group_consumer_max_session_timeout_ms: int = 60_000
+    group_consumer_heartbeat_interval_ms: int = 5_000
+    group_consumer_min_heartbeat_interval_ms: int = 5_000
+    group_consumer_max_heartbeat_interval_ms: int = 15_000
+    group_consumer_max_size: int = 2147483647
+    group_consumer_assignors: str = "uniform,range"
+    group_consumer_migration_policy: str = "bidirectional"
 
     metadata: str = ""  # etcd endpoints of a cluster; empty: a single node
     cluster_name: str = "oncelog"
@@ -244,6 +255,7 @@ class BrokerConfig:
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ConfigError(f"group.min.session.timeout.ms ({self.group_min_session_timeout_ms}) is above "
                               f"group.max.session.timeout.ms ({self.group_max_session_timeout_ms})")
+        _consumer_group_checks(self)
         adv = self.advertised_listener
         if (adv or self.listener).host in ("0.0.0.0", "::") and (adv is not None or "listeners" in self.given):
             raise ConfigError(
@@ -360,6 +372,18 @@ def _did_you_mean(key: str) -> str:
 
 
 _MS, _B = "ms", "bytes"
+
+def _assignors(v: str) -> str | None:
+    names = [n for n in (p.strip() for p in v.split(",")) if n]
+    if not names:
+        return "must name at least one assignor"
+    try:
+        assignors_by_name(names)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 _SETTINGS: list[Setting] = [
     # -- where and who
     Setting("log.dirs", "data_dir", "LIST", _path, "Folder holding every partition log and the broker's state "
@@ -467,6 +491,30 @@ _SETTINGS: list[Setting] = [
             "`session.timeout.ms` a member may ask for.", at_least(1), _MS),
     Setting("group.max.size", "group_max_size", "INT", _int, "Most members in one group; more are refused with "
             "GROUP_MAX_SIZE_REACHED.", at_least(1)),
+    # -- consumer groups of the KIP-848 protocol (group.protocol=consumer)
+    Setting("group.consumer.session.timeout.ms", "group_consumer_session_timeout_ms", "INT", _int, "A member of "
+            "a consumer group that does not heartbeat for this long is removed (a group's own "
+            "`consumer.session.timeout.ms` wins).", at_least(1), _MS),
+    Setting("group.consumer.min.session.timeout.ms", "group_consumer_min_session_timeout_ms", "INT", _int,
+            "Smallest session timeout a consumer group may be given.", at_least(1), _MS),
+    Setting("group.consumer.max.session.timeout.ms", "group_consumer_max_session_timeout_ms", "INT", _int,
+            "Largest session timeout a consumer group may be given.", at_least(1), _MS),
+    Setting("group.consumer.heartbeat.interval.ms", "group_consumer_heartbeat_interval_ms", "INT", _int, "How "
+            "often members of a consumer group heartbeat (a group's own `consumer.heartbeat.interval.ms` wins).",
+            at_least(1), _MS),
+    Setting("group.consumer.min.heartbeat.interval.ms", "group_consumer_min_heartbeat_interval_ms", "INT", _int,
+            "Smallest heartbeat interval a consumer group may be given.", at_least(1), _MS),
+    Setting("group.consumer.max.heartbeat.interval.ms", "group_consumer_max_heartbeat_interval_ms", "INT", _int,
+            "Largest heartbeat interval a consumer group may be given.", at_least(1), _MS),
+    Setting("group.consumer.max.size", "group_consumer_max_size", "INT", _int, "Most members in one consumer "
+            "group; more are refused with GROUP_MAX_SIZE_REACHED.", at_least(1)),
+    Setting("group.consumer.assignors", "group_consumer_assignors", "LIST", _str, "The server-side assignors a "
+            "consumer group may use (`uniform`, `range`, or Kafka's class names), the first the default; a member "
+            "asks for one with `group.remote.assignor`.", _assignors),
+    Setting("group.consumer.migration.policy", "group_consumer_migration_policy", "STRING", _str, "Whether a "
+            "group moves online between the classic and the consumer protocol: `upgrade` (classic to consumer "
+            "when a member joins with the consumer protocol), `downgrade` (back when the last such member leaves), "
+            "`bidirectional` or `disabled`.", one_of("disabled", "upgrade", "downgrade", "bidirectional")),
     # -- a cluster (``metadata`` set)
     Setting("metadata", "metadata", "STRING", _metadata, "etcd endpoints of the cluster's metadata, "
             "`etcd://HOST:PORT[,HOST:PORT]` (`--metadata`); empty: a single node."),
@@ -582,3 +630,18 @@ def reference_markdown(settings: Iterable[Setting] = _SETTINGS) -> str:
         names = f"`{s.key}`" + "".join(f"<br>`{a}`" for a in aliases.get(s.key, ()))
         rows.append(f"| {names} | {_default_text(s)} | {s.doc} |")
     return "\n".join(rows) + "\n"
+
+
+def _consumer_group_checks(cfg: BrokerConfig) -> None:
+    """Kafka's GroupCoordinatorConfig checks of the consumer group timeouts."""
+    for what, low, value, high in (
+            ("session.timeout.ms", cfg.group_consumer_min_session_timeout_ms, cfg.group_consumer_session_timeout_ms,
+             cfg.group_consumer_max_session_timeout_ms),
+            ("heartbeat.interval.ms", cfg.group_consumer_min_heartbeat_interval_ms,
+             cfg.group_consumer_heartbeat_interval_ms, cfg.group_consumer_max_heartbeat_interval_ms)):
+        if not low <= value <= high:
+            raise ConfigError(f"group.consumer.{what} ({value}) must be between group.consumer.min.{what} ({low}) "
+                              f"and group.consumer.max.{what} ({high})")
+    if cfg.group_consumer_heartbeat_interval_ms >= cfg.group_consumer_session_timeout_ms:
+        raise ConfigError(f"group.consumer.heartbeat.interval.ms ({cfg.group_consumer_heartbeat_interval_ms}) must "
+                          f"be less than group.consumer.session.timeout.ms ({cfg.group_consumer_session_timeout_ms})")

@@ -128,6 +128,10 @@ async def test_second_member_waits_for_the_first_to_revoke() -> None:
     assert r2.member_epoch == 2 and count(assigned(r2)) == 3
     assert set(assigned(r2)[env.t1.topic_id]).isdisjoint(kept[env.t1.topic_id])
     assert group.state is ConsumerGroupState.STABLE
+    # while the group reconciled its members were told to heartbeat faster; the heartbeat that made it Stable
+    # (and every later one) gives the usual interval
+    assert r1.heartbeat_interval_ms == 500 and r2.heartbeat_interval_ms == 5000
+    assert (await env.hb("m1", 2)).heartbeat_interval_ms == 5000
 
 
 @run
@@ -346,3 +350,33 @@ async def test_describe_list_and_delete() -> None:
     assert (await env.coord.delete_groups(["g"]))[0].error_code == 0
     assert env.coord.group("g") is None
     assert (await env.reload()).group("g") is None
+
+
+@run
+async def test_a_commit_with_an_older_epoch_is_accepted_for_partitions_owned_since(  # KIP-1251
+        ) -> None:
+    env = await Env().load()
+    r1 = await env.join("m1")  # epoch 1: every partition of t1
+    await env.join("m2")  # epoch 2
+    r1 = await env.hb("m1", 1, owned=assigned(r1))
+    kept = assigned(r1)[env.t1.topic_id]
+    r1 = await env.hb("m1", 1, owned=assigned(r1))
+    assert r1.member_epoch == 2
+    r2 = await env.hb("m2", 2, owned={})
+    theirs = assigned(r2)[env.t1.topic_id]
+
+    async def code(member: str, epoch: int, partition: int) -> int:
+        req = OffsetCommitRequest(group_id="g", member_id=member, generation_id_or_member_epoch=epoch, topics=[
+            OffsetCommitRequestTopic(name="t1", partitions=[OffsetCommitRequestPartition(
+                partition_index=partition, committed_offset=1)])])
+        return int((await env.coord.commit_offsets(req, 9)).topics[0].partitions[0].error_code)
+
+    # m1's commit sent at epoch 1, arriving after its epoch moved to 2: fine for what it has owned since epoch 1
+    assert await code("m1", 1, kept[0]) == 0
+    # not for a partition it gave up, nor for m2's (owned only since epoch 2), nor from the future
+    assert await code("m1", 1, theirs[0]) == ErrorCode.STALE_MEMBER_EPOCH
+    assert await code("m2", 1, theirs[0]) == ErrorCode.STALE_MEMBER_EPOCH
+    assert await code("m1", 3, kept[0]) == ErrorCode.STALE_MEMBER_EPOCH
+    # the same holds after a failover (the epochs come back from the log)
+    env.coord = await env.reload()
+    assert await code("m1", 1, kept[0]) == 0

@@ -119,10 +119,15 @@ def _check_epoch(member: ConsumerGroupMember, received: int) -> None:
 
 
 def validate_offset_commit(group: ConsumerGroup, member_id: str, instance_id: str | None, epoch: int,
-                           transactional: bool, version: int) -> None:
+                           transactional: bool, version: int, partitions: list[tuple[str, int]] | None = None) -> None:
     """Kafka's ConsumerGroup.validateOffsetCommit: a commit without a member (epoch < 0) only into an Empty group;
     a member of the KIP-848 protocol commits with OffsetCommit v9+ and its current member epoch
-    (STALE_MEMBER_EPOCH otherwise; TxnOffsetCommit gets ILLEGAL_GENERATION, KIP-447, and may name no member)."""
+    (STALE_MEMBER_EPOCH otherwise; TxnOffsetCommit gets ILLEGAL_GENERATION, KIP-447, and may name no member).
+
+    An older epoch is accepted too when every partition committed (``partitions``) has been owned by the member
+    since that epoch or before: KIP-1251's rule, assignment epoch <= request epoch <= member epoch (Kafka 4.3). A
+    member whose epoch moved on while its commit was in flight (it got a partition, or revoked one it was asked
+    to) commits what it still owns without a STALE_MEMBER_EPOCH; a member that lost the partition is refused."""
     if epoch < 0 and not group.members:
         return
     if transactional and epoch == -1 and not member_id and instance_id is None:
@@ -131,12 +136,24 @@ def validate_offset_commit(group: ConsumerGroup, member_id: str, instance_id: st
     if not transactional and not member.uses_classic_protocol and version < 9:
         raise GroupError(ErrorCode.UNSUPPORTED_VERSION,
                          "OffsetCommit version 9 or above must be used by members using the modern group protocol")
+    if 0 <= epoch < member.member_epoch and partitions and _owned_since(group, member, epoch, partitions):
+        return
     try:
         _check_epoch(member, epoch)
     except GroupError as e:
         if transactional and e.code == ErrorCode.STALE_MEMBER_EPOCH:
             raise GroupError(ErrorCode.ILLEGAL_GENERATION, e.message or "") from None
         raise
+
+
+def _owned_since(group: ConsumerGroup, member: ConsumerGroupMember, epoch: int,
+                 partitions: list[tuple[str, int]]) -> bool:
+    for topic, partition in partitions:
+        info = group.subscription_metadata.get(topic)
+        since = None if info is None else group.owned_since(member.member_id, info.topic_id, partition)
+        if since is None or since > epoch:
+            return False
+    return True
 
 
 def validate_offset_fetch(group: ConsumerGroup, member_id: str | None, epoch: int) -> None:

@@ -182,6 +182,9 @@ class ConsumerGroup:
         self.subscribed_regexes: dict[str, int] = {}  # regex -> members subscribed with it
         self.server_assignors: dict[str, int] = {}  # assignor name -> members asking for it
         self.classic_members = 0  # members using the classic protocol
+        #: member id -> (topic id, partition) -> the member epoch at which the member got the partition and has owned
+        #: it since (KIP-1251's assignment epoch; after a reload, the epoch of the member's first replayed record)
+        self.assignment_epochs: dict[str, dict[tuple[uuid.UUID, int], int]] = {}
         # soft state (set by operations, not by replay)
         self.session_deadlines: dict[str, int] = {}  # member id -> monotonic ms
         self.rebalance_deadlines: dict[str, tuple[int, int]] = {}  # member id -> (monotonic ms, member epoch)
@@ -215,6 +218,10 @@ class ConsumerGroup:
             raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID,
                              f"Member {member_id} is not a member of group {self.group_id}.")
         return member
+
+    def owned_since(self, member_id: str, topic_id: uuid.UUID, partition: int) -> int | None:
+        """The epoch since which the member has owned the partition (KIP-1251), None when it does not own it."""
+        return self.assignment_epochs.get(member_id, {}).get((topic_id, partition))
 
     def target_of(self, member_id: str) -> Assignment:
         return self.target.get(member_id, EMPTY_ASSIGNMENT)
@@ -256,10 +263,18 @@ class ConsumerGroup:
         self._unindex(old)
         self.members[member.member_id] = member
         self._index(member)
+        before = self.assignment_epochs.get(member.member_id, {})
+        epochs: dict[tuple[uuid.UUID, int], int] = {}
+        for assignment in (member.assigned, member.pending_revocation):
+            for topic_id, parts in assignment.items():
+                for p in parts:
+                    epochs[(topic_id, p)] = before.get((topic_id, p), member.member_epoch)
+        self.assignment_epochs[member.member_id] = epochs
 
     def remove_member(self, member_id: str) -> ConsumerGroupMember | None:
         old = self.members.pop(member_id, None)
         self._unindex(old)
+        self.assignment_epochs.pop(member_id, None)
         self.session_deadlines.pop(member_id, None)
         self.rebalance_deadlines.pop(member_id, None)
         return old

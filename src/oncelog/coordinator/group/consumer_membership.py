@@ -18,10 +18,16 @@ An operation only reads the group and returns records; the group changes when th
 (``consumer_records.replay``), so every later operation sees them. Deadlines (sessions, rebalance timeouts) are soft
 state of the manager, as Kafka's timers are.
 
-Where oncelog goes beyond Kafka (both only make a rebalance converge sooner; neither changes what members get):
-a member removed by a leave or an expired session gets its group's new target assignment computed in the same
-operation (Kafka waits for the next heartbeat of some member), and regular expressions are resolved in the
-heartbeat itself (Kafka resolves them in the background and bumps the epoch when the result is back).
+Where oncelog goes beyond Kafka (each only makes a rebalance converge sooner; none changes what members get): a
+member removed by a leave or an expired session gets its group's new target assignment computed in the same
+operation (Kafka waits for the next heartbeat of some member); regular expressions are resolved in the heartbeat
+itself (Kafka resolves them in the background and bumps the epoch when the result is back); and while a group is
+reconciling (a member behind its target, revoking, or waiting for a partition another member still owns), its
+members are told to heartbeat every ``RECONCILING_HEARTBEAT_INTERVAL_MS`` (or their usual interval, if shorter)
+instead of every ``group.consumer.heartbeat.interval.ms``: a revocation, the hand-over of the released partition
+and the next epoch of a group still growing (autoscaling) then each take a fraction of a second instead of an
+interval (5 s by default). Clients take the interval from every answer (HeartbeatIntervalMs), so a Stable group
+is back to the usual rate at its members' next heartbeat.
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ from .consumer_group import (
 from .reconciliation import reconcile
 from .topic_image import MemoryTopicImage, TopicImage, TopicInfo
 
-__all__ = ["REGEX_REFRESH_MIN_INTERVAL_MS", "ConsumerGroupManager", "expire", "fence_members", "heartbeat",
+__all__ = ["RECONCILING_HEARTBEAT_INTERVAL_MS", "REGEX_REFRESH_MIN_INTERVAL_MS", "ConsumerGroupManager", "expire", "fence_members", "heartbeat",
            "rebalance_timer", "response_assignment"]
 
 log = logging.getLogger("oncelog.coordinator.group")
@@ -65,6 +71,8 @@ Record = tuple[bytes, "bytes | None"]
 
 #: Kafka's REGEX_BATCH_REFRESH_MIN_INTERVAL_MS: a group's regular expressions are re-resolved at most this often
 REGEX_REFRESH_MIN_INTERVAL_MS = 10_000
+#: the heartbeat interval given to the members of a group that is reconciling (oncelog's, see the module docstring)
+RECONCILING_HEARTBEAT_INTERVAL_MS = 500
 
 
 class ConsumerGroupManager:
@@ -411,8 +419,12 @@ def _heartbeat(mgr: ConsumerGroupManager, r: _Request, client_id: str, client_ho
         rebalance_timer(mgr, gid, reconciled)
     now = mgr.now()
     mgr.sessions[(gid, reconciled.member_id)] = now + mgr.session_timeout_ms(gid)
+    interval = mgr.heartbeat_interval_ms(gid)
+    members[reconciled.member_id] = reconciled
+    if any(not m.is_reconciled_to(target_epoch) for m in members.values()):
+        interval = min(interval, RECONCILING_HEARTBEAT_INTERVAL_MS)
     resp = ConsumerGroupHeartbeatResponse(member_id=reconciled.member_id, member_epoch=reconciled.member_epoch,
-                                          heartbeat_interval_ms=mgr.heartbeat_interval_ms(gid))
+                                          heartbeat_interval_ms=interval)
     full = r.rebalance_timeout_ms != -1 and (r.names is not None or r.regex is not None) and r.owned is not None
     if r.member_epoch == 0 or full or reconciled.assigned != member.assigned:
         resp.assignment = response_assignment(reconciled.assigned)

@@ -203,9 +203,10 @@ def _partition_error(manager: OffsetMetadataManager, topic: str, partition: int,
 
 
 def _validate_consumer_commit(group: ConsumerGroup, member_id: str, instance_id: str | None, epoch: int,
-                              transactional: bool, version: int) -> int:
+                              transactional: bool, version: int, partitions: list[tuple[str, int]]) -> int:
     try:
-        consumer_admin.validate_offset_commit(group, member_id, instance_id, epoch, transactional, version)
+        consumer_admin.validate_offset_commit(group, member_id, instance_id, epoch, transactional, version,
+                                              partitions)
     except GroupError as e:
         return e.code
     return ErrorCode.NONE
@@ -220,7 +221,8 @@ def commit_offsets(manager: OffsetMetadataManager, req: OffsetCommitRequest, ver
     if not gid:
         code: int = ErrorCode.INVALID_GROUP_ID
     elif cgroup is not None:
-        code = _validate_consumer_commit(cgroup, req.member_id, instance_id, epoch, False, version)
+        code = _validate_consumer_commit(cgroup, req.member_id, instance_id, epoch, False, version,
+                                         [(t.name, p.partition_index) for t in req.topics for p in t.partitions])
     elif group is None and epoch >= 0 and version >= 9:
         code = ErrorCode.GROUP_ID_NOT_FOUND  # Kafka: v9+ (usable by both protocols) says the group is not there
     else:
@@ -260,7 +262,8 @@ def txn_commit_offsets(manager: OffsetMetadataManager, req: TxnOffsetCommitReque
     if not gid:
         code = ErrorCode.INVALID_GROUP_ID
     elif cgroup is not None:
-        code = _validate_consumer_commit(cgroup, member_id, instance_id, generation, True, version)
+        code = _validate_consumer_commit(cgroup, member_id, instance_id, generation, True, version,
+                                         [(t.name, p.partition_index) for t in req.topics for p in t.partitions])
     elif group is not None:
         if group.state is GroupState.DEAD:
             code = ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -308,12 +311,13 @@ class FetchedOffset:
 
 def validate_fetch(manager: OffsetMetadataManager, group_id: str, member_id: str | None, member_epoch: int) -> int:
     """OffsetFetch v9+ from a member of a consumer group: its member epoch must be current (Kafka's
-    validateOffsetFetch; GROUP_ID_NOT_FOUND when the group is gone, STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID)."""
+    validateOffsetFetch: STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID). Any other group answers what it has (no group:
+    no offsets, as Kafka's fetchOffsets)."""
     if member_id is None and member_epoch < 0:
         return ErrorCode.NONE
     cgroup = manager.consumer_groups.get(group_id)
     if cgroup is None:
-        return ErrorCode.NONE if group_id in manager.groups or member_epoch < 0 else ErrorCode.GROUP_ID_NOT_FOUND
+        return ErrorCode.NONE
     try:
         consumer_admin.validate_offset_fetch(cgroup, member_id, member_epoch)
     except GroupError as e:
