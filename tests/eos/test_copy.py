@@ -49,6 +49,9 @@ from checker.kafka_io import read_to_end  # noqa: E402
 COPIER = Path(__file__).resolve().parent / "copier.py"
 GROUP_APIS = {8: "OffsetCommit", 9: "OffsetFetch", 11: "JoinGroup", 12: "Heartbeat", 14: "SyncGroup",
               28: "TxnOffsetCommit"}
+#: the KIP-848 groups' session and heartbeats (broker settings), as short as the classic copiers ask for theirs
+CONSUMER_GROUP_SETTINGS = {"group.consumer.session.timeout.ms": 6000, "group.consumer.min.session.timeout.ms": 1000,
+                           "group.consumer.heartbeat.interval.ms": 500, "group.consumer.min.heartbeat.interval.ms": 100}
 RECORDS = 20_000
 COPIERS = 2
 CHAOS_SECONDS = 35
@@ -171,7 +174,7 @@ class Copiers:
 def cbroker(tmp_path: Path) -> Iterator[BrokerProcess]:
     proc = BrokerProcess(tmp_path / "data", settings={
         "num.partitions": 1, "group.initial.rebalance.delay.ms": 0,
-        "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500})
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500, **CONSUMER_GROUP_SETTINGS})
     proc.start()
     yield proc
     proc.kill()
@@ -223,9 +226,9 @@ def group_committed(bootstrap: str, group: str, topic: str, partitions: int) -> 
 
 
 def run_copy(broker: BrokerProcess, tmp: Path, client: str, in_parts: int, out_parts: int,
-             replication: int = 1) -> None:
+             replication: int = 1, extra: tuple[str, ...] = ()) -> None:
     """``broker``: what the chaos kills once and restarts (a broker, or in the cluster tests one broker of a
-    cluster, ``replication`` being the topics' replication factor there)."""
+    cluster, ``replication`` being the topics' replication factor there); ``extra``: the copiers' own options."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     seed = int(os.environ.get("EOS_SEED", int.from_bytes(os.urandom(4), "big")))
@@ -242,7 +245,7 @@ def run_copy(broker: BrokerProcess, tmp: Path, client: str, in_parts: int, out_p
     inputs = seed_input(h, boot, in_topic, in_parts)
     timings = {"seed_s": round(time.monotonic() - t_seed, 1)}
 
-    copiers = Copiers(tmp, client, boot, in_topic, out_topic, out_parts, run)
+    copiers = Copiers(tmp, client, boot, in_topic, out_topic, out_parts, run, extra)
     names = [f"copier-{i}" for i in range(COPIERS)]
     t0 = time.monotonic()
     for n in names:
@@ -312,6 +315,12 @@ def stop_and_check(copiers: Copiers, names: list[str], h: History, boot: str, ou
 def test_exactly_once_copy(cbroker: BrokerProcess, tmp_path: Path, client: str, in_parts: int,
                            out_parts: int) -> None:
     run_copy(cbroker, tmp_path, client, in_parts, out_parts)
+
+
+def test_exactly_once_copy_with_the_consumer_group_protocol(cbroker: BrokerProcess, tmp_path: Path) -> None:
+    """The same copy with librdkafka copiers in a KIP-848 consumer group (group.protocol=consumer): their
+    transactional offset commits carry member epochs, and members SIGKILLed and restarted rejoin it."""
+    run_copy(cbroker, tmp_path, "confluent", 2, 3, extra=("--group-protocol", "consumer"))
 
 
 # ------------------------------------------------------------------------------------------------ kill burst
