@@ -301,3 +301,47 @@ def test_admin_lists_and_describes_consumer_groups(kbroker: BrokerProcess) -> No
     gone = admin.describe_consumer_groups([group], request_timeout=10)[group].result()
     assert gone.state == ConsumerGroupState.DEAD and not gone.members
     assert group not in {g.group_id for g in admin.list_consumer_groups(request_timeout=10).result().valid}
+
+
+def classic_consumer(bootstrap: str, group: str) -> Consumer:
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                     "enable.auto.commit": False, "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+                     "partition.assignment.strategy": "cooperative-sticky"})
+
+
+def test_a_classic_group_migrates_online_to_the_consumer_protocol_and_back(kbroker: BrokerProcess) -> None:
+    """KIP-848's upgrade path: classic members keep consuming while a member of the consumer protocol joins (the
+    group becomes a consumer group, the classic members rejoin it with JoinGroup) and leaves again (the group goes
+    back to the classic protocol); every record is consumed once across both moves."""
+    bs = kbroker.bootstrap
+    topic = f"kip848-{uuid.uuid4().hex[:8]}"
+    group = f"g-{topic}"
+    make_topic(bs, topic)
+    produce(bs, topic, 0, 300)
+    seen: list[int] = []
+    classic = [Member(classic_consumer(bs, group), f"k{i}", seen) for i in range(2)]
+    for m in classic:
+        m.subscribe([topic])
+    poll_until(classic, lambda: split(classic, topic) and len(seen) >= 300)
+    admin = AdminClient({"bootstrap.servers": bs})
+
+    def group_type() -> Any:
+        return {g.group_id: g.type for g in admin.list_consumer_groups(request_timeout=10).result().valid}.get(group)
+
+    assert group_type() == ConsumerGroupType.CLASSIC
+    new = Member(consumer(bs, group), "n", seen)
+    new.subscribe([topic])
+    produce(bs, topic, 300, 300)
+    everyone = [*classic, new]
+    poll_until(everyone, lambda: split(everyone, topic) and len(seen) >= 600
+               and describe(bs, group).group_state == "Stable")
+    assert group_type() == ConsumerGroupType.CONSUMER
+    d = describe(bs, group)
+    assert len(d.members) == 3 and {m.member_epoch for m in d.members} == {d.assignment_epoch}
+    new.c.close()
+    produce(bs, topic, 600, 300)
+    poll_until(classic, lambda: split(classic, topic) and len(seen) >= 900)
+    assert group_type() == ConsumerGroupType.CLASSIC
+    assert sorted(seen) == list(range(900)), "a record was consumed twice or lost"
+    for m in classic:
+        m.c.close()

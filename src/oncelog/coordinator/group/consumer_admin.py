@@ -19,7 +19,7 @@ from . import consumer_records as rec
 from .consumer_group import Assignment, ConsumerGroup, ConsumerGroupMember, ConsumerGroupState, GroupError
 from .consumer_membership import ConsumerGroupManager
 
-__all__ = ["delete_group_records", "describe", "describe_classic", "list_groups", "validate_offset_commit",
+__all__ = ["delete_group_records", "tombstone_records", "describe", "describe_classic", "list_groups", "validate_offset_commit",
            "validate_offset_fetch"]
 
 Record = tuple[bytes, "bytes | None"]
@@ -93,10 +93,14 @@ def list_groups(mgr: ConsumerGroupManager, states: set[str] | None) -> list[List
 
 
 def delete_group_records(group: ConsumerGroup) -> list[Record]:
-    """The tombstones deleting a consumer group (Kafka's createGroupTombstoneRecords); NON_EMPTY_GROUP unless it is
-    Empty."""
+    """The tombstones deleting a consumer group; NON_EMPTY_GROUP unless it is Empty."""
     if group.state is not ConsumerGroupState.EMPTY:
         raise GroupError(ErrorCode.NON_EMPTY_GROUP)
+    return tombstone_records(group)
+
+
+def tombstone_records(group: ConsumerGroup) -> list[Record]:
+    """Every tombstone of a consumer group and its members (Kafka's createGroupTombstoneRecords)."""
     gid = group.group_id
     records: list[Record] = []
     records += [rec.current_assignment_tombstone(gid, mid) for mid in group.members]

@@ -95,6 +95,22 @@ class ConsumerGroupManager:
         self.sessions: dict[tuple[str, str], int] = {}
         self.rebalances: dict[tuple[str, str], tuple[int, int]] = {}  # -> (deadline, member epoch)
         self.regex_refreshed: dict[str, int] = {}
+        #: deadlines an operation set, for the shard to put timers on (it drains this after each operation)
+        self.touched: set[tuple[str, str]] = set()
+        #: groups an operation turned into classic groups (their timers are the classic ones: the shard schedules)
+        self.converted: set[str] = set()
+        #: ``downgrade(group, leaving member ids) -> records or None``: the online downgrade to a classic group
+        #: when the last member of the consumer protocol leaves (``migration.py``; None: never)
+        self.downgrade: Callable[[ConsumerGroup, set[str]], list[Record] | None] | None = None
+        #: ``upgrade(classic group, records) -> consumer group or None``: the online upgrade of a classic group of
+        #: the consumer protocol when a member joins with the KIP-848 protocol (``migration.py``; None: never)
+        self.upgrade: Callable[[Any, list[Record]], ConsumerGroup | None] | None = None
+
+    def set_session(self, group_id: str, member_id: str, timeout_ms: int | None = None) -> None:
+        """The member's session runs from now (``timeout_ms``: its classic session timeout, else the group's)."""
+        timeout = timeout_ms if timeout_ms is not None else self.session_timeout_ms(group_id)
+        self.sessions[(group_id, member_id)] = self.now() + timeout
+        self.touched.add((group_id, member_id))
 
     def now(self) -> int:
         return self.clock.monotonic_ms()
@@ -295,6 +311,9 @@ def _group_for_join(mgr: ConsumerGroupManager, group_id: str, create: bool, reco
 
             records.append(group_tombstone(group_id))
             return ConsumerGroup(group_id)
+        converted = mgr.upgrade(classic, records) if create and mgr.upgrade is not None else None
+        if converted is not None:
+            return converted
         raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
     if not create:
         raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
@@ -382,6 +401,28 @@ def _heartbeat(mgr: ConsumerGroupManager, r: _Request, client_id: str, client_ho
         subscribed_topic_names=frozenset(r.names) if r.names is not None else member.subscribed_topic_names,
         subscribed_topic_regex=r.regex if r.regex is not None else member.subscribed_topic_regex,
         client_id=client_id, client_host=client_host, classic=None)
+    reconciled, in_flux = update_member(mgr, group, member, updated, replaced, r.owned, describable, records)
+    mgr.set_session(gid, reconciled.member_id)
+    interval = mgr.heartbeat_interval_ms(gid)
+    if in_flux:
+        interval = min(interval, RECONCILING_HEARTBEAT_INTERVAL_MS)
+    resp = ConsumerGroupHeartbeatResponse(member_id=reconciled.member_id, member_epoch=reconciled.member_epoch,
+                                          heartbeat_interval_ms=interval)
+    full = r.rebalance_timeout_ms != -1 and (r.names is not None or r.regex is not None) and r.owned is not None
+    if r.member_epoch == 0 or full or reconciled.assigned != member.assigned:
+        resp.assignment = response_assignment(reconciled.assigned)
+    return CoordinatorResult(records, resp)
+
+
+def update_member(mgr: ConsumerGroupManager, group: ConsumerGroup, member: ConsumerGroupMember,
+                  updated: ConsumerGroupMember, replaced: str | None,
+                  owned: Mapping[uuid.UUID, frozenset[int]] | None, describable: Callable[[str], bool] | None,
+                  records: list[Record]) -> tuple[ConsumerGroupMember, bool]:
+    """Kafka's three steps of a heartbeat (or of a classic member's JoinGroup) once the member is known: ``member``
+    as it was (a new one: only its id), ``updated`` with what the request says, ``replaced`` the member id a static
+    member takes over. Appends the records; returns the reconciled member and whether the group is still
+    reconciling after this (then its members heartbeat faster)."""
+    gid = group.group_id
     names_changed = False
     if updated != member:
         records.append(rec.member_record(gid, updated))
@@ -412,23 +453,14 @@ def _heartbeat(mgr: ConsumerGroupManager, r: _Request, client_id: str, client_ho
     reconciled = updated
     if subscription_changed or not updated.is_reconciled_to(target_epoch):
         subscribed = frozenset(metadata[n].topic_id for n in mgr.member_topics(updated, resolved) if n in metadata)
-        reconciled = reconcile(updated, target_epoch, target, group.current_partition_epoch, r.owned, subscribed,
+        reconciled = reconcile(updated, target_epoch, target, group.current_partition_epoch, owned, subscribed,
                                subscription_changed)
     if reconciled != updated or replaced is not None:
         records.append(rec.current_assignment_record(gid, reconciled))
         rebalance_timer(mgr, gid, reconciled)
-    now = mgr.now()
-    mgr.sessions[(gid, reconciled.member_id)] = now + mgr.session_timeout_ms(gid)
-    interval = mgr.heartbeat_interval_ms(gid)
     members[reconciled.member_id] = reconciled
-    if any(not m.is_reconciled_to(target_epoch) for m in members.values()):
-        interval = min(interval, RECONCILING_HEARTBEAT_INTERVAL_MS)
-    resp = ConsumerGroupHeartbeatResponse(member_id=reconciled.member_id, member_epoch=reconciled.member_epoch,
-                                          heartbeat_interval_ms=interval)
-    full = r.rebalance_timeout_ms != -1 and (r.names is not None or r.regex is not None) and r.owned is not None
-    if r.member_epoch == 0 or full or reconciled.assigned != member.assigned:
-        resp.assignment = response_assignment(reconciled.assigned)
-    return CoordinatorResult(records, resp)
+    in_flux = any(not m.is_reconciled_to(target_epoch) for m in members.values())
+    return reconciled, in_flux
 
 
 def response_assignment(assigned: Assignment) -> hb.Assignment:
@@ -444,6 +476,7 @@ def rebalance_timer(mgr: ConsumerGroupManager, group_id: str, m: ConsumerGroupMe
     if m.state is MemberState.UNREVOKED_PARTITIONS and not m.uses_classic_protocol:
         timeout = m.rebalance_timeout_ms if m.rebalance_timeout_ms > 0 else mgr.session_timeout_ms(group_id)
         mgr.rebalances[key] = (mgr.now() + timeout, m.member_epoch)
+        mgr.touched.add(key)
     else:
         mgr.rebalances.pop(key, None)
 
@@ -529,6 +562,12 @@ def fence_members(mgr: ConsumerGroupManager, group: ConsumerGroup, member_ids: l
     gone = [m for m in (group.members.get(mid) for mid in dict.fromkeys(member_ids)) if m is not None]
     if not gone:
         return records
+    if mgr.downgrade is not None:
+        converted = mgr.downgrade(group, {m.member_id for m in gone})
+        if converted is not None:
+            for m in gone:
+                mgr.forget_member(gid, m.member_id)
+            return converted
     for m in gone:
         records += [rec.current_assignment_tombstone(gid, m.member_id), rec.target_tombstone(gid, m.member_id),
                     rec.member_tombstone(gid, m.member_id)]

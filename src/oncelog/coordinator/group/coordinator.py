@@ -170,7 +170,7 @@ class GroupCoordinator:
 
     async def sync_group(self, req: SyncGroupRequest, version: int) -> SyncGroupResponse:
         try:
-            fut = await self._run(req.group_id, lambda s: membership.sync_group(s.group_manager, req, version))
+            fut = await self._run(req.group_id, lambda s: s.classic_sync(req, version))
         except CoordinatorError as e:
             return membership.sync_error(e.code)
         return await asyncio.shield(fut)  # the parked SyncGroup: as in join_group
@@ -178,8 +178,8 @@ class GroupCoordinator:
     async def heartbeat(self, req: HeartbeatRequest, version: int) -> HeartbeatResponse:
         instance_id = req.group_instance_id if version >= 3 else None
         try:
-            return await self._run(req.group_id, lambda s: membership.heartbeat(  # type: ignore[no-any-return]
-                s.group_manager, req.group_id, req.generation_id, req.member_id, instance_id), req.member_id)
+            return await self._run(req.group_id, lambda s: s.classic_heartbeat(  # type: ignore[no-any-return]
+                req.group_id, req.generation_id, req.member_id, instance_id), req.member_id)
         except CoordinatorError as e:
             return HeartbeatResponse(error_code=e.code)
 
@@ -187,7 +187,7 @@ class GroupCoordinator:
         members = list(req.members) if version >= 3 else [MemberIdentity(member_id=req.member_id)]
         try:
             return await self._run(req.group_id,  # type: ignore[no-any-return]
-                                   lambda s: membership.leave_group(s.group_manager, req.group_id, members))
+                                   lambda s: s.classic_leave(req.group_id, members))
         except CoordinatorError as e:
             return LeaveGroupResponse(error_code=e.code)
 

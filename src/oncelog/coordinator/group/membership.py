@@ -50,6 +50,7 @@ __all__ = [
     "join_group",
     "leave_group",
     "on_assignment_durable",
+    "prepare_rebalance",
     "remove_member",
     "resolved",
     "sync_error",
@@ -349,6 +350,11 @@ def _rebalance_or_complete_join(manager: GroupMetadataManager, group: ClassicGro
     if group.can_rebalance():
         return _prepare_rebalance(manager, group)
     return _maybe_complete_join(manager, group)
+
+
+def prepare_rebalance(manager: GroupMetadataManager, group: ClassicGroup) -> list[Record]:
+    """Start a rebalance of a Stable/CompletingRebalance/Empty group (Kafka's prepareRebalance)."""
+    return _prepare_rebalance(manager, group)
 
 
 def _prepare_rebalance(manager: GroupMetadataManager, group: ClassicGroup) -> list[Record]:

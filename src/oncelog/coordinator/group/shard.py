@@ -39,10 +39,12 @@ from oncelog.protocol.messages.consumer_group_heartbeat_request import ConsumerG
 from oncelog.protocol.messages.consumer_group_heartbeat_response import ConsumerGroupHeartbeatResponse
 from oncelog.protocol.messages.delete_groups_response import DeletableGroupResult
 from oncelog.protocol.messages.join_group_request import JoinGroupRequest
+from oncelog.protocol.messages.leave_group_request import MemberIdentity
+from oncelog.protocol.messages.sync_group_request import SyncGroupRequest
 from oncelog.protocol.messages.describe_groups_response import DescribedGroup
 from oncelog.protocol.messages.list_groups_response import ListedGroup
 
-from . import consumer_admin, consumer_membership, membership
+from . import consumer_admin, consumer_membership, membership, migration
 from . import consumer_records as consumer_rec
 from .config import GroupConfig
 from .consumer_group import ConsumerGroup, GroupError
@@ -82,6 +84,7 @@ class GroupShard:
         #: the consumer groups of the KIP-848 protocol (Kafka's GroupMetadataManager, consumer group paths)
         self.consumer_manager = ConsumerGroupManager(clock, config, topics, self.group_manager.groups,
                                                      group_overrides)
+        migration.install(self.consumer_manager, self.group_manager)
         #: the committed and pending offsets (Kafka's OffsetMetadataManager); it reads the groups
         self.offset_manager = OffsetMetadataManager(self.group_manager.groups, clock, config, partition_exists,
                                                     self.consumer_manager.groups)
@@ -221,6 +224,7 @@ class GroupShard:
             if group is not None:
                 records += membership.expire(self.group_manager, group, now)
                 self.schedule_group(gid)
+        self._schedule_touched()
         if retention:
             wall = self.clock.wall_ms()
             self.next_retention_check = wall + self.config.offsets_retention_check_interval_ms
@@ -238,6 +242,7 @@ class GroupShard:
             self.schedule_group(group_id)
         else:
             self.schedule_member(group_id, member_id)
+        self._schedule_touched()
         undo = result.on_failure
         if undo is not None:
             def on_failure() -> None:
@@ -398,13 +403,13 @@ class GroupShard:
     def classic_join(self, req: JoinGroupRequest, version: int, client_id: str,
                      client_host: str) -> CoordinatorResult[Any]:
         """JoinGroup. On the id of a consumer group: an Empty one is deleted and a classic group takes the id
-        (Kafka's maybeDeleteEmptyConsumerGroup); a group with members refuses (INCONSISTENT_GROUP_PROTOCOL)."""
+        (Kafka's maybeDeleteEmptyConsumerGroup); one with members takes the joining member as a classic member
+        (``migration.classic_join``: INCONSISTENT_GROUP_PROTOCOL unless its protocols fit)."""
         cgroup = self.consumer_groups.get(req.group_id)
         if cgroup is None:
             return membership.join_group(self.group_manager, req, version, client_id, client_host)
         if not cgroup.is_empty():
-            return CoordinatorResult([], membership.resolved(membership.join_error(
-                ErrorCode.INCONSISTENT_GROUP_PROTOCOL, req.member_id)))
+            return migration.classic_join(self.consumer_manager, cgroup, req, version, client_id, client_host)
         tombstones = consumer_admin.delete_group_records(cgroup)  # written first: replayed, they remove it
         result = membership.join_group(self.group_manager, req, version, client_id, client_host)
         result.records[:0] = tombstones
@@ -416,10 +421,41 @@ class GroupShard:
         """ConsumerGroupHeartbeat, then the member's session and rebalance timers."""
         result = consumer_membership.heartbeat(self.consumer_manager, req, version, client_id, client_host,
                                                describable)
-        member_id = result.response.member_id
-        if not result.response.error_code and member_id:
-            self.schedule_consumer_member(req.group_id, member_id)
+        self._schedule_touched()
         return result
+
+    def _schedule_touched(self) -> None:
+        """Put timers on the consumer group deadlines the last operation set, and the classic timers of groups it
+        turned into classic groups."""
+        cm = self.consumer_manager
+        touched, cm.touched = cm.touched, set()
+        for group_id, member_id in touched:
+            self.schedule_consumer_member(group_id, member_id)
+        converted, cm.converted = cm.converted, set()
+        for group_id in converted:
+            self.schedule_group(group_id)
+
+    def classic_sync(self, req: SyncGroupRequest, version: int) -> CoordinatorResult[Any]:
+        """SyncGroup, of a classic group or of a classic member of a consumer group."""
+        cgroup = self.consumer_groups.get(req.group_id)
+        if cgroup is not None:
+            return migration.classic_sync(self.consumer_manager, cgroup, req, version)
+        return membership.sync_group(self.group_manager, req, version)
+
+    def classic_heartbeat(self, group_id: str, generation: int, member_id: str,
+                          instance_id: str | None) -> CoordinatorResult[Any]:
+        """Heartbeat, of a classic group or of a classic member of a consumer group."""
+        cgroup = self.consumer_groups.get(group_id)
+        if cgroup is not None:
+            return migration.classic_heartbeat(self.consumer_manager, cgroup, member_id, generation, instance_id)
+        return membership.heartbeat(self.group_manager, group_id, generation, member_id, instance_id)
+
+    def classic_leave(self, group_id: str, members: list[MemberIdentity]) -> CoordinatorResult[Any]:
+        """LeaveGroup, of a classic group or of classic members of a consumer group."""
+        cgroup = self.consumer_groups.get(group_id)
+        if cgroup is not None:
+            return migration.classic_leave(self.consumer_manager, cgroup, members)
+        return membership.leave_group(self.group_manager, group_id, members)
 
     def consumer_group_describe(self, group_id: str) -> cgd.DescribedGroup:
         return consumer_admin.describe(self.consumer_manager, group_id)
