@@ -2,19 +2,26 @@
 coordinator is SIGKILLed in the middle of a reconciliation: the new coordinator (the new leader of the group's
 ``__consumer_offsets`` partition) loads the group from the records the old one replicated, the members go on
 reconciling with it, and the group ends Stable with every partition owned once, every record consumed and every
-offset committed."""
+offset committed. Group configs set through one broker reach every broker."""
 
 from __future__ import annotations
 
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from oncelog.protocol.messages.consumer_group_describe_request import ConsumerGroupDescribeRequest
+from oncelog.protocol.messages.describe_configs_request import DescribeConfigsRequest, DescribeConfigsResource
+from oncelog.protocol.messages.incremental_alter_configs_request import (
+    AlterableConfig,
+    AlterConfigsResource,
+    IncrementalAlterConfigsRequest,
+)
 from oncelog.testing.cluster import ClusterProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "integration"))
@@ -115,3 +122,26 @@ def test_group_coordinator_killed_mid_reconciliation(cluster: ClusterProcess, to
     assert [tp.offset for tp in committed] == [total // PARTITIONS] * PARTITIONS, committed
     print(f"\nKIP-848 coordinator failover mid-reconciliation: states before the kill {states[-3:]}, commit errors "
           f"{[e for m in members for e in m.errors][:3]}")
+
+
+def test_group_configs_reach_every_broker(cluster: ClusterProcess) -> None:
+    """A group config set through one broker (IncrementalAlterConfigs on a GROUP) is described by every broker
+    (the configs are cluster metadata in etcd, as Kafka keeps them in its metadata log)."""
+    group = f"cfg-{uuid.uuid4().hex[:8]}"
+    first, *others = cluster.node_ids
+    with RawClient(_address(cluster, first)) as raw:
+        r = raw.request(44, 1, IncrementalAlterConfigsRequest(resources=[AlterConfigsResource(
+            resource_type=32, resource_name=group, configs=[AlterableConfig(
+                name="consumer.session.timeout.ms", config_operation=0, value="50000")])]))
+        assert r.responses[0].error_code == 0, r
+    deadline = time.monotonic() + TIMEOUT
+    for node in others:
+        while True:
+            with RawClient(_address(cluster, node)) as raw:
+                d = raw.request(32, 4, DescribeConfigsRequest(resources=[DescribeConfigsResource(
+                    resource_type=32, resource_name=group, configuration_keys=["consumer.session.timeout.ms"])]))
+            entry = d.results[0].configs[0]
+            if (entry.value, entry.config_source) == ("50000", 8):  # GROUP_CONFIG
+                break
+            assert time.monotonic() < deadline, (node, entry)
+            time.sleep(0.1)

@@ -21,12 +21,22 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupState,
+    ConsumerGroupType,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.api_versions_request import ApiVersionsRequest
 from oncelog.protocol.messages.consumer_group_describe_request import ConsumerGroupDescribeRequest
+from oncelog.protocol.messages.consumer_group_heartbeat_request import ConsumerGroupHeartbeatRequest
+from oncelog.protocol.messages.find_coordinator_request import FindCoordinatorRequest
 from oncelog.protocol.messages.offset_commit_request import (
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
@@ -345,3 +355,47 @@ def test_a_classic_group_migrates_online_to_the_consumer_protocol_and_back(kbrok
     assert sorted(seen) == list(range(900)), "a record was consumed twice or lost"
     for m in classic:
         m.c.close()
+
+
+def test_group_configs_are_described_altered_and_obeyed(kbroker: BrokerProcess) -> None:
+    """Kafka 4.0's group configs (ConfigResource GROUP): DescribeConfigs shows the broker's values for a group
+    without its own, IncrementalAlterConfigs sets and deletes the group's, out-of-range values are refused, and the
+    group's members are given its heartbeat interval."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType
+
+    bs = kbroker.bootstrap
+    admin = AdminClient({"bootstrap.servers": bs})
+    group = f"cfg-{uuid.uuid4().hex[:8]}"
+
+    def describe_configs() -> dict[str, Any]:
+        res = ConfigResource(ResourceType.GROUP, group)
+        return admin.describe_configs([res], request_timeout=10)[res].result()
+
+    def alter(*entries: ConfigEntry) -> None:
+        res = ConfigResource(ResourceType.GROUP, group, incremental_configs=list(entries))
+        admin.incremental_alter_configs([res], request_timeout=10)[res].result()
+
+    before = describe_configs()
+    assert before["consumer.session.timeout.ms"].value == "4000"  # the broker's group.consumer.session.timeout.ms
+    assert before["consumer.heartbeat.interval.ms"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+    alter(ConfigEntry("consumer.heartbeat.interval.ms", "700", incremental_operation=AlterConfigOpType.SET))
+    after = describe_configs()["consumer.heartbeat.interval.ms"]
+    assert (after.value, after.source) == ("700", ConfigSource.GROUP_CONFIG.value)
+    with pytest.raises(KafkaException) as e:  # above the session timeout
+        alter(ConfigEntry("consumer.heartbeat.interval.ms", "5000", incremental_operation=AlterConfigOpType.SET))
+    assert e.value.args[0].code() == KafkaError.INVALID_CONFIG
+    # a member of the group is told the group's interval
+    topic = f"kip848-{uuid.uuid4().hex[:8]}"
+    make_topic(bs, topic, 1)
+    with RawClient(bs) as raw:
+        deadline = time.monotonic() + 10  # FindCoordinator first, as clients do (it creates __consumer_offsets)
+        while raw.request(10, 3, FindCoordinatorRequest(key=group, key_type=0)).error_code:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        r = raw.request(68, 1, ConsumerGroupHeartbeatRequest(
+            group_id=group, member_id=uuid.uuid4().hex, member_epoch=0, rebalance_timeout_ms=10_000,
+            subscribed_topic_names=[topic], topic_partitions=[]))
+        assert (r.error_code, r.heartbeat_interval_ms) == (0, 700)
+        raw.request(68, 1, ConsumerGroupHeartbeatRequest(group_id=group, member_id=r.member_id, member_epoch=-1))
+    alter(ConfigEntry("consumer.heartbeat.interval.ms", None, incremental_operation=AlterConfigOpType.DELETE))
+    assert describe_configs()["consumer.heartbeat.interval.ms"].value == "1000"

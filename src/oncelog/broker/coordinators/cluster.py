@@ -67,7 +67,8 @@ class ClusterCoordinators:
             cfg, clock, self.txn_log, self.channel, ProducerIdManager.from_allocator(node.store.allocate_producer_ids))
         self._groups = build_group_coordinator(cfg, clock, self.offsets_log, self._partition_exists,
                                                lambda: self._txn.coordinator, clustered=True,
-                                               topics=ClusterTopicImage(lambda: node.view.topics))
+                                               topics=ClusterTopicImage(lambda: node.view.topics),
+                                               store=ctx.security_store)
         self.txn = self._txn.coordinator
         self.groups = self._groups.coordinator
         self.loads = 0  # partitions loaded (both coordinators), for metrics and tests

@@ -27,6 +27,9 @@ from oncelog.coordinator.group.config import GroupConfig
 from oncelog.coordinator.group.coordinator import GroupCoordinator
 from oncelog.coordinator.group.topic_image import TopicImage, TopicInfo
 from oncelog.protocol.errors import ErrorCode
+from oncelog.security.store import SecurityStore
+
+from ..group_configs import GroupOverrides
 
 from .internal_log import InternalTopicLog
 from .single_node import LoadOnFirstUse
@@ -130,7 +133,8 @@ class ClusterTopicImage:
 def build_group_coordinator(cfg: BrokerConfig, clock: Clock, offsets_log: InternalTopicLog,
                             partition_exists: Callable[[str, int], bool],
                             transactions: Callable[[], TransactionCoordinator | None],
-                            clustered: bool, topics: TopicImage | None = None) -> GroupCoordinatorHandle:
+                            clustered: bool, topics: TopicImage | None = None,
+                            store: SecurityStore | None = None) -> GroupCoordinatorHandle:
     """The coordinator over ``offsets_log`` with its timer driver (armed by :meth:`GroupCoordinatorHandle.start`);
     no partition loaded yet. ``transactions`` gives this broker's transaction coordinator (None while it is not
     loaded), ``clustered`` whether a transaction's coordinator may be on another broker."""
@@ -149,7 +153,8 @@ def build_group_coordinator(cfg: BrokerConfig, clock: Clock, offsets_log: Intern
 
     coordinator = GroupCoordinator(offsets_log, offsets_log.num_partitions, clock, group_config(cfg),
                                    partition_exists=partition_exists, verify_transaction=verify_transaction,
-                                   write_timeout_ms=cfg.offsets_commit_timeout_ms, topics=topics)
+                                   write_timeout_ms=cfg.offsets_commit_timeout_ms, topics=topics,
+                                   group_overrides=GroupOverrides(store))
     # at most GROUP_TIMER_MAX_WAIT_MS between two looks at the clock, as Kafka's SystemTimer reaper advances its wheel
     # every 200 ms: deadlines are on the broker's clock, the event loop's timer on the process's monotonic one, so a
     # step of the broker's clock (a VM resumed, a test's skew) is noticed within that time, not a session later
@@ -160,8 +165,8 @@ def build_group_coordinator(cfg: BrokerConfig, clock: Clock, offsets_log: Intern
 
 
 async def start_single_node_groups(cfg: BrokerConfig, clock: Clock, topics: TopicRegistry, epoch: int,
-                                   transactions: Callable[[], TransactionCoordinator | None]
-                                   ) -> GroupCoordinatorHandle:
+                                   transactions: Callable[[], TransactionCoordinator | None],
+                                   store: SecurityStore | None = None) -> GroupCoordinatorHandle:
     """A single node: it leads every ``__consumer_offsets`` partition, at the epoch of this start. The partitions are
     loaded now when the topic exists, else on first use (``handle.first_use``, as Kafka creates the topic on the
     first FindCoordinator for a group). Returns the started handle."""
@@ -176,7 +181,7 @@ async def start_single_node_groups(cfg: BrokerConfig, clock: Clock, topics: Topi
         return view is not None and 0 <= partition < len(view.partitions)
 
     handle = build_group_coordinator(cfg, clock, offsets_log, partition_exists, transactions, clustered=False,
-                                     topics=RegistryTopicImage(topics))
+                                     topics=RegistryTopicImage(topics), store=store)
     coordinator = handle.coordinator
     handle.first_use = LoadOnFirstUse(offsets_log, epoch, coordinator.load)
     if handle.first_use.exists:
