@@ -317,10 +317,12 @@ def test_exactly_once_copy(cbroker: BrokerProcess, tmp_path: Path, client: str, 
     run_copy(cbroker, tmp_path, client, in_parts, out_parts)
 
 
-def test_exactly_once_copy_with_the_consumer_group_protocol(cbroker: BrokerProcess, tmp_path: Path) -> None:
-    """The same copy with librdkafka copiers in a KIP-848 consumer group (group.protocol=consumer): their
-    transactional offset commits carry member epochs, and members SIGKILLed and restarted rejoin it."""
-    run_copy(cbroker, tmp_path, "confluent", 2, 3, extra=("--group-protocol", "consumer"))
+@pytest.mark.parametrize("client", ["confluent", "oncelog"])
+def test_exactly_once_copy_with_the_consumer_group_protocol(cbroker: BrokerProcess, tmp_path: Path,
+                                                            client: str) -> None:
+    """The same copy with copiers in a KIP-848 consumer group (group.protocol=consumer; librdkafka's or oncelog's
+    client): their transactional offset commits carry member epochs, and members SIGKILLed and restarted rejoin."""
+    run_copy(cbroker, tmp_path, client, 2, 3, extra=("--group-protocol", "consumer"))
 
 
 # ------------------------------------------------------------------------------------------------ kill burst

@@ -77,24 +77,34 @@ def produce(bootstrap: str, topic: str, start: int, n: int) -> None:
     assert p.flush(20) == 0
 
 
-def consumer(bootstrap: str, group: str, **extra: Any) -> Consumer:
+def consumer(bootstrap: str, group: str, client: str = "confluent", **extra: Any) -> Any:
+    """A consumer of the KIP-848 protocol: confluent-kafka's, or oncelog's own client (its drop-in)."""
     conf = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
-            "auto.offset.reset": "earliest", "enable.auto.commit": False, "topic.metadata.refresh.interval.ms": 1000}
+            "auto.offset.reset": "earliest", "enable.auto.commit": False}
+    if client == "confluent":
+        conf["topic.metadata.refresh.interval.ms"] = 1000
     conf.update(extra)
+    if client == "oncelog":
+        from oncelog.client import Consumer as NativeConsumer
+
+        return NativeConsumer(conf)
     return Consumer(conf)
+
+
+CLIENTS = pytest.mark.parametrize("client", ["confluent", "oncelog"])
 
 
 class Member:
     """A consumer polled in its own thread; it commits every record it reads and logs its rebalance callbacks."""
 
-    def __init__(self, c: Consumer, name: str, seen: list[int]) -> None:
+    def __init__(self, c: Any, name: str, seen: list[int]) -> None:
         self.c, self.name, self.seen = c, name, seen
         self.assigned: set[tuple[str, int]] = set()
         self.events: list[tuple[str, set[tuple[str, int]]]] = []  # ("assign" | "revoke" | "lost", partitions)
 
     def subscribe(self, topics: list[str]) -> None:
-        def cb(kind: str) -> Callable[[Consumer, list[TopicPartition]], None]:
-            def on(_c: Consumer, parts: list[TopicPartition]) -> None:
+        def cb(kind: str) -> Callable[[Any, list[TopicPartition]], None]:
+            def on(_c: Any, parts: list[TopicPartition]) -> None:
                 self.events.append((kind, {(p.topic, p.partition) for p in parts}))
             return on
         self.c.subscribe(topics, on_assign=cb("assign"), on_revoke=cb("revoke"), on_lost=cb("lost"))
@@ -159,7 +169,10 @@ def test_apiversions_serves_the_protocol_and_group_version(kbroker: BrokerProces
 
 CHILD = textwrap.dedent("""
     import sys
-    from confluent_kafka import Consumer
+    if sys.argv[4] == "oncelog":
+        from oncelog.client import Consumer
+    else:
+        from confluent_kafka import Consumer
     c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], "group.protocol": "consumer",
                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
     c.subscribe([sys.argv[3]])
@@ -172,19 +185,20 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def test_join_leave_and_crash_move_only_what_must_move(kbroker: BrokerProcess) -> None:
+@CLIENTS
+def test_join_leave_and_crash_move_only_what_must_move(kbroker: BrokerProcess, client: str) -> None:
     bs = kbroker.bootstrap
     topic = f"kip848-{uuid.uuid4().hex[:8]}"
     group = f"g-{topic}"
     make_topic(bs, topic)
     produce(bs, topic, 0, 300)
     seen: list[int] = []
-    m0 = Member(consumer(bs, group), "m0", seen)
+    m0 = Member(consumer(bs, group, client), "m0", seen)
     m0.subscribe([topic])
     poll_until([m0], lambda: len(m0.assigned) == PARTITIONS and len(seen) >= 300)
     first = set(m0.assigned)
     # a second member joins: m0 gives up half, incrementally (no revocation of what it keeps)
-    m1 = Member(consumer(bs, group), "m1", seen)
+    m1 = Member(consumer(bs, group, client), "m1", seen)
     m1.subscribe([topic])
     produce(bs, topic, 300, 300)
     poll_until([m0, m1], lambda: split([m0, m1], topic) and len(seen) >= 600)
@@ -200,7 +214,7 @@ def test_join_leave_and_crash_move_only_what_must_move(kbroker: BrokerProcess) -
     poll_until([m0], lambda: len(m0.assigned) == PARTITIONS and len(seen) >= 900)
     assert sorted(seen) == list(range(900)), "a record was consumed twice or lost"
     # a member in another process is SIGKILLed: its partitions come back once its session expires
-    child = subprocess.Popen([sys.executable, "-c", CHILD, bs, group, topic], stdout=subprocess.PIPE)
+    child = subprocess.Popen([sys.executable, "-c", CHILD, bs, group, topic, client], stdout=subprocess.PIPE)
     lines: list[bytes] = []
     threading.Thread(target=lambda: lines.extend(child.stdout or []), daemon=True).start()
     try:
@@ -218,14 +232,15 @@ def test_join_leave_and_crash_move_only_what_must_move(kbroker: BrokerProcess) -
     m0.c.close()
 
 
-def test_commits_are_checked_against_the_member_epoch(kbroker: BrokerProcess) -> None:
+@CLIENTS
+def test_commits_are_checked_against_the_member_epoch(kbroker: BrokerProcess, client: str) -> None:
     bs = kbroker.bootstrap
     topic = f"kip848-{uuid.uuid4().hex[:8]}"
     group = f"g-{topic}"
     make_topic(bs, topic, 1)
     produce(bs, topic, 0, 10)
     seen: list[int] = []
-    m = Member(consumer(bs, group), "m", seen)
+    m = Member(consumer(bs, group, client), "m", seen)
     m.subscribe([topic])
     poll_until([m], lambda: len(seen) >= 10)
     d = describe(bs, group)
@@ -242,19 +257,25 @@ def test_commits_are_checked_against_the_member_epoch(kbroker: BrokerProcess) ->
     assert commit(9, epoch, "someone-else") == ErrorCode.UNKNOWN_MEMBER_ID
     assert commit(8, epoch) == ErrorCode.UNSUPPORTED_VERSION  # KIP-848 members commit with v9+
     assert commit(9, epoch) == ErrorCode.NONE
-    committed = m.c.committed([TopicPartition(topic, 0)], timeout=10)
+    if client == "oncelog":
+        from oncelog.client import TopicPartition as NativeTopicPartition
+
+        committed = m.c.committed([NativeTopicPartition(topic, 0)], timeout=10)
+    else:
+        committed = m.c.committed([TopicPartition(topic, 0)], timeout=10)
     assert committed[0].offset == 3
     m.c.close()
     # the group is Empty: a commit without a member is an admin's, and allowed
     assert commit(9, -1, "") == ErrorCode.NONE
 
 
-def test_regex_subscription_is_resolved_by_the_broker(kbroker: BrokerProcess) -> None:
+@CLIENTS
+def test_regex_subscription_is_resolved_by_the_broker(kbroker: BrokerProcess, client: str) -> None:
     bs = kbroker.bootstrap
     base = f"rx{uuid.uuid4().hex[:6]}"
     for name in (f"{base}-a", f"{base}-b", f"other-{base}"):
         make_topic(bs, name, 2)
-    m = Member(consumer(bs, f"g-{base}"), "m", [])
+    m = Member(consumer(bs, f"g-{base}", client), "m", [])
     m.subscribe([f"^{base}-.*"])
     want = {(f"{base}-{x}", p) for x in "ab" for p in range(2)}
     poll_until([m], lambda: m.assigned == want)
@@ -266,13 +287,14 @@ def test_regex_subscription_is_resolved_by_the_broker(kbroker: BrokerProcess) ->
     m.c.close()
 
 
-def test_static_member_returns_to_its_partitions_without_a_rebalance(kbroker: BrokerProcess) -> None:
+@CLIENTS
+def test_static_member_returns_to_its_partitions_without_a_rebalance(kbroker: BrokerProcess, client: str) -> None:
     bs = kbroker.bootstrap
     topic = f"kip848-{uuid.uuid4().hex[:8]}"
     group = f"g-{topic}"
     make_topic(bs, topic)
-    a = Member(consumer(bs, group, **{"group.instance.id": "a"}), "a", [])
-    b = Member(consumer(bs, group, **{"group.instance.id": "b"}), "b", [])
+    a = Member(consumer(bs, group, client, **{"group.instance.id": "a"}), "a", [])
+    b = Member(consumer(bs, group, client, **{"group.instance.id": "b"}), "b", [])
     for m in (a, b):
         m.subscribe([topic])
     poll_until([a, b], lambda: split([a, b], topic) and describe(bs, group).group_state == "Stable")
@@ -280,7 +302,7 @@ def test_static_member_returns_to_its_partitions_without_a_rebalance(kbroker: Br
     b_events = len(b.events)
     a.c.close()  # a static member leaves for a while (epoch -2): it keeps its place and partitions
     assert describe(bs, group).group_epoch == epoch
-    back = Member(consumer(bs, group, **{"group.instance.id": "a"}), "a2", [])
+    back = Member(consumer(bs, group, client, **{"group.instance.id": "a"}), "a2", [])
     back.subscribe([topic])
     poll_until([back, b], lambda: back.assigned == mine)
     d = describe(bs, group)
