@@ -226,14 +226,15 @@ def group_committed(bootstrap: str, group: str, topic: str, partitions: int) -> 
 
 
 def run_copy(broker: BrokerProcess, tmp: Path, client: str, in_parts: int, out_parts: int,
-             replication: int = 1, extra: tuple[str, ...] = ()) -> None:
+             replication: int = 1, extra: tuple[str, ...] = (), run: str | None = None) -> None:
     """``broker``: what the chaos kills once and restarts (a broker, or in the cluster tests one broker of a
-    cluster, ``replication`` being the topics' replication factor there); ``extra``: the copiers' own options."""
+    cluster, ``replication`` being the topics' replication factor there); ``extra``: the copiers' own options;
+    ``run``: the name of the topics and the group (the test's own on a shared cluster)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     seed = int(os.environ.get("EOS_SEED", int.from_bytes(os.urandom(4), "big")))
     rnd = random.Random(seed)
-    run = f"copy-{client}-{in_parts}to{out_parts}"
+    run = run or f"copy-{client}-{in_parts}to{out_parts}"
     in_topic, out_topic = f"{run}-in", f"{run}-out"
     boot = broker.bootstrap
     admin = AdminClient({"bootstrap.servers": boot})
