@@ -226,7 +226,8 @@ def group_committed(bootstrap: str, group: str, topic: str, partitions: int) -> 
 
 
 def run_copy(broker: BrokerProcess, tmp: Path, client: str, in_parts: int, out_parts: int,
-             replication: int = 1, extra: tuple[str, ...] = (), run: str | None = None) -> None:
+             replication: int = 1, extra: tuple[str, ...] = (), run: str | None = None,
+             chaos_seconds: float = CHAOS_SECONDS) -> None:
     """``broker``: what the chaos kills once and restarts (a broker, or in the cluster tests one broker of a
     cluster, ``replication`` being the topics' replication factor there); ``extra``: the copiers' own options;
     ``run``: the name of the topics and the group (the test's own on a shared cluster)."""
@@ -251,11 +252,11 @@ def run_copy(broker: BrokerProcess, tmp: Path, client: str, in_parts: int, out_p
     t0 = time.monotonic()
     for n in names:
         copiers.start(n)
-    broker_kill_at = t0 + rnd.uniform(0.35, 0.65) * CHAOS_SECONDS
+    broker_kill_at = t0 + rnd.uniform(0.35, 0.65) * chaos_seconds
     broker_killed = False
     events: list[str] = []
     next_kill = t0 + rnd.uniform(3, 7)
-    while time.monotonic() < t0 + CHAOS_SECONDS:
+    while time.monotonic() < t0 + chaos_seconds:
         time.sleep(0.2)
         copiers.revive()
         now = time.monotonic()
@@ -323,7 +324,7 @@ def test_exactly_once_copy_with_the_consumer_group_protocol(cbroker: BrokerProce
                                                             client: str) -> None:
     """The same copy with copiers in a KIP-848 consumer group (group.protocol=consumer; librdkafka's or oncelog's
     client): their transactional offset commits carry member epochs, and members SIGKILLed and restarted rejoin."""
-    run_copy(cbroker, tmp_path, client, 2, 3, extra=("--group-protocol", "consumer"))
+    run_copy(cbroker, tmp_path, client, 2, 3, extra=("--group-protocol", "consumer"), chaos_seconds=30)
 
 
 # ------------------------------------------------------------------------------------------------ kill burst

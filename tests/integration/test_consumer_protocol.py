@@ -281,6 +281,9 @@ def test_regex_subscription_is_resolved_by_the_broker(kbroker: BrokerProcess, cl
     poll_until([m], lambda: m.assigned == want)
     d = describe(bs, f"g-{base}")
     assert d.members[0].subscribed_topic_regex == f"(^{base}-.*)"
+    if client == "oncelog":  # the rest is the broker's doing, the same whatever the client: once is enough
+        m.c.close()
+        return
     # a topic created later is matched at the next refresh of the group's regexes (at most every 10 s)
     make_topic(bs, f"{base}-c", 1)
     poll_until([m], lambda: m.assigned == want | {(f"{base}-c", 0)}, timeout=25)

@@ -306,7 +306,7 @@ def _group_for_join(mgr: ConsumerGroupManager, group_id: str, create: bool, reco
         return group
     classic = mgr.classic_groups.get(group_id)
     if classic is not None and classic.state.display_name != "Dead":
-        if create and not classic.members and not classic.pending_members:
+        if create and not classic.members:  # Empty (a member id handed out but not joined yet does not count)
             from .records import group_tombstone  # the classic group's record (a cycle at import time otherwise)
 
             records.append(group_tombstone(group_id))
