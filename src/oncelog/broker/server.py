@@ -228,7 +228,7 @@ class Broker:
             self._single_node_coordinators.append(txn)
             context.txn_coordinator = txn.coordinator
             groups = await start_single_node_groups(cfg, self.clock, self._topics, epoch,
-                                                    lambda: context.txn_coordinator)
+                                                    lambda: context.txn_coordinator, context.security_store)
             self._single_node_coordinators.append(groups)
             context.group_coordinator = groups.coordinator
             assert groups.first_use is not None and txn.first_use is not None
