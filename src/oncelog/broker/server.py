@@ -29,14 +29,9 @@ from .acceptor import Acceptor
 from .config import BrokerConfig
 from .connection import Connection
 from .connection_quotas import ConnectionQuotas
-from .context import GROUP, TRANSACTION, BrokerContext
-from .coordinators.groups import GroupCoordinatorHandle, start_single_node_groups
+from .context import BrokerContext
+from .coordinators.local import SingleNodeCoordinators
 from .coordinators.markers import LocalMarkerWriter
-from .coordinators.transactions import (
-    TransactionCoordinatorHandle,
-    next_coordinator_epoch,
-    start_single_node_transactions,
-)
 from .durability import GroupCommitFlusher
 from .metrics import BrokerMetrics
 from .partition import Partition
@@ -132,7 +127,7 @@ class Broker:
         self._context: BrokerContext | None = None
         self.cluster: ClusterNode | None = None  # in a cluster (config.metadata set)
         self.cluster_coordinators: ClusterCoordinators | None = None  # in a cluster: they follow leadership
-        self._single_node_coordinators: list[TransactionCoordinatorHandle | GroupCoordinatorHandle] = []
+        self._single_node_coordinators: SingleNodeCoordinators | None = None
         self._cluster_security: ClusterSecurityStore | None = None
         self.replicas: ReplicaManagerLike | None = None
         self._sock: socket.socket | None = None  # the bound port until the listener takes it
@@ -199,17 +194,10 @@ class Broker:
         self.metrics.watch_partitions(self._topics)
         self.metrics.watch_flusher(self.flusher)
         self.flusher.start()
-        if self.cluster is None:
-            epoch = next_coordinator_epoch(cfg.data_dir)
-            txn = await start_single_node_transactions(cfg, self.clock, self._topics, writer, epoch, self.spawn)
-            self._single_node_coordinators.append(txn)
-            context.txn_coordinator = txn.coordinator
-            groups = await start_single_node_groups(cfg, self.clock, self._topics, epoch,
-                                                    lambda: context.txn_coordinator)
-            self._single_node_coordinators.append(groups)
-            context.group_coordinator = groups.coordinator
-            assert groups.first_use is not None and txn.first_use is not None
-            context.internal_topics = {GROUP: groups.first_use, TRANSACTION: txn.first_use}
+        if self.cluster is None:  # loaded now if the folder holds their topics, else built on first use
+            self._single_node_coordinators = SingleNodeCoordinators(cfg, self.clock, self._topics, writer, context,
+                                                                    self.spawn)
+            await self._single_node_coordinators.start()
         else:
             from .cluster.topic_admin import AutoCreator
             from .coordinators.cluster import ClusterCoordinators
@@ -315,12 +303,14 @@ class Broker:
 
     async def _cleaner_loop(self) -> None:
         """Compact partitions of compacted topics, one log at a time, in a worker thread."""
-        from oncelog.storage.cleaner import LogCleaner
-
-        cleaner = LogCleaner()
         interval = max(self.config.log_cleaner_backoff_ms, 100) / 1000
+        cleaner = None
         while True:
             await asyncio.sleep(interval)
+            if cleaner is None:  # imported after the first wait: not in the way of the first requests
+                from oncelog.storage.cleaner import LogCleaner
+
+                cleaner = LogCleaner()
             for p in self.topics.all_partitions():
                 now = self.clock.wall_ms()
                 plog = None if p.deleted or self.logs is None else self.logs.get_log(p.topic, p.index)
@@ -380,8 +370,9 @@ class Broker:
                 await task
         if self._context is not None:
             self._context.group_coordinator = self._context.txn_coordinator = None
-        while self._single_node_coordinators:  # groups first: they may wait on the transaction coordinator
-            await self._single_node_coordinators.pop().close()
+        if self._single_node_coordinators is not None:
+            await self._single_node_coordinators.close()
+            self._single_node_coordinators = None
         if self.cluster_coordinators is not None:
             await self.cluster_coordinators.close()
             self.cluster_coordinators = None

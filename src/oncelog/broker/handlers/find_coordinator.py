@@ -125,6 +125,7 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
     keys = list(request.coordinator_keys) if ctx.api_version >= 4 else [request.key]
     if broker.cluster is not None:
         return _answer_in_cluster(broker, ctx, request.key_type, keys)
+    broker.load_coordinators()  # a fresh single node builds its coordinators on the first request for one
     first_use = broker.internal_topics.get(request.key_type)
     if first_use is not None and not first_use.loaded and any(_check(request.key_type, k) is None for k in keys):
         return _answer_once_loaded(broker, ctx, request.key_type, keys)
