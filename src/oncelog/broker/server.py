@@ -15,6 +15,7 @@ import contextlib
 import errno
 import io
 import logging
+import os
 import signal
 import socket
 from collections.abc import Coroutine
@@ -33,6 +34,7 @@ from .context import BrokerContext
 from .coordinators.local import SingleNodeCoordinators
 from .coordinators.markers import LocalMarkerWriter
 from .durability import GroupCommitFlusher
+from .faults import CONTROL_ENV, FaultInjector, serve_control
 from .metrics import BrokerMetrics
 from .partition import Partition
 from .quota_manager import ClientQuotaManager
@@ -116,6 +118,8 @@ class Broker:
         self.metrics = BrokerMetrics()
         self.router = Router.with_all_handlers()
         self.connections: set[Connection] = set()
+        self.faults = FaultInjector(self.router, self._close_connections)  # tests' faults on demand (faults.py)
+        self._control: asyncio.AbstractServer | None = None  # the faults' control channel, when a test asks
         self.durable_per_append = config.log_flush_interval_messages <= 1
         self.flusher = GroupCommitFlusher(self._on_durable)
         self.logs: LogManager | None = None
@@ -229,6 +233,8 @@ class Broker:
                                   lambda: Connection(context, self.router, self.connections))
         self._acceptor.start(backlog=1024)
         self._sock = None
+        if os.environ.get(CONTROL_ENV):  # started by a test harness (oncelog.testing): its faults' control channel
+            self._control = await serve_control(Path(os.environ[CONTROL_ENV]), self.faults)
         if self.cluster is not None:
             self.cluster.start_controller()
         self._background.append(loop.create_task(self._retention_loop(), name="retention"))
@@ -334,6 +340,13 @@ class Broker:
                 if p.log.durable_offset < p.log_end_offset:
                     self.flusher.mark_dirty(p)
 
+    def _close_connections(self) -> int:
+        """Close every client connection (a fault a test asks for); how many were open."""
+        open_ = list(self.connections)
+        for conn in open_:
+            conn.close(None)
+        return len(open_)
+
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> "asyncio.Task[Any]":
         """Run a background job for the broker's lifetime (cancelled at stop)."""
         task = asyncio.get_running_loop().create_task(coro, name=name)
@@ -346,9 +359,11 @@ class Broker:
     def request_stop(self) -> None:
         self._stopped.set()
 
-    async def stop(self) -> None:
+    async def stop(self, clean: bool = True) -> None:
         """Clean shutdown: stop accepting, finish flushing, close segments, write the clean-shutdown marker. In a
-        cluster, first a controlled shutdown (leadership moves away while this broker still serves), then leave."""
+        cluster, first a controlled shutdown (leadership moves away while this broker still serves), then leave.
+        ``clean=False`` (a test harness's crash of a broker in its own process): the files are closed as a SIGKILL
+        leaves them, without a flush, checkpoint or marker (``LogManager.abandon``)."""
         if self.cluster is not None:
             registered = self.cluster.registration is not None
             await self.cluster.leave(controlled=registered and self.config.controlled_shutdown_enable)
@@ -356,6 +371,10 @@ class Broker:
         if self.replicas is not None:
             await self.replicas.stop()
             self.replicas = None
+        if self._control is not None:
+            self._control.close()
+            self._control = None
+        self.faults.clear()
         if self._acceptor is not None:
             self._acceptor.close()
         if self._sock is not None:
@@ -384,8 +403,8 @@ class Broker:
             self._context.txn_verifier = None
         await self.flusher.close()
         if self.logs is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self.logs.close)
-            log.info("oncelog broker stopped cleanly")
+            await asyncio.get_running_loop().run_in_executor(None, self.logs.close if clean else self.logs.abandon)
+            log.info("oncelog broker stopped %s", "cleanly" if clean else "as if killed (no clean-shutdown marker)")
 
 
 async def _main(config: BrokerConfig) -> None:

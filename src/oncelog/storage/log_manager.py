@@ -295,6 +295,21 @@ class LogManager:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
                 os.close(self._lock_fd)
 
+    def abandon(self) -> None:
+        """Close every file as a crash would leave them: no flush, no checkpoint, no clean-shutdown marker, so the
+        next open recovers the logs as after a SIGKILL (what was written stays, as the page cache keeps it). For a
+        test harness that crashes a broker inside its own process."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            try:
+                for plog in self._logs.values():
+                    plog.close_without_flush()
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                os.close(self._lock_fd)
+
     def __repr__(self) -> str:
         return f"LogManager({self.data_dir}, {len(self.catalog.topics())} topic(s), {len(self._logs)} log(s))"
 
