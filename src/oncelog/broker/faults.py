@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -80,10 +81,9 @@ def _api_name(key: int) -> str:
 
 # ------------------------------------------------------------------------------------------------ error responses
 def _classes(api_key: int, *names: str) -> list[Any]:
-    module = kapi.response_class(api_key).__module__
-    import sys
-
-    return [getattr(sys.modules[module], n) for n in names]
+    """Classes of the response codec of ``api_key`` (imported with it)."""
+    module = sys.modules[kapi.response_class(api_key).__module__]
+    return [getattr(module, n) for n in names]
 
 
 def _produce(req: Any, code: int, version: int) -> Any:
@@ -134,10 +134,13 @@ def _find_coordinator(req: Any, code: int, version: int) -> Any:
 
 
 def _offset_fetch(req: Any, code: int, version: int) -> Any:
-    resp, group = _classes(9, "OffsetFetchResponse", "OffsetFetchResponseGroup")
+    resp, group, topic, part = _classes(9, "OffsetFetchResponse", "OffsetFetchResponseGroup",
+                                        "OffsetFetchResponseTopic", "OffsetFetchResponsePartition")
     if version >= 8:
         return resp(groups=[group(group_id=g.group_id, error_code=code) for g in req.groups])
-    return resp(error_code=code)
+    topics = [topic(name=t.name, partitions=[part(partition_index=p, committed_offset=-1, error_code=code)
+                                             for p in t.partition_indexes]) for t in req.topics or ()]
+    return resp(error_code=code, topics=topics)  # the top-level error from v2, each partition's before
 
 
 def _create_topics(req: Any, code: int, version: int) -> Any:
@@ -157,10 +160,9 @@ _BUILDERS: dict[int, Callable[[Any, int, int], Any]] = {
     19: _create_topics, 20: _delete_topics, 24: _add_partitions,
     28: lambda req, code, version: _offset_commit(req, code, version, api_key=28),
 }
-#: APIs whose response carries the request's error in one top-level ``error_code`` (JoinGroup, SyncGroup,
-#: Heartbeat, LeaveGroup, InitProducerId, AddOffsetsToTxn, EndTxn, ListGroups, DescribeCluster, ...): found in
-#: the generated response class
-_TOP_LEVEL = "error_code"
+#: APIs whose response carries the request's error in one top-level ``error_code`` at every version the broker
+#: serves (tests/unit/broker/test_fault_responses.py round-trips each)
+_TOP_LEVEL = frozenset({11, 12, 13, 14, 16, 18, 22, 25, 26, 45, 46, 47, 48, 60, 66})
 
 
 def error_response(api_key: int, version: int, request: Any, code: int) -> Any:
@@ -168,22 +170,17 @@ def error_response(api_key: int, version: int, request: Any, code: int) -> Any:
     builder = _BUILDERS.get(api_key)
     if builder is not None:
         return builder(request, code, version)
-    cls = kapi.response_class(api_key)
-    if _TOP_LEVEL not in getattr(cls, "__dataclass_fields__", {}):
-        raise FaultError(f"cannot answer {_api_name(api_key)} with an error: its errors are per item; fail() "
-                         f"answers {', '.join(sorted(failable()))}")
-    return cls(**{_TOP_LEVEL: code})
+    if api_key not in _TOP_LEVEL:
+        raise FaultError(f"cannot answer {_api_name(api_key)} with an error; fail() answers "
+                         f"{', '.join(sorted(failable()))}")
+    response: Any = kapi.response_class(api_key)()
+    response.error_code = code
+    return response
 
 
 def failable() -> list[str]:
     """Kafka names of the APIs :meth:`FaultInjector.fail` can answer with an error."""
-    from .handlers import HANDLERS
-
-    out = []
-    for key, *_ in HANDLERS:
-        if key in _BUILDERS or _TOP_LEVEL in getattr(kapi.response_class(key), "__dataclass_fields__", {}):
-            out.append(_api_name(key))
-    return out
+    return [_api_name(key) for key in sorted({*_BUILDERS, *_TOP_LEVEL})]
 
 
 # ------------------------------------------------------------------------------------------------------ rules
@@ -222,7 +219,7 @@ class FaultInjector:
 
     def fail(self, api: str | int, error: str | int, times: int | None = 1) -> Rule:
         key, code = api_key_of(api), error_code_of(error)
-        if key not in _BUILDERS and _TOP_LEVEL not in getattr(kapi.response_class(key), "__dataclass_fields__", {}):
+        if key not in _BUILDERS and key not in _TOP_LEVEL:
             error_response(key, 0, None, code)  # raises the FaultError that says which APIs can fail
         return self._add(Rule("fail", "", key, REQUEST, error=code, times=times))
 
@@ -257,6 +254,8 @@ class FaultInjector:
                 rule = self.fail(args.pop("api"), args.pop("error"), **args)
             elif op == "clear":
                 return {"ok": True, "cleared": self.clear(args.get("api"))}
+            elif op == "isolate":
+                return {"ok": True, "rules": len([self.drop(key) for key in sorted(self.router.routes)])}
             elif op == "close_connections":
                 return {"ok": True, "closed": self.close_connections()}
             elif op == "rules":

@@ -73,6 +73,11 @@ class BrokerFaults:
         cleared: int = self._fault(op="clear", api=api)["cleared"]
         return cleared
 
+    def isolate(self) -> None:
+        """Every request of every API is dropped (``drop`` for each): nobody gets an answer from this broker, as
+        across a network partition, until :meth:`clear_faults`."""
+        self._fault(op="isolate")
+
     def close_connections(self) -> int:
         """Close every client connection now (the broker keeps running); how many were open."""
         closed: int = self._fault(op="close_connections")["closed"]

@@ -242,7 +242,9 @@ class KafkaCluster:
 
     ``kill(node)`` SIGKILLs one broker (its partitions' leadership moves to the others once etcd's lease of it
     expires, ``broker.session.timeout.ms``); ``restart(node)`` starts it again on its data folder; ``stop(node)``
-    shuts it down cleanly (a controlled shutdown moves leadership first); ``pause(node, seconds)`` SIGSTOPs it.
+    shuts it down cleanly (a controlled shutdown moves leadership first); ``pause(node, seconds)`` SIGSTOPs it;
+    ``partition(node)`` cuts it from etcd and makes it answer nobody (``ClusterProcess.partition``), ``heal(node)``
+    undoes that.
     ``broker(node)`` is its :class:`~oncelog.testing.broker_process.BrokerProcess` (faults on demand, as on a single
     broker). After the test every broker runs again, unpaused and without faults."""
 
@@ -276,6 +278,28 @@ class KafkaCluster:
     def resume(self, node: int) -> None:
         self.cluster.brokers[node].resume()
 
+    def partition(self, node: int) -> None:
+        self.cluster.partition(node)
+
+    def heal(self, node: int | None = None) -> None:
+        """Undo the partition of ``node``; with None: every broker running, unpaused, unpartitioned, no faults."""
+        if node is not None:
+            self.cluster.heal(node)
+            return
+        for n, b in self.cluster.brokers.items():
+            if b.paused:
+                b.resume()
+            if not b.alive():
+                self.cluster.start_broker(n)
+            self.cluster.heal(n)
+        nodes = set(self.cluster.brokers)
+        self.cluster.wait_for(lambda v: nodes <= set(v.brokers), 60, "every broker registered again")
+
+    def assert_exactly_once(self, topic: str, expected: Any, **kwargs: Any) -> list[Any]:
+        from .assertions import assert_exactly_once
+
+        return assert_exactly_once(self.bootstrap, topic, expected, **kwargs)
+
     def leaders(self, topic: str) -> dict[int, int]:
         """partition -> the node leading it, as the cluster's metadata in etcd says."""
         return self.cluster.leaders(topic)
@@ -293,15 +317,6 @@ class KafkaCluster:
     def transactional_id(self, name: str = "txn") -> str:
         return f"{self.prefix}.{name}"
 
-    def heal(self) -> None:
-        for node, b in self.cluster.brokers.items():
-            if b.paused:
-                b.resume()
-            if not b.alive():
-                self.cluster.start_broker(node)
-            else:
-                b.clear_faults()
-
 
 @pytest.fixture(scope="session")
 def kafka_session_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -314,7 +329,7 @@ def kafka_session_cluster(request: pytest.FixtureRequest, tmp_path_factory: pyte
     except EtcdUnavailable as e:
         pytest.skip(f"kafka_cluster needs etcd: {e}")
     cluster = ClusterProcess(tmp_path_factory.mktemp("kafka-cluster"), 3, settings=_ini_settings(request.config),
-                             cluster_name=f"test-{uuid.uuid4().hex[:6]}", new_session=True)
+                             cluster_name=f"test-{uuid.uuid4().hex[:6]}", new_session=True, etcd_proxies=True)
     cluster.start()
     yield cluster
     cluster.stop()
