@@ -42,6 +42,10 @@ if TYPE_CHECKING:
 __all__ = ["KafkaBroker", "KafkaCluster"]
 
 MARKER = "kafka_settings"
+#: settings every broker of the plugin starts with (the ini file, the marker and the factory's arguments win):
+#: groups form at once, as Kafka's own config/server.properties sets it for development and tests (Kafka's
+#: default, 3 s, waits for more members before the first assignment)
+DEFAULTS: dict[str, object] = {"group.initial.rebalance.delay.ms": 0}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -156,6 +160,7 @@ class KafkaBroker:
 
 def _start(settings: Mapping[str, object], *, in_process: bool, memory: bool, data_dir: Path | None = None,
            port: int | None = None, log_dir: Path | None = None) -> Handle:
+    settings = {**DEFAULTS, **settings}
     if in_process:
         from .inprocess import InProcessBroker
 
@@ -328,7 +333,8 @@ def kafka_session_cluster(request: pytest.FixtureRequest, tmp_path_factory: pyte
         find_etcd()
     except EtcdUnavailable as e:
         pytest.skip(f"kafka_cluster needs etcd: {e}")
-    cluster = ClusterProcess(tmp_path_factory.mktemp("kafka-cluster"), 3, settings=_ini_settings(request.config),
+    cluster = ClusterProcess(tmp_path_factory.mktemp("kafka-cluster"), 3,
+                             settings={**DEFAULTS, **_ini_settings(request.config)},
                              cluster_name=f"test-{uuid.uuid4().hex[:6]}", new_session=True, etcd_proxies=True)
     cluster.start()
     yield cluster
