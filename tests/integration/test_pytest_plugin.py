@@ -1,5 +1,6 @@
 """The pytest plugin as a user meets it: a project's tests run by pytest in a folder of their own, with the plugin's
-fixtures and nothing else of this repository (``examples/pytest-kafka`` is the fuller one, run from the wheel)."""
+fixtures and nothing else of this repository (``examples/pytest-kafka`` is the fuller one, run from the wheel); the
+first test of docs/testing-your-code.md among them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+
+from doc_blocks import block
 
 USER_TESTS = '''
 import asyncio
@@ -99,6 +102,7 @@ def project(tmp_path: Path) -> Path:
     (tmp_path / "pytest.ini").write_text("[pytest]\nasyncio_mode = strict\nasyncio_default_fixture_loop_scope = "
                                          "function\n")
     (tmp_path / "test_app.py").write_text(USER_TESTS)
+    (tmp_path / "test_doc.py").write_text(block("plugin-first-test"))  # docs/testing-your-code.md, as written
     (tmp_path / "out").mkdir()
     return tmp_path
 
@@ -107,7 +111,7 @@ def test_fixtures_under_xdist_each_worker_its_own_broker(project: Path) -> None:
     r = _pytest(project, "-n", "2", env={"PLUGIN_TEST_OUT": str(project / "out"),
                                          "ONCELOG_ETCD_BIN": str(project / "no-etcd")})
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "6 passed, 1 skipped" in r.stdout, r.stdout
+    assert "7 passed, 1 skipped" in r.stdout, r.stdout
     assert "kafka_cluster needs etcd:" in r.stdout  # the one-line reason of the skip
     seen = {f.name.split("-")[0]: set(f.read_text().split()) for f in (project / "out").glob("*-bootstrap")}
     topics = [line for f in (project / "out").glob("*-topic") for line in f.read_text().split()]
