@@ -3,6 +3,7 @@
 
     python bench/cluster_bench.py                        # 3 rounds, 300k x 100 B, 5 failovers of each kind
     python bench/cluster_bench.py --rounds 5 --messages 500000 --failovers 10 --json out.json
+    python bench/cluster_bench.py --sections txn --txn-rounds 3          # transactions only, RF=3 vs one broker
 
 One cluster (etcd + 3 oncelog brokers on 127.0.0.1, default settings but the replication factors) serves every
 round. Throughput rounds alternate RF=1 and RF=3 (a fresh 3-partition topic each, ``acks=all``, confluent-kafka, the
@@ -18,12 +19,24 @@ Failover, with default broker settings (``broker.session.timeout.ms``, ``replica
   ``__transaction_state`` partition is SIGKILLed; the time is from the kill to the first ``commit_transaction``
   that returns after it (through the new coordinator, which loaded the partition).
 
+Transactions (``--txn-rounds``, against the cluster at RF=3 and, in the same run, a single broker with default
+settings started next to it; rounds alternate between the two, a fresh topic and transactional id each, so the
+coordinator lands on a different broker from round to round):
+
+- **throughput**: ``--transactions`` transactions of 10 records of ``--value-size`` B (``acks=all``, idempotent,
+  ``linger.ms=5``), records round-robin over the topic's 3 partitions (at RF=3 one leader on each broker: every
+  transaction verifies its writes with the coordinator, and sends markers to three leaders); txn/s.
+- **latency**: ``--txn-latency-samples`` one-record transactions per round (``linger.ms=35``, as librdkafka's test
+  ``0055_producer_latency``): delivery (``produce()`` to the delivery callback) and ``commit_transaction()``, p50 /
+  p99 / max over every round's samples, and how many deliveries took over 100 ms (linger + 65 ms).
+
 Memory (``--memory``): the resident set size of each broker process when idle, after a topic of 1,000 partitions
 (replication factor 3) is created, and after 10,000 idempotent producer ids have each written one record (to
 partition ``id % 1000``): what a broker holds per partition (segment and index files are mapped, not read in) and per
 producer id (one entry in the partition's producer state, forgotten after ``producer.id.expiration.ms``).
 
-Output: a markdown table (medians with min-max) and the exact command; ``--json`` writes every sample.
+``--sections`` runs a subset (``throughput,latency,failover,txn``; all by default). Output: a markdown table
+(medians with min-max) and the exact command; ``--json`` writes every sample.
 """
 
 from __future__ import annotations
@@ -46,10 +59,15 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.coordinator.transaction.partitioner import partition_for
+from oncelog.testing.broker_process import BrokerProcess
 from oncelog.testing.cluster import ClusterProcess
 
 PARTITIONS = 3
 TXN_TOPIC = "__transaction_state"
+SECTIONS = ("throughput", "latency", "failover", "txn")
+TXN_RECORDS = 10  # per transaction, in the throughput rounds
+TXN_LINGER_MS = 35  # the latency rounds' linger.ms (librdkafka's 0055_producer_latency)
+SLOW_DELIVERY_MS = 100  # a delivery over this (linger + 65 ms) is counted
 
 
 def log(msg: str) -> None:
@@ -223,6 +241,77 @@ def time_kill(cluster: ClusterProcess, victim: int, stamps: list[float], work: C
     return after[0] - killed
 
 
+def txn_throughput(boot: str, topic: str, transactions: int, size: int, txn_id: str) -> float:
+    """Transactions of ``TXN_RECORDS`` records, round-robin over the topic's partitions: txn/s."""
+    p = Producer(producer_conf(boot, **{"transactional.id": txn_id, "enable.idempotence": True}))
+    p.init_transactions(60)
+    value = b"x" * size
+    p.begin_transaction()  # warm-up, not timed: coordinator lookup, connections to every leader
+    for i in range(PARTITIONS):
+        p.produce(topic, value, partition=i)
+    p.commit_transaction(60)
+    t0 = time.perf_counter()
+    for _ in range(transactions):
+        p.begin_transaction()
+        for i in range(TXN_RECORDS):
+            p.produce(topic, value, partition=i % PARTITIONS)
+        p.commit_transaction(60)  # raises if a record was not delivered
+    return transactions / (time.perf_counter() - t0)
+
+
+def txn_latency(boot: str, topic: str, samples: int, txn_id: str) -> tuple[list[float], list[float]]:
+    """One-record transactions to partition 0: (delivery ms, commit_transaction() ms) of each."""
+    p = Producer({"bootstrap.servers": boot, "transactional.id": txn_id, "linger.ms": TXN_LINGER_MS})
+    p.init_transactions(60)
+    delivery: list[float] = []
+    commit: list[float] = []
+    for i in range(samples + 5):  # 5 warm-up transactions
+        got: list[tuple[Any, float]] = []
+        p.begin_transaction()
+        t0 = time.perf_counter()
+        p.produce(topic, b"x" * 100, partition=0,
+                  on_delivery=lambda err, _m: got.append((err, time.perf_counter())))
+        while not got:
+            p.poll(0.05)
+        if got[0][0] is not None:
+            raise RuntimeError(f"transaction {i}: delivery failed: {got[0][0]}")
+        t1 = time.perf_counter()
+        p.commit_transaction(60)
+        if i >= 5:
+            delivery.append((got[0][1] - t0) * 1000)
+            commit.append((time.perf_counter() - t1) * 1000)
+    return delivery, commit
+
+
+def pcts(xs: list[float]) -> str:
+    """p50 / p99 / max of millisecond samples."""
+    if not xs:
+        return "-"
+    s = sorted(xs)
+    return f"{s[len(s) // 2]:.1f} / {s[min(len(s) - 1, int(len(s) * 0.99))]:.1f} / {s[-1]:.1f}"
+
+
+def txn_rounds(cluster: ClusterProcess, single: BrokerProcess, rounds: int, transactions: int, size: int,
+               latency_samples: int, samples: dict[str, list[float]]) -> None:
+    """Transaction rounds alternating between the cluster (RF=3, min ISR 2) and the single broker."""
+    for r in range(rounds):
+        for kind in ("rf3", "single") if r % 2 == 0 else ("single", "rf3"):
+            boot = cluster.bootstrap if kind == "rf3" else single.bootstrap
+            topic, txn_id = f"bench-txn-{kind}-{r}", f"bench-txn-{kind}-{r}-{uuid.uuid4().hex[:6]}"
+            if kind == "rf3":
+                create(boot, topic, PARTITIONS, 3, {"min.insync.replicas": "2"})
+                wait_isr(cluster, topic)
+            else:
+                create(boot, topic, PARTITIONS, 1)
+            rate = txn_throughput(boot, topic, transactions, size, txn_id + "-tput")
+            delivery, commit = txn_latency(boot, topic, latency_samples, txn_id + "-lat")
+            samples[f"txn_s_{kind}"].append(rate)
+            samples[f"txn_delivery_ms_{kind}"] += delivery
+            samples[f"txn_commit_ms_{kind}"] += commit
+            log(f"txn round {r} {kind}: {rate:,.0f} txn/s; one-record transactions: delivery {pcts(delivery)}, "
+                f"commit {pcts(commit)} ms (p50 / p99 / max)")
+
+
 def rss_mb(cluster: ClusterProcess) -> dict[int, float]:
     """Resident set size of each broker process, MB (from /proc)."""
     out = {}
@@ -297,21 +386,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--value-size", type=int, default=100)
     ap.add_argument("--latency-samples", type=int, default=2000)
     ap.add_argument("--failovers", type=int, default=5)
+    ap.add_argument("--txn-rounds", type=int, default=3, help="transaction rounds per side (RF=3, single broker)")
+    ap.add_argument("--transactions", type=int, default=500, help="transactions of 10 records per round")
+    ap.add_argument("--txn-latency-samples", type=int, default=200, help="one-record transactions per round")
+    ap.add_argument("--sections", default=",".join(SECTIONS), help=f"a subset of {','.join(SECTIONS)}")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--memory", action="store_true", help="also measure RSS with 1,000 partitions and 10,000 "
                     "producer ids (after the other rounds)")
     a = ap.parse_args(argv)
+    sections = {x.strip() for x in a.sections.split(",") if x.strip()}
+    if not sections <= set(SECTIONS):
+        ap.error(f"--sections: unknown {', '.join(sorted(sections - set(SECTIONS)))}; choose from {', '.join(SECTIONS)}")
 
     base = Path(tempfile.mkdtemp(prefix="oncelog-cluster-bench-"))
     cluster = ClusterProcess(base, 3, cluster_name=f"bench-{uuid.uuid4().hex[:6]}")
     cluster.start()
-    samples: dict[str, list[float]] = {k: [] for k in ("produce_rf1", "produce_rf3", "consume_rf1", "consume_rf3",
-                                                       "leader_failover_s", "coordinator_failover_s")}
+    single: BrokerProcess | None = None
+    samples: dict[str, list[float]] = {k: [] for k in (
+        "produce_rf1", "produce_rf3", "consume_rf1", "consume_rf3", "leader_failover_s", "coordinator_failover_s",
+        *(f"{m}_{kind}" for m in ("txn_s", "txn_delivery_ms", "txn_commit_ms") for kind in ("rf3", "single")))}
     lat: dict[str, float] = {}
     mem: dict[str, dict[int, float]] = {}
     try:
         boot = cluster.bootstrap
-        for r in range(a.rounds):
+        for r in range(a.rounds if "throughput" in sections else 0):
             for rf in (1, 3) if r % 2 == 0 else (3, 1):
                 topic = f"bench-rf{rf}-{r}"
                 create(boot, topic, PARTITIONS, rf, {"min.insync.replicas": "2"} if rf == 3 else None)
@@ -321,43 +419,75 @@ def main(argv: list[str] | None = None) -> int:
                 crate = consume_round(boot, topic, a.messages)
                 samples[f"consume_rf{rf}"].append(crate)
                 log(f"round {r} RF={rf}: produce {rate:,.0f} msg/s, consume {crate:,.0f} msg/s")
-        create(boot, "bench-latency", PARTITIONS, 3, {"min.insync.replicas": "2"})
-        wait_isr(cluster, "bench-latency")
-        lat = latency(boot, "bench-latency", a.latency_samples)
-        log(f"latency RF=3: {lat}")
-        create(boot, "bench-failover", 1, 3, {"min.insync.replicas": "2"})
-        wait_isr(cluster, "bench-failover")
-        for i in range(a.failovers):
-            s = leader_failover(cluster, "bench-failover")
-            samples["leader_failover_s"].append(s)
-            log(f"leader failover {i}: {s:.2f} s")
-        for i in range(a.failovers):
-            s = coordinator_failover(cluster, "bench-failover", f"bench-txn-{i}")
-            samples["coordinator_failover_s"].append(s)
-            log(f"coordinator failover {i}: {s:.2f} s")
+        if "latency" in sections:
+            create(boot, "bench-latency", PARTITIONS, 3, {"min.insync.replicas": "2"})
+            wait_isr(cluster, "bench-latency")
+            lat = latency(boot, "bench-latency", a.latency_samples)
+            log(f"latency RF=3: {lat}")
+        if "txn" in sections and a.txn_rounds > 0:
+            single = BrokerProcess(base / "single", log_path=base / "single.log").start(60)
+            txn_rounds(cluster, single, a.txn_rounds, a.transactions, a.value_size, a.txn_latency_samples, samples)
+            single.stop()
+        if "failover" in sections:
+            create(boot, "bench-failover", 1, 3, {"min.insync.replicas": "2"})
+            wait_isr(cluster, "bench-failover")
+            for i in range(a.failovers):
+                s = leader_failover(cluster, "bench-failover")
+                samples["leader_failover_s"].append(s)
+                log(f"leader failover {i}: {s:.2f} s")
+            for i in range(a.failovers):
+                s = coordinator_failover(cluster, "bench-failover", f"bench-txn-{i}")
+                samples["coordinator_failover_s"].append(s)
+                log(f"coordinator failover {i}: {s:.2f} s")
         if a.memory:
             mem = memory(cluster)
             log(f"RSS MB per broker: {mem}")
     finally:
+        if single is not None and single.alive():
+            single.stop()
         cluster.stop()
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                          cwd=Path(__file__).resolve().parent).stdout.strip()
-    ratio = statistics.median(samples["produce_rf3"]) / statistics.median(samples["produce_rf1"])
-    rows = [
-        ("produce acks=all, RF=1, msg/s", spread(samples["produce_rf1"], digits=0)),
-        ("produce acks=all, RF=3 (min ISR 2), msg/s", spread(samples["produce_rf3"], digits=0)),
-        ("RF=3 / RF=1 produce", f"{ratio:.2f}x"),
-        ("consume, RF=1, msg/s", spread(samples["consume_rf1"], digits=0)),
-        ("consume, RF=3, msg/s", spread(samples["consume_rf3"], digits=0)),
-        ("latency RF=3 p50 / p99 / max, ms", f"{lat['p50_ms']:.2f} / {lat['p99_ms']:.2f} / {lat['max_ms']:.2f}"),
-        ("leader failover (SIGKILL -> first ack), s", spread(samples["leader_failover_s"])),
-        ("coordinator failover (SIGKILL -> first commit), s", spread(samples["coordinator_failover_s"])),
-    ]
+    rows: list[tuple[str, str]] = []
+    if samples["produce_rf1"] and samples["produce_rf3"]:
+        ratio = statistics.median(samples["produce_rf3"]) / statistics.median(samples["produce_rf1"])
+        rows += [
+            ("produce acks=all, RF=1, msg/s", spread(samples["produce_rf1"], digits=0)),
+            ("produce acks=all, RF=3 (min ISR 2), msg/s", spread(samples["produce_rf3"], digits=0)),
+            ("RF=3 / RF=1 produce", f"{ratio:.2f}x"),
+            ("consume, RF=1, msg/s", spread(samples["consume_rf1"], digits=0)),
+            ("consume, RF=3, msg/s", spread(samples["consume_rf3"], digits=0)),
+        ]
+    if lat:
+        rows.append(("latency RF=3 p50 / p99 / max, ms",
+                     f"{lat['p50_ms']:.2f} / {lat['p99_ms']:.2f} / {lat['max_ms']:.2f}"))
+    if samples["txn_s_rf3"] and samples["txn_s_single"]:
+        ratio = statistics.median(samples["txn_s_rf3"]) / statistics.median(samples["txn_s_single"])
+        rows += [
+            (f"transactions of {TXN_RECORDS} records over {PARTITIONS} partitions, RF=3 (min ISR 2), txn/s",
+             spread(samples["txn_s_rf3"], digits=0)),
+            (f"transactions of {TXN_RECORDS} records, single broker, txn/s", spread(samples["txn_s_single"], digits=0)),
+            ("RF=3 / single broker transactions", f"{ratio:.2f}x"),
+        ]
+        for kind, name in (("rf3", "RF=3"), ("single", "single broker")):
+            delivery = samples[f"txn_delivery_ms_{kind}"]
+            slow = sum(1 for d in delivery if d > SLOW_DELIVERY_MS)
+            rows += [
+                (f"one-record transaction (linger.ms={TXN_LINGER_MS}), delivery p50 / p99 / max, ms, {name}",
+                 f"{pcts(delivery)} ({slow} of {len(delivery)} over {SLOW_DELIVERY_MS} ms)"),
+                (f"commit_transaction() p50 / p99 / max, ms, {name}", pcts(samples[f"txn_commit_ms_{kind}"])),
+            ]
+    if samples["leader_failover_s"]:
+        rows += [
+            ("leader failover (SIGKILL -> first ack), s", spread(samples["leader_failover_s"])),
+            ("coordinator failover (SIGKILL -> first commit), s", spread(samples["coordinator_failover_s"])),
+        ]
     for stage, per_broker in mem.items():
         rows.append((f"RSS per broker, {stage.replace('_', ' ')}, MB",
                      " / ".join(f"{v:.0f}" for _, v in sorted(per_broker.items()))))
     cmd = "python bench/cluster_bench.py " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:]))
-    print(f"\n`{cmd.strip()}` (git {rev}, {a.rounds} rounds of {a.messages} x {a.value_size} B, medians with min-max)\n")
+    print(f"\n`{cmd.strip()}` (git {rev}, {a.rounds} rounds of {a.messages} x {a.value_size} B, {a.txn_rounds} "
+          f"transaction rounds of {a.transactions} + {a.txn_latency_samples}, medians with min-max)\n")
     print("| measure | value |\n|---|---|")
     for name, value in rows:
         print(f"| {name} | {value} |")

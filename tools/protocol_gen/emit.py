@@ -111,6 +111,9 @@ class ModuleGen:
             L.append(f"{ind}pos += {size}")
         elif t in ("string", "records") and flex:
             L.extend(self._inline_uvarint("_n", ind, path))
+            if t == "string":  # Kafka's codecs refuse a string over 32767 bytes (MessageDataGenerator)
+                L.append(f"{ind}    if _n > 32768:")
+                L.append(f"{ind}        raise _string_too_long(_n - 1)  # @{path}")
             L.append(f"{ind}if _n == 0:")
             L.append(f"{ind}    {target} = None" if nul else f"{ind}    raise _null_error()  # @{path}")
             L.append(f"{ind}else:")
@@ -386,6 +389,7 @@ class ModuleGen:
             "    null_error as _null_error,\n"
             "    skip_tagged as _skip_tagged,\n"
             "    too_long as _too_long,\n"
+            "    string_too_long as _string_too_long,\n"
             "    tagged_header as _tagged_header,\n"
             "    uvarint_cont as _uvarint_cont,\n"
             "    w_uvarint as _w_uvarint,\n"

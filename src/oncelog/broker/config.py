@@ -30,144 +30,33 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ALIASES", "BrokerConfig", "ConfigEntry", "ConfigError", "DEFAULT_CONFIG", "Endpoint", "SETTINGS",
-           "STATIC_BROKER_CONFIG", "Setting", "TOPIC_DEFAULTS", "reference_markdown"]
+from .config_values import (
+    Check,
+    _authorizer,
+    _bool,
+    _cluster_name,
+    _int,
+    _listen,
+    _metadata,
+    _overrides,
+    _path,
+    _policy,
+    _rack,
+    _str,
+    _super_users,
+    at_least,
+    one_of,
+)
+from .listeners import Endpoint, Listeners, parse_listeners, parse_port
+from .security_checks import check_inter_broker, check_listeners
+from .security_settings import SECURITY_ROWS, SecuritySettings, listener_key, parse_protocol_map
+
+__all__ = ["ALIASES", "BrokerConfig", "ConfigEntry", "ConfigError", "DEFAULT_CONFIG", "Endpoint", "Listeners",
+           "SETTINGS", "STATIC_BROKER_CONFIG", "Setting", "TOPIC_DEFAULTS", "reference_markdown"]
 
 
 class ConfigError(ValueError):
     """A broker setting is unknown or has a bad value (the message names it as the user gave it)."""
-
-
-# ---------------------------------------------------------------------------------------------- values
-def _bool(v: Any) -> bool:
-    if isinstance(v, bool):
-        return v
-    s = str(v).strip().lower()
-    if s in ("true", "1", "yes", "on"):
-        return True
-    if s in ("false", "0", "no", "off"):
-        return False
-    raise ValueError("expected true or false")
-
-
-def _int(v: Any) -> int:
-    if isinstance(v, bool):
-        raise ValueError("expected an integer")
-    if isinstance(v, int):
-        return v
-    try:
-        return int(str(v).strip())
-    except ValueError:
-        raise ValueError("expected an integer") from None
-
-
-def _str(v: Any) -> str:
-    if isinstance(v, (dict, list, bool)):
-        raise ValueError("expected a string")
-    return str(v).strip()
-
-
-def _path(v: Any) -> Path:
-    dirs = [d.strip() for d in _str(v).split(",") if d.strip()]
-    if not dirs:
-        raise ValueError("expected a folder")
-    if len(dirs) > 1:
-        raise ValueError("oncelog keeps every partition in one folder: give one path")
-    return Path(dirs[0])
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """One listener: ``PLAINTEXT://HOST:PORT`` (``HOST:PORT`` is accepted too; an empty host means every
-    interface, as in Kafka)."""
-
-    host: str
-    port: int
-    name: str = "PLAINTEXT"
-
-    def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.name}://{host}:{self.port}"
-
-    @staticmethod
-    def parse(v: Any) -> Endpoint:
-        s = _str(v)
-        items = [x.strip() for x in s.split(",") if x.strip()]
-        if len(items) != 1:
-            raise ValueError("expected one listener such as PLAINTEXT://127.0.0.1:9092 (oncelog serves one "
-                             "listener)")
-        scheme, sep, rest = items[0].rpartition("://")
-        if not sep:
-            scheme, rest = "PLAINTEXT", items[0]
-        if scheme.upper() != "PLAINTEXT":
-            raise ValueError(f"listener {scheme}:// is not supported: oncelog speaks PLAINTEXT only (no TLS or "
-                             f"SASL yet)")
-        host, sep, port = rest.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ValueError("expected PLAINTEXT://HOST:PORT, e.g. PLAINTEXT://127.0.0.1:9092")
-        return Endpoint(host.strip("[]"), _port(port))
-
-
-def _port(v: Any) -> int:
-    p = _int(v)
-    if not 0 <= p <= 65535:
-        raise ValueError("a port is 0-65535")
-    return p
-
-
-# ---------------------------------------------------------------------------------------------- checks
-Check = Callable[[Any], str | None]
-
-
-def at_least(n: int) -> Check:
-    return lambda v: None if v >= n else f"must be at least {n}"
-
-
-def one_of(*options: str) -> Check:
-    return lambda v: None if v in options else f"must be one of {', '.join(options)}"
-
-
-def _policy(v: str) -> str | None:
-    parts = [p.strip() for p in v.split(",") if p.strip()]
-    bad = [p for p in parts if p not in ("delete", "compact")]
-    return "must be delete, compact or delete,compact" if bad or not parts else None
-
-
-def _listen(v: str) -> str | None:
-    if not v:
-        return None
-    host, sep, port = v.rpartition(":")
-    return None if sep and port.isdigit() and 0 <= int(port) <= 65535 else "expected HOST:PORT (empty: off)"
-
-
-def _overrides(v: str) -> str | None:
-    from .connection_quotas import parse_overrides
-
-    try:
-        parse_overrides(v)
-    except ValueError as e:
-        return str(e)
-    return None
-
-
-def _metadata(v: Any) -> str:
-    s = _str(v)
-    if s:
-        from oncelog.cluster.metadata import parse_endpoints
-
-        parse_endpoints(s)  # ValueError names the bad endpoint
-    return s
-
-
-def _cluster_name(v: Any) -> str:
-    s = _str(v)
-    if not s or "/" in s:
-        raise ValueError("a cluster name is non-empty and has no '/'")
-    return s
-
-
-def _rack(v: Any) -> str | None:
-    return _str(v) or None
 
 
 # ---------------------------------------------------------------------------------------------- table
@@ -201,12 +90,13 @@ _WEEK_MS = 7 * 24 * _HOUR_MS
 
 
 @dataclass
-class BrokerConfig:
-    """Every broker setting as a typed attribute; :data:`SETTINGS` maps Kafka's names onto these."""
+class BrokerConfig(SecuritySettings):
+    """Every broker setting as a typed attribute; :data:`SETTINGS` maps Kafka's names onto these (the security
+    settings' attributes are :class:`~oncelog.broker.security_settings.SecuritySettings`')."""
 
     data_dir: Path = Path("./data")
-    listener: Endpoint = Endpoint("127.0.0.1", 9092)
-    advertised_listener: Endpoint | None = None
+    listeners: Listeners = Listeners((Endpoint("127.0.0.1", 9092),))
+    advertised_listeners: Listeners | None = None
     node_id: int = 0
     metrics_listen: str = ""
 
@@ -276,6 +166,10 @@ class BrokerConfig:
     leader_imbalance_per_broker_percentage: int = 10
     controlled_shutdown_enable: bool = True
 
+    authorizer_class_name: str = ""  # empty: no authorization (Kafka's default)
+    super_users: str = ""
+    allow_everyone_if_no_acl_found: bool = False
+
     #: Kafka names of the settings given at start (by any of their names): DescribeConfigs' STATIC_BROKER_CONFIG
     given: set[str] = field(default_factory=set)
 
@@ -284,7 +178,12 @@ class BrokerConfig:
         """True when the broker is one of a cluster whose metadata lives in etcd (``metadata`` is set)."""
         return bool(self.metadata)
 
-    # -------------------------------------------------------------- the listener, as the rest of the broker uses it
+    # -------------------------------------------------------------- the listeners, as the rest of the broker uses them
+    @property
+    def listener(self) -> Endpoint:
+        """The first listener (``--listen`` sets it; the one a single node's clients are told of by default)."""
+        return self.listeners[0]
+
     @property
     def host(self) -> str:
         return self.listener.host
@@ -296,13 +195,33 @@ class BrokerConfig:
     @port.setter
     def port(self, value: int) -> None:
         """The port actually bound (a listener on port 0 gets one from the kernel)."""
-        self.listener = Endpoint(self.listener.host, value, self.listener.name)
+        self.bound(self.listener.name, value)
+
+    def bound(self, name: str, port: int) -> None:
+        """Listener ``name`` is bound to ``port`` (port 0 in the settings: the kernel chose it)."""
+        self.listeners = Listeners(Endpoint(e.host, port, e.name) if e.name == name else e for e in self.listeners)
 
     @property
     def advertised(self) -> tuple[str, int]:
         """(host, port) clients are told to connect to: ``advertised.listeners``, else ``listeners``."""
-        ep = self.advertised_listener or self.listener
-        return ep.host or socket.gethostname(), ep.port or self.listener.port
+        return self.advertised_for(self.listener.name)
+
+    def advertised_for(self, name: str) -> tuple[str, int]:
+        """(host, port) of listener ``name`` as clients and other brokers are told: its entry of
+        ``advertised.listeners``, else of ``listeners``."""
+        bound = self.listeners.named(name) or self.listener
+        ep = (self.advertised_listeners.named(name) if self.advertised_listeners else None) or bound
+        return ep.host or socket.gethostname(), ep.port or bound.port
+
+    def protocol_of(self, name: str) -> str:
+        """The security protocol of listener ``name`` (``listener.security.protocol.map``)."""
+        return parse_protocol_map(self.listener_security_protocol_map).get(name, name)
+
+    @property
+    def inter_broker_listener(self) -> str:
+        """The listener other brokers connect to: ``inter.broker.listener.name``, else the one named as
+        ``security.inter.broker.protocol`` (Kafka's ``KafkaConfig.interBrokerListenerName``)."""
+        return self.inter_broker_listener_name or self.security_inter_broker_protocol
 
     def topic_defaults(self) -> dict[str, str]:
         """Topic config defaults from the broker's settings (``segment.bytes`` from ``log.segment.bytes`` ...)."""
@@ -313,6 +232,9 @@ class BrokerConfig:
         """Set one setting by any of its names (``log.segment.bytes``, ``log.retention.hours``, ``broker.id``)."""
         alias = ALIASES.get(key)
         setting = SETTINGS.get(alias.target if alias else key)
+        if setting is None and listener_key(key) is not None:
+            self._set_listener_setting(key, value)
+            return
         if setting is None:
             raise ConfigError(f"unknown broker setting {key!r}{_did_you_mean(key)}; docs/settings.md lists "
                               f"every setting")
@@ -332,11 +254,28 @@ class BrokerConfig:
         setattr(self, setting.attr, parsed)
         self.given.add(setting.key)
 
-    def _with_part(self, setting: Setting, part: str, value: Any) -> Endpoint:
-        current = getattr(self, setting.attr) or self.listener
+    def _set_listener_setting(self, key: str, value: Any) -> None:
+        """``listener.name.<l>.[<mech>.]<setting>``: checked as ``<setting>`` is, kept in ``listener_settings``."""
+        _, base, _ = listener_key(key) or ("", key, None)
+        setting = SETTINGS[base]
+        try:
+            parsed = setting.parse(value)
+            if setting.check is not None and (err := setting.check(parsed)) is not None:
+                raise ValueError(err)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"bad value {_show(value) if setting.type != 'PASSWORD' else '(hidden)'} for broker "
+                              f"setting {key!r}: {e}") from None
+        self.listener_settings = {**self.listener_settings, key: _kafka_str(parsed)}
+        self.given.add(key)
+
+    def _with_part(self, setting: Setting, part: str, value: Any) -> Listeners:
+        current = getattr(self, setting.attr) or self.listeners
+        first = current[0]
         if part == "host":
-            return Endpoint(_str(value), current.port, current.name)
-        return Endpoint(current.host, _port(value), current.name)
+            first = Endpoint(_str(value), first.port, first.name)
+        else:
+            first = Endpoint(first.host, parse_port(value), first.name)
+        return Listeners((first, *current[1:]))
 
     def apply(self, values: Mapping[str, Any]) -> None:
         """Set many settings; aliases first, so a setting given under its own name wins over an alias of it."""
@@ -352,12 +291,15 @@ class BrokerConfig:
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ConfigError(f"group.min.session.timeout.ms ({self.group_min_session_timeout_ms}) is above "
                               f"group.max.session.timeout.ms ({self.group_max_session_timeout_ms})")
-        adv = self.advertised_listener
-        if (adv or self.listener).host in ("0.0.0.0", "::") and (adv is not None or "listeners" in self.given):
-            raise ConfigError(
-                f"{'advertised.listeners' if adv else 'listeners'} binds {(adv or self.listener).host}, which clients "
-                f"cannot connect to; set advertised.listeners to an address they can reach, e.g. "
-                f"PLAINTEXT://broker1.example.com:{self.listener.port}")
+        if (err := check_listeners(self)) is not None:
+            raise ConfigError(err)
+        for ep in self.listeners:
+            adv = self.advertised_listeners.named(ep.name) if self.advertised_listeners else None
+            if (adv or ep).host in ("0.0.0.0", "::") and (adv is not None or "listeners" in self.given):
+                raise ConfigError(
+                    f"{'advertised.listeners' if adv else 'listeners'} binds {(adv or ep).host}, which clients "
+                    f"cannot connect to; set advertised.listeners to an address they can reach, e.g. "
+                    f"{ep.name}://broker1.example.com:{ep.port}")
         if not self.cluster_mode:
             if self.default_replication_factor != 1:
                 raise ConfigError(
@@ -376,11 +318,14 @@ class BrokerConfig:
             raise ConfigError(
                 f"replica.socket.timeout.ms ({self.replica_socket_timeout_ms}) must be at least "
                 f"replica.fetch.wait.max.ms ({self.replica_fetch_wait_max_ms}), or every idle replica fetch times out")
-        if self.advertised[0] in ("0.0.0.0", "::"):
-            raise ConfigError(
-                f"the other brokers and clients cannot connect to {self.advertised[0]}: set advertised.listeners to "
-                f"an address of this machine they can reach, e.g. PLAINTEXT://broker1.example.com:"
-                f"{self.listener.port}")
+        if (err := check_inter_broker(self)) is not None:
+            raise ConfigError(err)
+        for ep in self.listeners:
+            if self.advertised_for(ep.name)[0] in ("0.0.0.0", "::"):
+                raise ConfigError(
+                    f"the other brokers and clients cannot connect to {self.advertised_for(ep.name)[0]}: set "
+                    f"advertised.listeners to an address of this machine they can reach, e.g. "
+                    f"{ep.name}://broker1.example.com:{ep.port}")
 
     @classmethod
     def load(cls, path: Path | None = None, overrides: Mapping[str, Any] | None = None) -> BrokerConfig:
@@ -416,6 +361,9 @@ class BrokerConfig:
                 out.append(ConfigEntry(a.name, _kafka_str(scaled), source, s.type,
                                        f"{s.key} in {'hours' if a.scale == _HOUR_MS else 'minutes'}"
                                        if a.scale != 1 else s.doc))
+        for key, value in sorted(self.listener_settings.items()):  # listener.name.<l>.<setting>, as given
+            base = SETTINGS[(listener_key(key) or ("", key, None))[1]]
+            out.append(ConfigEntry(key, value, STATIC_BROKER_CONFIG, base.type, base.doc))
         return out
 
     def describe(self) -> dict[str, Any]:
@@ -472,10 +420,12 @@ _SETTINGS: list[Setting] = [
     # -- where and who
     Setting("log.dirs", "data_dir", "LIST", _path, "Folder holding every partition log and the broker's state "
             "(one folder; `--data-dir`)."),
-    Setting("listeners", "listener", "LIST", Endpoint.parse, "Where the broker accepts clients: "
-            "`PLAINTEXT://HOST:PORT` (`--listen HOST:PORT`); port 0 takes a free one."),
-    Setting("advertised.listeners", "advertised_listener", "LIST", Endpoint.parse, "The address clients are told "
-            "to connect to (Metadata, FindCoordinator); default: `listeners`."),
+    Setting("listeners", "listeners", "LIST", parse_listeners, "Where the broker accepts clients: "
+            "`NAME://HOST:PORT,...`, one per listener (`--listen HOST:PORT`: one PLAINTEXT listener); port 0 takes "
+            "a free one. docs/security.md: TLS and SASL listeners."),
+    Setting("advertised.listeners", "advertised_listeners", "LIST", parse_listeners, "The address of each "
+            "listener that clients and other brokers are told to connect to (Metadata, FindCoordinator); "
+            "default: `listeners`."),
     Setting("node.id", "node_id", "INT", _int, "This broker's id (`--node-id`; must be given, and unique, in a "
             "cluster).", at_least(0)),
     Setting("metrics.listen", "metrics_listen", "STRING", _str, "`HOST:PORT` of the Prometheus `/metrics` "
@@ -617,6 +567,16 @@ _SETTINGS: list[Setting] = [
             "Leader imbalance a broker may have before the controller rebalances.", at_least(0)),
     Setting("controlled.shutdown.enable", "controlled_shutdown_enable", "BOOLEAN", _bool, "A broker stopping "
             "cleanly first moves its leaderships to other brokers."),
+    # -- authorization (docs/security.md)
+    Setting("authorizer.class.name", "authorizer_class_name", "STRING", _str, "Empty: every request is allowed. "
+            "`org.apache.kafka.metadata.authorizer.StandardAuthorizer` (or `kafka.security.authorizer.AclAuthorizer`):"
+            " requests are checked against the ACLs.", _authorizer),
+    Setting("super.users", "super_users", "LIST", _super_users, "Principals allowed everything, separated by `;` "
+            "(`User:admin;User:broker`)."),
+    Setting("allow.everyone.if.no.acl.found", "allow_everyone_if_no_acl_found", "BOOLEAN", _bool, "With an "
+            "authorizer: allow a request on a resource that has no ACL at all (else deny)."),
+    # -- security (docs/security.md)
+    *(Setting(*row) for row in SECURITY_ROWS),
 ]
 
 SETTINGS: dict[str, Setting] = {s.key: s for s in _SETTINGS}
@@ -653,7 +613,8 @@ TOPIC_DEFAULTS: dict[str, str] = {
     "min.insync.replicas": "min.insync.replicas",
 }
 
-assert {s.attr for s in _SETTINGS} | {"given"} == {f.name for f in fields(BrokerConfig)}, "setting table drift"
+assert {s.attr for s in _SETTINGS} | {"given", "listener_settings"} == {f.name for f in fields(BrokerConfig)}, \
+    "setting table drift"
 assert all(a.target in SETTINGS for a in _ALIAS_LIST)
 
 

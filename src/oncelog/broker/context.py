@@ -23,9 +23,11 @@ from oncelog.clock import Clock
 if TYPE_CHECKING:
     from oncelog.coordinator.group.coordinator import GroupCoordinator
     from oncelog.coordinator.transaction import TransactionCoordinator
+    from oncelog.security.authorizer import StandardAuthorizer
     from oncelog.security.store import SecurityStore
     from oncelog.storage import LogConfig
 
+    from .auth import BrokerAuth
     from .cluster.node import ClusterNode
     from .cluster.topic_admin import AutoCreator
     from .config import BrokerConfig
@@ -57,9 +59,11 @@ class BrokerContext:
     auto_creator: AutoCreator | None = None  # Metadata's auto-creation in a cluster
     txn_verifier: RemoteTxnVerifier | None = None  # in a cluster: KIP-890 checks with a coordinator elsewhere
     security_store: SecurityStore | None = None  # ACL, SCRAM and quota records (a file, or etcd in a cluster)
+    authorizer: StandardAuthorizer | None = None  # None: authorization off (no authorizer.class.name)
     #: a single node: the internal topic of each coordinator (GROUP, TRANSACTION), created on first use
     internal_topics: Mapping[int, LoadOnFirstUse] = field(default_factory=dict)
     quotas: ClientQuotaManager | None = None  # client quotas: the connection and the Fetch handler charge requests
+    auth: BrokerAuth | None = None  # the listeners' TLS and SASL, the credentials they check (auth.py)
     #: a single node on a fresh data folder: builds the coordinators (and sets the fields above) when a request
     #: first needs one (``coordinators/local.py``); None once called, and in a cluster
     coordinators_on_first_use: Callable[[], None] | None = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from .durability import GroupCommitFlusher
     from .topics import TopicRegistry
 
-__all__ = ["LATENCY_BUCKETS", "BrokerMetrics", "Count", "ErrorCounts"]
+__all__ = ["LATENCY_BUCKETS", "BrokerMetrics", "Count", "ErrorCounts", "LabelledCount"]
 
 LATENCY_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5)
 
@@ -40,6 +40,27 @@ class Count:
 
     def dec(self, amount: float = 1) -> None:
         self.value -= amount
+
+
+class LabelledCount:
+    """A counter with labels as plain numbers: ``labels(*values)`` is the :class:`Count` of those values, as
+    prometheus_client's ``Counter.labels`` (exported at scrape time as ``NAME_total``)."""
+
+    __slots__ = ("name", "documentation", "label_names", "children")
+
+    def __init__(self, name: str, documentation: str, label_names: Sequence[str]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.label_names = tuple(label_names)
+        self.children: dict[tuple[str, ...], Count] = {}
+
+    def labels(self, *values: str) -> Count:
+        child = self.children.get(values)
+        if child is None:
+            if len(values) != len(self.label_names):
+                raise ValueError(f"{self.name}: {len(self.label_names)} label values expected, got {values}")
+            child = self.children[values] = Count()
+        return child
 
 
 class RequestStats:
@@ -90,6 +111,11 @@ class BrokerMetrics:
         self.errors = ErrorCounts()
         self.topics_io: dict[str, tuple[Count, Count, Count]] = {}  # topic -> (bytes in, records in, bytes out)
         self.connections = Count()  # open client connections (a gauge)
+        self.counters: list[LabelledCount] = []  # labelled counters of the broker's parts (counter())
+        self.authorization_denials = self.counter("oncelog_authorization_denials", "Requests (or parts of them) "
+                                                  "refused by the authorizer", ("api", "operation"))
+        self.failed_authentications = self.counter("oncelog_failed_authentications", "Logins refused",
+                                                   ("listener", "mechanism"))
         self._pending: list[Callable[[Any], None]] = []  # registrations waiting for the registry
         self._registry: Any = None
 
@@ -115,6 +141,12 @@ class BrokerMetrics:
     def add_collector(self, collector: Any) -> None:
         """Export ``collector`` (an object with ``collect()``, as prometheus_client takes) with these metrics."""
         self._when_exported(lambda registry: registry.register(collector))
+
+    def counter(self, name: str, documentation: str, label_names: Sequence[str]) -> LabelledCount:
+        """A labelled counter exported with these metrics (``NAME_total``), as a plain number on the event loop."""
+        counter = LabelledCount(name, documentation, label_names)
+        self.counters.append(counter)
+        return counter
 
     def topic(self, topic: str) -> tuple[Count, Count, Count]:
         """(bytes in, records in, bytes out) counters of ``topic``: looked up once, not per request."""

@@ -105,6 +105,11 @@ class _BrokerCollector(Collector):
             for family, count in zip(families, counts3):
                 family.add_metric([topic], count.value, created=count.created)
         yield from families
+        for counter in list(m.counters):
+            family = CounterMetricFamily(counter.name, counter.documentation, labels=list(counter.label_names))
+            for values, count in list(counter.children.items()):
+                family.add_metric(list(values), count.value, created=count.created)
+            yield family
         connections = GaugeMetricFamily("oncelog_connections", "Open client connections")
         connections.add_metric([], m.connections.value)
         yield connections

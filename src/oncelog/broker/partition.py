@@ -165,7 +165,7 @@ class Partition:
 
     def _notify_if_advanced(self) -> None:
         if self.replicated:
-            self.maybe_advance_high_watermark()
+            self._increment_leader_high_watermark()
         hw = self.log.high_watermark
         if hw > self._notified_hw:
             self._notified_hw = hw
@@ -272,6 +272,14 @@ class Partition:
             host.write_isr_change(self, change)
 
     def maybe_advance_high_watermark(self) -> None:
+        """Leader: move the high watermark if the replicas allow it now (a new ISR or replica set, a follower's
+        broker that re-registered) and complete what waits on it: acks=all produces, coordinator writes and markers,
+        long-polling consumers (Kafka's ``tryCompleteDelayedRequests`` after ``maybeIncrementLeaderHW``). Without
+        the wake-up they would wait for the next follower fetch, up to ``replica.fetch.wait.max.ms`` when the
+        followers are parked."""
+        self._notify_if_advanced()
+
+    def _increment_leader_high_watermark(self) -> None:
         """Leader: HW = min end offset over the maximal ISR (Partition.maybeIncrementLeaderHW)."""
         lr, host = self.leader_replicas, self.host
         if lr is None or host is None or self.role is not Role.LEADER:

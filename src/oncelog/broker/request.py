@@ -41,4 +41,6 @@ class RequestContext:
         """The client's address without its port (what ACLs name as the host)."""
         host, sep, _ = self.peer.rpartition(":")
         host = host if sep else self.peer
-        return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+        host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+        # an IPv4 client of a dual-stack listener: its IPv4 address, as Java's InetAddress gives it to Kafka
+        return host[7:] if host.startswith("::ffff:") and "." in host else host

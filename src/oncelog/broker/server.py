@@ -23,10 +23,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from oncelog.clock import SYSTEM_CLOCK, Clock
+from oncelog.security.authorizer import StandardAuthorizer, parse_super_users
 from oncelog.security.store import FileSecurityStore, SecurityStoreError
+from oncelog.security.tls import TlsError
 from oncelog.storage import KafkaStorageError, LogConfig, LogManager
 
 from .acceptor import Acceptor
+from .auth import BrokerAuth
 from .config import BrokerConfig
 from .connection import Connection
 from .connection_quotas import ConnectionQuotas
@@ -124,7 +127,7 @@ class Broker:
         self.flusher = GroupCommitFlusher(self._on_durable)
         self.logs: LogManager | None = None
         self._topics: TopicRegistry | None = None
-        self._acceptor: Acceptor | None = None
+        self._acceptors: list[Acceptor] = []
         self._background: list[asyncio.Task[Any]] = []
         self._stopped = asyncio.Event()
         self.cluster_id = ""
@@ -134,7 +137,8 @@ class Broker:
         self._single_node_coordinators: SingleNodeCoordinators | None = None
         self._cluster_security: ClusterSecurityStore | None = None
         self.replicas: ReplicaManagerLike | None = None
-        self._sock: socket.socket | None = None  # the bound port until the listener takes it
+        self._socks: dict[str, socket.socket] = {}  # each listener's bound port until its server takes it
+        self.auth: BrokerAuth | None = None
 
     @property
     def topics(self) -> TopicRegistry:
@@ -155,9 +159,15 @@ class Broker:
         the registration (a cluster), then listen. Raises :class:`StartupError` for a port, data folder or etcd that
         cannot be used; a failed start leaves nothing open (see :func:`_main`)."""
         cfg = self.config
-        sock = self._sock = bind_listener(cfg.host, cfg.port)
-        if cfg.port == 0:
-            cfg.port = sock.getsockname()[1]
+        for ep in cfg.listeners:
+            sock = self._socks[ep.name] = bind_listener(ep.host, ep.port)
+            if ep.port == 0:
+                cfg.bound(ep.name, sock.getsockname()[1])
+        try:  # the certificates are read before anything is created on disk
+            self.auth = BrokerAuth(cfg, lambda: self._context.security_store if self._context else None,
+                                   self.clock.wall_ms, self.metrics.counter)
+        except TlsError as e:
+            raise StartupError(str(e)) from None
         loop = asyncio.get_running_loop()
         if cfg.cluster_mode:
             from .cluster.node import ClusterNode, ClusterStartError
@@ -166,6 +176,15 @@ class Broker:
                 self.cluster = await ClusterNode.connect(cfg)
             except ClusterStartError as e:
                 raise StartupError(str(e)) from None
+            from .peer_connections import peer_link, refused_by_peers
+
+            peers = [b for n, b in sorted(self.cluster.view.brokers.items()) if n != cfg.node_id]
+            refused = await refused_by_peers(peer_link(cfg), peers, 5.0)
+            if refused is not None:
+                raise StartupError(f"cannot join cluster {cfg.cluster_name}: {refused}; give this broker the "
+                                   f"credentials the cluster knows (sasl.jaas.config of "
+                                   f"{cfg.sasl_mechanism_inter_broker_protocol} on listener "
+                                   f"{cfg.inter_broker_listener}, and its certificates)")
         try:
             self.logs = await loop.run_in_executor(None, LogManager.open, cfg.data_dir, log_defaults(cfg),
                                                    self.clock, self.cluster.cluster_id if self.cluster else None)
@@ -182,6 +201,7 @@ class Broker:
         self._context = context = BrokerContext(cfg, self.clock, self.metrics, self.router.api_versions(),
                                                 self._topics, self.cluster_id, writer)
         writer.offsets_sink = lambda: context.group_coordinator
+        context.auth = self.auth
         if self.cluster is None:
             try:
                 context.security_store = FileSecurityStore(cfg.data_dir / SECURITY_RECORDS_FILE)
@@ -195,6 +215,9 @@ class Broker:
             self._cluster_security.start()
         quotas = context.quotas = ClientQuotaManager(self.clock, cfg.quota_window_size_seconds, cfg.quota_window_num,
                                                      context.security_store)
+        if cfg.authorizer_class_name and context.security_store is not None:
+            context.authorizer = StandardAuthorizer(context.security_store, parse_super_users(cfg.super_users),
+                                                    cfg.allow_everyone_if_no_acl_found)
         self.metrics.watch_partitions(self._topics)
         self.metrics.watch_flusher(self.flusher)
         self.flusher.start()
@@ -206,12 +229,14 @@ class Broker:
             from .cluster.topic_admin import AutoCreator
             from .coordinators.cluster import ClusterCoordinators
             from .coordinators.txn_verifier import RemoteTxnVerifier
+            from .peer_connections import peer_link
             from .replication.manager import ReplicaManager
 
             context.cluster = self.cluster
             context.auto_creator = AutoCreator(self.cluster)
             node = self.cluster
-            context.txn_verifier = RemoteTxnVerifier(cfg.node_id, lambda: node.view, cfg.request_timeout_ms)
+            context.txn_verifier = RemoteTxnVerifier(cfg.node_id, lambda: node.view, cfg.request_timeout_ms,
+                                                     peer_link(cfg))
             self.cluster.watch(self.metrics)
             replicas = ReplicaManager(cfg, self._topics, self.cluster.store, self.clock.monotonic_ms,
                                       self.durable_per_append)
@@ -222,17 +247,26 @@ class Broker:
             replicas.add_leadership_listener(coordinators.on_leadership)
             coordinators.start()
             await replicas.start()
-            host, port = cfg.advertised
+            host, port = cfg.advertised_for(cfg.inter_broker_listener)
+            endpoints = tuple((ep.name, *cfg.advertised_for(ep.name)) for ep in cfg.listeners)
             try:
-                await self.cluster.join(self.replicas, host, port)
+                await self.cluster.join(self.replicas, host, port, endpoints)
             except ClusterStartError as e:
                 raise StartupError(str(e)) from None
         self.metrics.watch_operator_view(self._topics, lambda: context.group_coordinator)
+        auth = self.auth
         connection_quotas = ConnectionQuotas(cfg, self.clock, quotas.ip_connection_rate)
-        self._acceptor = Acceptor(sock, cfg.listener.name, connection_quotas,
-                                  lambda: Connection(context, self.router, self.connections))
-        self._acceptor.start(backlog=1024)
-        self._sock = None
+        for name, sock in list(self._socks.items()):  # one accept loop per listener
+            security = auth.listener(name)
+            acceptor = Acceptor(sock, name, connection_quotas,
+                                lambda security=security: Connection(context, self.router,  # type: ignore[misc]
+                                                                     self.connections, security),
+                                ssl=security.ssl_context)
+            acceptor.start(backlog=1024)
+            self._acceptors.append(acceptor)
+            del self._socks[name]
+        if any(sec.tls for sec in auth.listeners.values()):
+            self._background.append(loop.create_task(auth.reload_loop(), name="tls-reload"))
         if os.environ.get(CONTROL_ENV):  # started by a test harness (oncelog.testing): its faults' control channel
             self._control = await serve_control(Path(os.environ[CONTROL_ENV]), self.faults)
         if self.cluster is not None:
@@ -247,8 +281,10 @@ class Broker:
             self._background.append(loop.create_task(self._cleaner_loop(), name="log-cleaner"))
         if cfg.metrics_listen:
             self.metrics.serve(cfg.metrics_listen)
-        log.info("oncelog broker %d listening on %s:%d (data in %s, %d topic(s), cluster id %s, %s)",
-                 cfg.node_id, cfg.host, cfg.port, cfg.data_dir.resolve(), len(self._topics), self.cluster_id,
+        log.info("oncelog broker %d listening on %s (data in %s, %d topic(s), cluster id %s, %s)",
+                 cfg.node_id, ", ".join(f"{e.host}:{e.port}" if e.name == "PLAINTEXT" else str(e)
+                                        for e in cfg.listeners), cfg.data_dir.resolve(), len(self._topics),
+                 self.cluster_id,
                  "acks=all waits for fsync" if self.durable_per_append else "background flush")
 
     def _join_data_dir(self, cluster: ClusterNode) -> None:
@@ -375,11 +411,12 @@ class Broker:
             self._control.close()
             self._control = None
         self.faults.clear()
-        if self._acceptor is not None:
-            self._acceptor.close()
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        for acceptor in self._acceptors:
+            acceptor.close()
+        self._acceptors.clear()
+        for sock in self._socks.values():
+            sock.close()
+        self._socks.clear()
         for conn in list(self.connections):
             conn.close(None)
         for task in self._background:

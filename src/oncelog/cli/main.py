@@ -67,16 +67,29 @@ def _txn() -> click.Command:
     return txn.txn
 
 
+def _acl() -> click.Command:
+    from . import acl
+
+    return acl.acl
+
+
 def _quota() -> click.Command:
     from . import quota
 
     return quota.quota
 
 
+def _user() -> click.Command:
+    from . import user
+
+    return user.user
+
+
 #: the commands in modules of their own, each loaded only when it runs (its options alone are ~10 ms of click
 #: objects), with the line 'oncelog --help' shows for it (tests/integration/test_cli_newcomer.py checks that it is
 #: the command's own first line)
 LAZY: dict[str, tuple[Callable[[], click.Command], str]] = {
+    "acl": (_acl, "Manage ACLs (like kafka-acls.sh); the broker needs authorizer.class.name set."),
     "cluster": (_cluster, "Brokers, controller and partition health of a cluster; leader elections."),
     "consume": (_consume, "Print records of TOPIC: new ones by default, --from-beginning or --offset to read what "
                           "is there."),
@@ -85,6 +98,7 @@ LAZY: dict[str, tuple[Callable[[], click.Command], str]] = {
     "quota": (_quota, "Set, remove and list client quotas (like kafka-configs.sh for users, clients and ips)."),
     "topic": (_topic, "Create, list, describe, alter and delete topics, and delete old records."),
     "txn": (_txn, "Inspect transactions and abort hanging ones (like kafka-transactions.sh)."),
+    "user": (_user, "Add, list and remove SCRAM users (SASL SCRAM-SHA-256 / SCRAM-SHA-512)."),
 }
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from oncelog.protocol.batch_codes import Compression
 
 from .errors import ConfigError
+from .security import SECURITY_KEYS, ClientSecurity, parse_security
 
 __all__ = [
     "AdminConfig",
@@ -209,16 +210,21 @@ _ADMIN = dict(_COMMON)
 def _parse(kind: str, schema: dict[str, tuple[str, Callable[[str, Any], Any], Any]],
            conf: Mapping[str, Any]) -> dict[str, Any]:
     out = {attr: default for attr, _, default in schema.values()}
+    security: dict[str, Any] = {}
     for key, value in conf.items():
+        if key in SECURITY_KEYS:  # TLS and SASL: client/security.py
+            security[key] = value
+            continue
         entry = schema.get(key)
         if entry is None:
-            near = difflib.get_close_matches(key, schema, 1)
+            near = difflib.get_close_matches(key, [*schema, *SECURITY_KEYS], 1)
             hint = f"; did you mean {near[0]!r}?" if near else ""
             raise ConfigError(f"unknown {kind} configuration key {key!r}{hint}")
         attr, parse, _ = entry
         out[attr] = parse(key, value)
     if not out["bootstrap_servers"]:
         raise ConfigError(f"{kind} configuration needs bootstrap.servers (e.g. '127.0.0.1:9092')")
+    out["security"] = parse_security(security)
     return out
 
 
@@ -229,6 +235,7 @@ class AdminConfig:
     request_timeout_ms: int
     connect_timeout_ms: int
     metadata_max_age_ms: int
+    security: ClientSecurity  # security.protocol, ssl.*, sasl.* (client/security.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -124,6 +124,15 @@ def too_long(n: int, remaining: int) -> ProtocolDecodeError:
     return ProtocolDecodeError(f"length {n} exceeds the {remaining} remaining bytes")
 
 
+#: the longest string Kafka reads or writes, compact (flexible versions) or not: 32767 bytes (its generated codecs
+#: refuse a longer one, "string field ... had invalid length", MessageDataGenerator)
+MAX_STRING_BYTES = 0x7FFF
+
+
+def string_too_long(n: int) -> ProtocolDecodeError:
+    return ProtocolDecodeError(f"a string of {n} bytes is longer than Kafka's limit of {MAX_STRING_BYTES}")
+
+
 # ---------------------------------------------------------------------------------------------- varints
 
 
@@ -223,6 +232,8 @@ def r_cstr(buf: Any, pos: int) -> tuple[str, int]:
     pos += 1
     if n > 127:
         n, pos = uvarint_cont(buf, pos, n)
+        if n > MAX_STRING_BYTES + 1:
+            raise string_too_long(n - 1)
     if n == 0:
         raise null_error()
     end = pos + n - 1
@@ -236,6 +247,8 @@ def r_cnstr(buf: Any, pos: int) -> tuple[str | None, int]:
     pos += 1
     if n > 127:
         n, pos = uvarint_cont(buf, pos, n)
+        if n > MAX_STRING_BYTES + 1:
+            raise string_too_long(n - 1)
     if n == 0:
         return None, pos
     end = pos + n - 1
@@ -378,6 +391,8 @@ def w_cstr(out: bytearray, s: str) -> None:
     if n < 0x80:
         out.append(n)
     else:
+        if n > MAX_STRING_BYTES + 1:
+            raise ValueError(f"string of {n - 1} bytes is longer than 32767")
         w_uvarint(out, n)
     out += b
 

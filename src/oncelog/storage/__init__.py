@@ -11,21 +11,21 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what each name is, for type checkers (at run time: __getattr__)
     from .catalog import CATALOG_FILE, TopicCatalog, TopicInfo
-    from .config import ConfigKey, LogConfig, TOPIC_CONFIG_KEYS
+    from .config import TOPIC_CONFIG_KEYS, ConfigKey, LogConfig
     from .errors import (
         DuplicateSequenceError, InvalidConfigError, InvalidPartitionsError, InvalidProducerEpochError,
         InvalidTopicError, InvalidTxnStateError, KafkaStorageError, OffsetOutOfRangeError,
-        OutOfOrderSequenceError, ProducerFencedError, ProducerStateError, StorageError, TopicExistsError,
-        TransactionCoordinatorFencedError, UnexpectedAppendOffsetError, UnknownProducerIdError,
-        UnknownTopicError,
+        OutOfOrderSequenceError, ProducerFencedError, ProducerStateError, SequenceAfterRefusedBatchError,
+        StorageError, TopicExistsError, TransactionCoordinatorFencedError, UnexpectedAppendOffsetError,
+        UnknownProducerIdError, UnknownTopicError,
     )
     from .index import OffsetIndex, TimeIndex
     from .interface import BrokerLog, HighWatermarkRule, ReplicaLog
-    from .leader_epoch import EpochEntry, LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
-    from .log import AppendResult, CHECKPOINT_FILE, PartitionLog, ReadResult, RollHook
+    from .leader_epoch import LEADER_EPOCH_CHECKPOINT, EpochEntry, LeaderEpochCache
+    from .log import CHECKPOINT_FILE, AppendResult, PartitionLog, ReadResult, RollHook
     from .log_manager import CLEAN_SHUTDOWN_FILE, LogManager, validate_topic_name
     from .producer_state import (
-        ActiveProducer, ORIGIN_CLIENT, ORIGIN_COORDINATOR, ORIGIN_REPLICATION, ProducerStateEntry,
+        ORIGIN_CLIENT, ORIGIN_COORDINATOR, ORIGIN_REPLICATION, ActiveProducer, ProducerStateEntry,
         ProducerStateManager, TxnMetadata,
     )
     from .segment import Segment
@@ -34,21 +34,22 @@ if TYPE_CHECKING:  # what each name is, for type checkers (at run time: __getatt
 #: public name -> the submodule that defines it
 _WHERE: dict[str, str] = {
     **dict.fromkeys(["CATALOG_FILE", "TopicCatalog", "TopicInfo"], "catalog"),
-    **dict.fromkeys(["ConfigKey", "LogConfig", "TOPIC_CONFIG_KEYS"], "config"),
+    **dict.fromkeys(["TOPIC_CONFIG_KEYS", "ConfigKey", "LogConfig"], "config"),
     **dict.fromkeys([
         "DuplicateSequenceError", "InvalidConfigError", "InvalidPartitionsError",
         "InvalidProducerEpochError", "InvalidTopicError", "InvalidTxnStateError", "KafkaStorageError",
         "OffsetOutOfRangeError", "OutOfOrderSequenceError", "ProducerFencedError", "ProducerStateError",
-        "StorageError", "TopicExistsError", "TransactionCoordinatorFencedError",
-        "UnexpectedAppendOffsetError", "UnknownProducerIdError", "UnknownTopicError"
+        "SequenceAfterRefusedBatchError", "StorageError", "TopicExistsError",
+        "TransactionCoordinatorFencedError", "UnexpectedAppendOffsetError", "UnknownProducerIdError",
+        "UnknownTopicError"
     ], "errors"),
     **dict.fromkeys(["OffsetIndex", "TimeIndex"], "index"),
     **dict.fromkeys(["BrokerLog", "HighWatermarkRule", "ReplicaLog"], "interface"),
-    **dict.fromkeys(["EpochEntry", "LEADER_EPOCH_CHECKPOINT", "LeaderEpochCache"], "leader_epoch"),
-    **dict.fromkeys(["AppendResult", "CHECKPOINT_FILE", "PartitionLog", "ReadResult", "RollHook"], "log"),
+    **dict.fromkeys(["LEADER_EPOCH_CHECKPOINT", "EpochEntry", "LeaderEpochCache"], "leader_epoch"),
+    **dict.fromkeys(["CHECKPOINT_FILE", "AppendResult", "PartitionLog", "ReadResult", "RollHook"], "log"),
     **dict.fromkeys(["CLEAN_SHUTDOWN_FILE", "LogManager", "validate_topic_name"], "log_manager"),
     **dict.fromkeys([
-        "ActiveProducer", "ORIGIN_CLIENT", "ORIGIN_COORDINATOR", "ORIGIN_REPLICATION", "ProducerStateEntry",
+        "ORIGIN_CLIENT", "ORIGIN_COORDINATOR", "ORIGIN_REPLICATION", "ActiveProducer", "ProducerStateEntry",
         "ProducerStateManager", "TxnMetadata"
     ], "producer_state"),
     **dict.fromkeys(["Segment"], "segment"),
@@ -93,6 +94,7 @@ __all__ = [
     "ReplicaLog",
     "RollHook",
     "Segment",
+    "SequenceAfterRefusedBatchError",
     "StorageError",
     "TimeIndex",
     "TopicCatalog",

@@ -96,8 +96,9 @@ class BrokerProcess(BrokerFaults):
         """Start the process without waiting for it to listen (``wait_ready`` does)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         main = ["oncelog"] if self.clock_control is None else ["oncelog.testing.clock_skew", str(self.clock_control)]
-        cmd = [*self.wrap, sys.executable, "-m", *main, "serve", "--data-dir", str(self.data_dir),
-               "--listen", f"{self.host}:{self.port}"]
+        cmd = [*self.wrap, sys.executable, "-m", *main, "serve", "--data-dir", str(self.data_dir)]
+        if "listeners" not in self.settings:  # several listeners: ``port`` is the one wait_ready() connects to
+            cmd += ["--listen", f"{self.host}:{self.port}"]
         for k, v in self.settings.items():
             cmd += ["--set", f"{k}={v}"]
         log = open(self.log_path, "ab")

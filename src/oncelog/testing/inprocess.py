@@ -156,8 +156,8 @@ class InProcessBroker(BrokerFaults):
         ready.set_result(None)
         how = await self._done
         if how == "kill":
-            if broker._acceptor is not None:
-                broker._acceptor.close()
+            for acceptor in broker._acceptors:  # the ports close at once
+                acceptor.close()
             for conn in list(broker.connections):
                 if conn.transport is not None:
                     conn.transport.abort()  # a reset, as the kernel sends for a killed process

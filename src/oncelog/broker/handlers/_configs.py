@@ -14,10 +14,13 @@ from oncelog.broker.dynamic_config import DynamicConfigError, Synonym, synonyms,
 from oncelog.cluster.store import MetadataUnavailableError
 from oncelog.protocol.errors import ErrorCode
 from oncelog.storage import TOPIC_CONFIG_KEYS, LogConfig, UnknownTopicError
+from oncelog.security.acl import AclOperation, ResourceType
 
+from ..authorization import CLUSTER_NAME, allowed
 from ._common import error_for
 
 if TYPE_CHECKING:
+    from oncelog.broker.request import RequestContext
     from oncelog.broker.cluster.node import ClusterNode
     from oncelog.broker.context import BrokerContext
 
@@ -160,9 +163,28 @@ R = TypeVar("R", bound=ConfigResource)
 BrokerChange = Callable[[dict[str, str]], dict[str, str]]
 
 
+#: a config resource type -> the ACL resource it is authorized on (Kafka's ``ConfigHelper``)
+_ACL_RESOURCE = {TOPIC: ResourceType.TOPIC, BROKER: ResourceType.CLUSTER, BROKER_LOGGER: ResourceType.CLUSTER,
+                 16: ResourceType.CLUSTER, 32: ResourceType.GROUP}  # 16: CLIENT_METRICS, 32: GROUP
+_REFUSED = {ResourceType.TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+            ResourceType.CLUSTER: ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            ResourceType.GROUP: ErrorCode.GROUP_AUTHORIZATION_FAILED}
+
+
+def config_refusal(broker: "BrokerContext", ctx: "RequestContext", op: AclOperation, resource_type: int,
+                   name: str) -> tuple[int, str | None] | None:
+    """The error when the principal may not ``op`` (DESCRIBE_CONFIGS, ALTER_CONFIGS) the config resource."""
+    acl_type = _ACL_RESOURCE.get(resource_type)
+    if acl_type is None or allowed(broker, ctx, op, acl_type, name if acl_type != ResourceType.CLUSTER
+                                   else CLUSTER_NAME):
+        return None
+    return _REFUSED[acl_type], f"{ctx.principal} may not {op.name} {acl_type.name} {name}"
+
+
 async def alter_resources(broker: "BrokerContext", resources: Sequence[R], validate_only: bool,
                           new_topic_set: Callable[[R, dict[str, str]], dict[str, str]],
-                          broker_change: Callable[[R], BrokerChange]) -> list[tuple[int, str | None]]:
+                          broker_change: Callable[[R], BrokerChange],
+                          ctx: "RequestContext | None" = None) -> list[tuple[int, str | None]]:
     """Both AlterConfigs APIs: (error code, message) per resource, in order. A TOPIC's new whole set of overrides is
     ``new_topic_set(resource, current overrides)``: in a cluster written to etcd (every replica applies it from the
     view), on a single node applied here. A BROKER resource in a cluster: ``broker_change(resource)`` turns its
@@ -172,7 +194,9 @@ async def alter_resources(broker: "BrokerContext", resources: Sequence[R], valid
     out: list[tuple[int, str | None]] = []
     for res in resources:
         name = res.resource_name
-        code, message = check_resource(broker, res.resource_type, name)
+        refused = config_refusal(broker, ctx, AclOperation.ALTER_CONFIGS, res.resource_type, name) \
+            if ctx is not None else None
+        code, message = refused or check_resource(broker, res.resource_type, name)
         try:
             if code:
                 pass

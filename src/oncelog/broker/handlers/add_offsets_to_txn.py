@@ -8,7 +8,10 @@ from typing import TYPE_CHECKING
 
 from oncelog.protocol.messages.add_offsets_to_txn_request import AddOffsetsToTxnRequest
 from oncelog.protocol.messages.add_offsets_to_txn_response import AddOffsetsToTxnResponse
+from oncelog.security.acl import AclOperation, ResourceType
+from oncelog.protocol.errors import ErrorCode
 
+from ..authorization import allowed
 from ._txn import coordinator_or_error
 
 if TYPE_CHECKING:
@@ -23,6 +26,10 @@ MAX_VERSION = 4
 
 def handle(broker: "BrokerContext", ctx: "RequestContext",
            request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse | Awaitable[AddOffsetsToTxnResponse]:
+    if not allowed(broker, ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+        return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not allowed(broker, ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     coordinator, code = coordinator_or_error(broker)
     if coordinator is None:
         return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=code)

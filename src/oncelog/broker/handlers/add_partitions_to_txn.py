@@ -14,7 +14,10 @@ from oncelog.protocol.messages.add_partitions_to_txn_response import (
     AddPartitionsToTxnResult,
     AddPartitionsToTxnTopicResult,
 )
+from oncelog.security.acl import AclOperation, ResourceType
+from oncelog.broker.topics import INTERNAL_TOPICS
 
+from ..authorization import allowed, allowed_names
 from ._txn import coordinator_or_error
 
 if TYPE_CHECKING:
@@ -57,6 +60,22 @@ async def _one(broker: "BrokerContext", coordinator: "TransactionCoordinator", t
     return {tp: int(code) for tp, code in result.items()}
 
 
+def _refused(broker: "BrokerContext", ctx: "RequestContext", txn_id: str,
+             partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int] | None:
+    """A client's request (v0-3): WRITE on the transactional id, then on each topic (internal ones are not asked);
+    any topic refused fails the whole request as Kafka does (the others OPERATION_NOT_ATTEMPTED)."""
+    if broker.authorizer is None:
+        return None
+    if not allowed(broker, ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
+        return {tp: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for tp in partitions}
+    names = {t for t, _ in partitions if t not in INTERNAL_TOPICS}
+    denied = names - allowed_names(broker, ctx, AclOperation.WRITE, ResourceType.TOPIC, names)
+    if not denied:
+        return None
+    return {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp[0] in denied else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if not broker.partition_exists(*tp) else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in partitions}
+
+
 def handle(broker: "BrokerContext", ctx: "RequestContext",
            request: AddPartitionsToTxnRequest) -> Awaitable[AddPartitionsToTxnResponse]:
     coordinator, code = coordinator_or_error(broker)
@@ -67,13 +86,18 @@ async def _handle(broker: "BrokerContext", ctx: "RequestContext", request: AddPa
                   coordinator: "TransactionCoordinator | None", code: int) -> AddPartitionsToTxnResponse:
     if ctx.api_version <= 3:
         partitions = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
-        if coordinator is None:
+        refused = _refused(broker, ctx, request.v3_and_below_transactional_id, partitions)
+        if refused is not None:
+            results = refused
+        elif coordinator is None:
             results = {tp: code for tp in partitions}
         else:
             results = await _one(broker, coordinator, request.v3_and_below_transactional_id,
                                  request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
                                  partitions, False, ctx.api_version)
         return AddPartitionsToTxnResponse(throttle_time_ms=0, results_by_topic_v3_and_below=_topic_results(results))
+    if not allowed(broker, ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):  # v4+: from brokers only
+        return AddPartitionsToTxnResponse(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     if coordinator is None:
         return AddPartitionsToTxnResponse(throttle_time_ms=0, error_code=code)
     out = []

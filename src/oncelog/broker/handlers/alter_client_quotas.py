@@ -21,8 +21,11 @@ from oncelog.protocol.messages.alter_client_quotas_response import (
     EntityData,
     EntryData,
 )
+from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.security.quotas import IP, USER, Alteration, alter, is_ip_literal, parse_records
 from oncelog.security.store import QUOTAS, SecurityStoreError
+
+from ..authorization import allowed
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
@@ -35,6 +38,11 @@ MAX_VERSION = 1
 
 async def handle(broker: "BrokerContext", ctx: "RequestContext",
                  request: AlterClientQuotasRequest) -> AlterClientQuotasResponse:
+    if not allowed(broker, ctx, AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER):  # KafkaApis: ALTER_CONFIGS
+        return AlterClientQuotasResponse(entries=[
+            EntryData(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=None,
+                      entity=[EntityData(entity_type=e.entity_type, entity_name=e.entity_name) for e in entry.entity])
+            for entry in request.entries])
     alterations = [Alteration({e.entity_type: e.entity_name for e in entry.entity},
                               [(op.key, None if op.remove else op.value) for op in entry.ops])
                    for entry in request.entries]

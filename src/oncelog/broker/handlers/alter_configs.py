@@ -25,7 +25,7 @@ MAX_VERSION = 2
 
 
 async def handle(broker: "BrokerContext", ctx: "RequestContext", request: AlterConfigsRequest) -> AlterConfigsResponse:
-    outcomes = await alter_resources(broker, request.resources, request.validate_only, _whole_set, _replace)
+    outcomes = await alter_resources(broker, request.resources, request.validate_only, _whole_set, _replace, ctx)
     return AlterConfigsResponse(throttle_time_ms=0, responses=[
         AlterConfigsResourceResponse(error_code=code, error_message=message, resource_type=res.resource_type,
                                      resource_name=res.resource_name)

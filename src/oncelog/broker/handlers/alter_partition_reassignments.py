@@ -14,7 +14,9 @@ from oncelog.protocol.messages.alter_partition_reassignments_response import (
     ReassignableTopicResponse,
 )
 from oncelog.protocol.errors import ErrorCode
+from oncelog.security.acl import AclOperation, ResourceType
 
+from ..authorization import allowed
 from ..cluster.reassign import alter, by_topic, forward, is_forwarded, request_timeout
 
 if TYPE_CHECKING:
@@ -33,6 +35,10 @@ def handle(broker: "BrokerContext", ctx: "RequestContext", request: AlterPartiti
 
 async def _handle(broker: "BrokerContext", ctx: "RequestContext",
                   request: AlterPartitionReassignmentsRequest) -> AlterPartitionReassignmentsResponse:
+    if not allowed(broker, ctx, AclOperation.ALTER, ResourceType.CLUSTER):
+        return AlterPartitionReassignmentsResponse(throttle_time_ms=0,
+                                                   error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                                   error_message=f"{ctx.principal} may not ALTER the cluster")
     targets = [((t.name, p.partition_index), None if p.replicas is None else tuple(p.replicas))
                for t in request.topics for p in t.partitions]
     timeout = request_timeout(request.timeout_ms)

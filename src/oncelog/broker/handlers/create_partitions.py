@@ -11,7 +11,11 @@ from oncelog.protocol.messages.create_partitions_response import (
     CreatePartitionsResponse,
     CreatePartitionsTopicResult,
 )
+from oncelog.security.acl import AclOperation, ResourceType
+from dataclasses import replace
 
+from ..authorization import allowed_names
+from ._authz import then
 from ._common import error_for
 
 if TYPE_CHECKING:
@@ -26,6 +30,20 @@ MAX_VERSION = 3
 
 def handle(broker: "BrokerContext", ctx: "RequestContext",
            request: CreatePartitionsRequest) -> CreatePartitionsResponse | Awaitable[CreatePartitionsResponse]:
+    alterable = allowed_names(broker, ctx, AclOperation.ALTER, ResourceType.TOPIC, (t.name for t in request.topics))
+    if len(alterable) < len({t.name for t in request.topics}):
+        def merged(r: CreatePartitionsResponse) -> CreatePartitionsResponse:
+            done = iter(r.results)
+            return replace(r, results=[next(done) if t.name in alterable else CreatePartitionsTopicResult(
+                name=t.name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                error_message="The topic authorization is failed.") for t in request.topics])
+        kept = replace(request, topics=[t for t in request.topics if t.name in alterable])
+        return then(_handle(broker, kept), merged)
+    return _handle(broker, request)
+
+
+def _handle(broker: "BrokerContext",
+            request: CreatePartitionsRequest) -> CreatePartitionsResponse | Awaitable[CreatePartitionsResponse]:
     if broker.cluster is not None:
         return _grow_in_cluster(broker.cluster, request)
     results = []

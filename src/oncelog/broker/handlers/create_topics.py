@@ -10,7 +10,11 @@ from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.create_topics_request import CreateTopicsRequest
 from oncelog.protocol.messages.create_topics_response import CreatableTopicResult, CreateTopicsResponse
 from oncelog.storage import LogConfig, validate_topic_name
+from oncelog.security.acl import AclOperation, ResourceType
+from dataclasses import replace
 
+from ..authorization import allowed, allowed_names
+from ._authz import then
 from ._common import error_for
 
 if TYPE_CHECKING:
@@ -25,6 +29,31 @@ MAX_VERSION = 7
 
 def handle(broker: "BrokerContext", ctx: "RequestContext",
            request: CreateTopicsRequest) -> CreateTopicsResponse | Awaitable[CreateTopicsResponse]:
+    if broker.authorizer is None:
+        return _handle(broker, ctx, request)
+    names = [t.name for t in request.topics]  # CREATE on the cluster, else on each topic; a name given twice is
+    once = {n for n in names if names.count(n) == 1}  # answered INVALID_REQUEST first, as Kafka does
+    creatable = once if allowed(broker, ctx, AclOperation.CREATE, ResourceType.CLUSTER, audit_denial=False) \
+        else allowed_names(broker, ctx, AclOperation.CREATE, ResourceType.TOPIC, once)
+    configs_shown = allowed_names(broker, ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, names,
+                                  audit_denial=False)
+    refused = once - creatable
+
+    def merged(r: CreateTopicsResponse) -> CreateTopicsResponse:
+        done = iter(r.topics)
+        out = [CreatableTopicResult(name=t.name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                    error_message="Authorization failed.", num_partitions=-1, replication_factor=-1,
+                                    configs=None) if t.name in refused else next(done) for t in request.topics]
+        for o in out:
+            if o.name not in configs_shown:
+                o.topic_config_error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        return replace(r, topics=out)
+    return then(_handle(broker, ctx, replace(request, topics=[t for t in request.topics if t.name not in refused])),
+                merged)
+
+
+def _handle(broker: "BrokerContext", ctx: "RequestContext",
+            request: CreateTopicsRequest) -> CreateTopicsResponse | Awaitable[CreateTopicsResponse]:
     if broker.cluster is not None:
         return _create_in_cluster(broker, broker.cluster, request)
     results = []

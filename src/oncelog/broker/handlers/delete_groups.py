@@ -7,7 +7,10 @@ from typing import TYPE_CHECKING
 
 from oncelog.protocol.messages.delete_groups_request import DeleteGroupsRequest
 from oncelog.protocol.messages.delete_groups_response import DeletableGroupResult, DeleteGroupsResponse
+from oncelog.security.acl import AclOperation, ResourceType
+from oncelog.protocol.errors import ErrorCode
 
+from ..authorization import allowed_names
 from ._groups import NOT_AVAILABLE, coordinator
 
 if TYPE_CHECKING:
@@ -21,11 +24,15 @@ MAX_VERSION = 2
 
 def handle(broker: BrokerContext, ctx: RequestContext,
            request: DeleteGroupsRequest) -> DeleteGroupsResponse | Awaitable[DeleteGroupsResponse]:
+    deletable = allowed_names(broker, ctx, AclOperation.DELETE, ResourceType.GROUP, request.groups_names)
+    refused = [DeletableGroupResult(group_id=g, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+               for g in dict.fromkeys(request.groups_names) if g not in deletable]
     gc = coordinator(broker)
     if gc is None:
         return DeleteGroupsResponse(results=[DeletableGroupResult(group_id=g, error_code=NOT_AVAILABLE)
-                                             for g in request.groups_names])
+                                             for g in request.groups_names if g in deletable] + refused)
 
     async def run() -> DeleteGroupsResponse:
-        return DeleteGroupsResponse(results=await gc.delete_groups(list(request.groups_names)))
+        names = [g for g in request.groups_names if g in deletable]
+        return DeleteGroupsResponse(results=(await gc.delete_groups(names) if names else []) + refused)
     return run()

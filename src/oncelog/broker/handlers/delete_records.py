@@ -11,7 +11,9 @@ from oncelog.protocol.messages.delete_records_response import (
     DeleteRecordsResponse,
     DeleteRecordsTopicResult,
 )
+from oncelog.security.acl import AclOperation, ResourceType
 
+from ..authorization import allowed_names
 from ._common import error_for, missing_partition_error
 
 if TYPE_CHECKING:
@@ -26,6 +28,7 @@ MAX_VERSION = 2
 def handle(broker: "BrokerContext", ctx: "RequestContext",
            request: DeleteRecordsRequest) -> DeleteRecordsResponse:
     topics = []
+    deletable = allowed_names(broker, ctx, AclOperation.DELETE, ResourceType.TOPIC, (t.name for t in request.topics))
     for t in request.topics:
         view = broker.topics.get(t.name)
         parts = []
@@ -34,6 +37,9 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
             parts.append(out)
             partition = view.partitions[p.partition_index] if view and 0 <= p.partition_index < len(
                 view.partitions) else None
+            if t.name not in deletable:
+                out.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             if partition is None:
                 out.error_code = missing_partition_error(broker, t.name, p.partition_index,
                                                          ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)

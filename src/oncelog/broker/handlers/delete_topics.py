@@ -9,8 +9,12 @@ from typing import TYPE_CHECKING
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.delete_topics_request import DeleteTopicsRequest
 from oncelog.protocol.messages.delete_topics_response import DeletableTopicResult, DeleteTopicsResponse
+from oncelog.security.acl import AclOperation, ResourceType
+from dataclasses import replace
 
+from ..authorization import allowed
 from ..topics import INTERNAL_TOPICS
+from ._authz import then
 
 if TYPE_CHECKING:
     from oncelog.broker.cluster.node import ClusterNode
@@ -31,6 +35,35 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
         wanted = [(name, ZERO_UUID) for name in request.topic_names]
+    refused: dict[int, DeletableTopicResult] = {}
+    if broker.authorizer is not None:  # DELETE on each topic (and DESCRIBE on one named by id, or its name is kept)
+        for i, (name, topic_id) in enumerate(wanted):
+            known = name if name is not None else _name_of(broker, topic_id)
+            if known is None:
+                continue  # UNKNOWN_TOPIC_ID below
+            if name is None and not allowed(broker, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, known):
+                refused[i] = DeletableTopicResult(name=None, topic_id=topic_id,
+                                                  error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            elif not allowed(broker, ctx, AclOperation.DELETE, ResourceType.TOPIC, known):
+                refused[i] = DeletableTopicResult(name=known, topic_id=topic_id,
+                                                  error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        if refused:
+            def merged(r: DeleteTopicsResponse) -> DeleteTopicsResponse:
+                done = iter(r.responses)
+                return replace(r, responses=[refused[i] if i in refused else next(done) for i in range(len(wanted))])
+            return then(_delete(broker, [w for i, w in enumerate(wanted) if i not in refused]), merged)
+    return _delete(broker, wanted)
+
+
+def _name_of(broker: "BrokerContext", topic_id: uuid.UUID) -> str | None:
+    if broker.cluster is not None:
+        return next((m.name for m in broker.cluster.view.topics.values() if m.topic_id == topic_id), None)
+    view = broker.topics.by_id(topic_id)
+    return view.name if view is not None else None
+
+
+def _delete(broker: "BrokerContext", wanted: list[tuple[str | None, uuid.UUID]]
+            ) -> DeleteTopicsResponse | Awaitable[DeleteTopicsResponse]:
     if broker.cluster is not None:
         return _delete_in_cluster(broker.cluster, wanted)
     results = []

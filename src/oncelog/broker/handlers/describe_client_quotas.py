@@ -17,8 +17,11 @@ from oncelog.protocol.messages.describe_client_quotas_response import (
     EntryData,
     ValueData,
 )
+from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.security.quotas import USER, FilterComponent, QuotaError, describe, parse_records
 from oncelog.security.store import QUOTAS
+
+from ..authorization import allowed
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
@@ -31,6 +34,9 @@ MAX_VERSION = 1
 
 def handle(broker: "BrokerContext", ctx: "RequestContext",
            request: DescribeClientQuotasRequest) -> DescribeClientQuotasResponse:
+    if not allowed(broker, ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.CLUSTER):  # KafkaApis: DESCRIBE_CONFIGS
+        return DescribeClientQuotasResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                            error_message=None, entries=None)
     store = broker.security_store
     current = parse_records(store.records(QUOTAS)) if store is not None else {}
     components = [FilterComponent(c.entity_type, c.match_type, c.match) for c in request.components]

@@ -24,8 +24,9 @@ from oncelog.protocol.messages.describe_configs_response import (
 )
 
 from oncelog.broker.dynamic_config import BrokerEntry, Synonym, default_entries
+from oncelog.security.acl import AclOperation
 
-from ._configs import BROKER, CONFIG_TYPE, TOPIC, Source, check_resource, topic_entries
+from ._configs import BROKER, CONFIG_TYPE, TOPIC, Source, check_resource, config_refusal, topic_entries
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
@@ -40,7 +41,9 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
            request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     results = []
     for res in request.resources:
-        code, message = check_resource(broker, res.resource_type, res.resource_name)
+        code, message = config_refusal(broker, ctx, AclOperation.DESCRIBE_CONFIGS, res.resource_type,
+                                       res.resource_name) or check_resource(broker, res.resource_type,
+                                                                            res.resource_name)
         out = DescribeConfigsResult(error_code=code, error_message=message, resource_type=res.resource_type,
                                     resource_name=res.resource_name, configs=[])
         results.append(out)
@@ -59,9 +62,11 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
             synonyms = [DescribeConfigsSynonym(name=s.name, value=s.value, source=s.source)
                         for s in (e.synonyms or (Synonym(e.key, e.value, e.source),))] \
                 if request.include_synonyms else []
+            sensitive = e.type == "PASSWORD"  # Kafka answers a password's value as null
             out.configs.append(DescribeConfigsResourceResult(
-                name=e.key, value=e.value, read_only=e.read_only, is_default=e.source == Source.DEFAULT,
-                config_source=e.source, is_sensitive=False, synonyms=synonyms,
+                name=e.key, value=None if sensitive else e.value, read_only=e.read_only,
+                is_default=e.source == Source.DEFAULT, config_source=e.source, is_sensitive=sensitive,
+                synonyms=[] if sensitive else synonyms,
                 config_type=CONFIG_TYPE.get(e.type, 0),
                 documentation=e.doc if request.include_documentation else None))
     return DescribeConfigsResponse(throttle_time_ms=0, results=results)

@@ -13,6 +13,10 @@ from oncelog.protocol.messages.describe_log_dirs_response import (
     DescribeLogDirsTopic,
 )
 
+from oncelog.security.acl import AclOperation, ResourceType
+from oncelog.protocol.errors import ErrorCode
+from ..authorization import allowed
+
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
     from oncelog.broker.request import RequestContext
@@ -24,6 +28,8 @@ MAX_VERSION = 4
 
 def handle(broker: "BrokerContext", ctx: "RequestContext",
            request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
+    if not allowed(broker, ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER):  # an empty answer, as Kafka's
+        return DescribeLogDirsResponse(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     wanted: dict[str, set[int] | None]
     if request.topics is None:
         wanted = {v.name: None for v in broker.topics}

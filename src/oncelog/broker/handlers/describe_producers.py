@@ -13,6 +13,9 @@ from oncelog.protocol.messages.describe_producers_response import (
     TopicResponse,
 )
 
+from oncelog.security.acl import AclOperation, ResourceType
+from ..authorization import allowed_names
+
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
     from oncelog.broker.request import RequestContext
@@ -25,12 +28,15 @@ MAX_VERSION = 0
 def handle(broker: "BrokerContext", ctx: "RequestContext",
            request: DescribeProducersRequest) -> DescribeProducersResponse:
     topics = []
+    readable = allowed_names(broker, ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in request.topics))
     for t in request.topics:
         parts = []
         for index in t.partition_indexes:
             out = PartitionResponse(partition_index=index, error_code=0, error_message=None, active_producers=[])
             partition = broker.topics.partition(t.name, index)
-            if partition is None:
+            if t.name not in readable:
+                out.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif partition is None:
                 out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 out.error_message = f"no partition {t.name}-{index} on this broker"
             else:

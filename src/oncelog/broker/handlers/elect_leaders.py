@@ -15,7 +15,9 @@ from oncelog.protocol.messages.elect_leaders_response import (
     PartitionResult,
     ReplicaElectionResult,
 )
+from oncelog.security.acl import AclOperation, ResourceType
 
+from ..authorization import allowed
 from ..cluster.reassign import Outcome, by_topic, elect, forward, is_forwarded, request_timeout
 
 if TYPE_CHECKING:
@@ -35,6 +37,8 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
 async def _handle(broker: "BrokerContext", ctx: "RequestContext", request: ElectLeadersRequest) -> ElectLeadersResponse:
     asked = None if request.topic_partitions is None else [
         (t.topic, p) for t in request.topic_partitions for p in t.partitions]
+    if not allowed(broker, ctx, AclOperation.ALTER, ResourceType.CLUSTER):
+        return _response(asked, ApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None))
     try:
         election_type = ElectionType(request.election_type if ctx.api_version >= 1 else 0)
     except ValueError:

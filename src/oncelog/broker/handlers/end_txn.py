@@ -8,7 +8,10 @@ from typing import TYPE_CHECKING
 
 from oncelog.protocol.messages.end_txn_request import EndTxnRequest
 from oncelog.protocol.messages.end_txn_response import EndTxnResponse
+from oncelog.security.acl import AclOperation, ResourceType
+from oncelog.protocol.errors import ErrorCode
 
+from ..authorization import allowed
 from ._txn import coordinator_or_error
 
 if TYPE_CHECKING:
@@ -23,6 +26,8 @@ MAX_VERSION = 4  # v5 is transactions V2 (KIP-890 part 2: epoch bump per transac
 
 def handle(broker: "BrokerContext", ctx: "RequestContext",
            request: EndTxnRequest) -> EndTxnResponse | Awaitable[EndTxnResponse]:
+    if not allowed(broker, ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+        return EndTxnResponse(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     coordinator, code = coordinator_or_error(broker)
     if coordinator is None:
         return EndTxnResponse(throttle_time_ms=0, error_code=code)

@@ -7,6 +7,13 @@ reads up to the log end and long-polls on it: it must be an assigned replica at 
 records (ISR, high watermark); a ``last_fetched_epoch`` whose end here is below the fetch offset is answered with
 ``diverging_epoch`` and no records (Fetch v12+, Kafka's Partition.fetchRecords), so the follower truncates first.
 
+A fetch that finds too little waits (Kafka's DelayedFetch) for what can complete it: a client's for the next high
+watermark move of its partitions, a follower's for the next append to them; a leader append thus answers the parked
+follower fetches at once, and acks=all, coordinator writes and markers wait for the followers' copy, not for their
+long poll to time out. The waits are registered in the handler's own step, as Kafka's ``tryCompleteElseWatch``
+does: the long poll's task first runs an event-loop iteration later, after other connections' requests read in the
+same iteration, and an append among them would otherwise go unseen until the next one or ``max_wait_ms``.
+
 Fetch sessions (KIP-227) are not kept: every answer carries session id 0, which tells clients to send full fetch
 requests; that is allowed by the protocol and costs only request size.
 """
@@ -25,11 +32,15 @@ from oncelog.protocol.messages.fetch_response import (
     FetchResponse,
     PartitionData,
 )
+from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.storage import OffsetOutOfRangeError
 
+from ..authorization import allowed
 from ._common import error_for, leadership_error, missing_partition_error
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from oncelog.broker.context import BrokerContext
     from oncelog.broker.partition import Partition
     from oncelog.broker.request import RequestContext
@@ -54,8 +65,8 @@ def _replica_id(request: FetchRequest, version: int) -> int:
     return request.replica_state.replica_id if version >= 15 else request.replica_id
 
 
-def _plan(broker: "BrokerContext", request: FetchRequest,
-          version: int) -> tuple[list[FetchableTopicResponse], list[_Want]]:
+def _plan(broker: "BrokerContext", request: FetchRequest, version: int,
+          may_read: "Callable[[str], bool] | None" = None) -> tuple[list[FetchableTopicResponse], list[_Want]]:
     topics: list[FetchableTopicResponse] = []
     wants: list[_Want] = []
     replica_id = _replica_id(request, version) if broker.cluster is not None else -1
@@ -72,7 +83,10 @@ def _plan(broker: "BrokerContext", request: FetchRequest,
             out = PartitionData(partition_index=p.partition, high_watermark=-1, last_stable_offset=-1,
                                 log_start_offset=-1, aborted_transactions=None, records=b"")
             partition = view.partitions[p.partition] if view and 0 <= p.partition < len(view.partitions) else None
-            if partition is None:
+            if may_read is not None and (view is not None or version < 13) \
+                    and not may_read(view.name if view is not None else t.topic):
+                out.error_code, partition = ErrorCode.TOPIC_AUTHORIZATION_FAILED, None
+            elif partition is None:
                 out.error_code = missing_partition_error(broker, t.topic, p.partition, missing_code) if t.topic \
                     else missing_code
             elif code := leadership_error(partition, p.current_leader_epoch):
@@ -161,6 +175,20 @@ def _response(topics: list[FetchableTopicResponse]) -> FetchResponse:
     return FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=topics)
 
 
+def _read_check(broker: "BrokerContext", ctx: "RequestContext", request: FetchRequest) -> "Callable[[str], bool]":
+    """A follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic (asked once per topic)."""
+    if _replica_id(request, ctx.api_version) >= 0:
+        follower = allowed(broker, ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER)
+        return lambda name: follower
+    answers: dict[str, bool] = {}
+
+    def may_read(name: str) -> bool:
+        if name not in answers:
+            answers[name] = allowed(broker, ctx, AclOperation.READ, ResourceType.TOPIC, name)
+        return answers[name]
+    return may_read
+
+
 def handle(broker: "BrokerContext", ctx: "RequestContext", request: FetchRequest) -> object:
     quotas = broker.quotas
     if quotas is not None and quotas.enabled and _replica_id(request, ctx.api_version) < 0:
@@ -170,28 +198,32 @@ def handle(broker: "BrokerContext", ctx: "RequestContext", request: FetchRequest
         if cap is not None and cap < request.max_bytes:
             request.max_bytes = cap
             request.min_bytes = min(request.min_bytes, cap)
-    topics, wants = _plan(broker, request, ctx.api_version)
+    may_read = _read_check(broker, ctx, request) if broker.authorizer is not None else None
+    topics, wants = _plan(broker, request, ctx.api_version, may_read)
     max_bytes = request.max_bytes
     isolation = request.isolation_level
     total, error = _read(broker, wants, max_bytes, isolation)
     if error or total >= max(request.min_bytes, 1) or request.max_wait_ms <= 0 or not wants:
         return _response(topics)
-    return _long_poll(topics, wants, request, max_bytes, isolation, broker)
+    # watched in this step, with the read: an append before the long poll's task first runs must wake it
+    return _long_poll(topics, wants, request, max_bytes, isolation, broker, _watch(wants))
+
+
+def _watch(wants: list[_Want]) -> list["asyncio.Future[None]"]:
+    """What ends a long poll: the next append to a partition a follower fetches (it reads up to the log end), the
+    next high-watermark move of a partition a client fetches."""
+    return [p.log_end_advanced() if w.replica else p.data_available() for w in wants if (p := w.partition) is not None]
 
 
 async def _long_poll(topics: list[FetchableTopicResponse], wants: list[_Want], request: FetchRequest,
-                     max_bytes: int, isolation: int, broker: "BrokerContext") -> FetchResponse:
+                     max_bytes: int, isolation: int, broker: "BrokerContext",
+                     waits: list["asyncio.Future[None]"]) -> FetchResponse:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait_ms / 1000
-    while True:
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            break
-        waits = [p.log_end_advanced() if w.replica else p.data_available()
-                 for w in wants if (p := w.partition) is not None]
+    while (remaining := deadline - loop.time()) > 0:
         await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
         total, error = _read(broker, wants, max_bytes, isolation)
         if error or total >= request.min_bytes:
             break
+        waits = _watch(wants)  # no await since the read: nothing can move unseen
     return _response(topics)
-

@@ -22,6 +22,9 @@ from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.find_coordinator_request import FindCoordinatorRequest
 from oncelog.protocol.messages.find_coordinator_response import Coordinator, FindCoordinatorResponse
 
+from oncelog.security.acl import AclOperation, ResourceType
+from ..authorization import allowed
+
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
     from oncelog.broker.request import RequestContext
@@ -51,17 +54,17 @@ def _check(key_type: int, key: str) -> _Answer | None:
     return None
 
 
-def _local(broker: "BrokerContext", key_type: int, key: str) -> _Answer:
+def _local(broker: "BrokerContext", key_type: int, key: str, listener: str) -> _Answer:
     refused = _check(key_type, key)
     if refused is not None:
         return refused
     if not broker.coordinator_available(key_type):
         return _Answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator is loading; retry shortly")
-    host, port = broker.config.advertised
+    host, port = broker.config.advertised_for(listener)  # the address of the listener the client came in on
     return _Answer(ErrorCode.NONE, None, broker.config.node_id, host, port)
 
 
-async def _in_cluster(broker: "BrokerContext", key_type: int, keys: list[str]) -> list[_Answer]:
+async def _in_cluster(broker: "BrokerContext", key_type: int, keys: list[str], listener: str) -> list[_Answer]:
     node, creator = broker.cluster, broker.auto_creator
     assert node is not None and creator is not None
     topic = _TOPIC.get(key_type)
@@ -84,12 +87,13 @@ async def _in_cluster(broker: "BrokerContext", key_type: int, keys: list[str]) -
         index = partition_for(key, meta.num_partitions)
         state = view.partition(topic, index)
         leader = state.leader if state is not None else NO_LEADER
-        info = view.brokers.get(leader) if leader != NO_LEADER else None
-        if info is None:
+        info = view.counted_on.get(leader) if leader != NO_LEADER else None
+        address = info.endpoint(listener) if info is not None else None  # on the client's listener
+        if info is None or address is None:
             answers.append(_Answer(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                   f"{topic}-{index} has no live leader now; retry"))
+                                   f"{topic}-{index} has no live leader with listener {listener} now; retry"))
         else:
-            answers.append(_Answer(ErrorCode.NONE, None, info.node_id, info.host, info.port))
+            answers.append(_Answer(ErrorCode.NONE, None, info.node_id, *address))
     return answers
 
 
@@ -104,29 +108,44 @@ def _response(ctx: "RequestContext", keys: list[str], answers: list[_Answer]) ->
 
 
 async def _answer_in_cluster(broker: "BrokerContext", ctx: "RequestContext", key_type: int,
-                             keys: list[str]) -> FindCoordinatorResponse:
-    return _response(ctx, keys, await _in_cluster(broker, key_type, keys))
+                             keys: list[str], refused: dict[str, _Answer]) -> FindCoordinatorResponse:
+    asked = [k for k in keys if k not in refused]
+    found = dict(zip(asked, await _in_cluster(broker, key_type, asked, ctx.listener))) if asked else {}
+    return _response(ctx, keys, [refused.get(k) or found[k] for k in keys])
+
+
+def _unauthorized(broker: "BrokerContext", ctx: "RequestContext", key_type: int,
+                  keys: list[str]) -> dict[str, _Answer]:
+    """DESCRIBE on the group, or on the transactional id (Kafka's ``KafkaApis.getCoordinator``)."""
+    if broker.authorizer is None or key_type not in (GROUP, TRANSACTION):
+        return {}
+    resource, code = (ResourceType.GROUP, ErrorCode.GROUP_AUTHORIZATION_FAILED) if key_type == GROUP else \
+        (ResourceType.TRANSACTIONAL_ID, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    return {k: _Answer(code, f"{ctx.principal} may not DESCRIBE {resource.name} {k}") for k in set(keys)
+            if not allowed(broker, ctx, AclOperation.DESCRIBE, resource, k)}
 
 
 async def _answer_once_loaded(broker: "BrokerContext", ctx: "RequestContext", key_type: int,
-                              keys: list[str]) -> FindCoordinatorResponse:
+                              keys: list[str], refused: dict[str, _Answer]) -> FindCoordinatorResponse:
     try:
         await broker.internal_topics[key_type].ensure()
     except Exception as e:  # noqa: BLE001 - the data folder refused the topic: the client retries
         log.warning("could not create or load %s: %s", _TOPIC[key_type], e)
         why = f"{_TOPIC[key_type]} could not be created or loaded; retry"
-        return _response(ctx, keys, [_check(key_type, k) or _Answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, why)
-                                     for k in keys])
-    return _response(ctx, keys, [_local(broker, key_type, k) for k in keys])
+        return _response(ctx, keys, [refused.get(k) or _check(key_type, k)
+                                     or _Answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, why) for k in keys])
+    return _response(ctx, keys, [refused.get(k) or _local(broker, key_type, k, ctx.listener) for k in keys])
 
 
 def handle(broker: "BrokerContext", ctx: "RequestContext",
            request: FindCoordinatorRequest) -> FindCoordinatorResponse | Awaitable[FindCoordinatorResponse]:
     keys = list(request.coordinator_keys) if ctx.api_version >= 4 else [request.key]
+    refused = _unauthorized(broker, ctx, request.key_type, keys)
     if broker.cluster is not None:
-        return _answer_in_cluster(broker, ctx, request.key_type, keys)
+        return _answer_in_cluster(broker, ctx, request.key_type, keys, refused)
     broker.load_coordinators()  # a fresh single node builds its coordinators on the first request for one
     first_use = broker.internal_topics.get(request.key_type)
-    if first_use is not None and not first_use.loaded and any(_check(request.key_type, k) is None for k in keys):
-        return _answer_once_loaded(broker, ctx, request.key_type, keys)
-    return _response(ctx, keys, [_local(broker, request.key_type, k) for k in keys])
+    if first_use is not None and not first_use.loaded and any(
+            _check(request.key_type, k) is None and k not in refused for k in keys):
+        return _answer_once_loaded(broker, ctx, request.key_type, keys, refused)
+    return _response(ctx, keys, [refused.get(k) or _local(broker, request.key_type, k, ctx.listener) for k in keys])

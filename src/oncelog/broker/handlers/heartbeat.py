@@ -7,7 +7,10 @@ from typing import TYPE_CHECKING
 
 from oncelog.protocol.messages.heartbeat_request import HeartbeatRequest
 from oncelog.protocol.messages.heartbeat_response import HeartbeatResponse
+from oncelog.security.acl import AclOperation, ResourceType
+from oncelog.protocol.errors import ErrorCode
 
+from ..authorization import allowed
 from ._groups import NOT_AVAILABLE, coordinator
 
 if TYPE_CHECKING:
@@ -21,6 +24,8 @@ MAX_VERSION = 4
 
 def handle(broker: BrokerContext, ctx: RequestContext,
            request: HeartbeatRequest) -> HeartbeatResponse | Awaitable[HeartbeatResponse]:
+    if not allowed(broker, ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return HeartbeatResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     gc = coordinator(broker)
     if gc is None:
         return HeartbeatResponse(error_code=NOT_AVAILABLE)

@@ -96,7 +96,8 @@ def _apply_broker(current: dict[str, str], ops: Sequence[AlterableConfig]) -> di
 
 async def handle(broker: "BrokerContext", ctx: "RequestContext",
                  request: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
-    outcomes = await alter_resources(broker, request.resources, request.validate_only, _topic_ops, _broker_ops)
+    outcomes = await alter_resources(broker, request.resources, request.validate_only, _topic_ops, _broker_ops,
+                                     ctx)
     return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=[
         AlterConfigsResourceResponse(error_code=code, error_message=message, resource_type=res.resource_type,
                                      resource_name=res.resource_name)

@@ -8,7 +8,10 @@ from typing import TYPE_CHECKING
 
 from oncelog.protocol.messages.init_producer_id_request import InitProducerIdRequest
 from oncelog.protocol.messages.init_producer_id_response import InitProducerIdResponse
+from oncelog.security.acl import AclOperation, ResourceType
+from oncelog.protocol.errors import ErrorCode
 
+from ..authorization import allowed, allowed_any
 from ._txn import coordinator_or_error
 
 if TYPE_CHECKING:
@@ -23,6 +26,15 @@ MAX_VERSION = 6
 
 def handle(broker: "BrokerContext", ctx: "RequestContext",
            request: InitProducerIdRequest) -> InitProducerIdResponse | Awaitable[InitProducerIdResponse]:
+    txn_id = request.transactional_id
+    if txn_id is not None and not allowed(broker, ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
+        return InitProducerIdResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1,
+                                      producer_epoch=-1)
+    if txn_id is None and not allowed(broker, ctx, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER,
+                                      audit_denial=False) \
+            and not allowed_any(broker, ctx, AclOperation.WRITE, ResourceType.TOPIC):  # KIP-679
+        return InitProducerIdResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, producer_id=-1,
+                                      producer_epoch=-1)
     coordinator, code = coordinator_or_error(broker)
     if coordinator is None:
         return InitProducerIdResponse(error_code=code, producer_id=-1, producer_epoch=-1)

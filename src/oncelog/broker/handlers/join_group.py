@@ -7,7 +7,10 @@ from typing import TYPE_CHECKING
 
 from oncelog.protocol.messages.join_group_request import JoinGroupRequest
 from oncelog.protocol.messages.join_group_response import JoinGroupResponse
+from oncelog.security.acl import AclOperation, ResourceType
+from oncelog.protocol.errors import ErrorCode
 
+from ..authorization import allowed
 from ._groups import NOT_AVAILABLE, client_host, coordinator
 
 if TYPE_CHECKING:
@@ -27,6 +30,8 @@ def _fix(resp: JoinGroupResponse, version: int) -> JoinGroupResponse:
 
 def handle(broker: BrokerContext, ctx: RequestContext,
            request: JoinGroupRequest) -> JoinGroupResponse | Awaitable[JoinGroupResponse]:
+    if not allowed(broker, ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return _fix(JoinGroupResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, member_id=request.member_id, protocol_name=None), ctx.api_version)
     gc = coordinator(broker)
     if gc is None:
         return _fix(JoinGroupResponse(error_code=NOT_AVAILABLE, member_id=request.member_id, protocol_name=None),

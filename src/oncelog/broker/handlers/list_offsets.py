@@ -12,7 +12,9 @@ from oncelog.protocol.messages.list_offsets_response import (
     ListOffsetsResponse,
     ListOffsetsTopicResponse,
 )
+from oncelog.security.acl import AclOperation, ResourceType
 
+from ..authorization import allowed_names
 from ._common import leadership_error, missing_partition_error
 
 if TYPE_CHECKING:
@@ -55,6 +57,8 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
            request: ListOffsetsRequest) -> ListOffsetsResponse:
     read_committed = request.isolation_level == 1
     topics = []
+    described = allowed_names(broker, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                              (t.name for t in request.topics))
     for t in request.topics:
         view = broker.topics.get(t.name)
         parts = []
@@ -63,7 +67,9 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
                                                leader_epoch=-1)
             partition = view.partitions[p.partition_index] if view and 0 <= p.partition_index < len(
                 view.partitions) else None
-            if partition is None:
+            if t.name not in described:
+                out.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif partition is None:
                 out.error_code = missing_partition_error(broker, t.name, p.partition_index,
                                                          ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             elif code := leadership_error(partition, p.current_leader_epoch):

@@ -11,7 +11,10 @@ from oncelog.protocol.messages.list_partition_reassignments_response import (
     OngoingPartitionReassignment,
     OngoingTopicReassignment,
 )
+from oncelog.security.acl import AclOperation, ResourceType
+from oncelog.protocol.errors import ErrorCode
 
+from ..authorization import allowed
 from ..cluster.reassign import by_topic, list_ongoing
 
 if TYPE_CHECKING:
@@ -25,6 +28,10 @@ MAX_VERSION = 0
 
 def handle(broker: "BrokerContext", ctx: "RequestContext",
            request: ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse:
+    if not allowed(broker, ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER):
+        return ListPartitionReassignmentsResponse(throttle_time_ms=0,
+                                                  error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                                  error_message=f"{ctx.principal} may not DESCRIBE the cluster")
     asked = None if request.topics is None else [(t.name, p) for t in request.topics for p in t.partition_indexes]
     ongoing = list_ongoing(broker, asked)
     return ListPartitionReassignmentsResponse(throttle_time_ms=0, error_code=0, error_message=None, topics=[

@@ -3,7 +3,7 @@ invisible, and with ``require_stable`` (v7+) a partition that has one answers UN
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from oncelog.coordinator.group.offsets import FetchedOffset
@@ -20,8 +20,13 @@ from oncelog.protocol.messages.offset_fetch_response import (
     OffsetFetchResponseTopic,
     OffsetFetchResponseTopics,
 )
+from oncelog.security.acl import AclOperation, ResourceType
+from oncelog.protocol.errors import ErrorCode
 
+from ..authorization import allowed
 from ._groups import NOT_AVAILABLE, coordinator
+
+_Check = Callable[[ResourceType, str], bool]
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
@@ -42,20 +47,28 @@ def _grouped(offsets: list[FetchedOffset]) -> dict[str, list[FetchedOffset]]:
 
 async def _one(gc: GroupCoordinator | None, group_id: str,
                topics: Sequence[OffsetFetchRequestTopic | OffsetFetchRequestTopics] | None,
-               stable: bool) -> tuple[int, list[FetchedOffset]]:
+               stable: bool, may: _Check) -> tuple[int, list[FetchedOffset]]:
+    if not may(ResourceType.GROUP, group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
     if gc is None:
         return NOT_AVAILABLE, []
-    wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
-    return await gc.fetch_offsets(group_id, wanted, stable)
+    if topics is None:  # every committed offset: only of the topics the principal may describe
+        code, offsets = await gc.fetch_offsets(group_id, None, stable)
+        return code, [f for f in offsets if may(ResourceType.TOPIC, f.topic)]
+    refused = [FetchedOffset(t.name, p, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+               for t in topics if not may(ResourceType.TOPIC, t.name) for p in t.partition_indexes]
+    wanted = [(t.name, list(t.partition_indexes)) for t in topics if may(ResourceType.TOPIC, t.name)]
+    code, offsets = await gc.fetch_offsets(group_id, wanted, stable)
+    return code, offsets + refused if not code else offsets
 
 
 async def _handle(gc: GroupCoordinator | None, version: int,
-                  request: OffsetFetchRequest) -> OffsetFetchResponse:
+                  request: OffsetFetchRequest, may: _Check) -> OffsetFetchResponse:
     stable = request.require_stable if version >= 7 else False
     if version >= 8:
         groups = []
         for g in request.groups:
-            code, offs = await _one(gc, g.group_id, g.topics, stable)
+            code, offs = await _one(gc, g.group_id, g.topics, stable, may)
             groups.append(OffsetFetchResponseGroup(group_id=g.group_id, error_code=code, topics=[
                 OffsetFetchResponseTopics(name=t, partitions=[
                     OffsetFetchResponsePartitions(partition_index=f.partition, committed_offset=f.offset,
@@ -64,7 +77,7 @@ async def _handle(gc: GroupCoordinator | None, version: int,
                 for t, fs in _grouped(offs).items()]))
         return OffsetFetchResponse(groups=groups)
     topics = request.topics if version >= 2 else (request.topics or [])
-    code, offs = await _one(gc, request.group_id, topics, stable)
+    code, offs = await _one(gc, request.group_id, topics, stable, may)
     resp = OffsetFetchResponse(error_code=code, topics=[
         OffsetFetchResponseTopic(name=t, partitions=[
             OffsetFetchResponsePartition(partition_index=f.partition, committed_offset=f.offset,
@@ -80,4 +93,10 @@ async def _handle(gc: GroupCoordinator | None, version: int,
 
 def handle(broker: BrokerContext, ctx: RequestContext,
            request: OffsetFetchRequest) -> Awaitable[OffsetFetchResponse]:
-    return _handle(coordinator(broker), ctx.api_version, request)
+    answers: dict[tuple[ResourceType, str], bool] = {}
+
+    def may(resource_type: ResourceType, name: str) -> bool:  # DESCRIBE on the group, then on each topic
+        if (resource_type, name) not in answers:
+            answers[resource_type, name] = allowed(broker, ctx, AclOperation.DESCRIBE, resource_type, name)
+        return answers[resource_type, name]
+    return _handle(coordinator(broker), ctx.api_version, request, may)

@@ -14,7 +14,9 @@ from oncelog.protocol.messages.offset_for_leader_epoch_response import (
     OffsetForLeaderEpochResponse,
     OffsetForLeaderTopicResult,
 )
+from oncelog.security.acl import AclOperation, ResourceType
 
+from ..authorization import allowed, allowed_names
 from ._common import missing_partition_error
 
 if TYPE_CHECKING:
@@ -29,6 +31,10 @@ MAX_VERSION = 4
 def handle(broker: "BrokerContext", ctx: "RequestContext",
            request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
     topics = []
+    names = [t.topic for t in request.topics]  # a broker (CLUSTER_ACTION) or DESCRIBE on each topic (KIP-320)
+    described = set(names) if allowed(broker, ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER,
+                                      audit_denial=False) \
+        else allowed_names(broker, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
     for t in request.topics:
         view = broker.topics.get(t.topic)
         parts = []
@@ -36,7 +42,9 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
             out = EpochEndOffset(partition=p.partition, error_code=0, leader_epoch=-1, end_offset=-1)
             parts.append(out)
             partition = view.partitions[p.partition] if view and 0 <= p.partition < len(view.partitions) else None
-            if partition is None:
+            if t.topic not in described:
+                out.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif partition is None:
                 out.error_code = missing_partition_error(broker, t.topic, p.partition,
                                                          ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             elif p.current_leader_epoch > partition.leader_epoch:

@@ -26,16 +26,19 @@ from oncelog.protocol.messages.produce_response import (
 )
 from oncelog.protocol.record_decode import keyless_records_in
 from oncelog.protocol.records import (
+    BATCH_HEADER_SIZE,
     BatchHeader,
     CorruptRecordError,
     InvalidRecordError,
     UnsupportedMagicError,
+    parse_batch_header,
     set_max_timestamp_log_append,
     validate_batches,
 )
-
+from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.storage import DuplicateSequenceError, ProducerStateError
 
+from ..authorization import allowed, allowed_names
 from ..request import NO_RESPONSE
 from ._common import error_for, missing_partition_error
 from ._txn_verify import RemoteChecks, remote_checks, verify_transaction
@@ -89,6 +92,7 @@ def _append_one(broker: "BrokerContext", partition: "Partition", records: memory
                                  f"{partition.index} refused")
             return None
         if code == ErrorCode.NOT_ENOUGH_REPLICAS:
+            note_refused(partition, records)
             out.error_code = code
             out.error_message = (f"the transaction of producer {first.producer_id} could not be checked with its "
                                  f"coordinator now (moving, loading or unreachable); retry")
@@ -155,6 +159,20 @@ def _every_record_has_a_key(partition: "Partition", records: memoryview | bytes,
     return True
 
 
+def note_refused(partition: "Partition", records: object) -> None:
+    """An idempotent batch refused before the append with a retriable error: the batches of that producer
+    pipelined behind it get the same answer, not OUT_OF_ORDER_SEQUENCE_NUMBER, until it is retried
+    (``ProducerStateManager.note_refused``)."""
+    if not isinstance(records, (bytes, bytearray, memoryview)) or len(records) < BATCH_HEADER_SIZE:
+        return
+    try:
+        h = parse_batch_header(records, 0)
+    except Exception:  # noqa: BLE001 - a malformed batch: nothing to note
+        return
+    if h.producer_id >= 0:
+        partition.log.producer_state_manager.note_refused(h.producer_id, h.producer_epoch, h.base_sequence)
+
+
 def _may_append(partition: "Partition", acks: int, out: PartitionProduceResponse) -> bool:
     """In a cluster: this broker leads the partition, and for acks=all the ISR has min.insync.replicas."""
     where = f"{partition.topic}-{partition.index}"
@@ -171,20 +189,58 @@ def _may_append(partition: "Partition", acks: int, out: PartitionProduceResponse
     return True
 
 
+def _has_transactional_batches(request: ProduceRequest) -> bool:
+    """Kafka's ``RequestUtils.hasTransactionalRecords``: the first batch of some partition is transactional."""
+    for topic in request.topic_data:
+        for pdata in topic.partition_data:
+            try:
+                if pdata.records and parse_batch_header(pdata.records).is_transactional:
+                    return True
+            except Exception:  # not a batch: refused as such in the append
+                continue
+    return False
+
+
+def _refused(request: ProduceRequest, code: ErrorCode, message: str) -> ProduceResponse:
+    return ProduceResponse(throttle_time_ms=0, responses=[TopicProduceResponse(name=t.name, partition_responses=[
+        PartitionProduceResponse(index=p.index, error_code=code, error_message=message, base_offset=-1,
+                                 log_append_time_ms=-1, log_start_offset=-1) for p in t.partition_data])
+        for t in request.topic_data])
+
+
 def handle(broker: "BrokerContext", ctx: "RequestContext", request: ProduceRequest) -> object:
+    denied: frozenset[str] = frozenset()
+    if broker.authorizer is not None:  # WRITE on the transactional id of transactional batches, on each topic
+        txn_id = request.transactional_id
+        if _has_transactional_batches(request) and (
+                txn_id is None or not allowed(broker, ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id)):
+            return NO_RESPONSE if request.acks == 0 else _refused(
+                request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                f"{ctx.principal} may not WRITE to transactional id {txn_id}")
+        names = [t.name for t in request.topic_data]
+        denied = frozenset(names) - allowed_names(broker, ctx, AclOperation.WRITE, ResourceType.TOPIC, names)
     checks = remote_checks(broker, request)
     if checks is None:  # not transactional, or its coordinator is here (or a single node): checked in the append
-        return _append_all(broker, request, None)
-    if not checks[2]:  # the coordinator is on another broker, and every transaction is ongoing here already
-        return _append_all(broker, request, {})
-    return _verified_then_appended(broker, request, checks)
-
-
-async def _verified_then_appended(broker: "BrokerContext", request: ProduceRequest, checks: RemoteChecks) -> object:
+        return _append_all(broker, request, None, denied)
     assert broker.txn_verifier is not None and request.transactional_id
+    if not checks[2] and broker.txn_verifier.appending_after(request.transactional_id) is None:
+        return _append_all(broker, request, {}, denied)  # every transaction ongoing here already, nothing before it waits
+    return _verified_then_appended(broker, request, checks, denied)
+
+
+async def _verified_then_appended(broker: "BrokerContext", request: ProduceRequest, checks: RemoteChecks,
+                                  denied: frozenset[str]) -> object:
+    """Check the transaction with its coordinator, then append: after every earlier request of the same
+    transactional id, even one that needs no check itself (a pipelined request whose batches follow a batch still
+    being checked must not be appended before it: its sequence numbers would be out of order)."""
+    verifier = broker.txn_verifier
+    assert verifier is not None and request.transactional_id
     pid, epoch, partitions = checks
-    verified = await broker.txn_verifier.verify(request.transactional_id, pid, epoch, partitions)
-    result = _append_all(broker, request, verified)  # in the step the answer arrived: appends keep their order
+    with verifier.in_order(request.transactional_id) as before:
+        verified = await verifier.verify(request.transactional_id, pid, epoch, partitions) if partitions else {}
+        if before is not None:
+            await before
+        result = _append_all(broker, request, verified, denied)  # in the step it may: appends keep their order
     if isinstance(result, ProduceResponse) or result is NO_RESPONSE:
         return result
     assert isinstance(result, Awaitable)
@@ -192,7 +248,7 @@ async def _verified_then_appended(broker: "BrokerContext", request: ProduceReque
 
 
 def _append_all(broker: "BrokerContext", request: ProduceRequest,
-                verified: dict[tuple[str, int], int] | None) -> object:
+                verified: dict[tuple[str, int], int] | None, denied: frozenset[str] = frozenset()) -> object:
     responses: list[TopicProduceResponse] = []
     waits: list[tuple[PartitionProduceResponse, asyncio.Future[None] | asyncio.Future[int]]] = []
     acks = request.acks
@@ -203,6 +259,9 @@ def _append_all(broker: "BrokerContext", request: ProduceRequest,
             out = PartitionProduceResponse(index=pdata.index, base_offset=-1, log_append_time_ms=-1,
                                            log_start_offset=-1)
             parts.append(out)
+            if topic.name in denied:
+                out.error_code, out.error_message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized to WRITE"
+                continue
             partition = view.partitions[pdata.index] if view and 0 <= pdata.index < len(view.partitions) else None
             if partition is None:
                 out.error_code = missing_partition_error(broker, topic.name, pdata.index,
@@ -213,6 +272,8 @@ def _append_all(broker: "BrokerContext", request: ProduceRequest,
                 out.error_code, out.error_message = ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not 0, 1 or -1"
                 continue
             if partition.replicated and not _may_append(partition, acks, out):
+                if out.error_code == ErrorCode.NOT_ENOUGH_REPLICAS:
+                    note_refused(partition, pdata.records)
                 continue
             last = _append_one(broker, partition, pdata.records, out, request.transactional_id, verified)
             if last is None or acks != -1:

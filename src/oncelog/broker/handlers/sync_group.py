@@ -7,7 +7,10 @@ from typing import TYPE_CHECKING
 
 from oncelog.protocol.messages.sync_group_request import SyncGroupRequest
 from oncelog.protocol.messages.sync_group_response import SyncGroupResponse
+from oncelog.security.acl import AclOperation, ResourceType
+from oncelog.protocol.errors import ErrorCode
 
+from ..authorization import allowed
 from ._groups import NOT_AVAILABLE, coordinator
 
 if TYPE_CHECKING:
@@ -21,6 +24,8 @@ MAX_VERSION = 5
 
 def handle(broker: BrokerContext, ctx: RequestContext,
            request: SyncGroupRequest) -> SyncGroupResponse | Awaitable[SyncGroupResponse]:
+    if not allowed(broker, ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return SyncGroupResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     gc = coordinator(broker)
     if gc is None:
         return SyncGroupResponse(error_code=NOT_AVAILABLE)

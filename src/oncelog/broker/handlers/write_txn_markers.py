@@ -16,6 +16,10 @@ from oncelog.protocol.messages.write_txn_markers_response import (
     WriteTxnMarkersResponse,
 )
 
+from oncelog.security.acl import AclOperation, ResourceType
+from oncelog.protocol.errors import ErrorCode
+from ..authorization import allowed
+
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
     from oncelog.broker.request import RequestContext
@@ -42,5 +46,11 @@ async def _write(broker: "BrokerContext", request: WriteTxnMarkersRequest) -> Wr
 
 
 def handle(broker: "BrokerContext", ctx: "RequestContext",
-           request: WriteTxnMarkersRequest) -> Awaitable[WriteTxnMarkersResponse]:
+           request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse | Awaitable[WriteTxnMarkersResponse]:
+    if not allowed(broker, ctx, AclOperation.ALTER, ResourceType.CLUSTER, audit_denial=False) \
+            and not allowed(broker, ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
+        return WriteTxnMarkersResponse(markers=[WritableTxnMarkerResult(producer_id=m.producer_id, topics=[
+            WritableTxnMarkerTopicResult(name=t.name, partitions=[WritableTxnMarkerPartitionResult(
+                partition_index=p, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED) for p in t.partition_indexes])
+            for t in m.topics]) for m in request.markers])
     return _write(broker, request)

@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -124,6 +125,8 @@ def _r_AddPartitionsToTxnTopic_3(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @AddPartitionsToTxnTopic.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @AddPartitionsToTxnTopic.Name
     if _n == 0:
         raise _null_error()  # @AddPartitionsToTxnTopic.Name
     else:
@@ -168,6 +171,8 @@ def _r_AddPartitionsToTxnTransaction_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @AddPartitionsToTxnTransaction.TransactionalId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @AddPartitionsToTxnTransaction.TransactionalId
     if _n == 0:
         raise _null_error()  # @AddPartitionsToTxnTransaction.TransactionalId
     else:
@@ -248,6 +253,8 @@ def _r_AddPartitionsToTxnRequest_3(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @AddPartitionsToTxnRequest.V3AndBelowTransactionalId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @AddPartitionsToTxnRequest.V3AndBelowTransactionalId
     if _n == 0:
         raise _null_error()  # @AddPartitionsToTxnRequest.V3AndBelowTransactionalId
     else:

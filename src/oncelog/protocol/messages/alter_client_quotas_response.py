@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -110,6 +111,8 @@ def _r_EntityData_1(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @EntityData.EntityType
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @EntityData.EntityType
     if _n == 0:
         raise _null_error()  # @EntityData.EntityType
     else:
@@ -122,6 +125,8 @@ def _r_EntityData_1(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @EntityData.EntityName
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @EntityData.EntityName
     if _n == 0:
         _f1 = None
     else:
@@ -180,6 +185,8 @@ def _r_EntryData_1(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @EntryData.ErrorMessage
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @EntryData.ErrorMessage
     if _n == 0:
         _f1 = None
     else:

@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -111,6 +112,8 @@ def _r_Listener_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @Listener.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @Listener.Name
     if _n == 0:
         raise _null_error()  # @Listener.Name
     else:
@@ -123,6 +126,8 @@ def _r_Listener_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @Listener.Host
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @Listener.Host
     if _n == 0:
         raise _null_error()  # @Listener.Host
     else:
@@ -154,6 +159,8 @@ def _r_Feature_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @Feature.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @Feature.Name
     if _n == 0:
         raise _null_error()  # @Feature.Name
     else:
@@ -186,6 +193,8 @@ def _r_BrokerRegistrationRequest_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerRegistrationRequest.ClusterId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @BrokerRegistrationRequest.ClusterId
     if _n == 0:
         raise _null_error()  # @BrokerRegistrationRequest.ClusterId
     else:
@@ -230,6 +239,8 @@ def _r_BrokerRegistrationRequest_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerRegistrationRequest.Rack
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @BrokerRegistrationRequest.Rack
     if _n == 0:
         _f5 = None
     else:
@@ -276,6 +287,8 @@ def _r_BrokerRegistrationRequest_1(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerRegistrationRequest.ClusterId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @BrokerRegistrationRequest.ClusterId
     if _n == 0:
         raise _null_error()  # @BrokerRegistrationRequest.ClusterId
     else:
@@ -320,6 +333,8 @@ def _r_BrokerRegistrationRequest_1(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerRegistrationRequest.Rack
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @BrokerRegistrationRequest.Rack
     if _n == 0:
         _f5 = None
     else:
@@ -369,6 +384,8 @@ def _r_BrokerRegistrationRequest_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerRegistrationRequest.ClusterId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @BrokerRegistrationRequest.ClusterId
     if _n == 0:
         raise _null_error()  # @BrokerRegistrationRequest.ClusterId
     else:
@@ -413,6 +430,8 @@ def _r_BrokerRegistrationRequest_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerRegistrationRequest.Rack
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @BrokerRegistrationRequest.Rack
     if _n == 0:
         _f5 = None
     else:
@@ -480,6 +499,8 @@ def _r_BrokerRegistrationRequest_3(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerRegistrationRequest.ClusterId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @BrokerRegistrationRequest.ClusterId
     if _n == 0:
         raise _null_error()  # @BrokerRegistrationRequest.ClusterId
     else:
@@ -524,6 +545,8 @@ def _r_BrokerRegistrationRequest_3(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @BrokerRegistrationRequest.Rack
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @BrokerRegistrationRequest.Rack
     if _n == 0:
         _f5 = None
     else:

@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -128,6 +129,8 @@ def _r_TopicPartitions_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicPartitions.TopicName
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @TopicPartitions.TopicName
     if _n == 0:
         raise _null_error()  # @TopicPartitions.TopicName
     else:
@@ -209,6 +212,8 @@ def _r_Member_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @Member.MemberId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @Member.MemberId
     if _n == 0:
         raise _null_error()  # @Member.MemberId
     else:
@@ -221,6 +226,8 @@ def _r_Member_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @Member.InstanceId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @Member.InstanceId
     if _n == 0:
         _f1 = None
     else:
@@ -233,6 +240,8 @@ def _r_Member_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @Member.RackId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @Member.RackId
     if _n == 0:
         _f2 = None
     else:
@@ -247,6 +256,8 @@ def _r_Member_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @Member.ClientId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @Member.ClientId
     if _n == 0:
         raise _null_error()  # @Member.ClientId
     else:
@@ -259,6 +270,8 @@ def _r_Member_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @Member.ClientHost
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @Member.ClientHost
     if _n == 0:
         raise _null_error()  # @Member.ClientHost
     else:
@@ -282,6 +295,8 @@ def _r_Member_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @Member.SubscribedTopicRegex
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @Member.SubscribedTopicRegex
     if _n == 0:
         _f7 = None
     else:
@@ -328,6 +343,8 @@ def _r_DescribedGroup_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedGroup.ErrorMessage
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribedGroup.ErrorMessage
     if _n == 0:
         _f1 = None
     else:
@@ -340,6 +357,8 @@ def _r_DescribedGroup_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedGroup.GroupId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribedGroup.GroupId
     if _n == 0:
         raise _null_error()  # @DescribedGroup.GroupId
     else:
@@ -352,6 +371,8 @@ def _r_DescribedGroup_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedGroup.GroupState
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribedGroup.GroupState
     if _n == 0:
         raise _null_error()  # @DescribedGroup.GroupState
     else:
@@ -366,6 +387,8 @@ def _r_DescribedGroup_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedGroup.AssignorName
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribedGroup.AssignorName
     if _n == 0:
         raise _null_error()  # @DescribedGroup.AssignorName
     else:

@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -133,6 +134,8 @@ def _r_ConsumerGroupHeartbeatRequest_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupHeartbeatRequest.GroupId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @ConsumerGroupHeartbeatRequest.GroupId
     if _n == 0:
         raise _null_error()  # @ConsumerGroupHeartbeatRequest.GroupId
     else:
@@ -145,6 +148,8 @@ def _r_ConsumerGroupHeartbeatRequest_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupHeartbeatRequest.MemberId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @ConsumerGroupHeartbeatRequest.MemberId
     if _n == 0:
         raise _null_error()  # @ConsumerGroupHeartbeatRequest.MemberId
     else:
@@ -159,6 +164,8 @@ def _r_ConsumerGroupHeartbeatRequest_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupHeartbeatRequest.InstanceId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @ConsumerGroupHeartbeatRequest.InstanceId
     if _n == 0:
         _f3 = None
     else:
@@ -171,6 +178,8 @@ def _r_ConsumerGroupHeartbeatRequest_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupHeartbeatRequest.RackId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @ConsumerGroupHeartbeatRequest.RackId
     if _n == 0:
         _f4 = None
     else:
@@ -196,6 +205,8 @@ def _r_ConsumerGroupHeartbeatRequest_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupHeartbeatRequest.ServerAssignor
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @ConsumerGroupHeartbeatRequest.ServerAssignor
     if _n == 0:
         _f8 = None
     else:
@@ -258,6 +269,8 @@ def _r_ConsumerGroupHeartbeatRequest_1(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupHeartbeatRequest.GroupId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @ConsumerGroupHeartbeatRequest.GroupId
     if _n == 0:
         raise _null_error()  # @ConsumerGroupHeartbeatRequest.GroupId
     else:
@@ -270,6 +283,8 @@ def _r_ConsumerGroupHeartbeatRequest_1(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupHeartbeatRequest.MemberId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @ConsumerGroupHeartbeatRequest.MemberId
     if _n == 0:
         raise _null_error()  # @ConsumerGroupHeartbeatRequest.MemberId
     else:
@@ -284,6 +299,8 @@ def _r_ConsumerGroupHeartbeatRequest_1(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupHeartbeatRequest.InstanceId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @ConsumerGroupHeartbeatRequest.InstanceId
     if _n == 0:
         _f3 = None
     else:
@@ -296,6 +313,8 @@ def _r_ConsumerGroupHeartbeatRequest_1(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupHeartbeatRequest.RackId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @ConsumerGroupHeartbeatRequest.RackId
     if _n == 0:
         _f4 = None
     else:
@@ -321,6 +340,8 @@ def _r_ConsumerGroupHeartbeatRequest_1(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupHeartbeatRequest.SubscribedTopicRegex
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @ConsumerGroupHeartbeatRequest.SubscribedTopicRegex
     if _n == 0:
         _f7 = None
     else:
@@ -333,6 +354,8 @@ def _r_ConsumerGroupHeartbeatRequest_1(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @ConsumerGroupHeartbeatRequest.ServerAssignor
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @ConsumerGroupHeartbeatRequest.ServerAssignor
     if _n == 0:
         _f8 = None
     else:

@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -104,6 +105,8 @@ def _r_CreatableRenewers_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatableRenewers.PrincipalType
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @CreatableRenewers.PrincipalType
     if _n == 0:
         raise _null_error()  # @CreatableRenewers.PrincipalType
     else:
@@ -116,6 +119,8 @@ def _r_CreatableRenewers_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatableRenewers.PrincipalName
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @CreatableRenewers.PrincipalName
     if _n == 0:
         raise _null_error()  # @CreatableRenewers.PrincipalName
     else:
@@ -209,6 +214,8 @@ def _r_CreateDelegationTokenRequest_3(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateDelegationTokenRequest.OwnerPrincipalType
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @CreateDelegationTokenRequest.OwnerPrincipalType
     if _n == 0:
         _f0 = None
     else:
@@ -221,6 +228,8 @@ def _r_CreateDelegationTokenRequest_3(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateDelegationTokenRequest.OwnerPrincipalName
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @CreateDelegationTokenRequest.OwnerPrincipalName
     if _n == 0:
         _f1 = None
     else:

@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -122,6 +123,8 @@ def _r_CreateDelegationTokenResponse_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateDelegationTokenResponse.PrincipalType
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @CreateDelegationTokenResponse.PrincipalType
     if _n == 0:
         raise _null_error()  # @CreateDelegationTokenResponse.PrincipalType
     else:
@@ -134,6 +137,8 @@ def _r_CreateDelegationTokenResponse_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateDelegationTokenResponse.PrincipalName
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @CreateDelegationTokenResponse.PrincipalName
     if _n == 0:
         raise _null_error()  # @CreateDelegationTokenResponse.PrincipalName
     else:
@@ -148,6 +153,8 @@ def _r_CreateDelegationTokenResponse_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateDelegationTokenResponse.TokenId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @CreateDelegationTokenResponse.TokenId
     if _n == 0:
         raise _null_error()  # @CreateDelegationTokenResponse.TokenId
     else:
@@ -186,6 +193,8 @@ def _r_CreateDelegationTokenResponse_3(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateDelegationTokenResponse.PrincipalType
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @CreateDelegationTokenResponse.PrincipalType
     if _n == 0:
         raise _null_error()  # @CreateDelegationTokenResponse.PrincipalType
     else:
@@ -198,6 +207,8 @@ def _r_CreateDelegationTokenResponse_3(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateDelegationTokenResponse.PrincipalName
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @CreateDelegationTokenResponse.PrincipalName
     if _n == 0:
         raise _null_error()  # @CreateDelegationTokenResponse.PrincipalName
     else:
@@ -210,6 +221,8 @@ def _r_CreateDelegationTokenResponse_3(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateDelegationTokenResponse.TokenRequesterPrincipalType
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @CreateDelegationTokenResponse.TokenRequesterPrincipalType
     if _n == 0:
         raise _null_error()  # @CreateDelegationTokenResponse.TokenRequesterPrincipalType
     else:
@@ -222,6 +235,8 @@ def _r_CreateDelegationTokenResponse_3(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateDelegationTokenResponse.TokenRequesterPrincipalName
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @CreateDelegationTokenResponse.TokenRequesterPrincipalName
     if _n == 0:
         raise _null_error()  # @CreateDelegationTokenResponse.TokenRequesterPrincipalName
     else:
@@ -236,6 +251,8 @@ def _r_CreateDelegationTokenResponse_3(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @CreateDelegationTokenResponse.TokenId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @CreateDelegationTokenResponse.TokenId
     if _n == 0:
         raise _null_error()  # @CreateDelegationTokenResponse.TokenId
     else:

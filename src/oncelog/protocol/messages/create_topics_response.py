@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -110,6 +111,8 @@ def _r_CreatableTopicConfigs_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatableTopicConfigs.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @CreatableTopicConfigs.Name
     if _n == 0:
         raise _null_error()  # @CreatableTopicConfigs.Name
     else:
@@ -122,6 +125,8 @@ def _r_CreatableTopicConfigs_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatableTopicConfigs.Value
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @CreatableTopicConfigs.Value
     if _n == 0:
         _f1 = None
     else:
@@ -179,6 +184,8 @@ def _r_CreatableTopicResult_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatableTopicResult.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @CreatableTopicResult.Name
     if _n == 0:
         raise _null_error()  # @CreatableTopicResult.Name
     else:
@@ -193,6 +200,8 @@ def _r_CreatableTopicResult_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatableTopicResult.ErrorMessage
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @CreatableTopicResult.ErrorMessage
     if _n == 0:
         _f3 = None
     else:
@@ -266,6 +275,8 @@ def _r_CreatableTopicResult_7(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatableTopicResult.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @CreatableTopicResult.Name
     if _n == 0:
         raise _null_error()  # @CreatableTopicResult.Name
     else:
@@ -281,6 +292,8 @@ def _r_CreatableTopicResult_7(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @CreatableTopicResult.ErrorMessage
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @CreatableTopicResult.ErrorMessage
     if _n == 0:
         _f3 = None
     else:

@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -139,6 +140,8 @@ def _r_DeleteAclsFilter_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteAclsFilter.ResourceNameFilter
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DeleteAclsFilter.ResourceNameFilter
     if _n == 0:
         _f1 = None
     else:
@@ -153,6 +156,8 @@ def _r_DeleteAclsFilter_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteAclsFilter.PrincipalFilter
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DeleteAclsFilter.PrincipalFilter
     if _n == 0:
         _f3 = None
     else:
@@ -165,6 +170,8 @@ def _r_DeleteAclsFilter_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteAclsFilter.HostFilter
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DeleteAclsFilter.HostFilter
     if _n == 0:
         _f4 = None
     else:

@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -161,6 +162,8 @@ def _r_DeleteAclsMatchingAcl_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteAclsMatchingAcl.ErrorMessage
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DeleteAclsMatchingAcl.ErrorMessage
     if _n == 0:
         _f1 = None
     else:
@@ -175,6 +178,8 @@ def _r_DeleteAclsMatchingAcl_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteAclsMatchingAcl.ResourceName
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DeleteAclsMatchingAcl.ResourceName
     if _n == 0:
         raise _null_error()  # @DeleteAclsMatchingAcl.ResourceName
     else:
@@ -189,6 +194,8 @@ def _r_DeleteAclsMatchingAcl_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteAclsMatchingAcl.Principal
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DeleteAclsMatchingAcl.Principal
     if _n == 0:
         raise _null_error()  # @DeleteAclsMatchingAcl.Principal
     else:
@@ -201,6 +208,8 @@ def _r_DeleteAclsMatchingAcl_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteAclsMatchingAcl.Host
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DeleteAclsMatchingAcl.Host
     if _n == 0:
         raise _null_error()  # @DeleteAclsMatchingAcl.Host
     else:
@@ -295,6 +304,8 @@ def _r_DeleteAclsFilterResult_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteAclsFilterResult.ErrorMessage
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DeleteAclsFilterResult.ErrorMessage
     if _n == 0:
         _f1 = None
     else:

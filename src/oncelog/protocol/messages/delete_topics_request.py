@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -92,6 +93,8 @@ def _r_DeleteTopicState_6(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DeleteTopicState.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DeleteTopicState.Name
     if _n == 0:
         _f0 = None
     else:

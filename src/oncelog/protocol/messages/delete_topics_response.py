@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -107,6 +108,8 @@ def _r_DeletableTopicResult_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DeletableTopicResult.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DeletableTopicResult.Name
     if _n == 0:
         raise _null_error()  # @DeletableTopicResult.Name
     else:
@@ -137,6 +140,8 @@ def _r_DeletableTopicResult_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DeletableTopicResult.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DeletableTopicResult.Name
     if _n == 0:
         raise _null_error()  # @DeletableTopicResult.Name
     else:
@@ -151,6 +156,8 @@ def _r_DeletableTopicResult_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DeletableTopicResult.ErrorMessage
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DeletableTopicResult.ErrorMessage
     if _n == 0:
         _f3 = None
     else:
@@ -180,6 +187,8 @@ def _r_DeletableTopicResult_6(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DeletableTopicResult.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DeletableTopicResult.Name
     if _n == 0:
         _f0 = None
     else:
@@ -195,6 +204,8 @@ def _r_DeletableTopicResult_6(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DeletableTopicResult.ErrorMessage
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DeletableTopicResult.ErrorMessage
     if _n == 0:
         _f3 = None
     else:

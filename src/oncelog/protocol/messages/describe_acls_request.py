@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -134,6 +135,8 @@ def _r_DescribeAclsRequest_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeAclsRequest.ResourceNameFilter
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribeAclsRequest.ResourceNameFilter
     if _n == 0:
         _f1 = None
     else:
@@ -148,6 +151,8 @@ def _r_DescribeAclsRequest_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeAclsRequest.PrincipalFilter
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribeAclsRequest.PrincipalFilter
     if _n == 0:
         _f3 = None
     else:
@@ -160,6 +165,8 @@ def _r_DescribeAclsRequest_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeAclsRequest.HostFilter
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribeAclsRequest.HostFilter
     if _n == 0:
         _f4 = None
     else:

@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -119,6 +120,8 @@ def _r_AclDescription_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @AclDescription.Principal
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @AclDescription.Principal
     if _n == 0:
         raise _null_error()  # @AclDescription.Principal
     else:
@@ -131,6 +134,8 @@ def _r_AclDescription_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @AclDescription.Host
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @AclDescription.Host
     if _n == 0:
         raise _null_error()  # @AclDescription.Host
     else:
@@ -223,6 +228,8 @@ def _r_DescribeAclsResource_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeAclsResource.ResourceName
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribeAclsResource.ResourceName
     if _n == 0:
         raise _null_error()  # @DescribeAclsResource.ResourceName
     else:
@@ -334,6 +341,8 @@ def _r_DescribeAclsResponse_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeAclsResponse.ErrorMessage
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribeAclsResponse.ErrorMessage
     if _n == 0:
         _f2 = None
     else:

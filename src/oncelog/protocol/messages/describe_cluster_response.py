@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -103,6 +104,8 @@ def _r_DescribeClusterBroker_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeClusterBroker.Host
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribeClusterBroker.Host
     if _n == 0:
         raise _null_error()  # @DescribeClusterBroker.Host
     else:
@@ -117,6 +120,8 @@ def _r_DescribeClusterBroker_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeClusterBroker.Rack
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribeClusterBroker.Rack
     if _n == 0:
         _f3 = None
     else:
@@ -149,6 +154,8 @@ def _r_DescribeClusterResponse_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeClusterResponse.ErrorMessage
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribeClusterResponse.ErrorMessage
     if _n == 0:
         _f2 = None
     else:
@@ -161,6 +168,8 @@ def _r_DescribeClusterResponse_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeClusterResponse.ClusterId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribeClusterResponse.ClusterId
     if _n == 0:
         raise _null_error()  # @DescribeClusterResponse.ClusterId
     else:
@@ -220,6 +229,8 @@ def _r_DescribeClusterResponse_1(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeClusterResponse.ErrorMessage
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribeClusterResponse.ErrorMessage
     if _n == 0:
         _f2 = None
     else:
@@ -234,6 +245,8 @@ def _r_DescribeClusterResponse_1(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeClusterResponse.ClusterId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribeClusterResponse.ClusterId
     if _n == 0:
         raise _null_error()  # @DescribeClusterResponse.ClusterId
     else:

@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -132,6 +133,8 @@ def _r_DescribeConfigsSynonym_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeConfigsSynonym.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribeConfigsSynonym.Name
     if _n == 0:
         raise _null_error()  # @DescribeConfigsSynonym.Name
     else:
@@ -144,6 +147,8 @@ def _r_DescribeConfigsSynonym_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeConfigsSynonym.Value
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribeConfigsSynonym.Value
     if _n == 0:
         _f1 = None
     else:
@@ -254,6 +259,8 @@ def _r_DescribeConfigsResourceResult_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeConfigsResourceResult.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribeConfigsResourceResult.Name
     if _n == 0:
         raise _null_error()  # @DescribeConfigsResourceResult.Name
     else:
@@ -266,6 +273,8 @@ def _r_DescribeConfigsResourceResult_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeConfigsResourceResult.Value
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribeConfigsResourceResult.Value
     if _n == 0:
         _f1 = None
     else:
@@ -297,6 +306,8 @@ def _r_DescribeConfigsResourceResult_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeConfigsResourceResult.Documentation
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribeConfigsResourceResult.Documentation
     if _n == 0:
         _f8 = None
     else:
@@ -436,6 +447,8 @@ def _r_DescribeConfigsResult_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeConfigsResult.ErrorMessage
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribeConfigsResult.ErrorMessage
     if _n == 0:
         _f1 = None
     else:
@@ -450,6 +463,8 @@ def _r_DescribeConfigsResult_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeConfigsResult.ResourceName
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribeConfigsResult.ResourceName
     if _n == 0:
         raise _null_error()  # @DescribeConfigsResult.ResourceName
     else:

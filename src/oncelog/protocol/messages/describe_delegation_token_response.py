@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -119,6 +120,8 @@ def _r_DescribedDelegationTokenRenewer_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedDelegationTokenRenewer.PrincipalType
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribedDelegationTokenRenewer.PrincipalType
     if _n == 0:
         raise _null_error()  # @DescribedDelegationTokenRenewer.PrincipalType
     else:
@@ -131,6 +134,8 @@ def _r_DescribedDelegationTokenRenewer_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedDelegationTokenRenewer.PrincipalName
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribedDelegationTokenRenewer.PrincipalName
     if _n == 0:
         raise _null_error()  # @DescribedDelegationTokenRenewer.PrincipalName
     else:
@@ -193,6 +198,8 @@ def _r_DescribedDelegationToken_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedDelegationToken.PrincipalType
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribedDelegationToken.PrincipalType
     if _n == 0:
         raise _null_error()  # @DescribedDelegationToken.PrincipalType
     else:
@@ -205,6 +212,8 @@ def _r_DescribedDelegationToken_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedDelegationToken.PrincipalName
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribedDelegationToken.PrincipalName
     if _n == 0:
         raise _null_error()  # @DescribedDelegationToken.PrincipalName
     else:
@@ -219,6 +228,8 @@ def _r_DescribedDelegationToken_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedDelegationToken.TokenId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribedDelegationToken.TokenId
     if _n == 0:
         raise _null_error()  # @DescribedDelegationToken.TokenId
     else:
@@ -273,6 +284,8 @@ def _r_DescribedDelegationToken_3(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedDelegationToken.PrincipalType
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribedDelegationToken.PrincipalType
     if _n == 0:
         raise _null_error()  # @DescribedDelegationToken.PrincipalType
     else:
@@ -285,6 +298,8 @@ def _r_DescribedDelegationToken_3(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedDelegationToken.PrincipalName
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribedDelegationToken.PrincipalName
     if _n == 0:
         raise _null_error()  # @DescribedDelegationToken.PrincipalName
     else:
@@ -297,6 +312,8 @@ def _r_DescribedDelegationToken_3(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedDelegationToken.TokenRequesterPrincipalType
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribedDelegationToken.TokenRequesterPrincipalType
     if _n == 0:
         raise _null_error()  # @DescribedDelegationToken.TokenRequesterPrincipalType
     else:
@@ -309,6 +326,8 @@ def _r_DescribedDelegationToken_3(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedDelegationToken.TokenRequesterPrincipalName
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribedDelegationToken.TokenRequesterPrincipalName
     if _n == 0:
         raise _null_error()  # @DescribedDelegationToken.TokenRequesterPrincipalName
     else:
@@ -323,6 +342,8 @@ def _r_DescribedDelegationToken_3(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedDelegationToken.TokenId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribedDelegationToken.TokenId
     if _n == 0:
         raise _null_error()  # @DescribedDelegationToken.TokenId
     else:

@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -143,6 +144,8 @@ def _r_DescribedGroupMember_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedGroupMember.MemberId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribedGroupMember.MemberId
     if _n == 0:
         raise _null_error()  # @DescribedGroupMember.MemberId
     else:
@@ -155,6 +158,8 @@ def _r_DescribedGroupMember_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedGroupMember.GroupInstanceId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribedGroupMember.GroupInstanceId
     if _n == 0:
         _f1 = None
     else:
@@ -167,6 +172,8 @@ def _r_DescribedGroupMember_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedGroupMember.ClientId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribedGroupMember.ClientId
     if _n == 0:
         raise _null_error()  # @DescribedGroupMember.ClientId
     else:
@@ -179,6 +186,8 @@ def _r_DescribedGroupMember_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedGroupMember.ClientHost
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribedGroupMember.ClientHost
     if _n == 0:
         raise _null_error()  # @DescribedGroupMember.ClientHost
     else:
@@ -323,6 +332,8 @@ def _r_DescribedGroup_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedGroup.GroupId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribedGroup.GroupId
     if _n == 0:
         raise _null_error()  # @DescribedGroup.GroupId
     else:
@@ -335,6 +346,8 @@ def _r_DescribedGroup_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedGroup.GroupState
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribedGroup.GroupState
     if _n == 0:
         raise _null_error()  # @DescribedGroup.GroupState
     else:
@@ -347,6 +360,8 @@ def _r_DescribedGroup_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedGroup.ProtocolType
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribedGroup.ProtocolType
     if _n == 0:
         raise _null_error()  # @DescribedGroup.ProtocolType
     else:
@@ -359,6 +374,8 @@ def _r_DescribedGroup_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribedGroup.ProtocolData
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribedGroup.ProtocolData
     if _n == 0:
         raise _null_error()  # @DescribedGroup.ProtocolData
     else:

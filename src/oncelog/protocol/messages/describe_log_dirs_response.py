@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -165,6 +166,8 @@ def _r_DescribeLogDirsTopic_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeLogDirsTopic.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribeLogDirsTopic.Name
     if _n == 0:
         raise _null_error()  # @DescribeLogDirsTopic.Name
     else:
@@ -244,6 +247,8 @@ def _r_DescribeLogDirsResult_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeLogDirsResult.LogDir
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribeLogDirsResult.LogDir
     if _n == 0:
         raise _null_error()  # @DescribeLogDirsResult.LogDir
     else:
@@ -296,6 +301,8 @@ def _r_DescribeLogDirsResult_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeLogDirsResult.LogDir
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribeLogDirsResult.LogDir
     if _n == 0:
         raise _null_error()  # @DescribeLogDirsResult.LogDir
     else:

@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -311,6 +312,8 @@ def _r_PartitionData_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionData.ErrorMessage
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @PartitionData.ErrorMessage
     if _n == 0:
         _f2 = None
     else:
@@ -386,6 +389,8 @@ def _r_TopicData_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.TopicName
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @TopicData.TopicName
     if _n == 0:
         raise _null_error()  # @TopicData.TopicName
     else:
@@ -435,6 +440,8 @@ def _r_TopicData_1(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.TopicName
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @TopicData.TopicName
     if _n == 0:
         raise _null_error()  # @TopicData.TopicName
     else:
@@ -484,6 +491,8 @@ def _r_TopicData_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.TopicName
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @TopicData.TopicName
     if _n == 0:
         raise _null_error()  # @TopicData.TopicName
     else:
@@ -533,6 +542,8 @@ def _r_Listener_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @Listener.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @Listener.Name
     if _n == 0:
         raise _null_error()  # @Listener.Name
     else:
@@ -545,6 +556,8 @@ def _r_Listener_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @Listener.Host
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @Listener.Host
     if _n == 0:
         raise _null_error()  # @Listener.Host
     else:
@@ -695,6 +708,8 @@ def _r_DescribeQuorumResponse_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeQuorumResponse.ErrorMessage
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribeQuorumResponse.ErrorMessage
     if _n == 0:
         _f1 = None
     else:

@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -222,6 +223,8 @@ def _r_DescribeTopicPartitionsResponseTopic_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeTopicPartitionsResponseTopic.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribeTopicPartitionsResponseTopic.Name
     if _n == 0:
         _f1 = None
     else:
@@ -279,6 +282,8 @@ def _r_Cursor_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @Cursor.TopicName
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @Cursor.TopicName
     if _n == 0:
         raise _null_error()  # @Cursor.TopicName
     else:

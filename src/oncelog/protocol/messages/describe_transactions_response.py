@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -105,6 +106,8 @@ def _r_TopicData_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.Topic
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @TopicData.Topic
     if _n == 0:
         raise _null_error()  # @TopicData.Topic
     else:
@@ -151,6 +154,8 @@ def _r_TransactionState_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @TransactionState.TransactionalId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @TransactionState.TransactionalId
     if _n == 0:
         raise _null_error()  # @TransactionState.TransactionalId
     else:
@@ -163,6 +168,8 @@ def _r_TransactionState_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @TransactionState.TransactionState
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @TransactionState.TransactionState
     if _n == 0:
         raise _null_error()  # @TransactionState.TransactionState
     else:

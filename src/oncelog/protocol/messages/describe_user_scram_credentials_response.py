@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -120,6 +121,8 @@ def _r_DescribeUserScramCredentialsResult_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeUserScramCredentialsResult.User
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribeUserScramCredentialsResult.User
     if _n == 0:
         raise _null_error()  # @DescribeUserScramCredentialsResult.User
     else:
@@ -134,6 +137,8 @@ def _r_DescribeUserScramCredentialsResult_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeUserScramCredentialsResult.ErrorMessage
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribeUserScramCredentialsResult.ErrorMessage
     if _n == 0:
         _f2 = None
     else:
@@ -187,6 +192,8 @@ def _r_DescribeUserScramCredentialsResponse_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @DescribeUserScramCredentialsResponse.ErrorMessage
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @DescribeUserScramCredentialsResponse.ErrorMessage
     if _n == 0:
         _f2 = None
     else:

@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -219,6 +220,8 @@ def _r_TopicData_1(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicData.TopicName
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @TopicData.TopicName
     if _n == 0:
         raise _null_error()  # @TopicData.TopicName
     else:
@@ -268,6 +271,8 @@ def _r_LeaderEndpoint_1(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderEndpoint.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @LeaderEndpoint.Name
     if _n == 0:
         raise _null_error()  # @LeaderEndpoint.Name
     else:
@@ -280,6 +285,8 @@ def _r_LeaderEndpoint_1(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaderEndpoint.Host
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @LeaderEndpoint.Host
     if _n == 0:
         raise _null_error()  # @LeaderEndpoint.Host
     else:
@@ -336,6 +343,8 @@ def _r_EndQuorumEpochRequest_1(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @EndQuorumEpochRequest.ClusterId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @EndQuorumEpochRequest.ClusterId
     if _n == 0:
         _f0 = None
     else:

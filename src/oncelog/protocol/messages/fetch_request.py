@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -310,6 +311,8 @@ def _r_FetchTopic_12(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchTopic.Topic
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @FetchTopic.Topic
     if _n == 0:
         raise _null_error()  # @FetchTopic.Topic
     else:
@@ -457,6 +460,8 @@ def _r_ForgottenTopic_12(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @ForgottenTopic.Topic
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @ForgottenTopic.Topic
     if _n == 0:
         raise _null_error()  # @ForgottenTopic.Topic
     else:
@@ -799,6 +804,8 @@ def _r_FetchRequest_12(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchRequest.RackId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @FetchRequest.RackId
     if _n == 0:
         raise _null_error()  # @FetchRequest.RackId
     else:
@@ -820,6 +827,8 @@ def _r_FetchRequest_12(buf, pos):
                 pos += 1
                 if _n > 127:
                     _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchRequest.ClusterId
+                    if _n > 32768:
+                        raise _string_too_long(_n - 1)  # @FetchRequest.ClusterId
                 if _n == 0:
                     _f0 = None
                 else:
@@ -902,6 +911,8 @@ def _r_FetchRequest_13(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchRequest.RackId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @FetchRequest.RackId
     if _n == 0:
         raise _null_error()  # @FetchRequest.RackId
     else:
@@ -923,6 +934,8 @@ def _r_FetchRequest_13(buf, pos):
                 pos += 1
                 if _n > 127:
                     _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchRequest.ClusterId
+                    if _n > 32768:
+                        raise _string_too_long(_n - 1)  # @FetchRequest.ClusterId
                 if _n == 0:
                     _f0 = None
                 else:
@@ -1005,6 +1018,8 @@ def _r_FetchRequest_15(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchRequest.RackId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @FetchRequest.RackId
     if _n == 0:
         raise _null_error()  # @FetchRequest.RackId
     else:
@@ -1027,6 +1042,8 @@ def _r_FetchRequest_15(buf, pos):
                 pos += 1
                 if _n > 127:
                     _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchRequest.ClusterId
+                    if _n > 32768:
+                        raise _string_too_long(_n - 1)  # @FetchRequest.ClusterId
                 if _n == 0:
                     _f0 = None
                 else:
@@ -1121,6 +1138,8 @@ def _r_FetchRequest_17(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchRequest.RackId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @FetchRequest.RackId
     if _n == 0:
         raise _null_error()  # @FetchRequest.RackId
     else:
@@ -1143,6 +1162,8 @@ def _r_FetchRequest_17(buf, pos):
                 pos += 1
                 if _n > 127:
                     _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchRequest.ClusterId
+                    if _n > 32768:
+                        raise _string_too_long(_n - 1)  # @FetchRequest.ClusterId
                 if _n == 0:
                     _f0 = None
                 else:

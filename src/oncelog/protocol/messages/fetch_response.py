@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -527,6 +528,8 @@ def _r_FetchableTopicResponse_12(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchableTopicResponse.Topic
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @FetchableTopicResponse.Topic
     if _n == 0:
         raise _null_error()  # @FetchableTopicResponse.Topic
     else:
@@ -617,6 +620,8 @@ def _r_NodeEndpoint_16(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @NodeEndpoint.Host
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @NodeEndpoint.Host
     if _n == 0:
         raise _null_error()  # @NodeEndpoint.Host
     else:
@@ -631,6 +636,8 @@ def _r_NodeEndpoint_16(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @NodeEndpoint.Rack
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @NodeEndpoint.Rack
     if _n == 0:
         _f3 = None
     else:

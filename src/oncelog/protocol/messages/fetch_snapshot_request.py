@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -190,6 +191,8 @@ def _r_TopicSnapshot_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicSnapshot.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @TopicSnapshot.Name
     if _n == 0:
         raise _null_error()  # @TopicSnapshot.Name
     else:
@@ -239,6 +242,8 @@ def _r_TopicSnapshot_1(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicSnapshot.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @TopicSnapshot.Name
     if _n == 0:
         raise _null_error()  # @TopicSnapshot.Name
     else:
@@ -314,6 +319,8 @@ def _r_FetchSnapshotRequest_0(buf, pos):
                 pos += 1
                 if _n > 127:
                     _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchSnapshotRequest.ClusterId
+                    if _n > 32768:
+                        raise _string_too_long(_n - 1)  # @FetchSnapshotRequest.ClusterId
                 if _n == 0:
                     _f0 = None
                 else:
@@ -382,6 +389,8 @@ def _r_FetchSnapshotRequest_1(buf, pos):
                 pos += 1
                 if _n > 127:
                     _n, pos = _uvarint_cont(buf, pos, _n)  # @FetchSnapshotRequest.ClusterId
+                    if _n > 32768:
+                        raise _string_too_long(_n - 1)  # @FetchSnapshotRequest.ClusterId
                 if _n == 0:
                     _f0 = None
                 else:

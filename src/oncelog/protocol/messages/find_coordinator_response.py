@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -102,6 +103,8 @@ def _r_Coordinator_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @Coordinator.Key
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @Coordinator.Key
     if _n == 0:
         raise _null_error()  # @Coordinator.Key
     else:
@@ -116,6 +119,8 @@ def _r_Coordinator_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @Coordinator.Host
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @Coordinator.Host
     if _n == 0:
         raise _null_error()  # @Coordinator.Host
     else:
@@ -130,6 +135,8 @@ def _r_Coordinator_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @Coordinator.ErrorMessage
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @Coordinator.ErrorMessage
     if _n == 0:
         _f5 = None
     else:
@@ -198,6 +205,8 @@ def _r_FindCoordinatorResponse_3(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @FindCoordinatorResponse.ErrorMessage
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @FindCoordinatorResponse.ErrorMessage
     if _n == 0:
         _f2 = None
     else:
@@ -212,6 +221,8 @@ def _r_FindCoordinatorResponse_3(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @FindCoordinatorResponse.Host
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @FindCoordinatorResponse.Host
     if _n == 0:
         raise _null_error()  # @FindCoordinatorResponse.Host
     else:

@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -117,6 +118,8 @@ def _r_HeartbeatRequest_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @HeartbeatRequest.GroupId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @HeartbeatRequest.GroupId
     if _n == 0:
         raise _null_error()  # @HeartbeatRequest.GroupId
     else:
@@ -131,6 +134,8 @@ def _r_HeartbeatRequest_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @HeartbeatRequest.MemberId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @HeartbeatRequest.MemberId
     if _n == 0:
         raise _null_error()  # @HeartbeatRequest.MemberId
     else:
@@ -143,6 +148,8 @@ def _r_HeartbeatRequest_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @HeartbeatRequest.GroupInstanceId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @HeartbeatRequest.GroupInstanceId
     if _n == 0:
         _f3 = None
     else:

@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -109,6 +110,8 @@ def _r_JoinGroupRequestProtocol_6(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupRequestProtocol.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @JoinGroupRequestProtocol.Name
     if _n == 0:
         raise _null_error()  # @JoinGroupRequestProtocol.Name
     else:
@@ -236,6 +239,8 @@ def _r_JoinGroupRequest_6(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupRequest.GroupId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @JoinGroupRequest.GroupId
     if _n == 0:
         raise _null_error()  # @JoinGroupRequest.GroupId
     else:
@@ -250,6 +255,8 @@ def _r_JoinGroupRequest_6(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupRequest.MemberId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @JoinGroupRequest.MemberId
     if _n == 0:
         raise _null_error()  # @JoinGroupRequest.MemberId
     else:
@@ -262,6 +269,8 @@ def _r_JoinGroupRequest_6(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupRequest.GroupInstanceId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @JoinGroupRequest.GroupInstanceId
     if _n == 0:
         _f4 = None
     else:
@@ -274,6 +283,8 @@ def _r_JoinGroupRequest_6(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupRequest.ProtocolType
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @JoinGroupRequest.ProtocolType
     if _n == 0:
         raise _null_error()  # @JoinGroupRequest.ProtocolType
     else:
@@ -327,6 +338,8 @@ def _r_JoinGroupRequest_8(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupRequest.GroupId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @JoinGroupRequest.GroupId
     if _n == 0:
         raise _null_error()  # @JoinGroupRequest.GroupId
     else:
@@ -341,6 +354,8 @@ def _r_JoinGroupRequest_8(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupRequest.MemberId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @JoinGroupRequest.MemberId
     if _n == 0:
         raise _null_error()  # @JoinGroupRequest.MemberId
     else:
@@ -353,6 +368,8 @@ def _r_JoinGroupRequest_8(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupRequest.GroupInstanceId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @JoinGroupRequest.GroupInstanceId
     if _n == 0:
         _f4 = None
     else:
@@ -365,6 +382,8 @@ def _r_JoinGroupRequest_8(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupRequest.ProtocolType
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @JoinGroupRequest.ProtocolType
     if _n == 0:
         raise _null_error()  # @JoinGroupRequest.ProtocolType
     else:
@@ -392,6 +411,8 @@ def _r_JoinGroupRequest_8(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupRequest.Reason
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @JoinGroupRequest.Reason
     if _n == 0:
         _f7 = None
     else:

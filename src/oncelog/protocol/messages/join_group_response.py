@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -125,6 +126,8 @@ def _r_JoinGroupResponseMember_6(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponseMember.MemberId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @JoinGroupResponseMember.MemberId
     if _n == 0:
         raise _null_error()  # @JoinGroupResponseMember.MemberId
     else:
@@ -137,6 +140,8 @@ def _r_JoinGroupResponseMember_6(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponseMember.GroupInstanceId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @JoinGroupResponseMember.GroupInstanceId
     if _n == 0:
         _f1 = None
     else:
@@ -265,6 +270,8 @@ def _r_JoinGroupResponse_6(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponse.ProtocolName
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @JoinGroupResponse.ProtocolName
     if _n == 0:
         raise _null_error()  # @JoinGroupResponse.ProtocolName
     else:
@@ -277,6 +284,8 @@ def _r_JoinGroupResponse_6(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponse.Leader
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @JoinGroupResponse.Leader
     if _n == 0:
         raise _null_error()  # @JoinGroupResponse.Leader
     else:
@@ -289,6 +298,8 @@ def _r_JoinGroupResponse_6(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponse.MemberId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @JoinGroupResponse.MemberId
     if _n == 0:
         raise _null_error()  # @JoinGroupResponse.MemberId
     else:
@@ -343,6 +354,8 @@ def _r_JoinGroupResponse_7(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponse.ProtocolType
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @JoinGroupResponse.ProtocolType
     if _n == 0:
         _f3 = None
     else:
@@ -355,6 +368,8 @@ def _r_JoinGroupResponse_7(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponse.ProtocolName
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @JoinGroupResponse.ProtocolName
     if _n == 0:
         _f4 = None
     else:
@@ -367,6 +382,8 @@ def _r_JoinGroupResponse_7(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponse.Leader
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @JoinGroupResponse.Leader
     if _n == 0:
         raise _null_error()  # @JoinGroupResponse.Leader
     else:
@@ -379,6 +396,8 @@ def _r_JoinGroupResponse_7(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponse.MemberId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @JoinGroupResponse.MemberId
     if _n == 0:
         raise _null_error()  # @JoinGroupResponse.MemberId
     else:
@@ -434,6 +453,8 @@ def _r_JoinGroupResponse_9(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponse.ProtocolType
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @JoinGroupResponse.ProtocolType
     if _n == 0:
         _f3 = None
     else:
@@ -446,6 +467,8 @@ def _r_JoinGroupResponse_9(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponse.ProtocolName
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @JoinGroupResponse.ProtocolName
     if _n == 0:
         _f4 = None
     else:
@@ -458,6 +481,8 @@ def _r_JoinGroupResponse_9(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponse.Leader
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @JoinGroupResponse.Leader
     if _n == 0:
         raise _null_error()  # @JoinGroupResponse.Leader
     else:
@@ -472,6 +497,8 @@ def _r_JoinGroupResponse_9(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @JoinGroupResponse.MemberId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @JoinGroupResponse.MemberId
     if _n == 0:
         raise _null_error()  # @JoinGroupResponse.MemberId
     else:

@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -103,6 +104,8 @@ def _r_MemberIdentity_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @MemberIdentity.MemberId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @MemberIdentity.MemberId
     if _n == 0:
         raise _null_error()  # @MemberIdentity.MemberId
     else:
@@ -115,6 +118,8 @@ def _r_MemberIdentity_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @MemberIdentity.GroupInstanceId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @MemberIdentity.GroupInstanceId
     if _n == 0:
         _f1 = None
     else:
@@ -143,6 +148,8 @@ def _r_MemberIdentity_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @MemberIdentity.MemberId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @MemberIdentity.MemberId
     if _n == 0:
         raise _null_error()  # @MemberIdentity.MemberId
     else:
@@ -155,6 +162,8 @@ def _r_MemberIdentity_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @MemberIdentity.GroupInstanceId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @MemberIdentity.GroupInstanceId
     if _n == 0:
         _f1 = None
     else:
@@ -167,6 +176,8 @@ def _r_MemberIdentity_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @MemberIdentity.Reason
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @MemberIdentity.Reason
     if _n == 0:
         _f2 = None
     else:
@@ -232,6 +243,8 @@ def _r_LeaveGroupRequest_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaveGroupRequest.GroupId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @LeaveGroupRequest.GroupId
     if _n == 0:
         raise _null_error()  # @LeaveGroupRequest.GroupId
     else:
@@ -281,6 +294,8 @@ def _r_LeaveGroupRequest_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @LeaveGroupRequest.GroupId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @LeaveGroupRequest.GroupId
     if _n == 0:
         raise _null_error()  # @LeaveGroupRequest.GroupId
     else:

@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -106,6 +107,8 @@ def _r_ListedGroup_3(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @ListedGroup.GroupId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @ListedGroup.GroupId
     if _n == 0:
         raise _null_error()  # @ListedGroup.GroupId
     else:
@@ -118,6 +121,8 @@ def _r_ListedGroup_3(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @ListedGroup.ProtocolType
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @ListedGroup.ProtocolType
     if _n == 0:
         raise _null_error()  # @ListedGroup.ProtocolType
     else:
@@ -146,6 +151,8 @@ def _r_ListedGroup_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @ListedGroup.GroupId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @ListedGroup.GroupId
     if _n == 0:
         raise _null_error()  # @ListedGroup.GroupId
     else:
@@ -158,6 +165,8 @@ def _r_ListedGroup_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @ListedGroup.ProtocolType
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @ListedGroup.ProtocolType
     if _n == 0:
         raise _null_error()  # @ListedGroup.ProtocolType
     else:
@@ -170,6 +179,8 @@ def _r_ListedGroup_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @ListedGroup.GroupState
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @ListedGroup.GroupState
     if _n == 0:
         raise _null_error()  # @ListedGroup.GroupState
     else:
@@ -199,6 +210,8 @@ def _r_ListedGroup_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @ListedGroup.GroupId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @ListedGroup.GroupId
     if _n == 0:
         raise _null_error()  # @ListedGroup.GroupId
     else:
@@ -211,6 +224,8 @@ def _r_ListedGroup_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @ListedGroup.ProtocolType
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @ListedGroup.ProtocolType
     if _n == 0:
         raise _null_error()  # @ListedGroup.ProtocolType
     else:
@@ -223,6 +238,8 @@ def _r_ListedGroup_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @ListedGroup.GroupState
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @ListedGroup.GroupState
     if _n == 0:
         raise _null_error()  # @ListedGroup.GroupState
     else:
@@ -235,6 +252,8 @@ def _r_ListedGroup_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @ListedGroup.GroupType
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @ListedGroup.GroupType
     if _n == 0:
         raise _null_error()  # @ListedGroup.GroupType
     else:

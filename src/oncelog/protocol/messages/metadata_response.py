@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -157,6 +158,8 @@ def _r_MetadataResponseBroker_9(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponseBroker.Host
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @MetadataResponseBroker.Host
     if _n == 0:
         raise _null_error()  # @MetadataResponseBroker.Host
     else:
@@ -171,6 +174,8 @@ def _r_MetadataResponseBroker_9(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponseBroker.Rack
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @MetadataResponseBroker.Rack
     if _n == 0:
         _f3 = None
     else:
@@ -544,6 +549,8 @@ def _r_MetadataResponseTopic_9(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponseTopic.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @MetadataResponseTopic.Name
     if _n == 0:
         raise _null_error()  # @MetadataResponseTopic.Name
     else:
@@ -602,6 +609,8 @@ def _r_MetadataResponseTopic_10(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponseTopic.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @MetadataResponseTopic.Name
     if _n == 0:
         raise _null_error()  # @MetadataResponseTopic.Name
     else:
@@ -661,6 +670,8 @@ def _r_MetadataResponseTopic_12(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponseTopic.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @MetadataResponseTopic.Name
     if _n == 0:
         _f1 = None
     else:
@@ -1051,6 +1062,8 @@ def _r_MetadataResponse_9(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponse.ClusterId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @MetadataResponse.ClusterId
     if _n == 0:
         _f2 = None
     else:
@@ -1131,6 +1144,8 @@ def _r_MetadataResponse_10(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponse.ClusterId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @MetadataResponse.ClusterId
     if _n == 0:
         _f2 = None
     else:
@@ -1211,6 +1226,8 @@ def _r_MetadataResponse_11(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponse.ClusterId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @MetadataResponse.ClusterId
     if _n == 0:
         _f2 = None
     else:
@@ -1288,6 +1305,8 @@ def _r_MetadataResponse_12(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @MetadataResponse.ClusterId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @MetadataResponse.ClusterId
     if _n == 0:
         _f2 = None
     else:

@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -146,6 +147,8 @@ def _r_OffsetCommitRequestPartition_8(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetCommitRequestPartition.CommittedMetadata
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @OffsetCommitRequestPartition.CommittedMetadata
     if _n == 0:
         _f4 = None
     else:
@@ -249,6 +252,8 @@ def _r_OffsetCommitRequestTopic_8(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetCommitRequestTopic.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @OffsetCommitRequestTopic.Name
     if _n == 0:
         raise _null_error()  # @OffsetCommitRequestTopic.Name
     else:
@@ -478,6 +483,8 @@ def _r_OffsetCommitRequest_8(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetCommitRequest.GroupId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @OffsetCommitRequest.GroupId
     if _n == 0:
         raise _null_error()  # @OffsetCommitRequest.GroupId
     else:
@@ -492,6 +499,8 @@ def _r_OffsetCommitRequest_8(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetCommitRequest.MemberId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @OffsetCommitRequest.MemberId
     if _n == 0:
         raise _null_error()  # @OffsetCommitRequest.MemberId
     else:
@@ -504,6 +513,8 @@ def _r_OffsetCommitRequest_8(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetCommitRequest.GroupInstanceId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @OffsetCommitRequest.GroupInstanceId
     if _n == 0:
         _f3 = None
     else:

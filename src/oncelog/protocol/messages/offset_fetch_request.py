@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -128,6 +129,8 @@ def _r_OffsetFetchRequestTopic_6(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchRequestTopic.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @OffsetFetchRequestTopic.Name
     if _n == 0:
         raise _null_error()  # @OffsetFetchRequestTopic.Name
     else:
@@ -172,6 +175,8 @@ def _r_OffsetFetchRequestTopics_8(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchRequestTopics.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @OffsetFetchRequestTopics.Name
     if _n == 0:
         raise _null_error()  # @OffsetFetchRequestTopics.Name
     else:
@@ -216,6 +221,8 @@ def _r_OffsetFetchRequestGroup_8(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchRequestGroup.GroupId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @OffsetFetchRequestGroup.GroupId
     if _n == 0:
         raise _null_error()  # @OffsetFetchRequestGroup.GroupId
     else:
@@ -265,6 +272,8 @@ def _r_OffsetFetchRequestGroup_9(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchRequestGroup.GroupId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @OffsetFetchRequestGroup.GroupId
     if _n == 0:
         raise _null_error()  # @OffsetFetchRequestGroup.GroupId
     else:
@@ -277,6 +286,8 @@ def _r_OffsetFetchRequestGroup_9(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchRequestGroup.MemberId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @OffsetFetchRequestGroup.MemberId
     if _n == 0:
         _f1 = None
     else:
@@ -380,6 +391,8 @@ def _r_OffsetFetchRequest_6(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchRequest.GroupId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @OffsetFetchRequest.GroupId
     if _n == 0:
         raise _null_error()  # @OffsetFetchRequest.GroupId
     else:
@@ -429,6 +442,8 @@ def _r_OffsetFetchRequest_7(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchRequest.GroupId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @OffsetFetchRequest.GroupId
     if _n == 0:
         raise _null_error()  # @OffsetFetchRequest.GroupId
     else:

@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -159,6 +160,8 @@ def _r_OffsetFetchResponsePartition_6(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchResponsePartition.Metadata
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @OffsetFetchResponsePartition.Metadata
     if _n == 0:
         _f3 = None
     else:
@@ -240,6 +243,8 @@ def _r_OffsetFetchResponseTopic_6(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchResponseTopic.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @OffsetFetchResponseTopic.Name
     if _n == 0:
         raise _null_error()  # @OffsetFetchResponseTopic.Name
     else:
@@ -291,6 +296,8 @@ def _r_OffsetFetchResponsePartitions_8(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchResponsePartitions.Metadata
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @OffsetFetchResponsePartitions.Metadata
     if _n == 0:
         _f3 = None
     else:
@@ -322,6 +329,8 @@ def _r_OffsetFetchResponseTopics_8(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchResponseTopics.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @OffsetFetchResponseTopics.Name
     if _n == 0:
         raise _null_error()  # @OffsetFetchResponseTopics.Name
     else:
@@ -371,6 +380,8 @@ def _r_OffsetFetchResponseGroup_8(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @OffsetFetchResponseGroup.GroupId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @OffsetFetchResponseGroup.GroupId
     if _n == 0:
         raise _null_error()  # @OffsetFetchResponseGroup.GroupId
     else:

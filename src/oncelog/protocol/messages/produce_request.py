@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -167,6 +168,8 @@ def _r_TopicProduceData_9(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicProduceData.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @TopicProduceData.Name
     if _n == 0:
         raise _null_error()  # @TopicProduceData.Name
     else:
@@ -270,6 +273,8 @@ def _r_ProduceRequest_9(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @ProduceRequest.TransactionalId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @ProduceRequest.TransactionalId
     if _n == 0:
         _f0 = None
     else:

@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -142,6 +143,8 @@ def _r_BatchIndexAndErrorMessage_9(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @BatchIndexAndErrorMessage.BatchIndexErrorMessage
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @BatchIndexAndErrorMessage.BatchIndexErrorMessage
     if _n == 0:
         _f1 = None
     else:
@@ -262,6 +265,8 @@ def _r_PartitionProduceResponse_9(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionProduceResponse.ErrorMessage
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @PartitionProduceResponse.ErrorMessage
     if _n == 0:
         _f6 = None
     else:
@@ -314,6 +319,8 @@ def _r_PartitionProduceResponse_10(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionProduceResponse.ErrorMessage
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @PartitionProduceResponse.ErrorMessage
     if _n == 0:
         _f6 = None
     else:
@@ -468,6 +475,8 @@ def _r_TopicProduceResponse_9(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicProduceResponse.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @TopicProduceResponse.Name
     if _n == 0:
         raise _null_error()  # @TopicProduceResponse.Name
     else:
@@ -517,6 +526,8 @@ def _r_TopicProduceResponse_10(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @TopicProduceResponse.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @TopicProduceResponse.Name
     if _n == 0:
         raise _null_error()  # @TopicProduceResponse.Name
     else:
@@ -568,6 +579,8 @@ def _r_NodeEndpoint_10(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @NodeEndpoint.Host
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @NodeEndpoint.Host
     if _n == 0:
         raise _null_error()  # @NodeEndpoint.Host
     else:
@@ -582,6 +595,8 @@ def _r_NodeEndpoint_10(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @NodeEndpoint.Rack
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @NodeEndpoint.Rack
     if _n == 0:
         _f3 = None
     else:

@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,

@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -137,6 +138,8 @@ def _r_PartitionData_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @PartitionData.ErrorMessage
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @PartitionData.ErrorMessage
     if _n == 0:
         _f2 = None
     else:
@@ -208,6 +211,8 @@ def _r_NodeEndpoint_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @NodeEndpoint.Host
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @NodeEndpoint.Host
     if _n == 0:
         raise _null_error()  # @NodeEndpoint.Host
     else:
@@ -222,6 +227,8 @@ def _r_NodeEndpoint_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @NodeEndpoint.Rack
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @NodeEndpoint.Rack
     if _n == 0:
         _f3 = None
     else:
@@ -254,6 +261,8 @@ def _r_ShareAcknowledgeResponse_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @ShareAcknowledgeResponse.ErrorMessage
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @ShareAcknowledgeResponse.ErrorMessage
     if _n == 0:
         _f2 = None
     else:

@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -107,6 +108,8 @@ def _r_SyncGroupRequestAssignment_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @SyncGroupRequestAssignment.MemberId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @SyncGroupRequestAssignment.MemberId
     if _n == 0:
         raise _null_error()  # @SyncGroupRequestAssignment.MemberId
     else:
@@ -198,6 +201,8 @@ def _r_SyncGroupRequest_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @SyncGroupRequest.GroupId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @SyncGroupRequest.GroupId
     if _n == 0:
         raise _null_error()  # @SyncGroupRequest.GroupId
     else:
@@ -212,6 +217,8 @@ def _r_SyncGroupRequest_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @SyncGroupRequest.MemberId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @SyncGroupRequest.MemberId
     if _n == 0:
         raise _null_error()  # @SyncGroupRequest.MemberId
     else:
@@ -224,6 +231,8 @@ def _r_SyncGroupRequest_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @SyncGroupRequest.GroupInstanceId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @SyncGroupRequest.GroupInstanceId
     if _n == 0:
         _f3 = None
     else:
@@ -276,6 +285,8 @@ def _r_SyncGroupRequest_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @SyncGroupRequest.GroupId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @SyncGroupRequest.GroupId
     if _n == 0:
         raise _null_error()  # @SyncGroupRequest.GroupId
     else:
@@ -290,6 +301,8 @@ def _r_SyncGroupRequest_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @SyncGroupRequest.MemberId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @SyncGroupRequest.MemberId
     if _n == 0:
         raise _null_error()  # @SyncGroupRequest.MemberId
     else:
@@ -302,6 +315,8 @@ def _r_SyncGroupRequest_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @SyncGroupRequest.GroupInstanceId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @SyncGroupRequest.GroupInstanceId
     if _n == 0:
         _f3 = None
     else:
@@ -314,6 +329,8 @@ def _r_SyncGroupRequest_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @SyncGroupRequest.ProtocolType
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @SyncGroupRequest.ProtocolType
     if _n == 0:
         _f4 = None
     else:
@@ -326,6 +343,8 @@ def _r_SyncGroupRequest_5(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @SyncGroupRequest.ProtocolName
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @SyncGroupRequest.ProtocolName
     if _n == 0:
         _f5 = None
     else:

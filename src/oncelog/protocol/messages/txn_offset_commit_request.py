@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -134,6 +135,8 @@ def _r_TxnOffsetCommitRequestPartition_3(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @TxnOffsetCommitRequestPartition.CommittedMetadata
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @TxnOffsetCommitRequestPartition.CommittedMetadata
     if _n == 0:
         _f3 = None
     else:
@@ -212,6 +215,8 @@ def _r_TxnOffsetCommitRequestTopic_3(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @TxnOffsetCommitRequestTopic.Name
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @TxnOffsetCommitRequestTopic.Name
     if _n == 0:
         raise _null_error()  # @TxnOffsetCommitRequestTopic.Name
     else:
@@ -321,6 +326,8 @@ def _r_TxnOffsetCommitRequest_3(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @TxnOffsetCommitRequest.TransactionalId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @TxnOffsetCommitRequest.TransactionalId
     if _n == 0:
         raise _null_error()  # @TxnOffsetCommitRequest.TransactionalId
     else:
@@ -333,6 +340,8 @@ def _r_TxnOffsetCommitRequest_3(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @TxnOffsetCommitRequest.GroupId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @TxnOffsetCommitRequest.GroupId
     if _n == 0:
         raise _null_error()  # @TxnOffsetCommitRequest.GroupId
     else:
@@ -347,6 +356,8 @@ def _r_TxnOffsetCommitRequest_3(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @TxnOffsetCommitRequest.MemberId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @TxnOffsetCommitRequest.MemberId
     if _n == 0:
         raise _null_error()  # @TxnOffsetCommitRequest.MemberId
     else:
@@ -359,6 +370,8 @@ def _r_TxnOffsetCommitRequest_3(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @TxnOffsetCommitRequest.GroupInstanceId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @TxnOffsetCommitRequest.GroupInstanceId
     if _n == 0:
         _f6 = None
     else:

@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -95,6 +96,8 @@ def _r_UpdatableFeatureResult_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdatableFeatureResult.Feature
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @UpdatableFeatureResult.Feature
     if _n == 0:
         raise _null_error()  # @UpdatableFeatureResult.Feature
     else:
@@ -109,6 +112,8 @@ def _r_UpdatableFeatureResult_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdatableFeatureResult.ErrorMessage
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @UpdatableFeatureResult.ErrorMessage
     if _n == 0:
         _f2 = None
     else:
@@ -140,6 +145,8 @@ def _r_UpdateFeaturesResponse_0(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateFeaturesResponse.ErrorMessage
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @UpdateFeaturesResponse.ErrorMessage
     if _n == 0:
         _f2 = None
     else:
@@ -192,6 +199,8 @@ def _r_UpdateFeaturesResponse_2(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateFeaturesResponse.ErrorMessage
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @UpdateFeaturesResponse.ErrorMessage
     if _n == 0:
         _f2 = None
     else:

@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -361,6 +362,8 @@ def _r_UpdateMetadataTopicState_6(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateMetadataTopicState.TopicName
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @UpdateMetadataTopicState.TopicName
     if _n == 0:
         raise _null_error()  # @UpdateMetadataTopicState.TopicName
     else:
@@ -410,6 +413,8 @@ def _r_UpdateMetadataTopicState_7(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateMetadataTopicState.TopicName
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @UpdateMetadataTopicState.TopicName
     if _n == 0:
         raise _null_error()  # @UpdateMetadataTopicState.TopicName
     else:
@@ -496,6 +501,8 @@ def _r_UpdateMetadataEndpoint_6(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateMetadataEndpoint.Host
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @UpdateMetadataEndpoint.Host
     if _n == 0:
         raise _null_error()  # @UpdateMetadataEndpoint.Host
     else:
@@ -508,6 +515,8 @@ def _r_UpdateMetadataEndpoint_6(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateMetadataEndpoint.Listener
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @UpdateMetadataEndpoint.Listener
     if _n == 0:
         raise _null_error()  # @UpdateMetadataEndpoint.Listener
     else:
@@ -654,6 +663,8 @@ def _r_UpdateMetadataBroker_6(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @UpdateMetadataBroker.Rack
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @UpdateMetadataBroker.Rack
     if _n == 0:
         _f4 = None
     else:

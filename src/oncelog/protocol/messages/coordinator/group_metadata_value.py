@@ -21,6 +21,7 @@ from oncelog.protocol._runtime import (
     null_error as _null_error,
     skip_tagged as _skip_tagged,
     too_long as _too_long,
+    string_too_long as _string_too_long,
     tagged_header as _tagged_header,
     uvarint_cont as _uvarint_cont,
     w_uvarint as _w_uvarint,
@@ -165,6 +166,8 @@ def _r_MemberMetadata_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @MemberMetadata.memberId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @MemberMetadata.memberId
     if _n == 0:
         raise _null_error()  # @MemberMetadata.memberId
     else:
@@ -177,6 +180,8 @@ def _r_MemberMetadata_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @MemberMetadata.groupInstanceId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @MemberMetadata.groupInstanceId
     if _n == 0:
         _f1 = None
     else:
@@ -189,6 +194,8 @@ def _r_MemberMetadata_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @MemberMetadata.clientId
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @MemberMetadata.clientId
     if _n == 0:
         raise _null_error()  # @MemberMetadata.clientId
     else:
@@ -201,6 +208,8 @@ def _r_MemberMetadata_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @MemberMetadata.clientHost
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @MemberMetadata.clientHost
     if _n == 0:
         raise _null_error()  # @MemberMetadata.clientHost
     else:
@@ -372,6 +381,8 @@ def _r_GroupMetadataValue_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @GroupMetadataValue.protocolType
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @GroupMetadataValue.protocolType
     if _n == 0:
         raise _null_error()  # @GroupMetadataValue.protocolType
     else:
@@ -386,6 +397,8 @@ def _r_GroupMetadataValue_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @GroupMetadataValue.protocol
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @GroupMetadataValue.protocol
     if _n == 0:
         _f2 = None
     else:
@@ -398,6 +411,8 @@ def _r_GroupMetadataValue_4(buf, pos):
     pos += 1
     if _n > 127:
         _n, pos = _uvarint_cont(buf, pos, _n)  # @GroupMetadataValue.leader
+        if _n > 32768:
+            raise _string_too_long(_n - 1)  # @GroupMetadataValue.leader
     if _n == 0:
         _f3 = None
     else:
