@@ -8,8 +8,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from oncelog.coordinator.group.assignors import assignors_by_name
-
 # ---------------------------------------------------------------------------------------------- values
 def _bool(v: Any) -> bool:
     if isinstance(v, bool):
@@ -118,6 +116,8 @@ def _rack(v: Any) -> str | None:
 
 
 def _assignors(v: str) -> str | None:
+    from oncelog.coordinator.group.assignors import assignors_by_name  # off the start path (checked when given)
+
     names = [n for n in (p.strip() for p in v.split(",")) if n]
     if not names:
         return "must name at least one assignor"

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from oncelog.protocol.records import Compression
+from oncelog.protocol.batch_codes import Compression
 
 from .errors import ConfigError
 from .security import SECURITY_KEYS, ClientSecurity, parse_security

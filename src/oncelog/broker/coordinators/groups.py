@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from ..topics import TopicRegistry
 
 __all__ = ["OFFSETS_TOPIC", "ClusterTopicImage", "GroupCoordinatorHandle", "RegistryTopicImage",
-           "build_group_coordinator", "start_single_node_groups"]
+           "build_group_coordinator", "build_single_node_groups", "start_single_node_groups"]
 
 log = logging.getLogger("oncelog.broker.groups")
 
@@ -164,12 +164,12 @@ def build_group_coordinator(cfg: BrokerConfig, clock: Clock, offsets_log: Intern
     return GroupCoordinatorHandle(coordinator, timer)
 
 
-async def start_single_node_groups(cfg: BrokerConfig, clock: Clock, topics: TopicRegistry, epoch: int,
-                                   transactions: Callable[[], TransactionCoordinator | None],
-                                   store: SecurityStore | None = None) -> GroupCoordinatorHandle:
-    """A single node: it leads every ``__consumer_offsets`` partition, at the epoch of this start. The partitions are
-    loaded now when the topic exists, else on first use (``handle.first_use``, as Kafka creates the topic on the
-    first FindCoordinator for a group). Returns the started handle."""
+def build_single_node_groups(cfg: BrokerConfig, clock: Clock, topics: TopicRegistry, epoch: int,
+                             transactions: Callable[[], TransactionCoordinator | None],
+                             store: SecurityStore | None = None) -> GroupCoordinatorHandle:
+    """A single node's group coordinator (it leads every ``__consumer_offsets`` partition, at the epoch of this
+    start), not started, nothing loaded: ``handle.first_use`` loads the partitions (creating the topic when
+    absent). ``store`` keeps the groups' configs."""
     offsets_log = InternalTopicLog(topics, clock, OFFSETS_TOPIC, cfg.offsets_topic_num_partitions,
                                    {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})
     existing = topics.get(OFFSETS_TOPIC)
@@ -182,11 +182,21 @@ async def start_single_node_groups(cfg: BrokerConfig, clock: Clock, topics: Topi
 
     handle = build_group_coordinator(cfg, clock, offsets_log, partition_exists, transactions, clustered=False,
                                      topics=RegistryTopicImage(topics), store=store)
-    coordinator = handle.coordinator
-    handle.first_use = LoadOnFirstUse(offsets_log, epoch, coordinator.load)
+    handle.first_use = LoadOnFirstUse(offsets_log, epoch, handle.coordinator.load)
+    return handle
+
+
+async def start_single_node_groups(cfg: BrokerConfig, clock: Clock, topics: TopicRegistry, epoch: int,
+                                   transactions: Callable[[], TransactionCoordinator | None],
+                                   store: SecurityStore | None = None) -> GroupCoordinatorHandle:
+    """A single node: it leads every ``__consumer_offsets`` partition, at the epoch of this start. The partitions are
+    loaded now when the topic exists, else on first use (``handle.first_use``, as Kafka creates the topic on the
+    first FindCoordinator for a group). Returns the started handle."""
+    handle = build_single_node_groups(cfg, clock, topics, epoch, transactions, store)
+    assert handle.first_use is not None
     if handle.first_use.exists:
         await handle.first_use.ensure()
-        groups = sum(len(shard.groups) for shard in coordinator.runtime.shards().values())
+        groups = sum(len(shard.groups) for shard in handle.coordinator.runtime.shards().values())
         log.info("group coordinator: %d group(s) in %s", groups, OFFSETS_TOPIC)
     handle.start()
     return handle
