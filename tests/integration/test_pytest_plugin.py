@@ -107,6 +107,11 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def test_the_readme_shows_the_guides_first_test() -> None:
+    """The README's example is the guide's first test, which the fixture above writes and the tests run."""
+    assert block("readme-plugin-first-test") == block("plugin-first-test")
+
+
 def test_fixtures_under_xdist_each_worker_its_own_broker(project: Path) -> None:
     r = _pytest(project, "-n", "2", env={"PLUGIN_TEST_OUT": str(project / "out"),
                                          "ONCELOG_ETCD_BIN": str(project / "no-etcd")})
