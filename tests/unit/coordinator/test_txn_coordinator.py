@@ -171,7 +171,7 @@ def test_concurrent_transactions_while_completing() -> None:
         assert await coord.add_partitions("t1", pid, epoch, [TP_B]) == {TP_B: E.CONCURRENT_TRANSACTIONS}
         assert (await coord.init_producer_id("t1", 10_000))[0] is E.CONCURRENT_TRANSACTIONS
         assert await coord.end_txn("t1", pid, epoch, False) is E.INVALID_TXN_STATE
-        assert coord.verify_partition(pid, epoch, *TP_A) is E.INVALID_TXN_STATE
+        assert coord.verify_partition(pid, epoch, *TP_A) is E.CONCURRENT_TRANSACTIONS  # ending: retry
         retry = asyncio.create_task(coord.end_txn("t1", pid, epoch, True))  # waits for the same completion
         markers.gate.set()
         assert await end is E.NONE and await retry is E.NONE
@@ -342,6 +342,31 @@ def test_timed_out_transaction_is_aborted_and_producer_fenced() -> None:
         assert await coord.end_txn("slow", pid, e0, True, version=0) is E.INVALID_PRODUCER_EPOCH
         assert await coord.add_partitions("slow", pid, e0, [TP_A]) == {TP_A: E.PRODUCER_FENCED}
         assert await coord.abort_timed_out_transactions() == []
+        await coord.close()
+    run(main)
+
+
+def test_a_produce_check_while_a_timed_out_transaction_is_being_fenced_is_retriable() -> None:
+    """The fence-and-abort record of a timed-out transaction is being written: a batch of the producer's current
+    epoch is told to retry (CONCURRENT_TRANSACTIONS, NOT_ENOUGH_REPLICAS in Produce), not INVALID_TXN_STATE; once
+    the epoch is bumped it is fenced."""
+    async def main() -> None:
+        clock, log = MockClock(), FakeLog()
+        coord = await started(log, clock=clock)
+        _, pid, e0 = await coord.init_producer_id("slow", 1_000)
+        await coord.add_partitions("slow", pid, e0, [TP_A])
+        assert coord.verify_partition(pid, e0, *TP_A, transactional_id="slow") is E.NONE
+        clock.advance(1_001)
+        log.gate = asyncio.Event()  # the record is written, not durable yet
+        aborting = asyncio.create_task(coord.abort_timed_out_transactions())
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert md(coord, "slow").pending_state is TxnState.PREPARE_ABORT
+        assert coord.verify_partition(pid, e0, *TP_A, transactional_id="slow") is E.CONCURRENT_TRANSACTIONS
+        log.gate.set()
+        assert await aborting == ["slow"]
+        await coord.wait_idle()
+        assert coord.verify_partition(pid, e0, *TP_A, transactional_id="slow") is E.PRODUCER_FENCED
         await coord.close()
     run(main)
 

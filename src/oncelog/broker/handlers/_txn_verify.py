@@ -69,8 +69,9 @@ def verify_transaction(broker: "BrokerContext", partition: "Partition", producer
     if coordinator is None:
         return int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     if broker.cluster is None:
-        return int(coordinator.verify_partition(producer_id, producer_epoch, partition.topic, partition.index,
-                                                transactional_id))
+        code = coordinator.verify_partition(producer_id, producer_epoch, partition.topic, partition.index,
+                                            transactional_id)
+        return int(ErrorCode.NOT_ENOUGH_REPLICAS) if code in _RETRIABLE else int(code)
     if verified is not None:  # the coordinator is on another broker (remote_checks)
         tp = (partition.topic, partition.index)
         if tp in verified:

@@ -232,14 +232,23 @@ def verify_add_partitions(shard: TransactionShard, txn_id: str, pid: int, epoch:
 def verify_partition(shard: TransactionShard, txn_id: str, producer_id: int, producer_epoch: int,
                      tp: TopicPartition) -> ErrorCode:
     """May a transactional batch of the producer be appended to ``tp``? NONE only if its transaction is Ongoing
-    with that partition added and the epoch matches (the broker's Produce path, KIP-890 part 1)."""
+    with that partition added and the epoch matches (the broker's Produce path, KIP-890 part 1).
+
+    While the transaction is being ended, or fenced and aborted (a timeout, a new InitProducerId: the record is
+    being written), the answer is CONCURRENT_TRANSACTIONS, retriable, as :func:`verify_add_partitions` answers for a
+    remote partition and Kafka's coordinator does (``handleVerifyPartitionsInTransaction``): the producer retries
+    and then meets the outcome (PRODUCER_FENCED once the epoch is bumped). INVALID_TXN_STATE there made librdkafka
+    take an abortable error at once and then wait out ``message.timeout.ms`` for its batches to the other
+    partitions before it answered the commit (a coordinator's wall clock stepped forward, in the fault tests)."""
     md = shard.txns.get(txn_id)
     if md is None or md.producer_id != producer_id:
         return ErrorCode.INVALID_PRODUCER_ID_MAPPING if md is not None else ErrorCode.INVALID_TXN_STATE
     if producer_epoch != md.producer_epoch:
         return ErrorCode.PRODUCER_FENCED
-    if md.state is not TxnState.ONGOING or md.pending_state not in (None, TxnState.ONGOING) \
-            or tp not in md.topic_partitions:
+    if md.state.is_prepare or md.state is TxnState.PREPARE_EPOCH_FENCE \
+            or md.pending_state not in (None, TxnState.ONGOING):
+        return ErrorCode.CONCURRENT_TRANSACTIONS
+    if md.state is not TxnState.ONGOING or tp not in md.topic_partitions:
         return ErrorCode.INVALID_TXN_STATE
     return ErrorCode.NONE
 
