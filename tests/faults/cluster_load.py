@@ -75,10 +75,16 @@ class Writer(threading.Thread):
         p.flush(70)
 
 
+def _now() -> str:
+    """Wall-clock time as the brokers' logs print it (to read a writer's log next to theirs)."""
+    t = time.time()
+    return time.strftime("%H:%M:%S", time.localtime(t)) + f",{int(t * 1000) % 1000:03d}"
+
+
 class TxnWriter(threading.Thread):
     """A transactional producer: transactions of 1-10 records over the partitions, one in five aborted on purpose;
     an abortable error aborts, anything else (a timed out commit: fate unknown) starts over with InitProducerId,
-    which settles the last transaction."""
+    which settles the last transaction. ``log``: its errors and its slow steps (over a second), with the time."""
 
     def __init__(self, h: History, boot: str, topic: str, partitions: int, tid: str, stop: threading.Event) -> None:
         super().__init__(daemon=True, name=tid)
@@ -100,11 +106,14 @@ class TxnWriter(threading.Thread):
         while True:
             p = Producer({"bootstrap.servers": self.boot, "transactional.id": self.tid, "linger.ms": 2,
                           "transaction.timeout.ms": 20_000, **CLIENT_CONF, "message.timeout.ms": 15_000})
+            started = time.monotonic()
             try:
                 p.init_transactions(30)
+                if time.monotonic() - started > 1:
+                    self.log.append(f"{_now()} init took {time.monotonic() - started:.1f} s")
                 return p
             except KafkaException as e:
-                self.log.append(f"init: {e}")
+                self.log.append(f"{_now()} init: {e}")
 
     def _run(self) -> None:
         from confluent_kafka import KafkaError, KafkaException
@@ -128,6 +137,7 @@ class TxnWriter(threading.Thread):
                                         txn=txn))
                     p.produce(self.topic, value=s.value.encode(), partition=s.partition,  # type: ignore[union-attr]
                               on_delivery=deliver(s))  # type: ignore[arg-type]
+                ending = time.monotonic()
                 if n % 5 == 0:
                     p.abort_transaction(30)
                     self.h.add(TxnEnd(txn, ABORT))
@@ -135,17 +145,19 @@ class TxnWriter(threading.Thread):
                     p.commit_transaction(30)
                     self.h.add(TxnEnd(txn, COMMIT))
                     self.committed += 1
+                if time.monotonic() - ending > 1:
+                    self.log.append(f"{_now()} {txn}: ending it took {time.monotonic() - ending:.1f} s")
                 p.poll(0)
             except KafkaException as e:
                 err = e.args[0]
-                self.log.append(f"{txn}: {err}")
+                self.log.append(f"{_now()} {txn}: {err}")
                 if err.txn_requires_abort():
                     try:
                         p.abort_transaction(30)
                         self.h.add(TxnEnd(txn, ABORT))
                         continue
                     except KafkaException as e2:
-                        self.log.append(f"{txn}: abort failed: {e2}")
+                        self.log.append(f"{_now()} {txn}: abort failed: {e2}")
                 self.h.add(TxnEnd(txn, UNKNOWN))
                 with contextlib.suppress(KafkaException):
                     p.purge()
@@ -200,10 +212,10 @@ class Load:
 
 
 def wait_live(cluster: ClusterProcess, load: Load, topic: str, healed_at: float, bound: float = 10.0,
-              extra: Callable[[ClusterView], bool] | None = None) -> dict[str, float]:
-    """Liveness after a heal: every partition of ``topic`` led with its full ISR, every partition acknowledged a
-    write again, and the live reader read again; seconds from ``healed_at`` to each (AssertionError past
-    ``bound``)."""
+              extra: Callable[[ClusterView], bool] | None = None, replication_factor: int = 3) -> dict[str, float]:
+    """Liveness after a heal: every partition of ``topic`` led with its full ISR (of ``replication_factor``
+    replicas), every partition acknowledged a write again, and the live reader read again; seconds from
+    ``healed_at`` to each (AssertionError past ``bound``)."""
     out: dict[str, float] = {}
     acked, read = load.acked_by_partition(), load.reader.count
     deadline = healed_at + bound
@@ -212,7 +224,7 @@ def wait_live(cluster: ClusterProcess, load: Load, topic: str, healed_at: float,
         if "in_sync_s" not in out:
             try:
                 v = cluster.view(timeout=1.0)
-                if topic_ready(v, topic, 3) and (extra is None or extra(v)):
+                if topic_ready(v, topic, replication_factor) and (extra is None or extra(v)):
                     out["in_sync_s"] = round(now - healed_at, 2)
             except Exception:  # noqa: BLE001 - etcd busy: try again
                 pass

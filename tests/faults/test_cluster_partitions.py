@@ -27,7 +27,6 @@ import os
 import random
 import sys
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,14 +34,14 @@ from typing import Any
 import pytest
 
 from oncelog.testing.cluster import ClusterProcess
-from oncelog.coordinator.transaction.partitioner import partition_for
 from oncelog.testing.netns import CLIENT, Network, bridge, complete_grudge, majorities_ring
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from checker import History
 from checker.metadata_probe import MetadataProbe
 
-from cluster_faults import FAULT_S, LIVE_S, PARTITIONS, brokers_and_etcd, judged, leader_of, new_topic, run_fault
+from cluster_faults import LIVE_S, PARTITIONS, brokers_and_etcd, coordinator_of, copy_under_fault, judged, \
+    leader_of, new_topic, run_fault
 from cluster_load import Load, wait_live
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -139,6 +138,44 @@ def test_client_cut_from_one_broker(netcluster: tuple[Network, ClusterProcess], 
     assert leader_of(cluster, topic) == victim  # a client's trouble moves no leadership
 
 
+def test_reassignment_during_a_partition(netcluster: tuple[Network, ClusterProcess], tmp_path: Path) -> None:
+    """A partition of replication factor 2 moved from [a, b] to [b, c] (kafka-python's AlterPartitionReassignments,
+    KIP-455) while its leader a, the replica being removed, is cut from its peers and etcd: the controller elects
+    b, c catches up from b and joins the ISR, a is dropped. No acknowledged write is lost, and within 10 s of the
+    heal the move is complete ([b, c], both in the ISR) and producers and reader are moving."""
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KTopicPartition
+
+    net, cluster = netcluster
+    topic = new_topic(cluster, replication_factor=2)
+    controller = cluster.controller()
+    view = cluster.view()
+    partition, state = next((i, s) for i, s in view.topic_partitions(topic) if s.leader != controller)
+    a = state.leader
+    b = next(r for r in state.replicas if r != a)
+    c = next(n for n in cluster.brokers if n not in state.replicas)
+    admin = KafkaAdminClient(bootstrap_servers=",".join(cluster.brokers[n].bootstrap for n in cluster.brokers
+                                                        if n != a), request_timeout_ms=30_000)
+    others = [cluster.host_of(n) for n in cluster.brokers if n != a]
+    h = History()
+    load = Load(h, cluster.bootstrap, topic, PARTITIONS)
+
+    def cut_and_move() -> None:
+        net.partition([[cluster.host_of(a)], [*others, cluster.etcd_host]])
+        admin.alter_partition_reassignments({KTopicPartition(topic, partition): [b, c]})
+
+    try:
+        measured = run_fault(net, cluster, topic, load, cut_and_move, replication_factor=2, live=lambda v: (
+            (s := v.partition(topic, partition)) is not None and s.replicas == (b, c) and not s.adding
+            and not s.removing))
+    finally:
+        admin.close()
+    measured.update(moved=(state.replicas, (b, c)), leader_cut=a)
+    ends = load.finish()
+    rep = judged(h, ends, measured, tmp_path)
+    assert rep.ok, rep.summary()
+
+
 SHAPES: dict[str, Callable[[ClusterProcess, random.Random], set[tuple[int, int]]]] = {
     # two sides that cannot talk, and one node (a broker or etcd) that talks to both
     "bridge": lambda c, rnd: bridge(brokers_and_etcd(c), rnd),
@@ -167,14 +204,6 @@ def test_network_shapes(netcluster: tuple[Network, ClusterProcess], tmp_path: Pa
     assert rep.ok, rep.summary()
 
 
-def _coordinator(cluster: ClusterProcess, tid: str) -> int:
-    view = cluster.view()
-    meta = view.topics["__transaction_state"]
-    state = view.partition("__transaction_state", partition_for(tid, meta.num_partitions))
-    assert state is not None
-    return state.leader
-
-
 @pytest.mark.parametrize("target,signal", [("leader", "kill"), ("leader", "stop"), ("controller", "kill"),
                                            ("coordinator", "stop")])
 def test_process_faults(netcluster: tuple[Network, ClusterProcess], tmp_path: Path, target: str,
@@ -190,7 +219,7 @@ def test_process_faults(netcluster: tuple[Network, ClusterProcess], tmp_path: Pa
         deadline = time.monotonic() + 30
         while getattr(tx, "committed", 0) < 1 and time.monotonic() < deadline:
             time.sleep(0.1)
-        victim = _coordinator(cluster, tx.name)
+        victim = coordinator_of(cluster, "__transaction_state", tx.name)
     elif target == "controller":
         victim = cluster.controller() or 1
     else:
@@ -282,48 +311,14 @@ def test_copier_group_under_a_partition(netcluster: tuple[Network, ClusterProces
     leader of the group's coordinator partition is cut from its peers and etcd (the clients reach it): every input
     exactly once in the read_committed output, in order per input partition, and the group's committed offsets at
     the input's end within 60 s of the heal."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    from eos.test_copy import Copiers, group_committed, seed_input, stop_and_check
-
     net, cluster = netcluster
-    run = f"copy-{uuid.uuid4().hex[:6]}"
-    in_topic, out_topic = f"{run}-in", f"{run}-out"
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    for f in admin.create_topics([NewTopic(in_topic, 2, 3), NewTopic(out_topic, 3, 3)]).values():
-        f.result(30)
-    h = History()
-    inputs = seed_input(h, cluster.bootstrap, in_topic, 2, records=3000)
-    copiers = Copiers(tmp_path, "confluent", cluster.bootstrap, in_topic, out_topic, 3, run)
-    names = ["copier-0", "copier-1"]
-    for n in names:
-        copiers.start(n)
-    ends = {q: len(v) for q, v in inputs.items()}
-    deadline = time.monotonic() + 30
-    while not group_committed(cluster.bootstrap, f"{run}-group", in_topic, 2) and time.monotonic() < deadline:
-        time.sleep(0.5)  # the group formed and committed once
-    view = cluster.view()
-    meta = view.topics["__consumer_offsets"]
-    state = view.partition("__consumer_offsets", partition_for(f"{run}-group", meta.num_partitions))
-    assert state is not None
-    victim = state.leader
-    others = [cluster.host_of(n) for n in cluster.brokers if n != victim]
-    net.partition([[cluster.host_of(victim)], [*others, cluster.etcd_host]])
-    time.sleep(FAULT_S)
-    net.heal()
-    healed = time.monotonic()
-    committed: dict[int, int] = {}
-    while time.monotonic() < healed + 60:
-        copiers.revive()
-        committed = group_committed(cluster.bootstrap, f"{run}-group", in_topic, 2)
-        if committed == ends:
-            break
-        time.sleep(0.5)
-    done_s = round(time.monotonic() - healed, 1)
-    rep = stop_and_check(copiers, names, h, cluster.bootstrap, out_topic, 3, inputs)
-    rep.stats.update(victim=victim, done_after_heal_s=done_s, committed=committed, input_ends=ends,
-                     copier_exits=copiers.exits[:10])
-    (tmp_path / "report.json").write_text(rep.to_json())
-    print(rep.summary(3))
-    assert committed == ends, f"not copied within 60 s of the heal: {committed} != {ends}\n{copiers.log_tail()}"
+    notes: dict[str, Any] = {}
+
+    def cut(group: str, copiers: Any) -> Callable[[], None]:
+        victim = notes["victim"] = coordinator_of(cluster, "__consumer_offsets", group)
+        others = [cluster.host_of(n) for n in cluster.brokers if n != victim]
+        net.partition([[cluster.host_of(victim)], [*others, cluster.etcd_host]])
+        return net.heal
+
+    rep = copy_under_fault(cluster, tmp_path, cut, notes=notes)
     assert rep.ok, rep.summary()

@@ -27,6 +27,7 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,7 +54,8 @@ class Skew:
 
 
 class SkewControl:
-    """The test's side: writes the skew a broker started with ``clock_control=path`` runs with."""
+    """The test's side: writes the skew a broker started with ``clock_control=path`` runs with. Safe to use from
+    several threads (a strobe runs in one of its own while the test jumps the monotonic clock)."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -61,26 +63,29 @@ class SkewControl:
         self.changes: list[tuple[float, Skew]] = []  # (monotonic time, skew from then on), for post-mortems
         self._strobe: threading.Thread | None = None
         self._stop_strobe = threading.Event()
-        self._write(self.skew)
+        self._lock = threading.Lock()  # one change at a time: each reads the skew it changes, and shares a tmp file
+        self._change(lambda _: Skew())
 
-    def _write(self, skew: Skew) -> None:
-        write_atomic(self.path, skew.encode(), durable=False)  # the broker never reads half a file
-        self.skew = skew
-        self.changes.append((time.monotonic(), skew))
+    def _change(self, new: Callable[[Skew], Skew]) -> None:
+        with self._lock:
+            skew = new(self.skew)
+            write_atomic(self.path, skew.encode(), durable=False)  # the broker never reads half a file
+            self.skew = skew
+            self.changes.append((time.monotonic(), skew))
 
     def set_wall(self, offset_ms: int) -> None:
         """The broker's wall clock is ``offset_ms`` ahead of the real one (behind if negative) from now on."""
-        self._write(Skew(offset_ms, self.skew.monotonic_offset_ms))
+        self._change(lambda s: Skew(offset_ms, s.monotonic_offset_ms))
 
     def bump_wall(self, delta_ms: int) -> None:
         """Step the broker's wall clock by ``delta_ms`` (Jepsen's bump)."""
-        self.set_wall(self.skew.wall_offset_ms + delta_ms)
+        self._change(lambda s: Skew(s.wall_offset_ms + delta_ms, s.monotonic_offset_ms))
 
     def jump_monotonic(self, delta_ms: int) -> None:
         """Make the broker's monotonic clock jump forward by ``delta_ms``."""
         if delta_ms < 0:
             raise ValueError(f"a monotonic clock only moves forward; cannot jump by {delta_ms} ms")
-        self._write(Skew(self.skew.wall_offset_ms, self.skew.monotonic_offset_ms + delta_ms))
+        self._change(lambda s: Skew(s.wall_offset_ms, s.monotonic_offset_ms + delta_ms))
 
     def reset_wall(self) -> None:
         self.set_wall(0)
