@@ -43,12 +43,13 @@ def test_the_broker_offers_transactions_v2(bootstrap: str) -> None:
         r = c.request(18, 4, ApiVersionsRequest(client_software_name="raw", client_software_version="1"))
         served = {k.api_key: k.max_version for k in r.api_keys}
         assert (served[0], served[26], served[28]) == (12, 5, 5)  # Produce, EndTxn, TxnOffsetCommit
-        assert {(f.name, f.max_version_level) for f in r.finalized_features} == {("transaction.version", 2)}
+        assert {(f.name, f.max_version_level) for f in r.finalized_features} == {
+            ("group.version", 1), ("transaction.version", 2)}
         assert {(f.name, f.min_version, f.max_version) for f in r.supported_features} == {
-            ("transaction.version", 0, 2)}
+            ("group.version", 0, 1), ("transaction.version", 0, 2)}
         r3 = c.request(18, 3, ApiVersionsRequest(client_software_name="raw", client_software_version="1"))
         assert r3.supported_features == []  # v3 leaves out a feature whose min version is 0 (KAFKA-17011)
-        assert [f.name for f in r3.finalized_features] == ["transaction.version"]
+        assert sorted(f.name for f in r3.finalized_features) == ["group.version", "transaction.version"]
 
 
 def test_v1_a_delayed_end_txn_commits_the_next_transaction(bootstrap: str, topic_name: str) -> None:

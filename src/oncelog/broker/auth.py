@@ -19,11 +19,9 @@ import asyncio
 import logging
 import os
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-from prometheus_client import CollectorRegistry, Counter
 
 from oncelog.protocol.jaas import parse_jaas
 from oncelog.security.authenticator import SaslServerAuthenticator
@@ -45,19 +43,21 @@ __all__ = ["AuthMetrics", "BrokerAuth", "ListenerSecurity", "RELOAD_CHECK_S"]
 log = logging.getLogger("oncelog.broker.auth")
 
 RELOAD_CHECK_S = 5.0  # how often the certificate files are checked for a renewal
+#: makes a labelled counter exported with the broker's metrics (``BrokerMetrics.counter``: name, help, label names)
+Counter = Callable[[str, str, Sequence[str]], Any]
 
 
 class AuthMetrics:
     """Kafka's ``successful-authentication-total`` / ``failed-authentication-total`` (and re-authentication's),
     ``expired-connections-killed-count``, per listener."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.authentications = Counter("oncelog_authentication", "Authentications by listener and result (SASL "
+    def __init__(self, counter: Counter) -> None:
+        self.authentications = counter("oncelog_authentication", "Authentications by listener and result (SASL "
                                        "exchanges, and client certificates mapped to a principal on SSL "
                                        "listeners; reauth: KIP-368 re-authentications)",
-                                       ["listener", "result", "reauth"], registry=registry)
-        self.expired = Counter("oncelog_expired_connections_killed", "Connections closed because their SASL session "
-                               "expired without re-authentication", ["listener"], registry=registry)
+                                       ("listener", "result", "reauth"))
+        self.expired = counter("oncelog_expired_connections_killed", "Connections closed because their SASL session "
+                               "expired without re-authentication", ("listener",))
 
     def success(self, listener: str, reauth: bool = False) -> None:
         self.authentications.labels(listener, "success", "true" if reauth else "false").inc()
@@ -148,11 +148,11 @@ class BrokerAuth:
     """Everything the connections need to authenticate clients (``BrokerContext.auth``)."""
 
     def __init__(self, config: BrokerConfig, store: Callable[[], SecurityStore | None], now_ms: Callable[[], int],
-                 registry: CollectorRegistry) -> None:
+                 counter: Counter) -> None:
         self.config = config
         self._store = store
         self.now_ms = now_ms
-        self.metrics = AuthMetrics(registry)
+        self.metrics = AuthMetrics(counter)
         self.listeners = {ep.name: ListenerSecurity(self, ep.name, config.protocol_of(ep.name))
                           for ep in config.listeners}
         self._users: dict[tuple[str, str], _Cache] = {}

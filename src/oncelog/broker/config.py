@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from .config_values import (
+    _assignors,
+    consumer_group_problem,
     Check,
     _authorizer,
     _bool,
@@ -145,6 +147,15 @@ class BrokerConfig(SecuritySettings):
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
     group_max_size: int = 2147483647
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_min_session_timeout_ms: int = 45_000
+    group_consumer_max_session_timeout_ms: int = 60_000
+    group_consumer_heartbeat_interval_ms: int = 5_000
+    group_consumer_min_heartbeat_interval_ms: int = 5_000
+    group_consumer_max_heartbeat_interval_ms: int = 15_000
+    group_consumer_max_size: int = 2147483647
+    group_consumer_assignors: str = "uniform,range"
+    group_consumer_migration_policy: str = "bidirectional"
 
     metadata: str = ""  # etcd endpoints of a cluster; empty: a single node
     cluster_name: str = "oncelog"
@@ -292,6 +303,13 @@ class BrokerConfig(SecuritySettings):
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ConfigError(f"group.min.session.timeout.ms ({self.group_min_session_timeout_ms}) is above "
                               f"group.max.session.timeout.ms ({self.group_max_session_timeout_ms})")
+        if (err := consumer_group_problem(self.group_consumer_min_session_timeout_ms,
+                                          self.group_consumer_session_timeout_ms,
+                                          self.group_consumer_max_session_timeout_ms,
+                                          self.group_consumer_min_heartbeat_interval_ms,
+                                          self.group_consumer_heartbeat_interval_ms,
+                                          self.group_consumer_max_heartbeat_interval_ms)) is not None:
+            raise ConfigError(err)
         if (err := check_listeners(self)) is not None:
             raise ConfigError(err)
         for ep in self.listeners:
@@ -417,6 +435,7 @@ def _did_you_mean(key: str) -> str:
 
 
 _MS, _B = "ms", "bytes"
+
 _SETTINGS: list[Setting] = [
     # -- where and who
     Setting("log.dirs", "data_dir", "LIST", _path, "Folder holding every partition log and the broker's state "
@@ -534,6 +553,30 @@ _SETTINGS: list[Setting] = [
             "`session.timeout.ms` a member may ask for.", at_least(1), _MS),
     Setting("group.max.size", "group_max_size", "INT", _int, "Most members in one group; more are refused with "
             "GROUP_MAX_SIZE_REACHED.", at_least(1)),
+    # -- consumer groups of the KIP-848 protocol (group.protocol=consumer)
+    Setting("group.consumer.session.timeout.ms", "group_consumer_session_timeout_ms", "INT", _int, "A member of "
+            "a consumer group that does not heartbeat for this long is removed (a group's own "
+            "`consumer.session.timeout.ms` wins).", at_least(1), _MS),
+    Setting("group.consumer.min.session.timeout.ms", "group_consumer_min_session_timeout_ms", "INT", _int,
+            "Smallest session timeout a consumer group may be given.", at_least(1), _MS),
+    Setting("group.consumer.max.session.timeout.ms", "group_consumer_max_session_timeout_ms", "INT", _int,
+            "Largest session timeout a consumer group may be given.", at_least(1), _MS),
+    Setting("group.consumer.heartbeat.interval.ms", "group_consumer_heartbeat_interval_ms", "INT", _int, "How "
+            "often members of a consumer group heartbeat (a group's own `consumer.heartbeat.interval.ms` wins).",
+            at_least(1), _MS),
+    Setting("group.consumer.min.heartbeat.interval.ms", "group_consumer_min_heartbeat_interval_ms", "INT", _int,
+            "Smallest heartbeat interval a consumer group may be given.", at_least(1), _MS),
+    Setting("group.consumer.max.heartbeat.interval.ms", "group_consumer_max_heartbeat_interval_ms", "INT", _int,
+            "Largest heartbeat interval a consumer group may be given.", at_least(1), _MS),
+    Setting("group.consumer.max.size", "group_consumer_max_size", "INT", _int, "Most members in one consumer "
+            "group; more are refused with GROUP_MAX_SIZE_REACHED.", at_least(1)),
+    Setting("group.consumer.assignors", "group_consumer_assignors", "LIST", _str, "The server-side assignors a "
+            "consumer group may use (`uniform`, `range`, or Kafka's class names), the first the default; a member "
+            "asks for one with `group.remote.assignor`.", _assignors),
+    Setting("group.consumer.migration.policy", "group_consumer_migration_policy", "STRING", _str, "Whether a "
+            "group moves online between the classic and the consumer protocol: `upgrade` (classic to consumer "
+            "when a member joins with the consumer protocol), `downgrade` (back when the last such member leaves), "
+            "`bidirectional` or `disabled`.", one_of("disabled", "upgrade", "downgrade", "bidirectional")),
     # -- a cluster (``metadata`` set)
     Setting("metadata", "metadata", "STRING", _metadata, "etcd endpoints of the cluster's metadata, "
             "`etcd://HOST:PORT[,HOST:PORT]` (`--metadata`); empty: a single node."),

@@ -113,3 +113,30 @@ def _super_users(v: Any) -> str:
 
 def _rack(v: Any) -> str | None:
     return _str(v) or None
+
+
+def _assignors(v: str) -> str | None:
+    from oncelog.coordinator.group.assignors import assignors_by_name  # off the start path (checked when given)
+
+    names = [n for n in (p.strip() for p in v.split(",")) if n]
+    if not names:
+        return "must name at least one assignor"
+    try:
+        assignors_by_name(names)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def consumer_group_problem(min_session: int, session: int, max_session: int, min_heartbeat: int, heartbeat: int,
+                           max_heartbeat: int) -> str | None:
+    """Kafka's GroupCoordinatorConfig checks of the consumer group (KIP-848) timeouts: what is wrong, or None."""
+    for what, low, value, high in (("session.timeout.ms", min_session, session, max_session),
+                                   ("heartbeat.interval.ms", min_heartbeat, heartbeat, max_heartbeat)):
+        if not low <= value <= high:
+            return (f"group.consumer.{what} ({value}) must be between group.consumer.min.{what} ({low}) and "
+                    f"group.consumer.max.{what} ({high})")
+    if heartbeat >= session:
+        return (f"group.consumer.heartbeat.interval.ms ({heartbeat}) must be less than "
+                f"group.consumer.session.timeout.ms ({session})")
+    return None

@@ -15,6 +15,7 @@ import contextlib
 import errno
 import io
 import logging
+import os
 import signal
 import socket
 from collections.abc import Coroutine
@@ -32,15 +33,11 @@ from .auth import BrokerAuth
 from .config import BrokerConfig
 from .connection import Connection
 from .connection_quotas import ConnectionQuotas
-from .context import GROUP, TRANSACTION, BrokerContext
-from .coordinators.groups import GroupCoordinatorHandle, start_single_node_groups
+from .context import BrokerContext
+from .coordinators.local import SingleNodeCoordinators
 from .coordinators.markers import LocalMarkerWriter
-from .coordinators.transactions import (
-    TransactionCoordinatorHandle,
-    next_coordinator_epoch,
-    start_single_node_transactions,
-)
 from .durability import GroupCommitFlusher
+from .faults import CONTROL_ENV, FaultInjector, serve_control
 from .metrics import BrokerMetrics
 from .partition import Partition
 from .quota_manager import ClientQuotaManager
@@ -124,6 +121,8 @@ class Broker:
         self.metrics = BrokerMetrics()
         self.router = Router.with_all_handlers()
         self.connections: set[Connection] = set()
+        self.faults = FaultInjector(self.router, self._close_connections)  # tests' faults on demand (faults.py)
+        self._control: asyncio.AbstractServer | None = None  # the faults' control channel, when a test asks
         self.durable_per_append = config.log_flush_interval_messages <= 1
         self.flusher = GroupCommitFlusher(self._on_durable)
         self.logs: LogManager | None = None
@@ -135,7 +134,7 @@ class Broker:
         self._context: BrokerContext | None = None
         self.cluster: ClusterNode | None = None  # in a cluster (config.metadata set)
         self.cluster_coordinators: ClusterCoordinators | None = None  # in a cluster: they follow leadership
-        self._single_node_coordinators: list[TransactionCoordinatorHandle | GroupCoordinatorHandle] = []
+        self._single_node_coordinators: SingleNodeCoordinators | None = None
         self._cluster_security: ClusterSecurityStore | None = None
         self.replicas: ReplicaManagerLike | None = None
         self._socks: dict[str, socket.socket] = {}  # each listener's bound port until its server takes it
@@ -166,7 +165,7 @@ class Broker:
                 cfg.bound(ep.name, sock.getsockname()[1])
         try:  # the certificates are read before anything is created on disk
             self.auth = BrokerAuth(cfg, lambda: self._context.security_store if self._context else None,
-                                   self.clock.wall_ms, self.metrics.registry)
+                                   self.clock.wall_ms, self.metrics.counter)
         except TlsError as e:
             raise StartupError(str(e)) from None
         loop = asyncio.get_running_loop()
@@ -222,17 +221,10 @@ class Broker:
         self.metrics.watch_partitions(self._topics)
         self.metrics.watch_flusher(self.flusher)
         self.flusher.start()
-        if self.cluster is None:
-            epoch = next_coordinator_epoch(cfg.data_dir)
-            txn = await start_single_node_transactions(cfg, self.clock, self._topics, writer, epoch, self.spawn)
-            self._single_node_coordinators.append(txn)
-            context.txn_coordinator = txn.coordinator
-            groups = await start_single_node_groups(cfg, self.clock, self._topics, epoch,
-                                                    lambda: context.txn_coordinator)
-            self._single_node_coordinators.append(groups)
-            context.group_coordinator = groups.coordinator
-            assert groups.first_use is not None and txn.first_use is not None
-            context.internal_topics = {GROUP: groups.first_use, TRANSACTION: txn.first_use}
+        if self.cluster is None:  # loaded now if the folder holds their topics, else built on first use
+            self._single_node_coordinators = SingleNodeCoordinators(cfg, self.clock, self._topics, writer, context,
+                                                                    self.spawn)
+            await self._single_node_coordinators.start()
         else:
             from .cluster.topic_admin import AutoCreator
             from .coordinators.cluster import ClusterCoordinators
@@ -292,6 +284,9 @@ class Broker:
                                         for e in cfg.listeners), cfg.data_dir.resolve(), len(self._topics),
                  self.cluster_id,
                  "acks=all waits for fsync" if self.durable_per_append else "background flush")
+        if os.environ.get(CONTROL_ENV):  # started by a test harness (oncelog.testing): its faults' control channel,
+            # opened last: the harness waits for it, so the whole start (metrics endpoint included) is done by then
+            self._control = await serve_control(Path(os.environ[CONTROL_ENV]), self.faults)
 
     def _join_data_dir(self, cluster: ClusterNode) -> None:
         """The data folder belongs to this cluster: a fresh (topic-less) one takes its id; one holding topics of
@@ -351,12 +346,14 @@ class Broker:
 
     async def _cleaner_loop(self) -> None:
         """Compact partitions of compacted topics, one log at a time, in a worker thread."""
-        from oncelog.storage.cleaner import LogCleaner
-
-        cleaner = LogCleaner()
         interval = max(self.config.log_cleaner_backoff_ms, 100) / 1000
+        cleaner = None
         while True:
             await asyncio.sleep(interval)
+            if cleaner is None:  # imported after the first wait: not in the way of the first requests
+                from oncelog.storage.cleaner import LogCleaner
+
+                cleaner = LogCleaner()
             for p in self.topics.all_partitions():
                 now = self.clock.wall_ms()
                 plog = None if p.deleted or self.logs is None else self.logs.get_log(p.topic, p.index)
@@ -380,6 +377,13 @@ class Broker:
                 if p.log.durable_offset < p.log_end_offset:
                     self.flusher.mark_dirty(p)
 
+    def _close_connections(self) -> int:
+        """Close every client connection (a fault a test asks for); how many were open."""
+        open_ = list(self.connections)
+        for conn in open_:
+            conn.close(None)
+        return len(open_)
+
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> "asyncio.Task[Any]":
         """Run a background job for the broker's lifetime (cancelled at stop)."""
         task = asyncio.get_running_loop().create_task(coro, name=name)
@@ -392,9 +396,11 @@ class Broker:
     def request_stop(self) -> None:
         self._stopped.set()
 
-    async def stop(self) -> None:
+    async def stop(self, clean: bool = True) -> None:
         """Clean shutdown: stop accepting, finish flushing, close segments, write the clean-shutdown marker. In a
-        cluster, first a controlled shutdown (leadership moves away while this broker still serves), then leave."""
+        cluster, first a controlled shutdown (leadership moves away while this broker still serves), then leave.
+        ``clean=False`` (a test harness's crash of a broker in its own process): the files are closed as a SIGKILL
+        leaves them, without a flush, checkpoint or marker (``LogManager.abandon``)."""
         if self.cluster is not None:
             registered = self.cluster.registration is not None
             await self.cluster.leave(controlled=registered and self.config.controlled_shutdown_enable)
@@ -402,6 +408,10 @@ class Broker:
         if self.replicas is not None:
             await self.replicas.stop()
             self.replicas = None
+        if self._control is not None:
+            self._control.close()
+            self._control = None
+        self.faults.clear()
         for acceptor in self._acceptors:
             acceptor.close()
         self._acceptors.clear()
@@ -417,8 +427,9 @@ class Broker:
                 await task
         if self._context is not None:
             self._context.group_coordinator = self._context.txn_coordinator = None
-        while self._single_node_coordinators:  # groups first: they may wait on the transaction coordinator
-            await self._single_node_coordinators.pop().close()
+        if self._single_node_coordinators is not None:
+            await self._single_node_coordinators.close()
+            self._single_node_coordinators = None
         if self.cluster_coordinators is not None:
             await self.cluster_coordinators.close()
             self.cluster_coordinators = None
@@ -430,8 +441,8 @@ class Broker:
             self._context.txn_verifier = None
         await self.flusher.close()
         if self.logs is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self.logs.close)
-            log.info("oncelog broker stopped cleanly")
+            await asyncio.get_running_loop().run_in_executor(None, self.logs.close if clean else self.logs.abandon)
+            log.info("oncelog broker stopped %s", "cleanly" if clean else "as if killed (no clean-shutdown marker)")
 
 
 async def _main(config: BrokerConfig) -> None:

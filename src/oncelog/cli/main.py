@@ -18,16 +18,14 @@ from ._common import CONTEXT, fail, quiet_client_logs, root_connection_options
 
 
 def _print_version(ctx: click.Context, _: click.Parameter, value: bool) -> None:
-    """``--version``: the installed package's version, looked up only when asked (importlib.metadata is slow)."""
+    """``--version``: ``oncelog.__version__``, the one place the version is written (pyproject.toml reads it too, so
+    an installed package's metadata says the same; no importlib.metadata, which is slow, and a source tree knows it
+    too)."""
     if not value or ctx.resilient_parsing:
         return
-    from importlib.metadata import PackageNotFoundError, version
+    from oncelog import __version__
 
-    try:
-        v = version("oncelog")
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree without an install
-        v = "unknown"
-    click.echo(f"oncelog {v}")
+    click.echo(f"oncelog {__version__}")
     ctx.exit(0)
 
 

@@ -38,6 +38,7 @@ from oncelog.cluster.model import ClusterView, Keys
 from .broker_process import BrokerProcess, free_port
 from .etcd_process import EtcdProcess, EtcdUnavailable
 from .netns import Network
+from .tcp_proxy import TcpProxy
 
 __all__ = ["NET_BROKER_PORT", "NET_ETCD_PORT", "ClusterProcess", "topic_ready"]
 
@@ -72,11 +73,13 @@ class ClusterProcess:
                  broker_settings: Mapping[int, Mapping[str, object]] | None = None,
                  node_ids: Sequence[int] | None = None, ports: Sequence[int] | None = None,
                  etcd_port: int | None = None, cluster_name: str = "oncelog", new_session: bool = False,
-                 broker_env: Mapping[int, Mapping[str, str]] | None = None, net: Network | None = None) -> None:
+                 broker_env: Mapping[int, Mapping[str, str]] | None = None, net: Network | None = None,
+                 etcd_proxies: bool = False) -> None:
         """``net``: run every process on a host of its own of that ``oncelog.testing.netns`` network, the brokers
         on hosts 1..size (port 9092 each) and etcd on host size + 1 (:meth:`host_of` gives a broker's host,
         :attr:`etcd_host` etcd's), so that partitions can cut any of them from any other, the test process (the
-        network's client) included."""
+        network's client) included. ``etcd_proxies`` (on 127.0.0.1, without ``net``): each broker reaches etcd
+        through a proxy of its own (:meth:`partition` cuts it)."""
         self.base_dir = Path(base_dir)
         self.cluster_name = cluster_name
         self.keys = Keys(cluster_name)
@@ -97,9 +100,16 @@ class ClusterProcess:
         self.settings = dict(settings or {})
         self.new_session = new_session
         self.brokers: dict[int, BrokerProcess] = {}
+        #: with ``etcd_proxies``: each broker reaches etcd through a proxy of its own, which partition() cuts
+        self.etcd_proxies: dict[int, TcpProxy] = {}
         for i, node in enumerate(ids):
+            etcd = self.etcd.endpoint
+            if etcd_proxies:
+                target_host, _, target_port = etcd.rpartition(":")
+                proxy = self.etcd_proxies[node] = TcpProxy((target_host, int(target_port)))
+                etcd = proxy.endpoint
             own = {**self.settings, **dict((broker_settings or {}).get(node, {})),
-                   "node.id": node, "metadata": f"etcd://{self.etcd.endpoint}", "cluster.name": cluster_name}
+                   "node.id": node, "metadata": f"etcd://{etcd}", "cluster.name": cluster_name}
             port = ports[i] if ports is not None else NET_BROKER_PORT if net is not None else free_port()
             self.brokers[node] = BrokerProcess(self.base_dir / f"broker-{node}", port=port, settings=own,
                                                log_path=self.base_dir / f"broker-{node}.log",
@@ -174,6 +184,24 @@ class ClusterProcess:
 
     def resume(self, node: int) -> None:
         self.brokers[node].resume()
+
+    def partition(self, node: int) -> None:
+        """Cut one broker from the rest (needs ``etcd_proxies=True``): its etcd proxy drops everything (its lease
+        expires after ``broker.session.timeout.ms``, the controller moves its leaderships) and it answers no
+        request (``isolate``: clients and the other brokers time out on it). What it sends to the other brokers
+        still arrives: a one-way cut, as ``netns``'s ``drop(others, node)`` with etcd cut both ways."""
+        if node not in self.etcd_proxies:
+            raise RuntimeError("partition() needs ClusterProcess(etcd_proxies=True)")
+        self.etcd_proxies[node].cut()
+        self.brokers[node].isolate()
+
+    def heal(self, node: int) -> None:
+        """Undo :meth:`partition`: etcd reachable again (the broker re-registers), requests answered."""
+        proxy = self.etcd_proxies.get(node)
+        if proxy is not None:
+            proxy.heal()
+        if self.brokers[node].alive():
+            self.brokers[node].clear_faults()
 
     def start_broker(self, node: int, timeout: float = 60.0, wait_registered: bool = True) -> BrokerProcess:
         b = self.brokers[node]

@@ -31,7 +31,7 @@ from prometheus_client.registry import Collector
 from oncelog.coordinator.transaction import ProducerIdManager
 
 from ..peer_connections import peer_link
-from .groups import OFFSETS_TOPIC, build_group_coordinator
+from .groups import OFFSETS_TOPIC, ClusterTopicImage, build_group_coordinator
 from .internal_log import InternalTopicLog
 from .remote_markers import ClusterMarkerChannel
 from .transactions import TRANSACTION_STATE_TOPIC, Spawn, build_transaction_coordinator
@@ -67,7 +67,9 @@ class ClusterCoordinators:
         self._txn = build_transaction_coordinator(
             cfg, clock, self.txn_log, self.channel, ProducerIdManager.from_allocator(node.store.allocate_producer_ids))
         self._groups = build_group_coordinator(cfg, clock, self.offsets_log, self._partition_exists,
-                                               lambda: self._txn.coordinator, clustered=True)
+                                               lambda: self._txn.coordinator, clustered=True,
+                                               topics=ClusterTopicImage(lambda: node.view.topics),
+                                               store=ctx.security_store)
         self.txn = self._txn.coordinator
         self.groups = self._groups.coordinator
         self.loads = 0  # partitions loaded (both coordinators), for metrics and tests

@@ -97,6 +97,7 @@ async def add_to_transaction(broker: "BrokerContext", transactional_id: str, pro
     if remote:
         assert broker.txn_verifier is not None
         return await broker.txn_verifier.verify(transactional_id, producer_id, producer_epoch, partitions, add=True)
+    broker.load_coordinators()  # a fresh single node builds its coordinators on first use
     coordinator = broker.txn_coordinator
     if coordinator is None:
         return dict.fromkeys(partitions, int(ErrorCode.NOT_ENOUGH_REPLICAS))
@@ -122,6 +123,7 @@ def verify_transaction(broker: "BrokerContext", partition: "Partition", producer
         # not asked: the transaction was ongoing here; it may have ended while another partition was being checked
         return int(ErrorCode.NONE) if _ongoing(partition, producer_id, producer_epoch) \
             else int(ErrorCode.NOT_ENOUGH_REPLICAS)
+    broker.load_coordinators()
     coordinator = broker.txn_coordinator
     if coordinator is None:
         return int(ErrorCode.COORDINATOR_NOT_AVAILABLE)

@@ -143,6 +143,7 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
     refused = _unauthorized(broker, ctx, request.key_type, keys)
     if broker.cluster is not None:
         return _answer_in_cluster(broker, ctx, request.key_type, keys, refused)
+    broker.load_coordinators()  # a fresh single node builds its coordinators on the first request for one
     first_use = broker.internal_topics.get(request.key_type)
     if first_use is not None and not first_use.loaded and any(
             _check(request.key_type, k) is None and k not in refused for k in keys):
