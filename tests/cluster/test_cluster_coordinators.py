@@ -495,3 +495,67 @@ def test_transactions_do_not_wait_for_a_replica_fetch_to_time_out(cluster: Clust
     assert len(slow) <= 1, (f"transactions (index, ms) slower than {bound_s * 1000:.0f} ms: {slow}; median "
                       f"{sorted(took)[len(took) // 2] * 1000:.1f} ms")
     assert len(_read_committed(cluster, topic_name, 3, count + 1)) == count + 1
+
+
+def test_transactions_v2_register_partitions_with_a_coordinator_on_another_broker(cluster: ClusterProcess,
+                                                                                    topic_name: str) -> None:
+    """KIP-890 part 2 across brokers: a transaction's Produce v12 reaches the partition's leader, which adds the
+    partition to the transaction with the coordinator on another broker (AddPartitionsToTxn v5); EndTxn v5 moves the
+    producer to the next epoch, and a late EndTxn or Produce of the ended transaction is fenced. Then the native
+    client over V2, its offsets committed through a group coordinator that is neither (TxnOffsetCommit v5 adds the
+    offsets partition with the transaction's coordinator)."""
+    from oncelog.client import Admin as NativeAdmin
+    from oncelog.client import Consumer as NativeConsumer
+    from oncelog.client import Producer as NativeProducer
+    from oncelog.client import TopicPartition as NativeTopicPartition
+
+    _create(cluster, topic_name, 1)
+    _coordinator(cluster, f"{topic_name}-probe", 1)
+    view = cluster.view()
+    leader = cluster.leaders(topic_name, view)[0]
+    txn_id = next(t for i in range(200) if _internal_leader(view, TXN_TOPIC, t := f"{topic_name}-tx{i}")[0]
+                  not in (leader, -1))
+    coordinator = _internal_leader(view, TXN_TOPIC, txn_id)[0]
+    before = scrape(cluster, leader)["oncelog_txn_verify_requests_total"]
+
+    def produce(data: TxnClient, value: bytes, epoch: int, seq: int) -> int:
+        deadline = time.monotonic() + 10  # the coordinator's view may not have the new topic yet
+        while True:
+            r = data.produce_batch(topic_name, 0, txn_batch([value], pid, epoch, seq), txn_id=txn_id, version=12)
+            if r.error_code not in (ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) \
+                    or time.monotonic() > deadline:
+                return int(r.error_code)
+            time.sleep(0.05)
+
+    with TxnClient(_address(cluster, coordinator)) as coord, TxnClient(_address(cluster, leader)) as data:
+        pid, e = coord.init_txn(txn_id)
+        assert produce(data, b"t1-a", e, 0) == 0
+        assert produce(data, b"t1-b", e, 1) == 0  # ongoing on the partition: no second request
+        assert coord.describe_txn(txn_id).topics[0].partitions == [0]
+        assert coord.end_txn_v2(txn_id, pid, e, True) == (0, pid, e + 1)
+        assert produce(data, b"t2-a", e + 1, 0) == 0
+        assert coord.end_txn_v2(txn_id, pid, e, True) == (ErrorCode.PRODUCER_FENCED, -1, -1)  # transaction 1's
+        assert produce(data, b"t1-late", e, 2) == ErrorCode.INVALID_PRODUCER_EPOCH
+        assert coord.end_txn_v2(txn_id, pid, e + 1, False) == (0, pid, e + 2)
+        assert [v for _, v in data.read(topic_name, 0, READ_COMMITTED)] == [b"t1-a", b"t1-b"]
+    assert scrape(cluster, leader)["oncelog_txn_verify_requests_total"] - before >= 2  # an add per transaction
+
+    group = next(g for i in range(200) if _internal_leader(cluster.view(), OFFSETS_TOPIC,
+                                                           g := f"{topic_name}-g{i}")[0] not in (coordinator, -1))
+    _coordinator(cluster, group, 0)
+    native_id = f"{txn_id}-native"
+    with NativeProducer({"bootstrap.servers": cluster.bootstrap, "transactional.id": native_id}) as p, \
+            NativeAdmin({"bootstrap.servers": cluster.bootstrap}) as admin:
+        p.init_transactions(TIMEOUT)
+        e0 = admin.describe_transactions(native_id)[native_id].producer_epoch
+        for i in range(2):
+            p.begin_transaction()
+            p.produce(topic_name, f"native-{i}".encode(), partition=0)
+            p.send_offsets_to_transaction({(topic_name, 0): 10 + i}, group, TIMEOUT)
+            p.commit_transaction(TIMEOUT)
+        assert admin.describe_transactions(native_id)[native_id].producer_epoch == e0 + 2
+    c = NativeConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        assert [tp.offset for tp in c.committed([NativeTopicPartition(topic_name, 0)], TIMEOUT)] == [11]
+    finally:
+        c.close()

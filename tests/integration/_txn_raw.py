@@ -1,8 +1,9 @@
 """A small blocking transactional test client over the raw protocol, plus a log checker.
 
 ``TxnClient`` adds to ``_rawclient.RawClient``: FindCoordinator, InitProducerId, AddPartitionsToTxn, Produce of
-hand-built batches with an explicit producer id / epoch / sequence, EndTxn (also fire-and-forget), Fetch and
-ListOffsets with an isolation level, DescribeTransactions, DescribeProducers.
+hand-built batches with an explicit producer id / epoch / sequence (v12: transactions V2, the broker adds the
+partition), EndTxn (also fire-and-forget; ``end_txn_v2`` for v5), Fetch and ListOffsets with an isolation level,
+DescribeTransactions, DescribeProducers.
 
 ``read_partition`` reads a partition back the way a consumer does (read_committed filters aborted transactions
 with the fetch response's aborted_transactions list) and ``log_view`` reconstructs the truth from the raw log
@@ -151,6 +152,11 @@ class TxnClient(RawClient):
 
     def end_txn(self, txn_id: str, pid: int, epoch: int, commit: bool, version: int = 3) -> int:
         return int(self.request(END_TXN, version, self._end_req(txn_id, pid, epoch, commit)).error_code)
+
+    def end_txn_v2(self, txn_id: str, pid: int, epoch: int, commit: bool, version: int = 5) -> tuple[int, int, int]:
+        """EndTxn v5 (transactions V2) -> (error, producer id, epoch of the producer's next transaction)."""
+        r = self.request(END_TXN, version, self._end_req(txn_id, pid, epoch, commit))
+        return int(r.error_code), int(r.producer_id), int(r.producer_epoch)
 
     def send_end_txn(self, txn_id: str, pid: int, epoch: int, commit: bool, version: int = 3) -> int:
         """Send EndTxn without waiting for the answer; returns the correlation id."""

@@ -193,7 +193,8 @@ def test_connection_negotiates_and_pipelines(broker) -> None:
         conn = BrokerConnection("127.0.0.1", broker.port)
         await conn.connect()
         try:
-            assert conn.versions[0] == min(11, conn.broker_versions[0][1])
+            assert conn.versions[0] == min(12, conn.broker_versions[0][1])
+            assert conn.finalized_features == {"group.version": 1, "transaction.version": 2}
             assert conn.versions[18] >= 3
             missing = next(k for k in API_KEYS if k not in conn.broker_versions)
             with pytest.raises(UnsupportedVersionError, match=f"{API_KEYS[missing].name}.*does not implement"):

@@ -134,6 +134,7 @@ class BrokerConfig(SecuritySettings):
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
     transaction_two_phase_commit_enable: bool = False
+    transaction_version: int = 2
     request_timeout_ms: int = 30_000
     producer_id_expiration_ms: int = 86_400_000
 
@@ -520,6 +521,14 @@ _SETTINGS: list[Setting] = [
             "Allow KIP-939 two-phase-commit transactions (needed by the Spark exactly-once sink). A prepared "
             "transaction never times out: until its producer completes it, it holds back the last stable offset "
             "of its partitions (`oncelog txn find-hanging` / `abort` end it by hand)."),
+    Setting("transaction.version", "transaction_version", "SHORT", _int, "The level of Kafka's `transaction.version` "
+            "feature this broker finalizes (Kafka 4.0's default, 2, sets it with `kafka-storage format` / "
+            "`kafka-features`; give every broker of a cluster the same). ApiVersions tells clients; 2 lets them use "
+            "transactions V2 (KIP-890 part 2: EndTxn v5 bumps the epoch of every transaction, Produce v12 and "
+            "TxnOffsetCommit v5 add their partition themselves). Requests are served by their version whatever the "
+            "level, as Kafka does: transactions V1 clients (librdkafka, kafka-python, aiokafka) work either way. "
+            "Timeouts and fencing abort with this level's epoch rules.", lambda v: None if v in (0, 1, 2) else
+            "must be 0, 1 or 2"),
     Setting("request.timeout.ms", "request_timeout_ms", "INT", _int, "A transaction coordinator write that is not "
             "durable within this answers COORDINATOR_NOT_AVAILABLE (the client retries).", at_least(1), _MS),
     Setting("producer.id.expiration.ms", "producer_id_expiration_ms", "INT", _int, "A partition forgets an "

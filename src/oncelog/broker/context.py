@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 
 from oncelog.clock import Clock
 
+from .coordinators.txn_order import AppendOrder
+
 if TYPE_CHECKING:
     from oncelog.coordinator.group.coordinator import GroupCoordinator
     from oncelog.coordinator.transaction import TransactionCoordinator
@@ -58,6 +60,8 @@ class BrokerContext:
     cluster: ClusterNode | None = None
     auto_creator: AutoCreator | None = None  # Metadata's auto-creation in a cluster
     txn_verifier: RemoteTxnVerifier | None = None  # in a cluster: KIP-890 checks with a coordinator elsewhere
+    #: produce requests of a transactional id waiting for its coordinator (KIP-890) append in arrival order
+    txn_order: AppendOrder = field(default_factory=AppendOrder)
     security_store: SecurityStore | None = None  # ACL, SCRAM and quota records (a file, or etcd in a cluster)
     authorizer: StandardAuthorizer | None = None  # None: authorization off (no authorizer.class.name)
     #: a single node: the internal topic of each coordinator (GROUP, TRANSACTION), created on first use

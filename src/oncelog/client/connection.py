@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 #: API versions this client's code knows how to fill in and read, by api key. APIs not listed here may still be
 #: sent with :meth:`BrokerConnection.send` at their codec's full range (the caller then owns the semantics).
 CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
-    0: (3, 11),  # Produce: record batch v2 only
+    0: (3, 12),  # Produce: record batch v2 only; a transaction's Produce is v12 only with transactions V2
     1: (4, 17),  # Fetch: topic ids from v13 (the cluster cache maps them back to names)
     2: (1, 9),  # ListOffsets
     3: (1, 12),  # Metadata: null topic list = all topics needs v1
@@ -58,7 +58,8 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     21: (0, 2),  # DeleteRecords
     22: (0, 6),  # InitProducerId: v3 epoch bump (KIP-360), v6 two-phase commit (KIP-939)
     24: (0, 3),  # AddPartitionsToTxn: v4+ is the broker-to-broker batched form
-    26: (0, 4),  # EndTxn: v5 is transactions V2 (KIP-890), which this client does not speak
+    26: (0, 5),  # EndTxn: v5 only with transactions V2 (KIP-890 part 2: the epoch is bumped by every EndTxn)
+    28: (0, 5),  # TxnOffsetCommit: v5 only with transactions V2 (it adds the offsets partition itself)
     32: (1, 4),  # DescribeConfigs
     37: (0, 3),  # CreatePartitions
     36: (1, 2),  # SaslAuthenticate: v1+ tells the broker this client re-authenticates (KIP-368)
@@ -114,6 +115,8 @@ class BrokerConnection:
         self.connect_timeout = connect_timeout
         self.broker_versions: dict[int, tuple[int, int]] = {}
         self.versions: dict[int, int] = {}
+        #: the broker's finalized feature levels (ApiVersions v3+), e.g. ``transaction.version``
+        self.finalized_features: dict[str, int] = {}
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._read_task: asyncio.Task[None] | None = None
@@ -235,6 +238,8 @@ class BrokerConnection:
                 raise KafkaError(resp.error_code, f"ApiVersions to {self.address} failed")
             self.broker_versions = ranges
             self.versions = negotiate_versions(ranges)
+            if version >= 3 and resp.finalized_features_epoch >= 0:
+                self.finalized_features = {f.name: int(f.max_version_level) for f in resp.finalized_features or ()}
             return
         raise UnsupportedVersionError(f"{self.address} supports no ApiVersions version this client can send")
 

@@ -46,10 +46,13 @@ class FakeConn:
     """Answers each request with the next scripted response for its API (a callable gets the request)."""
 
     def __init__(self, name: str, script: dict[str, deque[Any]], log: list[tuple[str, str, Any]],
-                 versions: dict[int, int]) -> None:
+                 versions: dict[int, int], features: dict[str, int] | None = None,
+                 sent_versions: list[tuple[str, int | None]] | None = None) -> None:
         self.name, self.script, self.log, self.versions = name, script, log, versions
         self.connected = True
         self.address = f"fake-{name}:9092"
+        self.finalized_features = features or {}
+        self.sent_versions = sent_versions if sent_versions is not None else []
 
     def version_for(self, api_key: int) -> int:
         return self.versions.get(api_key, 99)
@@ -57,6 +60,7 @@ class FakeConn:
     async def send(self, req: Any, **kw: Any) -> Any:
         api = type(req).__name__.removesuffix("Request")
         self.log.append((self.name, api, req))
+        self.sent_versions.append((api, kw.get("version")))
         answers = self.script[api]
         if not answers:
             raise AssertionError(f"unscripted {api} request: {req}")
@@ -67,14 +71,15 @@ class FakeConn:
 
 
 class FakeCluster:
-    def __init__(self, versions: dict[int, int] | None = None) -> None:
+    def __init__(self, versions: dict[int, int] | None = None, features: dict[str, int] | None = None) -> None:
         self.script: dict[str, deque[Any]] = defaultdict(deque)
         self.log: list[tuple[str, str, Any]] = []
         self.lookups: list[tuple[int, str]] = []
+        self.sent_versions: list[tuple[str, int | None]] = []  # (api, the version it was sent at; None: negotiated)
         v = versions or {}
-        self.txn_coord = FakeConn("txn-coordinator", self.script, self.log, v)
-        self.group_coord = FakeConn("group-coordinator", self.script, self.log, v)
-        self.leader = FakeConn("leader", self.script, self.log, v)
+        self.txn_coord = FakeConn("txn-coordinator", self.script, self.log, v, features, self.sent_versions)
+        self.group_coord = FakeConn("group-coordinator", self.script, self.log, v, features, self.sent_versions)
+        self.leader = FakeConn("leader", self.script, self.log, v, features, self.sent_versions)
 
     def answer(self, api: str, *responses: Any) -> None:
         self.script[api].extend(responses)
@@ -564,3 +569,98 @@ def test_requests_reach_the_wire_in_drain_order_while_connecting() -> None:
     reports, _ = pipelined(c, [produce_answer(0, 0), produce_answer(0, 1), produce_answer(0, 2)], 3)
     assert [h[2] for h in batch_headers(c)] == [0, 1, 2]
     assert [err for _, err, _m in reports] == [None] * 3
+
+
+# ---------------------------------------------------------------------- transactions V2 (KIP-890 part 2)
+#: what a Kafka 4.0 broker negotiates: Produce v12, EndTxn v5, TxnOffsetCommit v5
+V2_VERSIONS = {0: 12, 26: 5, 28: 5}
+
+
+def txn_sender(c: FakeCluster) -> tuple[Sender, TransactionManager, RecordAccumulator]:
+    conf = parse_producer_config({"bootstrap.servers": "h:1", "transactional.id": "tid", "retry.backoff.ms": 1,
+                                  "linger.ms": 0, "max.block.ms": 2000})
+    tm = TransactionManager(c, conf)  # type: ignore[arg-type]
+    acc = RecordAccumulator(conf.batch_size, 0, 0)
+    sender = Sender(c, acc, conf, lambda reports: None, txn=tm)  # type: ignore[arg-type]
+    tm.wakeup = sender.wakeup
+    return sender, tm, acc
+
+
+def one_transaction(sender: Sender, tm: TransactionManager, acc: RecordAccumulator, tps: list[tuple[str, int]],
+                    commit: bool = True) -> None:
+    async def go() -> None:
+        sender.start()
+        tm.begin_transaction()
+        for tp in tps:
+            acc.append(tp, 1000, None, b"v", [], lambda e, m: None)
+        acc.begin_flush()
+        sender.wakeup()
+        for _ in range(200):
+            if acc.pending_records == 0:
+                break
+            await asyncio.sleep(0.005)
+        acc.end_flush()
+        tm.fsm.transition(S.COMMITTING_TRANSACTION if commit else S.ABORTING_TRANSACTION)
+        await tm.end_transaction(commit)
+        await sender.close()
+    run(go())
+
+
+def test_v2_produces_without_add_partitions_and_takes_the_epoch_end_txn_gives() -> None:
+    c = FakeCluster(V2_VERSIONS, {"transaction.version": 2})
+    c.answer("InitProducerId", init_ok(7, 3))
+    sender, tm, acc = txn_sender(c)
+    run(tm.init_transactions())
+    assert tm.v2
+    c.answer("Produce", produce_answer(0, 0), produce_answer(0, 1))
+    c.answer("EndTxn", EndTxnResponse(producer_id=7, producer_epoch=4),
+             EndTxnResponse(producer_id=8, producer_epoch=0))  # the second overflowed to a new producer id
+    one_transaction(sender, tm, acc, [("a", 0)])
+    assert c.sent("AddPartitionsToTxn") == [] and (tm.pid.producer_id, tm.pid.epoch) == (7, 4)
+    sender2 = Sender(c, acc, tm.config, lambda reports: None, txn=tm)  # type: ignore[arg-type]
+    tm.wakeup = sender2.wakeup
+    one_transaction(sender2, tm, acc, [("a", 0)])
+    assert (tm.pid.producer_id, tm.pid.epoch) == (8, 0) and tm.state is S.READY
+    # each transaction's batches carry its epoch, sequences start again at 0
+    assert [h[:3] for h in batch_headers(c)] == [(7, 3, 0), (7, 4, 0)]
+    assert [(r.producer_id, r.producer_epoch) for r in c.sent("EndTxn")] == [(7, 3), (7, 4)]
+    assert [v for api, v in c.sent_versions if api in ("Produce", "EndTxn")] == [12, 5, 12, 5]
+
+
+def test_v2_send_offsets_is_one_txn_offset_commit_v5() -> None:
+    c = FakeCluster(V2_VERSIONS, {"transaction.version": 2})
+    tm = ready_manager(c)
+    tm.begin_transaction()
+    c.answer("TxnOffsetCommit", TxnOffsetCommitResponse())
+    run(tm.send_offsets([("in", 0, 4)], GroupMeta()))
+    assert c.sent("AddOffsetsToTxn") == [] and tm.txn_started
+    assert [v for api, v in c.sent_versions if api == "TxnOffsetCommit"] == [5]
+
+
+@pytest.mark.parametrize("features", [{}, {"transaction.version": 1}])
+def test_v1_when_the_broker_does_not_finalize_transaction_version_2(features: dict[str, int]) -> None:
+    c = FakeCluster(V2_VERSIONS, features)
+    c.answer("InitProducerId", init_ok(7, 3))
+    sender, tm, acc = txn_sender(c)
+    run(tm.init_transactions())
+    assert not tm.v2
+    c.answer("AddPartitionsToTxn", lambda req: add_result(0, *[(t.name, p) for t in req.v3_and_below_topics
+                                                                for p in t.partitions]))
+    c.answer("Produce", produce_answer(0, 0))
+    c.answer("EndTxn", EndTxnResponse())
+    one_transaction(sender, tm, acc, [("a", 0)])
+    assert len(c.sent("AddPartitionsToTxn")) == 1 and (tm.pid.producer_id, tm.pid.epoch) == (7, 3)
+    assert [v for api, v in c.sent_versions if api in ("Produce", "EndTxn")] == [11, 4]
+
+
+def test_v2_abort_after_an_unresolved_sequence_needs_no_init_producer_id() -> None:
+    c = FakeCluster(V2_VERSIONS, {"transaction.version": 2})
+    tm = ready_manager(c)
+    tm.begin_transaction()
+    tm.txn_started = True
+    tm.batch_failed(KafkaError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, "gap"), unresolved_sequence=True)
+    tm.fsm.transition(S.ABORTING_TRANSACTION)
+    c.answer("EndTxn", EndTxnResponse(producer_id=7, producer_epoch=4))
+    run(tm.end_transaction(False))
+    assert len(c.sent("InitProducerId")) == 1  # only the first init: the abort's bump settled the sequences
+    assert tm.state is S.READY and (tm.pid.producer_id, tm.pid.epoch) == (7, 4)

@@ -1,4 +1,7 @@
-"""Transaction coordinator flows against an in-memory log (real encoded records) and a fake marker writer."""
+"""Transaction coordinator flows against an in-memory log (real encoded records) and a fake marker writer.
+
+Fences (a second InitProducerId, a timeout) are checked here with a transactions V1 coordinator
+(``transaction_version=1``: one epoch bump); ``test_txn_v2.py`` checks transactions V2, fences included."""
 
 from __future__ import annotations
 
@@ -234,7 +237,7 @@ def test_completion_starts_even_if_the_end_txn_caller_is_gone() -> None:
 def test_fencing_abort_completes_even_if_the_init_caller_is_gone() -> None:
     async def main() -> None:
         log, markers = FakeLog(), FakeMarkers()
-        coord = await started(log, markers=markers)
+        coord = await started(log, markers=markers, transaction_version=1)
         _, pid, e0 = await coord.init_producer_id("t1", 10_000)
         await coord.add_partitions("t1", pid, e0, [TP_A])
         log.gate = asyncio.Event()
@@ -257,7 +260,7 @@ def test_fencing_abort_completes_even_if_the_init_caller_is_gone() -> None:
 def test_second_init_fences_and_aborts_ongoing_txn() -> None:
     async def main() -> None:
         log, markers = FakeLog(), FakeMarkers()
-        coord = await started(log, markers=markers)
+        coord = await started(log, markers=markers, transaction_version=1)
         _, pid, e0 = await coord.init_producer_id("t1", 10_000)
         await coord.add_partitions("t1", pid, e0, [TP_A, TP_B])
         # a new instance with the same transactional id
@@ -294,7 +297,7 @@ def test_kip360_expected_epoch() -> None:
 def test_epoch_exhaustion_rotates_producer_id() -> None:
     async def main() -> None:
         log = FakeLog()
-        coord = await started(log)
+        coord = await started(log, transaction_version=1)
         _, pid, _ = await coord.init_producer_id("t1", 10_000)
         m = md(coord, "t1")
         m.producer_epoch = SHORT_MAX - 2  # fast-forward (test only)
@@ -324,7 +327,7 @@ def test_epoch_exhaustion_rotates_producer_id() -> None:
 def test_timed_out_transaction_is_aborted_and_producer_fenced() -> None:
     async def main() -> None:
         clock, markers, log = MockClock(), FakeMarkers(), FakeLog()
-        coord = await started(log, markers=markers, clock=clock)
+        coord = await started(log, markers=markers, clock=clock, transaction_version=1)
         _, pid, e0 = await coord.init_producer_id("slow", 1_000)
         _, pid_f, ef = await coord.init_producer_id("fast", 60_000)
         await coord.add_partitions("slow", pid, e0, [TP_A])
@@ -530,7 +533,7 @@ def test_loading_a_prepare_epoch_fence_record_aborts_it() -> None:
         from oncelog.coordinator.transaction.metadata import TransactionMetadata
         from oncelog.coordinator.transaction.records import encode_txn_record
         log, markers = FakeLog(), FakeMarkers()
-        coord = make_coordinator(log=log, markers=markers)
+        coord = make_coordinator(log=log, markers=markers, transaction_version=1)
         m = TransactionMetadata("f", producer_id=77, producer_epoch=4, state=TxnState.ONGOING,
                                 topic_partitions={TP_A}, txn_start_timestamp=1, txn_last_update_timestamp=1)
         fence = m.prepare_fence_producer_epoch()

@@ -200,7 +200,8 @@ def test_byte_equal_with_kafka_python_produce_request() -> None:
             acks=-1,
             timeout_ms=1500,
             topic_data=[
-                TopicProduceData("t1", [PartitionProduceData(0, records), PartitionProduceData(3, records[:10])])
+                TopicProduceData(name="t1", partition_data=[PartitionProduceData(0, records),
+                                                            PartitionProduceData(3, records[:10])])
             ],
         )
         assert ours.encode(version) == kp.encode(version=version)
@@ -208,7 +209,7 @@ def test_byte_equal_with_kafka_python_produce_request() -> None:
 
 def test_known_produce_v9_bytes() -> None:
     msg = ProduceRequest(transactional_id=None, acks=1, timeout_ms=30000,
-                         topic_data=[TopicProduceData("t", [PartitionProduceData(2, b"abc")])])
+                         topic_data=[TopicProduceData(name="t", partition_data=[PartitionProduceData(2, b"abc")])])
     expected = (
         b"\x00"  # null compact string
         + b"\x00\x01" + struct.pack(">i", 30000)
@@ -313,11 +314,12 @@ def test_negative_lengths_and_bad_utf8() -> None:
         MetadataRequest.decode(struct.pack(">i", 1) + b"\xff\xff", 1)
     with pytest.raises(ProtocolDecodeError, match="Name"):
         MetadataRequest.decode(struct.pack(">i", 1) + struct.pack(">h", 2) + b"\xff\xfe", 1)
-    prefix = b"\x00\x01" + b"\x00\x00\x00\x05" + struct.pack(">i", 1) + b"\x00\x01t" + struct.pack(">ii", 1, 0)
+    prefix = (b"\xff\xff" + b"\x00\x01" + b"\x00\x00\x00\x05" + struct.pack(">i", 1) + b"\x00\x01t"
+              + struct.pack(">ii", 1, 0))  # v3: null transactional id, acks, timeout, one topic "t", partition 0
     # a negative records length is null (as in Kafka); one past the end is an error
-    assert ProduceRequest.decode(prefix + struct.pack(">i", -5), 0).topic_data[0].partition_data[0].records is None
+    assert ProduceRequest.decode(prefix + struct.pack(">i", -5), 3).topic_data[0].partition_data[0].records is None
     with pytest.raises(ProtocolDecodeError, match="Records"):
-        ProduceRequest.decode(prefix + struct.pack(">i", 5) + b"abcd", 0)
+        ProduceRequest.decode(prefix + struct.pack(">i", 5) + b"abcd", 3)
     with pytest.raises(ProtocolDecodeError, match="AuthBytes"):  # bytes field: null where not nullable
         from oncelog.protocol.messages.sasl_authenticate_request import SaslAuthenticateRequest
 

@@ -1,4 +1,5 @@
-"""KIP-890 part 1 in a cluster: a transactional write is checked with its transaction's coordinator, wherever it is.
+"""KIP-890 in a cluster: a transactional write is checked with (part 1), or added to (part 2), its transaction's
+coordinator, wherever it is.
 
 A transactional batch may be appended only to a partition its producer added to its ongoing transaction; otherwise
 a late write of an ended transaction (a request delayed in the network, retried after an abort) would open a
@@ -6,25 +7,25 @@ transaction on the partition that no marker ever ends (a "hanging" transaction h
 transactions V1's unchanged epoch, be committed by the producer's next transaction. On a single node the produce
 path asks the local coordinator. In a cluster the coordinator is the leader of the transactional id's
 ``__transaction_state`` partition: when that is another broker, the leader of the data partition asks it with
-AddPartitionsToTxn ``verify_only`` (v4, batched per request, as Kafka's ``AddPartitionsToTxnManager`` does) before it
-appends. Only the first batch of a transaction on a partition needs it: once the partition's producer state has an
-ongoing transaction of that producer at that epoch, the coordinator has already said yes.
+AddPartitionsToTxn (batched per request, as Kafka's ``AddPartitionsToTxnManager`` does) before it appends:
+``verify_only`` (v4) for a transactions V1 write (Produce up to v11), an add (v5, not verify_only) for a transactions
+V2 write (Produce v12, TxnOffsetCommit v5: the client sent no AddPartitionsToTxn, the broker registers the partition
+for it, KIP-890 part 2). Only the first batch of a transaction on a partition needs it: once the partition's
+producer state has an ongoing transaction of that producer at that epoch, the coordinator has already said yes.
 
 Requests to one coordinator broker go one at a time, in the order the produce requests arrived, and each produce
 appends in the same step its answer arrives; a later produce request of the same transactional id that needs no
-check waits for the earlier ones to be appended (:meth:`RemoteTxnVerifier.in_order`), so pipelined batches of one
-producer keep their order (a request appended ahead of one still being checked would have its sequence numbers
-refused as out of order, which librdkafka takes as fatal). Answers a
-producer can retry (the coordinator moving or loading, the network) become NOT_ENOUGH_REPLICAS, as Kafka maps them
-for the Produce API.
+check waits for the earlier ones to be appended (``txn_order.AppendOrder``, shared with the local coordinator's adds),
+so pipelined batches of one producer keep their order (a request appended ahead of one still being checked would
+have its sequence numbers refused as out of order, which librdkafka takes as fatal). Answers a producer can retry
+(the coordinator moving or loading, the network) become NOT_ENOUGH_REPLICAS, as Kafka maps them for the Produce API.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 from oncelog.cluster.model import NO_LEADER, ClusterView, TopicPartition
 from oncelog.coordinator.transaction.partitioner import partition_for
@@ -43,6 +44,7 @@ log = logging.getLogger("oncelog.broker.transactions")
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 VERIFY_VERSION = 4
+ADD_VERSION = 5
 #: coordinator answers the producer may retry: its Produce gets NOT_ENOUGH_REPLICAS (Kafka's mapping)
 RETRIABLE_AS_NOT_ENOUGH_REPLICAS = frozenset({
     ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
@@ -58,28 +60,7 @@ class RemoteTxnVerifier:
         self._peers = PeerConnections(node_id, lambda n: view().address(n), request_timeout_ms, "txn-verify",
                                       link)
         self._order: dict[int, asyncio.Lock] = {}
-        self._last_append: dict[str, asyncio.Future[None]] = {}  # transactional id -> its latest waiting produce
         self.requests_sent = 0
-
-    def appending_after(self, transactional_id: str) -> asyncio.Future[None] | None:
-        """Done when the latest produce request of ``transactional_id`` still waiting to append has appended;
-        None when none is waiting."""
-        return self._last_append.get(transactional_id)
-
-    @contextlib.contextmanager
-    def in_order(self, transactional_id: str) -> Iterator[asyncio.Future[None] | None]:
-        """Queue a produce request of ``transactional_id`` behind the ones still waiting to append: yields the
-        future of the one before it (await it before appending; None if there is none) and, on leaving, marks this
-        one appended."""
-        before = self._last_append.get(transactional_id)
-        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._last_append[transactional_id] = mine
-        try:
-            yield before
-        finally:
-            mine.set_result(None)
-            if self._last_append.get(transactional_id) is mine:
-                del self._last_append[transactional_id]
 
     def coordinator_of(self, transactional_id: str) -> int:
         """The broker leading the transactional id's ``__transaction_state`` partition (NO_LEADER if none)."""
@@ -91,9 +72,9 @@ class RemoteTxnVerifier:
         return NO_LEADER if state is None else state.leader
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                     partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
-        """Each partition's answer: NONE (it is in the producer's ongoing transaction) or the error to answer the
-        Produce with."""
+                     partitions: Sequence[TopicPartition], add: bool = False) -> dict[TopicPartition, int]:
+        """Each partition's answer: NONE (it is in the producer's ongoing transaction; with ``add``, it was added
+        to it, transactions V2) or the error to answer the Produce with."""
         coordinator = self.coordinator_of(transactional_id)
         if coordinator == NO_LEADER:
             return dict.fromkeys(partitions, int(ErrorCode.NOT_ENOUGH_REPLICAS))
@@ -102,15 +83,16 @@ class RemoteTxnVerifier:
             by_topic.setdefault(topic, []).append(index)
         request = AddPartitionsToTxnRequest(transactions=[AddPartitionsToTxnTransaction(
             transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
-            verify_only=True, topics=[AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()])])
+            verify_only=not add,
+            topics=[AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()])])
         lock = self._order.setdefault(coordinator, asyncio.Lock())
         async with lock:
             self.requests_sent += 1
             try:
-                response = await self._peers.send(coordinator, request, version=VERIFY_VERSION)
+                response = await self._peers.send(coordinator, request, version=ADD_VERSION if add else VERIFY_VERSION)
             except Exception as e:  # noqa: BLE001 - the producer retries
-                log.info("verifying %s's write to %s with its coordinator %d failed: %s", transactional_id,
-                         ", ".join(f"{t}-{p}" for t, p in partitions), coordinator, e)
+                log.info("%s %s's write to %s with its coordinator %d failed: %s", "adding" if add else "verifying",
+                         transactional_id, ", ".join(f"{t}-{p}" for t, p in partitions), coordinator, e)
                 return dict.fromkeys(partitions, int(ErrorCode.NOT_ENOUGH_REPLICAS))
         answers: dict[TopicPartition, int] = {}
         if response.error_code:

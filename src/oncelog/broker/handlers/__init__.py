@@ -8,7 +8,7 @@ still works (the router imports it at start), but that test fails until its row 
 
 #: (api key, module under this package, min version, max version) of every API served, by key
 HANDLERS: tuple[tuple[int, str, int, int], ...] = (
-    (0, "produce", 3, 11),
+    (0, "produce", 3, 12),
     (1, "fetch", 4, 17),
     (2, "list_offsets", 1, 9),
     (3, "metadata", 0, 12),
@@ -30,9 +30,9 @@ HANDLERS: tuple[tuple[int, str, int, int], ...] = (
     (23, "offset_for_leader_epoch", 2, 4),
     (24, "add_partitions_to_txn", 0, 5),
     (25, "add_offsets_to_txn", 0, 4),
-    (26, "end_txn", 0, 4),
+    (26, "end_txn", 0, 5),
     (27, "write_txn_markers", 0, 1),
-    (28, "txn_offset_commit", 0, 4),
+    (28, "txn_offset_commit", 0, 5),
     (29, "describe_acls", 0, 3),
     (30, "create_acls", 0, 3),
     (31, "delete_acls", 0, 3),

@@ -1,5 +1,6 @@
 """AddPartitionsToTxn (24): register partitions with the producer's ongoing transaction (v0-3 from clients; v4+
-batched, with verify_only, as brokers send it)."""
+batched, with verify_only, as brokers send it: verify_only for KIP-890 part 1's check of a transactions V1 write,
+without it to add the partition of a transactions V2 write, KIP-890 part 2)."""
 
 from __future__ import annotations
 
@@ -55,8 +56,10 @@ async def _one(broker: "BrokerContext", coordinator: "TransactionCoordinator", t
     bad = _check_topics(broker, partitions)
     if bad is not None:
         return bad
+    # Kafka's transactionVersionForAddPartitionsToTxn: v4+ comes from a broker, and one that adds (not verify_only)
+    # registers the partition of a transactions V2 write (Produce v12, TxnOffsetCommit v5)
     result = await coordinator.add_partitions(txn_id, pid, epoch, partitions, verify_only=verify_only,
-                                              version=version)
+                                              version=version, client_transaction_version=2 if version >= 4 else 0)
     return {tp: int(code) for tp, code in result.items()}
 
 

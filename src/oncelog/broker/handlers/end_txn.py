@@ -1,5 +1,8 @@
 """EndTxn (26): commit or abort. Answered once every marker is durable and the transaction is complete, so the
-producer's next transaction never meets CONCURRENT_TRANSACTIONS."""
+producer's next transaction never meets CONCURRENT_TRANSACTIONS. Version 5 is transactions V2 (KIP-890 part 2): the
+end bumps the producer's epoch and the answer carries the producer id and epoch of its next transaction (Kafka's
+``TransactionVersion.transactionVersionForEndTxn``: chosen by the request's version, whatever the broker's
+``transaction.version``)."""
 
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ if TYPE_CHECKING:
 
 API_KEY = 26
 MIN_VERSION = 0
-MAX_VERSION = 4  # v5 is transactions V2 (KIP-890 part 2: epoch bump per transaction), not implemented
+MAX_VERSION = 5
 
 
 def handle(broker: "BrokerContext", ctx: "RequestContext",
@@ -36,6 +39,7 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
 
 async def _end(coordinator: "TransactionCoordinator", ctx: "RequestContext",
                request: EndTxnRequest) -> EndTxnResponse:
-    code = await coordinator.end_txn(request.transactional_id, request.producer_id, request.producer_epoch,
+    r = await coordinator.end_txn_ex(request.transactional_id, request.producer_id, request.producer_epoch,
                                      request.committed, version=ctx.api_version)
-    return EndTxnResponse(throttle_time_ms=0, error_code=code)
+    return EndTxnResponse(throttle_time_ms=0, error_code=r.error_code, producer_id=r.producer_id,
+                          producer_epoch=r.producer_epoch)

@@ -41,7 +41,7 @@ from oncelog.storage import DuplicateSequenceError, ProducerStateError
 from ..authorization import allowed, allowed_names
 from ..request import NO_RESPONSE
 from ._common import error_for, missing_partition_error
-from ._txn_verify import RemoteChecks, remote_checks, verify_transaction
+from ._txn_verify import TxnChecks, add_to_transaction, transaction_checks, verify_transaction
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
@@ -50,12 +50,12 @@ if TYPE_CHECKING:
 
 API_KEY = 0
 MIN_VERSION = 3
-MAX_VERSION = 11
+MAX_VERSION = 12  # v12: transactions V2, the broker adds a transactional batch's partition to its transaction
 
 
 def _append_one(broker: "BrokerContext", partition: "Partition", records: memoryview | bytes | None,
                 out: PartitionProduceResponse, transactional_id: str | None = None,
-                verified: dict[tuple[str, int], int] | None = None) -> int | None:
+                verified: dict[tuple[str, int], int] | None = None, remote: bool = False) -> int | None:
     """Validate and append one partition's batches; fill ``out``; return the last offset appended or None."""
     if not records:
         out.error_code, out.error_message = ErrorCode.CORRUPT_MESSAGE, "produce request carries no record batch"
@@ -83,7 +83,7 @@ def _append_one(broker: "BrokerContext", partition: "Partition", records: memory
     first = headers[0]
     if first.is_transactional:
         code = verify_transaction(broker, partition, first.producer_id, first.producer_epoch, transactional_id,
-                                  verified)
+                                  verified, remote)
         if code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH):
             # Kafka answers a Produce with a stale epoch INVALID_PRODUCER_EPOCH (AddPartitionsToTxnManager)
             out.error_code = ErrorCode.INVALID_PRODUCER_EPOCH
@@ -94,13 +94,14 @@ def _append_one(broker: "BrokerContext", partition: "Partition", records: memory
         if code == ErrorCode.NOT_ENOUGH_REPLICAS:
             note_refused(partition, records)
             out.error_code = code
-            out.error_message = (f"the transaction of producer {first.producer_id} could not be checked with its "
-                                 f"coordinator now (moving, loading or unreachable); retry")
+            out.error_message = (f"the transaction of producer {first.producer_id} could not be checked with (or "
+                                 f"added to by) its coordinator now (moving, loading or unreachable); retry")
             return None
         if code:
             out.error_code = code
             out.error_message = (f"producer {first.producer_id} epoch {first.producer_epoch} has no ongoing "
-                                 f"transaction containing {partition.topic}-{partition.index}; call "
+                                 f"transaction containing {partition.topic}-{partition.index} "
+                                 f"({_code_name(code)}); a transactions V1 producer adds the partition with "
                                  "AddPartitionsToTxn first")
             return None
     payload = bytearray(records)
@@ -130,6 +131,13 @@ def _append_one(broker: "BrokerContext", partition: "Partition", records: memory
     bytes_in.inc(len(payload))
     records_in.inc(sum(h.records_count for h in headers))
     return result.last_offset
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error {code}"
 
 
 def _every_record_has_a_key(partition: "Partition", records: memoryview | bytes, headers: list[BatchHeader],
@@ -219,28 +227,36 @@ def handle(broker: "BrokerContext", ctx: "RequestContext", request: ProduceReque
                 f"{ctx.principal} may not WRITE to transactional id {txn_id}")
         names = [t.name for t in request.topic_data]
         denied = frozenset(names) - allowed_names(broker, ctx, AclOperation.WRITE, ResourceType.TOPIC, names)
-    checks = remote_checks(broker, request)
-    if checks is None:  # not transactional, or its coordinator is here (or a single node): checked in the append
+    checks = transaction_checks(broker, request, ctx.api_version)
+    if checks is None:  # not transactional, or a V1 write whose coordinator is here: checked in the append
         return _append_all(broker, request, None, denied)
-    assert broker.txn_verifier is not None and request.transactional_id
-    if not checks[2] and broker.txn_verifier.appending_after(request.transactional_id) is None:
-        return _append_all(broker, request, {}, denied)  # every transaction ongoing here already, nothing before it waits
-    return _verified_then_appended(broker, request, checks, denied)
+    assert request.transactional_id
+    if not checks.partitions and broker.txn_order.appending_after(request.transactional_id) is None:
+        # every transaction ongoing here already, nothing before it waits
+        return _append_all(broker, request, {} if checks.remote else None, denied, checks.remote)
+    return _checked_then_appended(broker, request, checks, denied)
 
 
-async def _verified_then_appended(broker: "BrokerContext", request: ProduceRequest, checks: RemoteChecks,
-                                  denied: frozenset[str]) -> object:
-    """Check the transaction with its coordinator, then append: after every earlier request of the same
-    transactional id, even one that needs no check itself (a pipelined request whose batches follow a batch still
-    being checked must not be appended before it: its sequence numbers would be out of order)."""
-    verifier = broker.txn_verifier
-    assert verifier is not None and request.transactional_id
-    pid, epoch, partitions = checks
-    with verifier.in_order(request.transactional_id) as before:
-        verified = await verifier.verify(request.transactional_id, pid, epoch, partitions) if partitions else {}
+async def _checked_then_appended(broker: "BrokerContext", request: ProduceRequest, checks: TxnChecks,
+                                 denied: frozenset[str]) -> object:
+    """Check the transaction with its coordinator (V1) or add the partitions to it (V2), then append: after every
+    earlier request of the same transactional id, even one that needs nothing of the coordinator itself (a
+    pipelined request whose batches follow a batch still being checked must not be appended before it: its
+    sequence numbers would be out of order)."""
+    txn_id = request.transactional_id
+    assert txn_id
+    pid, epoch, partitions, remote, add = checks
+    with broker.txn_order.in_order(txn_id) as before:
+        answers: dict[tuple[str, int], int] = {}
+        if partitions and add:
+            answers = await add_to_transaction(broker, txn_id, pid, epoch, partitions, remote)
+        elif partitions:
+            assert broker.txn_verifier is not None
+            answers = await broker.txn_verifier.verify(txn_id, pid, epoch, partitions)
         if before is not None:
             await before
-        result = _append_all(broker, request, verified, denied)  # in the step it may: appends keep their order
+        # in the step it may: appends keep their order
+        result = _append_all(broker, request, answers if remote or answers else None, denied, remote)
     if isinstance(result, ProduceResponse) or result is NO_RESPONSE:
         return result
     assert isinstance(result, Awaitable)
@@ -248,7 +264,8 @@ async def _verified_then_appended(broker: "BrokerContext", request: ProduceReque
 
 
 def _append_all(broker: "BrokerContext", request: ProduceRequest,
-                verified: dict[tuple[str, int], int] | None, denied: frozenset[str] = frozenset()) -> object:
+                verified: dict[tuple[str, int], int] | None, denied: frozenset[str] = frozenset(),
+                remote: bool = False) -> object:
     responses: list[TopicProduceResponse] = []
     waits: list[tuple[PartitionProduceResponse, asyncio.Future[None] | asyncio.Future[int]]] = []
     acks = request.acks
@@ -275,7 +292,7 @@ def _append_all(broker: "BrokerContext", request: ProduceRequest,
                 if out.error_code == ErrorCode.NOT_ENOUGH_REPLICAS:
                     note_refused(partition, pdata.records)
                 continue
-            last = _append_one(broker, partition, pdata.records, out, request.transactional_id, verified)
+            last = _append_one(broker, partition, pdata.records, out, request.transactional_id, verified, remote)
             if last is None or acks != -1:
                 continue
             if partition.replicated:

@@ -11,8 +11,9 @@ to the next batch, and batches of the partition already in flight behind it (bou
 re-sent with new sequences once they come back (Kafka's adjustSequencesDueToFailedBatch).
 
 With idempotence a :class:`TransactionManager` gives each drained batch its producer id/epoch/sequence, decides
-which partitions may be drained (transactions: only those added with AddPartitionsToTxn), and learns of batches
-that failed for good (abortable/fatal transaction errors, KIP-360 epoch bumps of the idempotent producer).
+which partitions may be drained (transactions V1: only those added with AddPartitionsToTxn; V2: any, the broker adds
+them) and the Produce version (v12 only for transactions V2), and learns of batches that failed for good
+(abortable/fatal transaction errors, KIP-360 epoch bumps of the idempotent producer).
 """
 
 from __future__ import annotations
@@ -198,7 +199,8 @@ class Sender:
             # task's first step (which writes the request) runs before this task resumes.
             async with self._node_locks.setdefault(node, asyncio.Lock()):
                 conn = await self.cluster.connection(node)
-                sending = asyncio.ensure_future(conn.send(req, expect_response=acks != 0))
+                version = self.txn.produce_version(conn) if self.txn is not None else None
+                sending = asyncio.ensure_future(conn.send(req, version=version, expect_response=acks != 0))
                 await asyncio.sleep(0)
             resp = await sending
             if resp is not None:

@@ -6,6 +6,13 @@ and reports batch failures through :meth:`TransactionManager.batch_failed`.
 Coordinator requests are retried after ~20 ms (Kafka's retry backoff for these) on CONCURRENT_TRANSACTIONS,
 COORDINATOR_LOAD_IN_PROGRESS and friends, looking the coordinator up again after NOT_COORDINATOR or a broken
 connection, until the operation's deadline.
+
+Transactions V2 (KIP-890 part 2) are used when the transaction coordinator's broker finalizes ``transaction.version``
+2 (ApiVersions v3+) and serves EndTxn v5, as Kafka's TransactionManager decides (``isTransactionV2Enabled``), looked
+at again before every transaction: no AddPartitionsToTxn (Produce v12 adds its partitions), no AddOffsetsToTxn
+(TxnOffsetCommit v5 adds the offsets partition), and EndTxn v5, whose answer gives the producer id and epoch of the
+next transaction (every sequence starts again at 0). Otherwise transactions V1, with Produce at most v11,
+TxnOffsetCommit at most v4 and EndTxn at most v4.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from ..topic_partition import split
 from .idempotence import ProducerIdAndEpoch, SequenceNumbers
 from .txn_state import PreparedTxnState, TxnState, TxnStateMachine, classify
 
-__all__ = ["OffsetsLike", "TransactionManager", "normalize_offsets"]
+__all__ = ["OffsetsLike", "TransactionManager", "normalize_offsets", "supports_transactions_v2"]
 
 log = logging.getLogger(__name__)
 S = TxnState
@@ -47,7 +54,15 @@ TopicPartition = tuple[str, int]
 OffsetsLike = Mapping[Any, int] | Iterable[Any]
 _BACKOFF = 0.02
 _REFIND = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NETWORK_EXCEPTION})
-_INIT_PRODUCER_ID = 22
+_PRODUCE, _INIT_PRODUCER_ID, _END_TXN, _TXN_OFFSET_COMMIT = 0, 22, 26, 28
+#: the last versions of transactions V1: Produce, EndTxn, TxnOffsetCommit (Kafka's "useTransactionV1Version")
+_V1_MAX = {_PRODUCE: 11, _END_TXN: 4, _TXN_OFFSET_COMMIT: 4}
+TRANSACTION_VERSION = "transaction.version"
+
+
+def supports_transactions_v2(conn: BrokerConnection) -> bool:
+    """The broker finalizes ``transaction.version`` 2 and serves EndTxn v5 (transactions V2, KIP-890 part 2)."""
+    return conn.finalized_features.get(TRANSACTION_VERSION, 0) >= 2 and conn.versions.get(_END_TXN, 0) >= 5
 
 
 def normalize_offsets(offsets: OffsetsLike) -> dict[TopicPartition, int]:
@@ -83,6 +98,9 @@ class TransactionManager:
         self._coordinator: BrokerConnection | None = None
         self.wakeup = wakeup
         self.bump_requested = False  # idempotent producer: re-init the producer id once nothing is in flight
+        #: transactions V2 for the current transaction (decided from the coordinator's broker at init and after
+        #: every EndTxn)
+        self.v2 = False
 
     # ------------------------------------------------------------------ queries
 
@@ -112,6 +130,24 @@ class TransactionManager:
                 self.fsm.require("send records", S.IN_TRANSACTION)
         elif self.fsm.state is S.FATAL_ERROR:
             raise self.fsm.fatal_error()
+
+    def version_for(self, conn: BrokerConnection, api_key: int) -> int:
+        """The version of a transactional Produce / EndTxn / TxnOffsetCommit to ``conn``: the negotiated one, but
+        never a transactions V2 version while this transaction is V1."""
+        v = conn.version_for(api_key)
+        return v if self.v2 or api_key not in _V1_MAX else min(v, _V1_MAX[api_key])
+
+    def produce_version(self, conn: BrokerConnection) -> int | None:
+        """The Produce version the sender uses for this producer's requests to ``conn`` (None: the negotiated)."""
+        return self.version_for(conn, _PRODUCE) if self.transactional else None
+
+    def _update_v2(self, conn: BrokerConnection) -> None:
+        v2 = supports_transactions_v2(conn)
+        if v2 != self.v2:
+            log.info("transactional producer %r uses transactions %s (%s finalizes %s %d)", self.transactional_id,
+                     "V2" if v2 else "V1", conn.address, TRANSACTION_VERSION,
+                     conn.finalized_features.get(TRANSACTION_VERSION, 0))
+        self.v2 = v2
 
     # ------------------------------------------------------------------ requests
 
@@ -238,6 +274,8 @@ class TransactionManager:
         resp = await self._call("InitProducerId", deadline, send, lambda r: int(r.error_code))
         if resp.error_code:
             raise self._error(resp.error_code, "InitProducerId")
+        if self._coordinator is not None:
+            self._update_v2(self._coordinator)
         self.sequences.set_producer(ProducerIdAndEpoch(resp.producer_id, resp.producer_epoch))
         self.fsm.epoch_bump_needed = False
         ongoing = PreparedTxnState(resp.ongoing_txn_producer_id, resp.ongoing_txn_producer_epoch)
@@ -262,6 +300,12 @@ class TransactionManager:
         if self.fsm.state not in (S.IN_TRANSACTION, S.COMMITTING_TRANSACTION, S.PREPARED_TRANSACTION,
                                   S.ABORTING_TRANSACTION):
             return []
+        if self.v2:  # the broker adds a partition to the transaction with the first Produce v12 there
+            if self.fsm.state in (S.IN_TRANSACTION, S.COMMITTING_TRANSACTION):
+                self.added.update(ready)
+                self.txn_started = self.txn_started or bool(ready)
+                return ready
+            return [tp for tp in ready if tp in self.added]
         out = [tp for tp in ready if tp in self.added]
         if len(out) < len(ready) and self.fsm.state is S.IN_TRANSACTION:
             self._pending_add.update(tp for tp in ready if tp not in self.added)
@@ -348,12 +392,13 @@ class TransactionManager:
         deadline = self._deadline(timeout)
         pid = self.pid
         try:
-            add = AddOffsetsToTxnRequest(transactional_id=self.transactional_id or "", producer_id=pid.producer_id,
-                                         producer_epoch=pid.epoch, group_id=group_id)
-            resp = await self._call("AddOffsetsToTxn", deadline, lambda c: c.send(add),
-                                    lambda r: int(r.error_code))
-            if resp.error_code:
-                raise self._error(resp.error_code, f"AddOffsetsToTxn (group {group_id!r})")
+            if not self.v2:  # transactions V2: TxnOffsetCommit v5 adds the offsets partition itself
+                add = AddOffsetsToTxnRequest(transactional_id=self.transactional_id or "",
+                                             producer_id=pid.producer_id, producer_epoch=pid.epoch, group_id=group_id)
+                resp = await self._call("AddOffsetsToTxn", deadline, lambda c: c.send(add),
+                                        lambda r: int(r.error_code))
+                if resp.error_code:
+                    raise self._error(resp.error_code, f"AddOffsetsToTxn (group {group_id!r})")
             self.txn_started = True
             by_topic: dict[str, list[TxnOffsetCommitRequestPartition]] = {}
             for (t, p), o in sorted(offs.items()):
@@ -368,8 +413,8 @@ class TransactionManager:
                 codes = [int(p.error_code) for t in r.topics for p in t.partitions if p.error_code]
                 return max(codes, key=lambda c: classify(c) == "retry") if codes else 0
 
-            resp = await self._call("TxnOffsetCommit", deadline, lambda c: c.send(commit), worst,
-                                    group=group_id)
+            resp = await self._call("TxnOffsetCommit", deadline, lambda c: c.send(
+                commit, version=self.version_for(c, _TXN_OFFSET_COMMIT)), worst, group=group_id)
             code = worst(resp)
             if code:
                 raise KafkaError(code, f"TxnOffsetCommit of group {group_id!r} in the transaction of "
@@ -399,11 +444,15 @@ class TransactionManager:
         pid = self.pid
         req = EndTxnRequest(transactional_id=self.transactional_id or "", producer_id=pid.producer_id,
                             producer_epoch=pid.epoch, committed=commit)
+        bumped: ProducerIdAndEpoch | None = None
         try:
             if self.txn_started or self.prepared is not None:  # nothing reached the coordinator: nothing to end
-                resp = await self._call(what, deadline, lambda c: c.send(req), lambda r: int(r.error_code))
+                resp = await self._call(what, deadline, lambda c: c.send(req, version=self.version_for(c, _END_TXN)),
+                                        lambda r: int(r.error_code))
                 if resp.error_code:
                     raise self._error(resp.error_code, what)
+                if resp.producer_id >= 0:  # transactions V2: the next transaction's producer id and epoch
+                    bumped = ProducerIdAndEpoch(resp.producer_id, resp.producer_epoch)
         except KafkaTimeoutError:
             raise  # may be retried: the state stays COMMITTING/ABORTING
         except KafkaError as e:
@@ -415,9 +464,16 @@ class TransactionManager:
         self.prepared = None
         self.added.clear()
         self.txn_started = False
+        if bumped is not None:
+            # every partition starts again at sequence 0 under the new epoch, which also settles what a KIP-360
+            # epoch bump would (unresolved sequences of the ended transaction)
+            self.sequences.set_producer(bumped)
+            self.fsm.epoch_bump_needed = False
+        if self._coordinator is not None:
+            self._update_v2(self._coordinator)
         if not commit and self.fsm.epoch_bump_needed:
             self.fsm.transition(S.INITIALIZING)
-            await self._init_pid(deadline, False, pid)
+            await self._init_pid(deadline, False, self.pid)
         else:
             self.fsm.transition(S.READY)
 

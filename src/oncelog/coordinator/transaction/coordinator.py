@@ -16,7 +16,11 @@ the answer promises only what the durable markers already guarantee, and a Compl
 cannot outlive it. The completion starts when the Prepare record is replayed (the operation's ``on_applied``), so a
 client that gives up, or a retry served before the original caller resumes, neither stops it nor finds it missing.
 
-Transactions V1 semantics (no epoch bump per EndTxn, KIP-890 part 2 is not implemented).
+Transactions V1 and V2, chosen per request as Kafka does: EndTxn v5+ is transactions V2 (KIP-890 part 2: the end
+bumps the epoch, the answer carries the producer id and epoch to go on with, see ``operations.end_txn_v2``), older
+versions V1 (the epoch stays). A partition added by a broker for a V2 write (AddPartitionsToTxn v4+ without
+verify_only: the implicit registration of Produce v12 and TxnOffsetCommit v5) records client transaction version 2.
+Fences (a timeout, a fencing InitProducerId) use the coordinator's own level, ``transaction.version``.
 
 KIP-939 (two-phase commit), allowed only with ``transaction.two.phase.commit.enable``: InitProducerId with
 ``enable_2pc`` gives the transactional id no timeout (Integer.MAX_VALUE, never aborted by the timer);
@@ -54,6 +58,7 @@ from .state import TxnState
 
 __all__ = [
     "OFFSETS_TOPIC",
+    "EndTxnResult",
     "InitProducerIdResult",
     "TransactionConfig",
     "TransactionCoordinator",
@@ -79,6 +84,7 @@ class TransactionConfig(Protocol):
     transactional_id_expiration_ms: int
     transaction_two_phase_commit_enable: bool
     offsets_topic_num_partitions: int
+    transaction_version: int  # the finalized level of Kafka's ``transaction.version`` feature
 
 
 @dataclass
@@ -89,6 +95,7 @@ class TxnCoordinatorConfig:
     transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
     transaction_two_phase_commit_enable: bool = False
     offsets_topic_num_partitions: int = 50
+    transaction_version: int = 2
 
 
 @dataclass
@@ -98,6 +105,14 @@ class InitProducerIdResult:
     producer_epoch: int = NO_PRODUCER_EPOCH
     ongoing_txn_producer_id: int = NO_PRODUCER_ID  # KIP-939: the kept (prepared) transaction, if any
     ongoing_txn_producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+@dataclass
+class EndTxnResult:
+    """EndTxn's answer; for transactions V2 (v5+) with the producer id and epoch the producer goes on with."""
+    error_code: ErrorCode
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
 
 
 def _fenced(code: ErrorCode, version: int, min_version: int) -> ErrorCode:
@@ -174,7 +189,8 @@ class TransactionCoordinator:
                 out.append(txn_id)
             elif md.state is TxnState.PREPARE_EPOCH_FENCE:
                 try:
-                    t = await self._run(partition, self._abort_op(partition, txn_id, md.producer_id, ops.abort_fenced))
+                    t = await self._run(partition, self._abort_op(partition, txn_id, md.producer_id,
+                                                                  ops.abort_fenced))
                 except (CoordinatorError, TxnError) as e:
                     log.warning("could not abort fenced transaction %s after load: %s", txn_id, e)
                     continue
@@ -250,7 +266,7 @@ class TransactionCoordinator:
 
         def op(shard: TransactionShard) -> CoordinatorResult[ops.InitOutcome]:
             result = ops.init_producer_id(shard, txn_id, txn_timeout_ms, expected, keep_prepared_txn, self._now(),
-                                          self.producer_ids.generate)
+                                          self.producer_ids.generate, self.config.transaction_version)
             if isinstance(result.response, FencedOngoing):
                 self._when_prepared(result, partition, txn_id, result.response.transit)
             return result
@@ -273,7 +289,10 @@ class TransactionCoordinator:
     # ------------------------------------------------------------------ AddPartitionsToTxn / AddOffsetsToTxn
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                              partitions: list[TopicPartition], verify_only: bool = False,
-                             version: int = 5) -> dict[TopicPartition, ErrorCode]:
+                             version: int = 5, client_transaction_version: int = 0) -> dict[TopicPartition, ErrorCode]:
+        """AddPartitionsToTxn (``version`` maps PRODUCER_FENCED for old clients). ``client_transaction_version`` 2:
+        a broker registers the partitions of a transactions V2 write (Kafka: AddPartitionsToTxn v4+ that is not
+        verify_only)."""
         tps = [(str(t), int(p)) for t, p in partitions]
 
         def all_(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
@@ -291,7 +310,7 @@ class TransactionCoordinator:
         wanted = set(tps)
         try:
             code = await self._run(partition, lambda s: ops.add_partitions(
-                s, transactional_id, producer_id, producer_epoch, wanted, self._now()))
+                s, transactional_id, producer_id, producer_epoch, wanted, self._now(), client_transaction_version))
         except (CoordinatorError, TxnError) as e:
             code = e.code
         return all_(code)
@@ -319,26 +338,51 @@ class TransactionCoordinator:
     # ------------------------------------------------------------------ EndTxn
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
                       version: int = 4) -> ErrorCode:
+        return (await self.end_txn_ex(transactional_id, producer_id, producer_epoch, commit, version)).error_code
+
+    async def end_txn_ex(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
+                         version: int = 4) -> EndTxnResult:
+        """EndTxn at request ``version``: v5+ is transactions V2 (the answer names the producer's next id and
+        epoch), older versions V1."""
         if not transactional_id:
-            return ErrorCode.INVALID_REQUEST
+            return EndTxnResult(ErrorCode.INVALID_REQUEST)
         partition = self.partition_for(transactional_id)
         txn_id = transactional_id
+        v2 = version >= 5
 
-        def op(shard: TransactionShard) -> CoordinatorResult[ops.Completing | ErrorCode]:
-            result = ops.end_txn(shard, txn_id, producer_id, producer_epoch, commit, self._now())
+        def op(shard: TransactionShard) -> CoordinatorResult[ops.Completing | ops.Ended | ErrorCode]:
+            result: CoordinatorResult[ops.Completing | ops.Ended | ErrorCode]
+            if v2:
+                result = ops.end_txn_v2(shard, txn_id, producer_id, producer_epoch, commit, self._now(),
+                                        self.producer_ids.generate)
+            else:
+                result = ops.end_txn(shard, txn_id, producer_id, producer_epoch, commit, self._now())  # type: ignore[assignment]
             if isinstance(result.response, ops.Completing):
                 self._when_prepared(result, partition, txn_id, result.response.transit)
             return result
 
         try:
+            if v2:
+                await self.producer_ids.ensure_available()  # an exhausted epoch needs a new producer id
             outcome = await self._run(partition, op)
         except (CoordinatorError, TxnError) as e:
-            return _fenced(e.code, version, 2)
+            return EndTxnResult(_fenced(e.code, version, 2))
+        except Exception as e:  # noqa: BLE001 - the cluster's producer id counter cannot be reached
+            log.warning("EndTxn of %s: could not fetch a block of producer ids: %s", txn_id, e)
+            return EndTxnResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         if isinstance(outcome, ErrorCode):
-            return _fenced(outcome, version, 2)
+            return EndTxnResult(_fenced(outcome, version, 2))
+        if isinstance(outcome, ops.Ended):
+            return EndTxnResult(ErrorCode.NONE, outcome.producer_id, outcome.producer_epoch)
         # The completion was started when the Prepare record was replayed (on_applied), even if this caller (or the
         # original one, for a retry) went away meanwhile; this finds it by its key.
-        return await self.markers.wait(self._ensure_completion(partition, txn_id, outcome.transit))
+        code = await self.markers.wait(self._ensure_completion(partition, txn_id, outcome.transit))
+        t = outcome.transit
+        if code is not ErrorCode.NONE or not v2:
+            return EndTxnResult(code)
+        if t.next_producer_id != NO_PRODUCER_ID:  # the epoch overflowed: the Complete* record moved to a new id
+            return EndTxnResult(code, t.next_producer_id, 0)
+        return EndTxnResult(code, t.producer_id, t.producer_epoch)
 
     # ------------------------------------------------------------------ completion (markers + Complete*)
     def _when_prepared(self, result: CoordinatorResult[T], partition: int, txn_id: str,
@@ -353,12 +397,14 @@ class TransactionCoordinator:
         self._ensure_completion(partition, txn_id, t)
 
     def _abort_op(self, partition: int, txn_id: str, pid: int,
-                  decide: Callable[[TransactionShard, str, int, int], CoordinatorResult[TxnTransitMetadata | None]]
+                  decide: Callable[[TransactionShard, str, int, int, int, Callable[[], int]],
+                                   CoordinatorResult[TxnTransitMetadata | None]]
                   ) -> Callable[[TransactionShard], CoordinatorResult[TxnTransitMetadata | None]]:
         """A coordinator-initiated abort (timed out, or a PrepareEpochFence found at load) whose PrepareAbort
         record starts the completion."""
         def op(shard: TransactionShard) -> CoordinatorResult[TxnTransitMetadata | None]:
-            result = decide(shard, txn_id, pid, self._now())
+            result = decide(shard, txn_id, pid, self._now(), self.config.transaction_version,
+                            self.producer_ids.generate)
             if result.response is not None:
                 self._when_prepared(result, partition, txn_id, result.response)
             return result
@@ -438,8 +484,9 @@ class TransactionCoordinator:
         aborted: list[str] = []
         for partition, txn_id, pid in candidates:
             try:
+                await self.producer_ids.ensure_available()  # a fence at an exhausted epoch takes a new producer id
                 t = await self._run(partition, self._abort_op(partition, txn_id, pid, ops.abort_timed_out))
-            except (CoordinatorError, TxnError) as e:
+            except Exception as e:  # noqa: BLE001 - a failed write, no producer id block: tried again later
                 log.warning("rollback of timed-out transaction %s failed: %s", txn_id, e)
                 continue
             if t is None:

@@ -9,12 +9,20 @@ Unlike Kafka, fencing an ongoing transaction never touches the current epoch bef
 epoch lives only in the PrepareAbort transit (``epoch_fence=True``) until that record is durable. A failed
 fence write therefore leaves nothing to undo (Kafka needs ``hasFailedEpochFence`` for that).
 
-Transactions V2 (KIP-890 part 2: an epoch bump on every EndTxn) are not implemented: the coordinator is
-transactions V1, as Kafka 3.x brokers and every client that sees no ``transaction.version`` feature expect.
+Transactions V2 (KIP-890 part 2, ``client_transaction_version`` 2): every EndTxn bumps the epoch. The
+PrepareCommit/PrepareAbort transit carries epoch + 1 (``epoch_bump``; ``last_producer_epoch`` keeps the one the
+producer used), the markers are written with it, and it is the producer's epoch for its next transaction, so a
+request of the ended transaction that arrives late (an EndTxn, a Produce) carries an epoch older than every later
+write and is fenced. When the epoch the bump starts from is exhausted (Short.MAX_VALUE - 1 and up) the transit also
+names a new producer id (``next_producer_id``) and the Complete* record moves to it at epoch 0. A fence (a timeout,
+a fencing InitProducerId) under transactions V2 bumps twice, as Kafka's does: once for the fence, once for the end,
+so the fenced producer's epoch is never "the one before the bump" of a retried EndTxn. Transactions V1 keep the
+epoch across EndTxn (Kafka 3.x brokers, and every client that sees no ``transaction.version`` 2).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from oncelog.protocol.errors import ErrorCode
@@ -72,6 +80,7 @@ class TxnTransitMetadata:
     txn_last_update_timestamp: int
     client_transaction_version: int = 0
     epoch_fence: bool = False  # the transit also bumps the epoch (fence / keepPreparedTxn); not in the log
+    epoch_bump: bool = False  # transactions V2: EndTxn bumps the epoch (once more after a fence); not in the log
 
 
 @dataclass(slots=True, eq=False)
@@ -189,13 +198,16 @@ class TransactionMetadata:
                              txn_start_timestamp=-1, txn_last_update_timestamp=update_timestamp)
 
     def prepare_add_partitions(self, added: set[TopicPartition] | frozenset[TopicPartition],
-                               update_timestamp: int) -> TxnTransitMetadata:
+                               update_timestamp: int, client_transaction_version: int = 0) -> TxnTransitMetadata:
+        """-> Ongoing with ``added``; ``client_transaction_version`` says how the partitions came (Kafka's
+        transactionVersionForAddPartitionsToTxn: 2 when a broker added them for a transactions V2 write)."""
         if self.state in (TxnState.EMPTY, TxnState.COMPLETE_ABORT, TxnState.COMPLETE_COMMIT):
             start = update_timestamp
         else:
             start = self.txn_start_timestamp
         return self._prepare(TxnState.ONGOING, topic_partitions=frozenset(self.topic_partitions) | frozenset(added),
-                             txn_start_timestamp=start, txn_last_update_timestamp=update_timestamp)
+                             txn_start_timestamp=start, txn_last_update_timestamp=update_timestamp,
+                             client_transaction_version=client_transaction_version)
 
     def prepare_keep_prepared_txn(self, update_timestamp: int) -> TxnTransitMetadata:
         """KIP-939 InitProducerId(keepPreparedTxn) on an Ongoing (prepared) transaction: keep it, with its
@@ -209,39 +221,77 @@ class TransactionMetadata:
                              last_producer_epoch=self.producer_epoch, txn_last_update_timestamp=update_timestamp,
                              epoch_fence=True)
 
-    def prepare_abort_or_commit(self, new_state: TxnState, update_timestamp: int) -> TxnTransitMetadata:
+    def prepare_abort_or_commit(self, new_state: TxnState, update_timestamp: int, client_transaction_version: int = 0,
+                                new_producer_id: Callable[[], int] | None = None,
+                                no_partition_added: bool = False) -> TxnTransitMetadata:
         """Ongoing -> PrepareCommit/PrepareAbort. After ``prepare_fence_producer_epoch`` (pending
-        PrepareEpochFence) a PrepareAbort takes over that pending marker and carries the bumped epoch."""
+        PrepareEpochFence) a PrepareAbort takes over that pending marker and carries the bumped epoch.
+
+        Transactions V2 (``client_transaction_version`` >= 2) bump the epoch once more; when the epoch bumped from is
+        exhausted ``new_producer_id`` gives the producer id the Complete* record moves to. ``no_partition_added``: a
+        V2 abort of a transaction that added nothing (from Empty/Complete*), which starts now."""
         if new_state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
             raise IllegalTransitionError(f"prepare_abort_or_commit to {new_state.display_name}")
-        changes: dict[str, object] = {"txn_last_update_timestamp": update_timestamp}
+        changes: dict[str, object] = {"txn_last_update_timestamp": update_timestamp,
+                                      "client_transaction_version": client_transaction_version}
         fence = self.pending_transit if self.pending_state is TxnState.PREPARE_EPOCH_FENCE else None
+        epoch = self.producer_epoch
         if fence is not None:
             if new_state is not TxnState.PREPARE_ABORT:
                 raise IllegalTransitionError("an epoch fence can only be followed by an abort")
-            self.pending_state = None
-            self.pending_transit = None
-            changes.update(producer_epoch=fence.producer_epoch, last_producer_epoch=NO_PRODUCER_EPOCH,
-                           epoch_fence=True)
+            epoch = fence.producer_epoch
+            changes.update(producer_epoch=epoch, last_producer_epoch=NO_PRODUCER_EPOCH, epoch_fence=True)
         elif self.state is TxnState.PREPARE_EPOCH_FENCE:
             # loaded from a log that holds a PrepareEpochFence record: its epoch is already the fenced one
             changes.update(last_producer_epoch=NO_PRODUCER_EPOCH)
-        return self._prepare(new_state, **changes)
+        if client_transaction_version >= 2:
+            next_pid = NO_PRODUCER_ID
+            if is_epoch_exhausted(epoch):
+                if new_producer_id is None:
+                    raise IllegalTransitionError(f"producer id {self.producer_id} needs a new producer id to end a "
+                                                 "transactions V2 transaction at its last epoch")
+                next_pid = new_producer_id()
+            changes.update(producer_epoch=min(epoch + 1, SHORT_MAX), last_producer_epoch=epoch,
+                           next_producer_id=next_pid, epoch_bump=True)
+        if no_partition_added:
+            changes.update(txn_start_timestamp=update_timestamp)
+        if fence is not None:  # the abort takes over the fence's pending marker
+            self.pending_state = None
+            self.pending_transit = None
+        try:
+            return self._prepare(new_state, **changes)
+        except BaseException:
+            if fence is not None:
+                self.pending_state, self.pending_transit = TxnState.PREPARE_EPOCH_FENCE, fence
+            raise
 
-    def prepare_fence_and_abort(self, update_timestamp: int) -> TxnTransitMetadata:
-        """Ongoing -> PrepareAbort with the epoch bumped: what a fencing InitProducerId or a timeout does."""
+    def prepare_fence_and_abort(self, update_timestamp: int, client_transaction_version: int = 0,
+                                new_producer_id: Callable[[], int] | None = None) -> TxnTransitMetadata:
+        """Ongoing -> PrepareAbort with the epoch bumped: what a fencing InitProducerId or a timeout does
+        (``client_transaction_version``: the coordinator's own, as Kafka's fence uses the server's level)."""
         self.prepare_fence_producer_epoch()
-        return self.prepare_abort_or_commit(TxnState.PREPARE_ABORT, update_timestamp)
+        try:
+            return self.prepare_abort_or_commit(TxnState.PREPARE_ABORT, update_timestamp,
+                                                client_transaction_version, new_producer_id)
+        except BaseException:
+            self.abort_pending()
+            raise
 
     def prepare_complete(self, update_timestamp: int) -> TxnTransitMetadata:
+        """PrepareCommit/PrepareAbort -> CompleteCommit/CompleteAbort. A transactions V2 transaction whose prepare
+        named a new producer id (the epoch was exhausted) moves to it at epoch 0; the last epoch stays the one the
+        producer used (Kafka's prepareComplete)."""
         if self.state is TxnState.PREPARE_COMMIT:
             target = TxnState.COMPLETE_COMMIT
         elif self.state is TxnState.PREPARE_ABORT:
             target = TxnState.COMPLETE_ABORT
         else:
             raise IllegalTransitionError(f"{self.transactional_id}: complete from {self.state.display_name}")
+        changes: dict[str, object] = {}
+        if self.client_transaction_version >= 2 and self.next_producer_id != NO_PRODUCER_ID:
+            changes.update(producer_id=self.next_producer_id, producer_epoch=0)
         return self._prepare(target, next_producer_id=NO_PRODUCER_ID, topic_partitions=frozenset(),
-                             txn_last_update_timestamp=update_timestamp)
+                             txn_last_update_timestamp=update_timestamp, **changes)
 
     def prepare_dead(self) -> TxnTransitMetadata:
         return self._prepare(TxnState.DEAD, topic_partitions=frozenset())
@@ -257,11 +307,22 @@ class TransactionMetadata:
                                       f"{transit.state.display_name} rejected ({why}): {transit}")
 
     def _valid_epoch(self, t: TxnTransitMetadata) -> bool:
+        """The transit's producer id is this one's and its epoch the current one, bumped by the fence and by the
+        transactions V2 end it carries (never past Short.MAX_VALUE)."""
         if t.producer_id != self.producer_id:
             return False
+        expected = self.producer_epoch
         if t.epoch_fence:
-            return t.producer_epoch in (self.producer_epoch + 1, SHORT_MAX) and t.producer_epoch >= self.producer_epoch
-        return t.producer_epoch == self.producer_epoch
+            expected = min(expected + 1, SHORT_MAX)
+        if t.epoch_bump:
+            expected = min(expected + 1, SHORT_MAX)
+        return t.producer_epoch == expected
+
+    def _valid_rotation(self, t: TxnTransitMetadata) -> bool:
+        """A transactions V2 Complete* moving to the producer id its prepare named, at epoch 0."""
+        return (t.client_transaction_version >= 2 and self.next_producer_id != NO_PRODUCER_ID
+                and t.producer_id == self.next_producer_id and t.producer_epoch == 0
+                and t.prev_producer_id == self.producer_id)
 
     def _valid_epoch_bump(self, t: TxnTransitMetadata) -> bool:
         return t.producer_epoch == self.producer_epoch + 1 or (t.producer_epoch == 0 and t.producer_id != self.producer_id)
@@ -284,13 +345,16 @@ class TransactionMetadata:
                     or transit.txn_timeout_ms != self.txn_timeout_ms:
                 raise self._fail(transit, "epoch, partitions or timeout changed")
         elif s in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            # transactions V2 may abort from Empty/Complete* (nothing added): that transaction starts now
+            empty_abort = s is TxnState.PREPARE_ABORT and transit.client_transaction_version >= 2 \
+                and self.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
             if not self._valid_epoch(transit) or transit.topic_partitions != frozenset(self.topic_partitions) \
                     or transit.txn_timeout_ms != self.txn_timeout_ms \
-                    or transit.txn_start_timestamp != self.txn_start_timestamp:
+                    or (transit.txn_start_timestamp != self.txn_start_timestamp and not empty_abort):
                 raise self._fail(transit, "epoch, partitions, timeout or start time changed")
         elif s in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
-            if not self._valid_epoch(transit) or transit.txn_timeout_ms != self.txn_timeout_ms \
-                    or transit.txn_start_timestamp == -1:
+            if not (self._valid_epoch(transit) or self._valid_rotation(transit)) \
+                    or transit.txn_timeout_ms != self.txn_timeout_ms or transit.txn_start_timestamp == -1:
                 raise self._fail(transit, "epoch or timeout changed, or no start time")
         else:  # PREPARE_EPOCH_FENCE and DEAD are never completed into memory
             raise self._fail(transit, "never completed; Dead removes the id, a fence becomes PrepareAbort")

@@ -21,6 +21,7 @@ from ..runtime import CoordinatorResult
 from .metadata import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
+    SHORT_MAX,
     IllegalTransitionError,
     TopicPartition,
     TransactionMetadata,
@@ -34,6 +35,7 @@ from .state import TxnState
 
 __all__ = [
     "Completing",
+    "Ended",
     "FencedOngoing",
     "Initialized",
     "InitOutcome",
@@ -47,6 +49,7 @@ __all__ = [
     "complete",
     "describe",
     "end_txn",
+    "end_txn_v2",
     "expire",
     "init_producer_id",
     "list_transactions",
@@ -87,6 +90,14 @@ class Completing:
     """EndTxn: the transaction is prepared (now, or by an earlier EndTxn this one retries); its completion
     (markers, then Complete*) decides the answer."""
     transit: TxnTransitMetadata
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """EndTxn (transactions V2) retried after its transaction completed: NONE, with the producer id and epoch the
+    producer goes on with (the bumped epoch, or the new producer id at epoch 0)."""
+    producer_id: int
+    producer_epoch: int
 
 
 @dataclass
@@ -136,10 +147,11 @@ def _not_owned(md: TransactionMetadata | None, pid: int, epoch: int) -> ErrorCod
 
 # ---------------------------------------------------------------------------------------------- InitProducerId
 def init_producer_id(shard: TransactionShard, txn_id: str, timeout_ms: int, expected: tuple[int, int] | None,
-                     keep_prepared: bool, now: int, new_producer_id: Callable[[], int]
+                     keep_prepared: bool, now: int, new_producer_id: Callable[[], int], tv: int = 0
                      ) -> CoordinatorResult[InitOutcome]:
     """A new epoch for ``txn_id`` (created with a fresh producer id on first use), fencing older instances;
-    ``expected``: the (producer id, epoch) a KIP-360 client says it has. Raises TxnError to refuse."""
+    ``expected``: the (producer id, epoch) a KIP-360 client says it has; ``tv``: the coordinator's transaction
+    version (an ongoing transaction is fenced and aborted with it). Raises TxnError to refuse."""
     md = shard.txns.get(txn_id)
     created = False
     if md is None:
@@ -158,7 +170,7 @@ def init_producer_id(shard: TransactionShard, txn_id: str, timeout_ms: int, expe
 
     before = meta.snapshot()
     try:
-        outcome = _prepare_init(meta, timeout_ms, expected, now, keep_prepared, new_producer_id, before)
+        outcome = _prepare_init(meta, timeout_ms, expected, now, keep_prepared, new_producer_id, before, tv)
     except BaseException:
         if created:
             shard.creating.pop(txn_id, None)
@@ -167,7 +179,7 @@ def init_producer_id(shard: TransactionShard, txn_id: str, timeout_ms: int, expe
 
 
 def _prepare_init(md: TransactionMetadata, timeout_ms: int, expected: tuple[int, int] | None, now: int,
-                  keep_prepared: bool, new_producer_id: Callable[[], int], before: TxnTransitMetadata
+                  keep_prepared: bool, new_producer_id: Callable[[], int], before: TxnTransitMetadata, tv: int
                   ) -> InitOutcome:
     if md.pending_transition_in_progress:
         raise TxnError(ErrorCode.CONCURRENT_TRANSACTIONS)
@@ -191,15 +203,18 @@ def _prepare_init(md: TransactionMetadata, timeout_ms: int, expected: tuple[int,
     if s is TxnState.ONGOING:
         # The bumped epoch is never returned: the producer gets CONCURRENT_TRANSACTIONS and retries, which
         # bumps again (or rotates the producer id when fencing exhausted the epochs).
-        return FencedOngoing(md.prepare_fence_and_abort(now))
+        return FencedOngoing(md.prepare_fence_and_abort(now, tv, new_producer_id))
     if s is TxnState.PREPARE_EPOCH_FENCE:  # only if a log held one: abort with its (fenced) epoch
-        return FencedOngoing(md.prepare_abort_or_commit(TxnState.PREPARE_ABORT, now))
+        return FencedOngoing(md.prepare_abort_or_commit(TxnState.PREPARE_ABORT, now, tv, new_producer_id))
     raise IllegalTransitionError(f"{md.transactional_id} is {s.display_name}: should never be seen")
 
 
 # ---------------------------------------------------------------------------------------------- AddPartitionsToTxn
 def add_partitions(shard: TransactionShard, txn_id: str, pid: int, epoch: int, tps: set[TopicPartition],
-                   now: int) -> CoordinatorResult[ErrorCode]:
+                   now: int, client_transaction_version: int = 0) -> CoordinatorResult[ErrorCode]:
+    """AddPartitionsToTxn: Empty/Complete*/Ongoing -> Ongoing with ``tps`` (no write when all are in already).
+    ``client_transaction_version`` 2: a broker adds them for a transactions V2 write (Produce v12, TxnOffsetCommit
+    v5: KIP-890 part 2's implicit registration), and the transaction ends with an epoch bump."""
     md = shard.txns.get(txn_id)
     if md is None or md.producer_id != pid or md.producer_epoch != epoch or md.pending_transition_in_progress:
         return CoordinatorResult([], _not_owned(md, pid, epoch))
@@ -207,7 +222,7 @@ def add_partitions(shard: TransactionShard, txn_id: str, pid: int, epoch: int, t
         return CoordinatorResult([], ErrorCode.CONCURRENT_TRANSACTIONS)
     if md.state is TxnState.ONGOING and tps <= md.topic_partitions:
         return CoordinatorResult([], ErrorCode.NONE)  # already added: no write
-    t = md.prepare_add_partitions(tps, now)
+    t = md.prepare_add_partitions(tps, now, client_transaction_version)
     return CoordinatorResult(_record(shard, txn_id, t), ErrorCode.NONE, md.abort_pending)
 
 
@@ -280,27 +295,87 @@ def end_txn(shard: TransactionShard, txn_id: str, pid: int, epoch: int, commit: 
     raise IllegalTransitionError(f"{txn_id} is {s.display_name}: should never be seen")
 
 
+def end_txn_v2(shard: TransactionShard, txn_id: str, pid: int, epoch: int, commit: bool, now: int,
+               new_producer_id: Callable[[], int]) -> CoordinatorResult[Completing | Ended | ErrorCode]:
+    """EndTxn v5+ (transactions V2, Kafka's ``endTransaction`` for TV_2): the end bumps the epoch.
+
+    The epoch alone says which transaction a request means. One the producer holds now (``epoch`` is the current
+    one) ends the ongoing transaction, or, for an abort, one that added nothing (Empty/Complete*: a PrepareAbort
+    without partitions, which bumps too). One an epoch below the current one (the epoch was bumped by this EndTxn
+    being retried) is a retry: answered NONE with the current producer id and epoch once its outcome is the one
+    asked for, INVALID_TXN_STATE otherwise; while the transaction is still Prepare* it waits for the completion. A
+    retry that spans an epoch overflow names the previous producer id at Short.MAX_VALUE - 1. Every other epoch is
+    PRODUCER_FENCED: an EndTxn delayed past the start of the producer's next transaction cannot end that one
+    (KAFKA-17754), and a fenced producer (two bumps, see ``metadata.py``) is never taken for a retry."""
+    md = shard.txns.get(txn_id)
+    if md is None:
+        return CoordinatorResult([], ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+    s = md.state
+    retry_on_overflow = (md.previous_producer_id == pid and md.producer_id != pid and epoch == SHORT_MAX - 1
+                         and md.producer_epoch == 0 and md.last_producer_epoch in (SHORT_MAX - 1, NO_PRODUCER_EPOCH))
+    retry_on_bump = md.producer_id == pid and md.producer_epoch == epoch + 1
+    if md.producer_id != pid and not retry_on_overflow:
+        return CoordinatorResult([], ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+    if s.is_prepare:
+        valid = retry_on_bump
+    elif s.is_complete:
+        valid = retry_on_bump or retry_on_overflow or epoch == md.producer_epoch
+    else:
+        valid = epoch == md.producer_epoch
+    if not valid:
+        return CoordinatorResult([], ErrorCode.PRODUCER_FENCED)
+    if md.pending_transition_in_progress:
+        return CoordinatorResult([], ErrorCode.CONCURRENT_TRANSACTIONS)
+    is_retry = retry_on_bump or retry_on_overflow
+    wanted = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+
+    def prepare(target: TxnState, nothing_added: bool) -> CoordinatorResult[Completing | Ended | ErrorCode]:
+        t = md.prepare_abort_or_commit(target, now, 2, new_producer_id, nothing_added)
+        return CoordinatorResult(_record(shard, txn_id, t), Completing(t), md.abort_pending)
+
+    if s is TxnState.ONGOING:
+        return prepare(wanted, False)
+    if s.is_complete:
+        same = commit == (s is TxnState.COMPLETE_COMMIT)
+        if is_retry:
+            return CoordinatorResult([], Ended(md.producer_id, md.producer_epoch) if same
+                                     else ErrorCode.INVALID_TXN_STATE)
+        return prepare(TxnState.PREPARE_ABORT, True) if not commit else \
+            CoordinatorResult([], ErrorCode.INVALID_TXN_STATE)
+    if s.is_prepare:  # a retry while the completion runs: its outcome answers
+        if wanted is not s:
+            return CoordinatorResult([], ErrorCode.INVALID_TXN_STATE)
+        return CoordinatorResult([], Completing(md.snapshot()))
+    if s is TxnState.EMPTY:
+        return prepare(TxnState.PREPARE_ABORT, True) if not commit else \
+            CoordinatorResult([], ErrorCode.INVALID_TXN_STATE)
+    raise IllegalTransitionError(f"{txn_id} is {s.display_name}: should never be seen")
+
+
 # ---------------------------------------------------------------------------------------------- coordinator aborts
-def abort_timed_out(shard: TransactionShard, txn_id: str, pid: int, now: int
+def abort_timed_out(shard: TransactionShard, txn_id: str, pid: int, now: int, tv: int = 0,
+                    new_producer_id: Callable[[], int] | None = None
                     ) -> CoordinatorResult[TxnTransitMetadata | None]:
-    """An Ongoing transaction past its timeout: fence (bump) the epoch and abort it. None when the transaction
-    moved on meanwhile (ended, re-initialised, or not timed out any more)."""
+    """An Ongoing transaction past its timeout: fence (bump) the epoch and abort it (``tv``: the coordinator's
+    transaction version). None when the transaction moved on meanwhile (ended, re-initialised, or not timed out
+    any more)."""
     md = shard.txns.get(txn_id)
     if md is None or md.producer_id != pid or md.pending_transition_in_progress \
             or md.state is not TxnState.ONGOING or not md.txn_start_timestamp + md.txn_timeout_ms < now:
         return CoordinatorResult([], None)
-    t = md.prepare_fence_and_abort(now)
+    t = md.prepare_fence_and_abort(now, tv, new_producer_id)
     return CoordinatorResult(_record(shard, txn_id, t), t, md.abort_pending)
 
 
-def abort_fenced(shard: TransactionShard, txn_id: str, pid: int, now: int
+def abort_fenced(shard: TransactionShard, txn_id: str, pid: int, now: int, tv: int = 0,
+                 new_producer_id: Callable[[], int] | None = None
                  ) -> CoordinatorResult[TxnTransitMetadata | None]:
     """A PrepareEpochFence found at load: abort it with its (fenced) epoch. None when it moved on meanwhile."""
     md = shard.txns.get(txn_id)
     if md is None or md.producer_id != pid or md.pending_transition_in_progress \
             or md.state is not TxnState.PREPARE_EPOCH_FENCE:
         return CoordinatorResult([], None)
-    t = md.prepare_abort_or_commit(TxnState.PREPARE_ABORT, now)
+    t = md.prepare_abort_or_commit(TxnState.PREPARE_ABORT, now, tv, new_producer_id)
     return CoordinatorResult(_record(shard, txn_id, t), t, md.abort_pending)
 
 

@@ -185,7 +185,7 @@ RESPONSES: dict[int, tuple[str, str]] = {
 
 # api key -> (min version, max version, first flexible version or None), from the request schema
 VERSIONS: dict[int, tuple[int, int, int | None]] = {
-    0: (0, 11, 9),
+    0: (3, 13, 9),
     1: (0, 17, 12),
     2: (0, 10, 6),
     3: (0, 12, 9),
@@ -213,7 +213,7 @@ VERSIONS: dict[int, tuple[int, int, int | None]] = {
     25: (0, 4, 3),
     26: (0, 5, 3),
     27: (0, 1, 1),
-    28: (0, 4, 3),
+    28: (0, 5, 3),
     29: (0, 3, 2),
     30: (0, 3, 2),
     31: (0, 3, 2),
