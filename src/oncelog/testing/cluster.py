@@ -79,14 +79,17 @@ class ClusterProcess:
                  node_ids: Sequence[int] | None = None, ports: Sequence[int] | None = None,
                  etcd_port: int | None = None, cluster_name: str = "oncelog", new_session: bool = False,
                  broker_env: Mapping[int, Mapping[str, str]] | None = None, net: Network | None = None,
-                 etcd_members: int = 1, clock_control: bool = False, etcd_proxies: bool = False) -> None:
+                 etcd_members: int = 1, clock_control: bool = False, etcd_proxies: bool = False,
+                 fault_control: bool = True) -> None:
         """``net``: run every process on a host of its own of that ``oncelog.testing.netns`` network, the brokers
         on hosts 1..size (port 9092 each) and etcd on host size + 1 (the etcd members on hosts size + 1 ..
         size + etcd_members; :meth:`host_of` gives a broker's host, :attr:`etcd_host` etcd's, :attr:`etcd_hosts`
         every member's), so that partitions can cut any of them from any other, the test process (the network's
         client) included. ``etcd_proxies`` (on 127.0.0.1, without ``net``, one etcd member): each broker reaches
-        etcd through a proxy of its own (:meth:`partition` cuts it)."""
+        etcd through a proxy of its own (:meth:`partition` cuts it). ``fault_control=False``: the brokers open no
+        control channel for faults on demand (``make cluster``: a cluster to use, not a test's)."""
         self.base_dir = Path(base_dir)
+        self.fault_control = fault_control
         self.cluster_name = cluster_name
         self.keys = Keys(cluster_name)
         self.net = net
@@ -137,7 +140,7 @@ class ClusterProcess:
                                                new_session=new_session, **self._placed(node))
 
     def _placed(self, node: int) -> dict[str, Any]:
-        where: dict[str, Any] = {}
+        where: dict[str, Any] = {"control": self.fault_control}
         if self.clock_control:
             self.clocks[node] = SkewControl(self.base_dir / f"clock-{node}.json")
             where["clock_control"] = self.clocks[node].path
@@ -477,7 +480,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     base.mkdir(parents=True, exist_ok=True)
     try:
         cluster = ClusterProcess(base, len(ports), ports=ports, etcd_port=args.etcd_port, settings=settings,
-                                 new_session=True)
+                                 new_session=True, fault_control=False)
     except EtcdUnavailable as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

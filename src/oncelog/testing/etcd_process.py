@@ -95,6 +95,7 @@ class EtcdProcess:
         if self.alive():
             raise RuntimeError(f"etcd at {self.endpoint} is already running")
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir.chmod(0o700)  # what etcd asks of its data directory (else a warning at every start)
         client = f"http://{self.host}:{self.client_port}"
         cmd = [*self.wrap, self.binary, "--name", self.name, "--data-dir", str(self.data_dir),
                "--listen-client-urls", client, "--advertise-client-urls", client,
