@@ -22,8 +22,11 @@ length and key size only, and skips whole runs of records of the same layout at 
 
 from __future__ import annotations
 
+import functools
+import struct
 from collections.abc import Callable, Iterable
 from itertools import repeat
+from operator import itemgetter
 from typing import Any, NamedTuple, TypeVar
 
 from . import compression as _compression
@@ -38,7 +41,8 @@ from .records import (
     compute_crc,
 )
 
-__all__ = ["MessageFactory", "decode_batch_into", "decode_section_into", "keyless_records", "keyless_records_in"]
+__all__ = ["MessageFactory", "decode_batch_into", "decode_records_into", "decode_section_into", "keyless_records",
+           "keyless_records_in"]
 
 T = TypeVar("T")
 #: ``make(topic, partition, offset, key, value, headers, timestamp)``
@@ -63,6 +67,7 @@ _MIN_RUN = 8  # shorter runs are decoded record by record
 _FIRST_WINDOW = 64  # records a run attempt looks at first; doubles while runs fill it
 _MAX_WINDOW = 1 << 16
 _RETRY_AFTER = 16  # records decoded one by one after a failed run attempt
+_first = itemgetter(0)
 
 
 def decode_section_into(
@@ -75,18 +80,32 @@ def decode_section_into(
 ) -> None:
     """Append to ``out`` one ``make(...)`` per record of the uncompressed records section ``data`` of the
     batch ``h``: absolute offset, timestamp (maxTimestamp for LOG_APPEND_TIME batches), key, value, headers.
+    See :func:`decode_records_into`."""
+    decode_records_into(data, h.records_count, h.base_offset, h.base_timestamp,
+                        h.max_timestamp if h.attributes & ATTR_TIMESTAMP_TYPE else None, make, topic, partition, out)
+
+
+def decode_records_into(
+    data: bytes,
+    count: int,
+    base_offset: int,
+    base_ts: int,
+    log_append_ts: int | None,
+    make: MessageFactory[T],
+    topic: str,
+    partition: int,
+    out: list[T],
+) -> None:
+    """:func:`decode_section_into` from the batch header's fields: ``count`` records, ``log_append_ts`` the
+    batch's maxTimestamp when its timestamps are LOG_APPEND_TIME (else None).
 
     Records are read one by one; after a record without headers, the records that follow with the very same
     layout (see :func:`_run_length`) are decoded as one run, column by column."""
     n = len(data)
-    count = h.records_count
-    base_offset = h.base_offset
     if count > n // 6:  # every record takes at least 6 bytes after its length prefix
         raise CorruptRecordError(
             f"record batch at base offset {base_offset} declares {count} records in {n} bytes of records"
         )
-    base_ts = h.base_timestamp
-    log_append_ts = h.max_timestamp if h.attributes & ATTR_TIMESTAMP_TYPE else None
     append = out.append
     slow = _slow_varint
     z1 = _Z1
@@ -274,10 +293,44 @@ def _run_length(data: bytes, at: int, k_max: int, lay: _Layout) -> int:
     return good
 
 
+@functools.cache
+def _delta_bytes() -> tuple[bytes, bytes, bytes]:
+    """For the offset deltas d < 8192 (zig-zag 2d): the first byte of their 2- and 3-byte varints, the second
+    byte of their 2-byte varint, the second byte of their 3-byte varint, indexed by d; the first and the last
+    repeat with a period of 8192 in d, and are given twice over so that any 8192 of them are one slice."""
+    first = bytes(((2 * d) & 0x7F) | 0x80 for d in range(8192))
+    second3 = bytes((((2 * d) >> 7) & 0x7F) | 0x80 for d in range(8192))
+    return first * 2, bytes((2 * d) >> 7 for d in range(8192)), second3 * 2
+
+
+def _consecutive(data: bytes, at: int, width: int, size: int, k: int, d0: int) -> bool:
+    """Whether the ``k`` varints of ``width`` bytes at ``at``, ``at + size``, ... are d0, d0 + 1, ..., d0 + k - 1
+    (zig-zag), the offset deltas of a batch no record was removed from: compared byte column by byte column
+    with what those values encode to, without decoding them."""
+    stop = at + k * size
+    if width == 1:
+        return 0 <= d0 and d0 + k <= 64 and data[at:stop:size] == bytes(range(2 * d0, 2 * (d0 + k), 2))
+    if width == 2:
+        first, second2, _ = _delta_bytes()
+        return 64 <= d0 and d0 + k <= 8192 and data[at:stop:size] == first[d0 : d0 + k] \
+            and data[at + 1 : stop + 1 : size] == second2[d0 : d0 + k]
+    if width != 3 or not 8192 <= d0 or d0 + k > 1 << 20 or k > 8192:
+        return False
+    first, _, second3 = _delta_bytes()
+    p = d0 % 8192
+    if data[at:stop:size] != first[p : p + k] or data[at + 1 : stop + 1 : size] != second3[p : p + k]:
+        return False
+    top = d0 >> 13  # the third byte, (2d) >> 14, steps up every 8192 values
+    n = min(k, 8192 - p)
+    return data[at + 2 : stop + 2 : size] == bytes((top,)) * n + bytes((top + 1,)) * (k - n)
+
+
 def _deltas(data: bytes, at: int, width: int, size: int, k: int, base: int) -> list[int]:
     """``base`` + the varint of ``width`` bytes at ``at``, ``at + size``, ... (``k`` of them)."""
     stop = at + k * size
     if width == 1:
+        if k >= 128:  # a table of the 128 values: one C-level lookup per record, shared int objects
+            return list(map([base + z for z in _Z1].__getitem__, data[at:stop:size]))
         z1 = _Z1
         return [base + z1[b] for b in data[at:stop:size]]
     if width == 2:
@@ -292,12 +345,15 @@ def _deltas(data: bytes, at: int, width: int, size: int, k: int, base: int) -> l
     return [base + slow(data, q)[0] for q in range(at, stop, size)]
 
 
-def _blobs(data: bytes, at: int, length: int, size: int, k: int) -> Iterable[bytes | None]:
+def _blobs(data: bytes, start: int, at: int, length: int, size: int, k: int) -> Iterable[bytes | None]:
+    """The ``length`` bytes at ``at`` of each of the ``k`` records of ``size`` bytes from ``start`` on (-1: None)."""
     if length < 0:
         return repeat(None, k)
     if length == 0:
         return repeat(b"", k)
-    return [data[q : q + length] for q in range(at, at + k * size, size)]
+    pre = at - start  # one struct per record: skip, take, skip (iter_unpack cuts them in C)
+    return map(_first, struct.iter_unpack(f"{pre}x{length}s{size - pre - length}x",
+                                          memoryview(data)[start : start + k * size]))
 
 
 def _emit_run(data: bytes, at: int, k: int, lay: _Layout, make: MessageFactory[T], topic: str, partition: int,
@@ -306,7 +362,12 @@ def _emit_run(data: bytes, at: int, k: int, lay: _Layout, make: MessageFactory[T
     shift = at - lay.start
     ts_w = lay.od_at - lay.ts_at
     od_w = lay.kl_at - lay.od_at
-    offsets = _deltas(data, lay.od_at + shift, od_w, lay.size, k, base_offset)
+    offsets: Iterable[int]
+    d0 = _slow_varint(data, lay.od_at + shift)[0]
+    if _consecutive(data, lay.od_at + shift, od_w, lay.size, k, d0):
+        offsets = range(base_offset + d0, base_offset + d0 + k)
+    else:
+        offsets = _deltas(data, lay.od_at + shift, od_w, lay.size, k, base_offset)
     timestamps: Iterable[int]
     if base_ts is None:
         if ts_w > 2:  # still decoded: a 10-byte varint may overflow int64, which the record-by-record path rejects
@@ -316,8 +377,9 @@ def _emit_run(data: bytes, at: int, k: int, lay: _Layout, make: MessageFactory[T
         timestamps = _deltas(data, lay.ts_at + shift, ts_w, lay.size, k, base_ts)
     key_at = lay.kl_at + shift + lay.kw
     val_at = lay.vl_at + shift + lay.vw
-    out += map(make, repeat(topic, k), repeat(partition, k), offsets, _blobs(data, key_at, lay.klen, lay.size, k),
-               _blobs(data, val_at, lay.vlen, lay.size, k), repeat(_NO_HEADERS, k), timestamps)
+    out += map(make, repeat(topic, k), repeat(partition, k), offsets,
+               _blobs(data, at, key_at, lay.klen, lay.size, k), _blobs(data, at, val_at, lay.vlen, lay.size, k),
+               repeat(_NO_HEADERS, k), timestamps)
 
 
 def decode_batch_into(
