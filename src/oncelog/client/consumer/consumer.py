@@ -4,8 +4,15 @@ commit, pause/resume, seek. Names, arguments and results follow confluent-kafka:
 are ``(topic, partition)`` tuples.
 
 Membership and offsets live in :mod:`.group` (driver), :mod:`.membership` (state machine) and :mod:`.offsets`;
-this module holds the message buffer, what the application consumed (the offsets ``commit()`` commits: the last
-record ``poll()`` returned + 1), and the public surface.
+this module holds the message buffer (:mod:`.buffer`), the fetch in flight, what the application consumed (the
+offsets ``commit()`` commits: the last record ``poll()`` returned + 1), and the public surface.
+
+Prefetch (librdkafka's): each poll sends the next fetch before it decodes what it hands out, and a fetch that
+brought records sends the next one, until the records buffered reach ``queued.max.messages.kbytes``: the broker
+reads and sends while the consumer decodes and the application works. There is at most one fetch in flight; a
+poll finding the buffer empty waits for it (up to its timeout: a fetch outlives a poll that stops waiting). What
+a fetch brings for partitions revoked, sought or paused meanwhile is dropped by the fetcher, so rebalances never
+wait for a fetch.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from ..message import Message
 from ..metadata import ClusterMetadata, list_topics
 from ..topic_partition import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSET_STORED, split, to_offsets, tp_list
 from ..topic_partition import TopicPartition as TP
-from .buffer import MessageBuffer, decode_chunk
+from .buffer import MessageBuffer
 from .fetcher import Fetcher, TopicPartition
 from .group import ConsumerCoordinator, RebalanceHooks
 from .subscription import SubscriptionMode, SubscriptionState
@@ -66,8 +73,9 @@ class AsyncConsumer:
         self._commit_tasks: set[asyncio.Task[None]] = set()
         self._callbacks: dict[str, RebalanceCallback | None] = {"assign": None, "revoke": None, "lost": None}
         self._in_callback = False
-        #: held by a fetch round and by the rebalance hooks: the assignment never changes under a fetch
-        self._fetch_lock = asyncio.Lock()
+        self._fetching: asyncio.Task[None] | None = None  # the fetch in flight (at most one)
+        self._fetch_error: BaseException | None = None  # what it raised, for the next poll to raise
+        self._max_buffered = c.queued_max_messages_kbytes * 1024
         self._started = False
         self._closed = False
 
@@ -146,20 +154,17 @@ class AsyncConsumer:
         await self._auto_commit_sync(list(self.subscription.assigned), "before rejoining the group")
 
     async def _revoked(self, tps: list[TopicPartition]) -> None:
-        async with self._fetch_lock:
-            await self._auto_commit_sync(tps, f"before revoking {tps}")
-            await self._call("revoke", tps)
-            self._remove(tps)
+        await self._auto_commit_sync(tps, f"before revoking {tps}")
+        await self._call("revoke", tps)
+        self._remove(tps)
 
     async def _lost(self, tps: list[TopicPartition]) -> None:
-        async with self._fetch_lock:
-            await self._call("lost", tps)
-            self._remove(tps)
+        await self._call("lost", tps)
+        self._remove(tps)
 
     async def _assigned(self, tps: list[TopicPartition]) -> None:
-        async with self._fetch_lock:
-            self.subscription.assign(tps, await_committed=True)
-            await self._call("assign", tps)
+        self.subscription.assign(tps, await_committed=True)
+        await self._call("assign", tps)
 
     def _remove(self, tps: Iterable[TopicPartition]) -> None:
         gone = set(tps)
@@ -312,24 +317,62 @@ class AsyncConsumer:
             self._maybe_auto_commit()
         await self._resolve_committed()
 
-    async def _fetch_round(self, deadline: float, max_messages: int) -> list[Message]:
-        await self.start()
+    def _start_fetch(self, max_wait_ms: int) -> asyncio.Task[None]:
+        task = self._fetching
+        if task is None:
+            task = self._fetching = asyncio.get_running_loop().create_task(self._fetch(max_wait_ms))
+        return task
+
+    async def _fetch(self, max_wait_ms: int) -> None:
+        before = self._buffer.nbytes
+        try:
+            await self.fetcher.fetch(max_wait_ms, self._buffer.add)
+        except Exception as e:  # raised by the next poll (the one waiting for it, or a later one)
+            self._fetch_error = e
+        finally:
+            self._fetching = None
+        if self._buffer.nbytes > before:  # records keep coming: fetch on while the application works
+            self._prefetch()
+
+    def _prefetch(self) -> None:
+        """Send the next fetch now, unless one is in flight, the buffer holds ``queued.max.messages.kbytes`` of
+        records, or a rebalance is under way."""
+        if self._fetching is not None or self._closed or self._buffer.nbytes >= self._max_buffered \
+                or self._fetch_error is not None or not self.fetcher.fetchable():
+            return
+        co = self.coordinator
+        if co is not None and co.joining:
+            return
+        self._start_fetch(self.config.fetch_max_wait_ms)
+
+    async def _fill(self, deadline: float) -> None:
+        """Until the buffer holds records or ``deadline`` passes: keep the group membership, and wait for the fetch
+        in flight (or start one). Raises what the last fetch raised."""
         co = self.coordinator
         while True:
             await self._before_fetch(deadline)
             if self._buffer:
-                break
+                return
+            err, self._fetch_error = self._fetch_error, None
+            if err is not None:  # after the records fetched before it
+                raise err
             left_ms = int((deadline - time.monotonic()) * 1000)
             if left_ms <= 0:
-                break
+                return
             if co is not None and co.joining and not self.subscription.assigned:
                 continue  # ensure_active waits for the join
-            async with self._fetch_lock:
-                self._buffer.extend(await self.fetcher.fetch(min(left_ms, self.config.fetch_max_wait_ms),
-                                                             decode_chunk))
+            task = self._start_fetch(min(left_ms, self.config.fetch_max_wait_ms))
+            await asyncio.wait([task], timeout=left_ms / 1000)  # never cancels the fetch
+
+    async def _fetch_round(self, deadline: float, max_messages: int) -> list[Message]:
+        await self.start()
         stored = self._stored if self.config.enable_auto_offset_store else None
-        out = self._buffer.take(max_messages, self.subscription.assigned, self.subscription.paused, stored)
-        return out
+        while True:
+            await self._fill(deadline)
+            self._prefetch()  # before decoding: the broker works on the next fetch meanwhile
+            out = self._buffer.take(max_messages, self.subscription.assigned, self.subscription.paused, stored)
+            if out or time.monotonic() >= deadline:
+                return out
 
     async def poll(self, timeout: float = 1.0) -> Message | None:
         """The next message, or None if none arrives within ``timeout`` seconds (group rebalances and the
@@ -342,45 +385,26 @@ class AsyncConsumer:
         return await self._fetch_round(time.monotonic() + timeout, num_messages)
 
     async def consume_arrow(self, timeout: float = 1.0) -> list[Any]:
-        """What one fetch round brings, as pyarrow RecordBatches (one per partition; columns topic, partition,
-        offset, timestamp, timestamp_type, key, value, headers), decoded column-wise; [] after ``timeout``.
-        Honours the isolation level, assignment, pause and offset store as :meth:`consume` does (see
-        :mod:`.arrow_batches`; needs numpy and pyarrow)."""
-        from .arrow_batches import FetchedBatches, decode_batches, from_messages, to_record_batch
+        """The records fetched so far as pyarrow RecordBatches (one per partition and fetch; columns topic,
+        partition, offset, timestamp, timestamp_type, key, value, headers), decoded column-wise; waits for a
+        fetch when none are, [] after ``timeout``. Honours the isolation level, assignment, pause, offset store
+        and prefetch as :meth:`consume` does (see :mod:`.arrow_batches`; needs numpy and pyarrow)."""
+        from .arrow_batches import from_messages, to_record_batch
 
         deadline = time.monotonic() + timeout
-        if self._buffer:  # records poll()/consume() fetched and did not return yet come first
-            msgs = await self._fetch_round(deadline, len(self._buffer))
-            if msgs:
-                return [from_messages(msgs)]
         await self.start()
-        co = self.coordinator
+        store = self.config.enable_auto_offset_store
         while True:
-            await self._before_fetch(deadline)
-            left_ms = int((deadline - time.monotonic()) * 1000)
-            if left_ms <= 0:
-                return []
-            if co is not None and co.joining and not self.subscription.assigned:
-                continue  # ensure_active waits for the join
+            await self._fill(deadline)
+            self._prefetch()
             out: list[Any] = []
-            async with self._fetch_lock:
-                fetched: list[FetchedBatches] = await self.fetcher.fetch(min(left_ms, self.config.fetch_max_wait_ms),
-                                                                         decode_batches)
-                assigned, paused = self.subscription.assigned, self.subscription.paused
-                for f in fetched:
-                    tp = (f.topic, f.partition)
-                    if tp not in assigned:
-                        continue
-                    if tp in paused:  # paused while the fetch was in flight: fetch these records again on resume
-                        if tp in self.fetcher.positions:
-                            self.fetcher.positions[tp] = f.fetch_offset
-                        continue
-                    rb = to_record_batch(f)
-                    if rb is not None:
+            for tp, msgs, rest in self._buffer.take_all(self.subscription.assigned, self.subscription.paused):
+                for rb in ([from_messages(msgs)] if msgs else []) + ([to_record_batch(rest)] if rest else []):
+                    if rb is not None and rb.num_rows:
                         out.append(rb)
-                        if self.config.enable_auto_offset_store:  # as poll() stores after each record
+                        if store:  # as poll() stores after each record
                             self._stored[tp] = int(rb.column(2)[rb.num_rows - 1].as_py()) + 1
-            if out:
+            if out or time.monotonic() >= deadline:
                 return out
 
     # ------------------------------------------------------------------ offsets
@@ -494,6 +518,10 @@ class AsyncConsumer:
         session.timeout.ms for it), then close the connections."""
         if self._closed:
             return
+        task = self._fetching
+        if task is not None:  # records it would bring are not wanted any more
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
         try:
             co = self.coordinator
             if co is not None and self._started:

@@ -106,7 +106,7 @@ class ConsumerCoordinator:
         conn = self._conn
         if conn is not None and conn.connected:
             return conn
-        self._conn = await self.cluster.coordinator_connection(COORDINATOR_GROUP, self.group_id)
+        self._conn = await self.cluster.coordinator_connection(COORDINATOR_GROUP, self.group_id, own=True)
         return self._conn
 
     def coordinator_dead(self, why: str) -> None:

@@ -1,0 +1,90 @@
+"""The native consumer fetches ahead (librdkafka's prefetch): while the application works, the next fetch is in
+flight and records are buffered up to ``queued.max.messages.kbytes``; records come once and in order; pausing,
+seeking and committing while a fetch is in flight lose nothing and wait for nothing (the group coordinator has a
+connection of its own, so a fetch long-polling the same broker does not hold up a commit)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from oncelog.client import Admin, Consumer, Producer
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _produce(bootstrap: str, topic: str, values: list[tuple[int, bytes]]) -> None:
+    with Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 16384}) as p:
+        for partition, value in values:
+            p.produce(topic, value, partition=partition)
+        assert p.flush(30) == 0
+
+
+def _drain(c: Consumer, want: int, timeout: float = 20.0) -> list[Any]:
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < want and time.monotonic() < deadline:
+        out += c.consume(500, 0.5)
+    return out
+
+
+def test_prefetch_fills_the_buffer_up_to_its_bound_and_loses_nothing(bootstrap: str, topic_name: str) -> None:
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics(topic_name, 2)
+    n = 2000
+    _produce(bootstrap, topic_name, [(i % 2, i.to_bytes(4, "big") * 250) for i in range(n)])  # 1 KB values
+    conf = {"bootstrap.servers": bootstrap, "queued.max.messages.kbytes": 256, "max.partition.fetch.bytes": 65536}
+    with Consumer(conf) as c:
+        c.assign([(topic_name, p, 0) for p in range(2)])
+        first = c.consume(10, 10.0)
+        assert first
+        time.sleep(1.0)  # the application works: fetches go on without it, up to the bound
+        fetched = sum(c._async.fetcher.positions.values())
+        buffered = c._async._buffer.nbytes
+        assert fetched > 200, "nothing was fetched ahead"  # one fetch brings ~2 x 64 records
+        assert buffered <= 256 * 1024 + 2 * 65536 + 8192, f"{buffered} bytes buffered, above the bound"
+        assert fetched < n, "the bound did not stop the prefetch"
+        got = first + _drain(c, n - len(first))
+    assert len(got) == n
+    for p in range(2):
+        values = [int.from_bytes(m.value()[:4], "big") for m in got if m.partition() == p]
+        assert values == list(range(p, n, 2)), f"partition {p}: not once and in order"
+
+
+def test_commit_does_not_wait_for_a_long_polling_fetch(bootstrap: str, topic_name: str) -> None:
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics(topic_name, 2)
+    _produce(bootstrap, topic_name, [(i % 2, f"a{i}".encode()) for i in range(20)])
+    conf = {"bootstrap.servers": bootstrap, "group.id": f"g-{topic_name}", "enable.auto.commit": False,
+            "fetch.wait.max.ms": 5000}
+    with Consumer(conf) as c:
+        c.assign([(topic_name, p, 0) for p in range(2)])
+        assert len(_drain(c, 20)) == 20
+        # at the end of the log: the fetch the last consume sent long-polls the same broker for 5 s
+        t0 = time.monotonic()
+        done = c.commit(asynchronous=False)
+        assert time.monotonic() - t0 < 2.5, "the commit waited behind the long-polling fetch"
+        assert sorted((tp.partition, tp.offset) for tp in done) == [(0, 10), (1, 10)]
+
+
+def test_pause_resume_and_seek_while_a_fetch_is_in_flight(bootstrap: str, topic_name: str) -> None:
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics(topic_name, 2)
+    _produce(bootstrap, topic_name, [(i % 2, f"a{i}".encode()) for i in range(20)])
+    with Consumer({"bootstrap.servers": bootstrap}) as c:
+        c.assign([(topic_name, p, 0) for p in range(2)])
+        assert len(_drain(c, 20)) == 20
+        c.pause([(topic_name, 0)])  # a fetch of both partitions is in flight: what it brings of 0 is dropped
+        _produce(bootstrap, topic_name, [(i % 2, f"b{i}".encode()) for i in range(20)])
+        more = _drain(c, 10)
+        assert sorted(m.value() for m in more) == sorted(f"b{i}".encode() for i in range(1, 20, 2))
+        assert c.consume(10, 1.0) == []  # partition 0 stays paused
+        c.resume([(topic_name, 0)])
+        resumed = _drain(c, 10)
+        assert [m.value() for m in resumed] == [f"b{i}".encode() for i in range(0, 20, 2)]
+        c.seek((topic_name, 1, 5))
+        again = _drain(c, 15)
+        assert [(m.partition(), m.offset()) for m in again] == [(1, o) for o in range(5, 20)]
+        assert c.consume(10, 0.5) == []
