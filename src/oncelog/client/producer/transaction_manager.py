@@ -83,6 +83,8 @@ class TransactionManager:
         self._coordinator: BrokerConnection | None = None
         self.wakeup = wakeup
         self.bump_requested = False  # idempotent producer: re-init the producer id once nothing is in flight
+        #: a state in which records may always be sent (check_can_send() decides in the others)
+        self.sending_state = S.READY if self.transactional_id is None else S.IN_TRANSACTION
 
     # ------------------------------------------------------------------ queries
 
