@@ -64,8 +64,9 @@ _IS_CONT = bytes(0 if b < 0x80 else 1 for b in range(256))
 #: the headers of a record without headers (shared, immutable)
 _NO_HEADERS: tuple[()] = ()
 _MIN_RUN = 8  # shorter runs are decoded record by record
-_FIRST_WINDOW = 64  # records a run attempt looks at first; doubles while runs fill it
+_FIRST_WINDOW = 64  # records a run attempt looks at first; grows 4 times while runs fill it
 _MAX_WINDOW = 1 << 16
+_GROWTH = 4
 _RETRY_AFTER = 16  # records decoded one by one after a failed run attempt
 _first = itemgetter(0)
 
@@ -95,9 +96,14 @@ def decode_records_into(
     topic: str,
     partition: int,
     out: list[T],
-) -> None:
+    pos: int = 0,
+    index: int = 0,
+    limit: int | None = None,
+) -> tuple[int, int]:
     """:func:`decode_section_into` from the batch header's fields: ``count`` records, ``log_append_ts`` the
-    batch's maxTimestamp when its timestamps are LOG_APPEND_TIME (else None).
+    batch's maxTimestamp when its timestamps are LOG_APPEND_TIME (else None). From the record at byte ``pos`` (the
+    ``index``-th) on, at most ``limit`` records (a batch handed out in parts); returns where the next record
+    starts, (byte, index), the index ``count`` once the section is read to its end.
 
     Records are read one by one; after a record without headers, the records that follow with the very same
     layout (see :func:`_run_length`) are decoded as one run, column by column."""
@@ -110,12 +116,13 @@ def decode_records_into(
     slow = _slow_varint
     z1 = _Z1
     z2 = _Z2
-    p = 0
-    i = 0
+    p = pos
+    i = index
+    stop = count if limit is None else min(count, index + limit)
     next_try = 0  # record index from which a run is tried again
     window = _FIRST_WINDOW
     try:
-        while i < count:
+        while i < stop:
             start = p
             # length: the record's end
             b = data[p]
@@ -216,12 +223,14 @@ def decode_records_into(
             append(make(topic, partition, base_offset + off_delta, key, value, headers,
                         base_ts + ts_delta if log_append_ts is None else log_append_ts))
             i += 1
-            if i < next_try or headers is not _NO_HEADERS or i == count:
+            if i < next_try or headers is not _NO_HEADERS or i == stop:
                 continue
             size = end - start
             layout = _Layout(size, start, ts_at, od_at, kl_at, vl_at - kl_at - max(klen, 0), klen, vl_at,
                              end - 1 - vl_at - max(vlen, 0), vlen)
-            k_max = min(count - i, (n - end) // size, window)
+            if n - end == (count - i) * size:  # the records left are all of this size: likely one layout
+                window = _MAX_WINDOW
+            k_max = min(stop - i, (n - end) // size, window)
             k = _run_length(data, end, k_max, layout)
             if k < _MIN_RUN:
                 next_try = i + _RETRY_AFTER
@@ -232,15 +241,16 @@ def decode_records_into(
             p = end + k * size
             i += k
             if k == k_max:
-                window = min(window * 2, _MAX_WINDOW)
+                window = min(window * _GROWTH, _MAX_WINDOW)
     except IndexError:
         raise CorruptRecordError(
             f"records section of batch at base offset {base_offset} is truncated at byte {p} of {n}"
         ) from None
-    if p != n:
+    if i == count and p != n:
         raise CorruptRecordError(
             f"batch at base offset {base_offset} has {n - p} bytes left after its {count} declared records"
         )
+    return p, i
 
 
 class _Layout(NamedTuple):

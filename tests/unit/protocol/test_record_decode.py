@@ -14,7 +14,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oncelog.protocol.record_decode import _Z1, _Z2, decode_batch_into, decode_section_into, keyless_records_in
+from oncelog.protocol.record_decode import (
+    _Z1,
+    _Z2,
+    decode_batch_into,
+    decode_records_into,
+    decode_section_into,
+    keyless_records_in,
+)
 from oncelog.protocol.records import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER_SIZE,
@@ -172,6 +179,23 @@ def test_offset_deltas_with_gaps(deltas: list[int], value_len: int) -> None:
     fast = _fast(buf)
     assert fast == _general(buf)
     assert [r[2] for r in fast] == [1000 + d for d in deltas]
+
+
+@given(st.one_of(records, uniform_records()), st.lists(st.integers(1, 70), min_size=1, max_size=8))
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+def test_decoding_in_parts_equals_decoding_whole(recs: Any, parts: list[int]) -> None:
+    """A batch decoded a few records at a time, each call resuming where the last stopped (the consumer hands
+    out exactly what it decodes), gives the records of one call."""
+    buf = _build(recs, 0, 100, 1 << 40)
+    h = parse_batch_header(buf)
+    out: list[Row] = []
+    pos = index = calls = 0
+    while index < h.records_count:
+        pos, index = decode_records_into(buf[BATCH_HEADER_SIZE:], h.records_count, h.base_offset, h.base_timestamp,
+                                         None, _row, "t", 7, out, pos, index, parts[calls % len(parts)])
+        calls += 1
+    assert out == _fast(buf)
+    assert pos == len(buf) - BATCH_HEADER_SIZE
 
 
 @given(st.one_of(records, uniform_records()), st.integers(0, 1 << 45))

@@ -7,8 +7,7 @@ membership, auto commit, assignment, pause, positions, prefetch); the buffer hol
 whole record batches (:func:`.fetcher.accepted_batches`: CRC checked, decompressed, and with
 ``isolation.level=read_committed`` the batches of aborted transactions and the control batches dropped by the
 same filter ``poll()`` uses), which :func:`to_record_batch` decodes column-wise. Records before the fetch position
-(a batch that starts before it) are cut off. Records that ``poll()``/``consume()`` decoded and did not return yet
-are converted record by record (:func:`from_messages`).
+(a batch that starts before it), or already handed out by ``poll()``/``consume()``, are cut off.
 
 Columns (:data:`ARROW_SCHEMA`): topic, partition, offset, timestamp (ms), timestamp_type (1 create time,
 2 log append time: confluent-kafka's TIMESTAMP_CREATE_TIME / TIMESTAMP_LOG_APPEND_TIME), key, value, headers
@@ -28,7 +27,7 @@ import pyarrow as pa
 from .arrow_decode import Section, decode_sections
 from .fetcher import FetchedBatches
 
-__all__ = ["ARROW_SCHEMA", "from_messages", "to_record_batch"]
+__all__ = ["ARROW_SCHEMA", "to_record_batch"]
 
 _HEADERS = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 ARROW_SCHEMA = pa.schema([
@@ -79,25 +78,3 @@ def to_record_batch(f: FetchedBatches) -> pa.RecordBatch | None:
     if n and int(cols.offsets[0]) < f.fetch_offset:
         rb = rb.slice(int(np.searchsorted(cols.offsets, f.fetch_offset)))  # offsets grow: cut the head
     return rb if rb.num_rows else None
-
-
-def _field(m: Any, name: str) -> Any:
-    v = getattr(m, name)
-    return v() if callable(v) else v
-
-
-def from_messages(msgs: list[Any]) -> pa.RecordBatch:
-    """Records already fetched as Messages (by poll()/consume()), as one Arrow batch (per-record, rare)."""
-    ts = [_field(m, "timestamp") for m in msgs]
-    ts_pairs = [t if isinstance(t, tuple) else (_CREATE_TIME, t) for t in ts]
-    headers = [_field(m, "headers") for m in msgs]
-    return pa.RecordBatch.from_pydict({
-        "topic": [_field(m, "topic") for m in msgs],
-        "partition": [_field(m, "partition") for m in msgs],
-        "offset": [_field(m, "offset") for m in msgs],
-        "timestamp": [t for _, t in ts_pairs],
-        "timestamp_type": [k for k, _ in ts_pairs],
-        "key": [_field(m, "key") for m in msgs],
-        "value": [_field(m, "value") for m in msgs],
-        "headers": [[{"key": k, "value": v} for k, v in h] if h else None for h in headers],
-    }, schema=ARROW_SCHEMA)

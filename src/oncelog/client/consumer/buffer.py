@@ -1,10 +1,10 @@
 """The consumer's fetched-but-not-returned records: one chunk per partition and fetch, in fetch order.
 
 A chunk keeps what the fetch brought, record batches checked and decompressed but not decoded
-(:class:`~.fetcher.FetchedBatches`), and decodes them into Messages a batch at a time as ``consume()``/``poll()``
-hand them out: a record becomes an object only just before the application gets it, so records fetched ahead
-(the consumer's prefetch) cost memory as bytes, not as objects for the garbage collector to walk, and
-``consume_arrow()`` can still decode the batches column-wise. Everything that needs a partition's buffered
+(:class:`~.fetcher.FetchedBatches`), and decodes exactly the records ``consume()``/``poll()`` hand out, from where
+the last call stopped (a batch may be handed out in parts): a record becomes an object only just before the
+application gets it, so records fetched ahead (the consumer's prefetch) cost memory as bytes, not as objects for
+the garbage collector to walk, and ``consume_arrow()`` can still decode the batches column-wise. Everything that needs a partition's buffered
 records (unassign, pause, position) looks at each chunk's head only.
 """
 
@@ -18,7 +18,7 @@ from oncelog.protocol.records import CorruptRecordError
 
 from ..errors import KafkaError
 from ..message import Message
-from .fetcher import FetchedBatches, decode_batch
+from .fetcher import FetchedBatch, FetchedBatches, decode_batch
 
 TopicPartition = tuple[str, int]
 
@@ -26,10 +26,10 @@ __all__ = ["Chunk", "MessageBuffer"]
 
 
 class Chunk:
-    """One partition's records from one fetch: the batches not decoded yet, and the records decoded and not
-    handed out yet (``ready`` from index ``at``)."""
+    """One partition's records from one fetch: batches, the first of them maybe handed out in part already (its
+    next record starts at byte ``pos`` of its section, the ``index``-th)."""
 
-    __slots__ = ("at", "batches", "fetch_offset", "nbytes", "partition", "ready", "resume_at", "topic", "tp")
+    __slots__ = ("batches", "fetch_offset", "index", "nbytes", "partition", "pos", "resume_at", "topic", "tp")
 
     def __init__(self, fetched: FetchedBatches) -> None:
         self.topic = fetched.topic
@@ -38,79 +38,56 @@ class Chunk:
         self.fetch_offset = fetched.fetch_offset
         self.batches = collections.deque(fetched.batches)
         self.nbytes = sum(len(b.records) for b in fetched.batches)
-        self.ready: list[Message] = []
-        self.at = 0
-        #: where to fetch again to get this chunk's records not handed out yet (pause): the offset after the last
-        #: record handed out, or where the fetch started
+        self.pos = self.index = 0
+        #: where to fetch again to get the records not handed out yet (pause): the offset after the last record
+        #: handed out, or where the fetch started
         self.resume_at = fetched.fetch_offset
 
-    def _decode_next(self) -> bool:
-        """Decode the next batch into ``ready``; False when there is none. Raises KafkaError CORRUPT_MESSAGE."""
-        if not self.batches:
-            return False
-        b = self.batches[0]
-        out: list[Message] = []
-        try:
-            decode_batch(b, self.topic, self.partition, self.fetch_offset, out)
-        except CorruptRecordError as e:
-            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{self.topic}[{self.partition}] at {b.base_offset}: {e}",
-                             retriable=False) from None
-        self.batches.popleft()
-        self.ready, self.at = out, 0
-        return True
+    def _error(self, b: FetchedBatch, e: CorruptRecordError) -> KafkaError:
+        return KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{self.topic}[{self.partition}] at {b.base_offset}: {e}",
+                          retriable=False)
 
     def first_offset(self) -> int | None:
-        """The offset of the next record to hand out (decoding its batch if needed); None when none is left."""
-        while self.at == len(self.ready):
-            if not self._decode_next():
-                return None
-        return self.ready[self.at]._offset
+        """The offset of the next record to hand out (decoded to see, not handed out); None when none is left."""
+        pos, index = self.pos, self.index
+        for b in self.batches:
+            while index < b.records_count:
+                seen: list[Message] = []
+                try:
+                    pos, index = decode_batch(b, self.topic, self.partition, self.fetch_offset, seen, pos, index, 1)
+                except CorruptRecordError as e:
+                    raise self._error(b, e) from None
+                if seen:
+                    return seen[0]._offset
+            pos = index = 0
+        return None
 
     def take(self, need: int, out: list[Message]) -> int:
-        """Move up to ``need`` records to ``out``; returns how many."""
-        got = 0
-        while got < need:
-            ready, at = self.ready, self.at
-            left = len(ready) - at
-            if not left:
-                if not self.batches:
-                    break
-                b = self.batches[0]
-                if b.records_count <= need - got and b.base_offset >= self.fetch_offset:
-                    # the whole batch goes out: decode it straight into ``out``
-                    n = len(out)
-                    try:
-                        decode_batch(b, self.topic, self.partition, self.fetch_offset, out)
-                    except CorruptRecordError as e:
-                        del out[n:]
-                        raise KafkaError(ErrorCode.CORRUPT_MESSAGE,
-                                         f"{self.topic}[{self.partition}] at {b.base_offset}: {e}",
-                                         retriable=False) from None
-                    self.batches.popleft()
-                    got += len(out) - n
-                    continue
-                self._decode_next()
-                continue
-            k = min(left, need - got)
-            out += ready[at:at + k] if k < len(ready) else ready
-            self.at = at + k
-            got += k
+        """Decode up to ``need`` records into ``out``; returns how many."""
+        n0 = len(out)
+        batches = self.batches
+        while batches and len(out) - n0 < need:
+            b = batches[0]
+            n = len(out)
+            try:
+                self.pos, self.index = decode_batch(b, self.topic, self.partition, self.fetch_offset, out, self.pos,
+                                                    self.index, need - (len(out) - n0))
+            except CorruptRecordError as e:
+                del out[n:]  # handed out from here on once the application has moved past the batch (seek)
+                raise self._error(b, e) from None
+            if self.index >= b.records_count:
+                batches.popleft()
+                self.pos = self.index = 0
+        got = len(out) - n0
         if got:
             self.resume_at = out[-1]._offset + 1
         return got
 
-    def take_rest(self) -> tuple[list[Message], FetchedBatches | None]:
-        """Everything left: the decoded records, and the batches not decoded yet (None when none)."""
-        ready = self.ready[self.at:] if self.at else self.ready
-        self.ready, self.at = [], 0
-        rest = FetchedBatches(self.topic, self.partition, self.fetch_offset, list(self.batches)) \
-            if self.batches else None
+    def take_rest(self) -> FetchedBatches:
+        """What is left, as batches (from :attr:`resume_at` on: the records before it were handed out)."""
+        rest = FetchedBatches(self.topic, self.partition, self.resume_at, list(self.batches))
         self.batches.clear()
-        return ready, rest
-
-    def __bool__(self) -> bool:
-        """Whether records may be left (a batch not decoded yet may still hold none at or after the position)."""
-        return self.at < len(self.ready) or bool(self.batches)
+        return rest
 
 
 class MessageBuffer:
@@ -136,11 +113,11 @@ class MessageBuffer:
     def _pop(self) -> None:
         self.nbytes -= self._chunks.popleft().nbytes
 
-    def take(self, max_messages: int, assigned: Container[TopicPartition], paused: Container[TopicPartition],
-             stored: dict[TopicPartition, int] | None) -> list[Message]:
-        """Up to ``max_messages`` messages from the front; those of partitions not assigned or paused are dropped.
-        ``stored``: set to the next offset of each partition returned (enable.auto.offset.store)."""
-        out: list[Message] = []
+    def take(self, out: list[Message], max_messages: int, assigned: Container[TopicPartition],
+             paused: Container[TopicPartition], stored: dict[TopicPartition, int] | None) -> None:
+        """Move up to ``max_messages`` messages from the front to ``out``; those of partitions not assigned or
+        paused are dropped. ``stored``: set to the next offset of each partition returned
+        (enable.auto.offset.store)."""
         need = max_messages
         chunks = self._chunks
         while chunks and need > 0:
@@ -150,19 +127,18 @@ class MessageBuffer:
                 self._pop()
                 continue
             got = chunk.take(need, out)
-            if not chunk:
+            if not chunk.batches:
                 self._pop()
             if got:
                 need -= got
                 if stored is not None:
                     stored[tp] = chunk.resume_at
-        return out
 
     def take_all(self, assigned: Container[TopicPartition], paused: Container[TopicPartition]
-                 ) -> list[tuple[TopicPartition, list[Message], FetchedBatches | None]]:
-        """Every chunk of the partitions assigned and not paused: its partition and what :meth:`Chunk.take_rest`
-        gives; the others are dropped. The buffer is empty afterwards."""
-        out = [(c.tp, *c.take_rest()) for c in self._chunks if c.tp in assigned and c.tp not in paused]
+                 ) -> list[FetchedBatches]:
+        """What every chunk of the partitions assigned and not paused has left (:meth:`Chunk.take_rest`); the
+        others are dropped. The buffer is empty afterwards."""
+        out = [c.take_rest() for c in self._chunks if c.tp in assigned and c.tp not in paused]
         self.clear()
         return out
 

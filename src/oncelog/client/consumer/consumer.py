@@ -4,15 +4,9 @@ commit, pause/resume, seek. Names, arguments and results follow confluent-kafka:
 are ``(topic, partition)`` tuples.
 
 Membership and offsets live in :mod:`.group` (driver), :mod:`.membership` (state machine) and :mod:`.offsets`;
-this module holds the message buffer (:mod:`.buffer`), the fetch in flight, what the application consumed (the
-offsets ``commit()`` commits: the last record ``poll()`` returned + 1), and the public surface.
-
-Prefetch (librdkafka's): each poll sends the next fetch before it decodes what it hands out, and a fetch that
-brought records sends the next one, until the records buffered reach ``queued.max.messages.kbytes``: the broker
-reads and sends while the consumer decodes and the application works. There is at most one fetch in flight; a
-poll finding the buffer empty waits for it (up to its timeout: a fetch outlives a poll that stops waiting). What
-a fetch brings for partitions revoked, sought or paused meanwhile is dropped by the fetcher, so rebalances never
-wait for a fetch.
+the fetches run ahead of the application in :mod:`.prefetch` into the message buffer (:mod:`.buffer`); this
+module holds what the application consumed (the offsets ``commit()`` commits: the last record ``poll()`` returned
++ 1), and the public surface.
 """
 
 from __future__ import annotations
@@ -38,6 +32,7 @@ from ..topic_partition import TopicPartition as TP
 from .buffer import MessageBuffer
 from .fetcher import Fetcher, TopicPartition
 from .group import ConsumerCoordinator, RebalanceHooks
+from .prefetch import Prefetcher
 from .subscription import SubscriptionMode, SubscriptionState
 
 __all__ = ["OFFSET_BEGINNING", "OFFSET_END", "OFFSET_INVALID", "OFFSET_STORED", "Assignment", "AsyncConsumer",
@@ -51,6 +46,8 @@ Assignment = TP | tuple[str, int] | tuple[str, int, int | None]
 RebalanceCallback = Callable[[Any, list[TP]], Any]
 _split = split
 _offsets_arg = to_offsets
+#: records decoded between two chances for the fetch in flight to send the next request
+_DECODE_STEP = 2048
 
 
 class AsyncConsumer:
@@ -73,9 +70,8 @@ class AsyncConsumer:
         self._commit_tasks: set[asyncio.Task[None]] = set()
         self._callbacks: dict[str, RebalanceCallback | None] = {"assign": None, "revoke": None, "lost": None}
         self._in_callback = False
-        self._fetching: asyncio.Task[None] | None = None  # the fetch in flight (at most one)
-        self._fetch_error: BaseException | None = None  # what it raised, for the next poll to raise
-        self._max_buffered = c.queued_max_messages_kbytes * 1024
+        self._prefetcher = Prefetcher(self.fetcher, self._buffer, c.queued_max_messages_kbytes * 1024,
+                                      c.fetch_max_wait_ms, self._may_fetch)
         self._started = False
         self._closed = False
 
@@ -317,33 +313,9 @@ class AsyncConsumer:
             self._maybe_auto_commit()
         await self._resolve_committed()
 
-    def _start_fetch(self, max_wait_ms: int) -> asyncio.Task[None]:
-        task = self._fetching
-        if task is None:
-            task = self._fetching = asyncio.get_running_loop().create_task(self._fetch(max_wait_ms))
-        return task
-
-    async def _fetch(self, max_wait_ms: int) -> None:
-        before = self._buffer.nbytes
-        try:
-            await self.fetcher.fetch(max_wait_ms, self._buffer.add)
-        except Exception as e:  # raised by the next poll (the one waiting for it, or a later one)
-            self._fetch_error = e
-        finally:
-            self._fetching = None
-        if self._buffer.nbytes > before:  # records keep coming: fetch on while the application works
-            self._prefetch()
-
-    def _prefetch(self) -> None:
-        """Send the next fetch now, unless one is in flight, the buffer holds ``queued.max.messages.kbytes`` of
-        records, or a rebalance is under way."""
-        if self._fetching is not None or self._closed or self._buffer.nbytes >= self._max_buffered \
-                or self._fetch_error is not None or not self.fetcher.fetchable():
-            return
+    def _may_fetch(self) -> bool:
         co = self.coordinator
-        if co is not None and co.joining:
-            return
-        self._start_fetch(self.config.fetch_max_wait_ms)
+        return not self._closed and (co is None or not co.joining)
 
     async def _fill(self, deadline: float) -> None:
         """Until the buffer holds records or ``deadline`` passes: keep the group membership, and wait for the fetch
@@ -353,24 +325,29 @@ class AsyncConsumer:
             await self._before_fetch(deadline)
             if self._buffer:
                 return
-            err, self._fetch_error = self._fetch_error, None
-            if err is not None:  # after the records fetched before it
-                raise err
+            self._prefetcher.raise_error()  # after the records fetched before it
             left_ms = int((deadline - time.monotonic()) * 1000)
             if left_ms <= 0:
                 return
             if co is not None and co.joining and not self.subscription.assigned:
                 continue  # ensure_active waits for the join
-            task = self._start_fetch(min(left_ms, self.config.fetch_max_wait_ms))
-            await asyncio.wait([task], timeout=left_ms / 1000)  # never cancels the fetch
+            await self._prefetcher.wait(left_ms)
 
     async def _fetch_round(self, deadline: float, max_messages: int) -> list[Message]:
         await self.start()
         stored = self._stored if self.config.enable_auto_offset_store else None
+        buffer, subscription = self._buffer, self.subscription
         while True:
             await self._fill(deadline)
-            self._prefetch()  # before decoding: the broker works on the next fetch meanwhile
-            out = self._buffer.take(max_messages, self.subscription.assigned, self.subscription.paused, stored)
+            await self._prefetcher.prefetch()  # before decoding: the broker works on the next fetch meanwhile
+            out: list[Message] = []
+            while True:  # a step at a time: a fetch in flight writes its next request as soon as it is answered
+                buffer.take(out, min(max_messages - len(out), _DECODE_STEP), subscription.assigned,
+                            subscription.paused, stored)
+                if len(out) >= max_messages or not buffer:
+                    break
+                if self._prefetcher.task is not None:
+                    await asyncio.sleep(0)
             if out or time.monotonic() >= deadline:
                 return out
 
@@ -389,21 +366,21 @@ class AsyncConsumer:
         partition, offset, timestamp, timestamp_type, key, value, headers), decoded column-wise; waits for a
         fetch when none are, [] after ``timeout``. Honours the isolation level, assignment, pause, offset store
         and prefetch as :meth:`consume` does (see :mod:`.arrow_batches`; needs numpy and pyarrow)."""
-        from .arrow_batches import from_messages, to_record_batch
+        from .arrow_batches import to_record_batch
 
         deadline = time.monotonic() + timeout
         await self.start()
         store = self.config.enable_auto_offset_store
         while True:
             await self._fill(deadline)
-            self._prefetch()
+            await self._prefetcher.prefetch()
             out: list[Any] = []
-            for tp, msgs, rest in self._buffer.take_all(self.subscription.assigned, self.subscription.paused):
-                for rb in ([from_messages(msgs)] if msgs else []) + ([to_record_batch(rest)] if rest else []):
-                    if rb is not None and rb.num_rows:
-                        out.append(rb)
-                        if store:  # as poll() stores after each record
-                            self._stored[tp] = int(rb.column(2)[rb.num_rows - 1].as_py()) + 1
+            for rest in self._buffer.take_all(self.subscription.assigned, self.subscription.paused):
+                rb = to_record_batch(rest)
+                if rb is not None:
+                    out.append(rb)
+                    if store:  # as poll() stores after each record
+                        self._stored[(rest.topic, rest.partition)] = int(rb.column(2)[rb.num_rows - 1].as_py()) + 1
             if out or time.monotonic() >= deadline:
                 return out
 
@@ -518,10 +495,7 @@ class AsyncConsumer:
         session.timeout.ms for it), then close the connections."""
         if self._closed:
             return
-        task = self._fetching
-        if task is not None:  # records it would bring are not wanted any more
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await self._prefetcher.close()
         try:
             co = self.coordinator
             if co is not None and self._started:

@@ -140,17 +140,21 @@ def accepted_batches(records: Any, offset: int, batch_filter: BatchFilter, check
     return out, next_offset
 
 
-def decode_batch(b: FetchedBatch, topic: str, partition: int, from_offset: int, out: list[Message]) -> None:
-    """Append the records of ``b`` at or after ``from_offset`` to ``out`` as Messages. Raises
-    CorruptRecordError."""
+def decode_batch(b: FetchedBatch, topic: str, partition: int, from_offset: int, out: list[Message],
+                 pos: int = 0, index: int = 0, limit: int | None = None) -> tuple[int, int]:
+    """Append the records of ``b`` at or after ``from_offset`` to ``out`` as Messages: from its record at byte
+    ``pos`` of the section (the ``index``-th) on, at most ``limit`` of them (those before ``from_offset``
+    counted); returns where the next one starts (byte, index; the index is ``b.records_count`` at the end).
+    Raises CorruptRecordError."""
+    log_append = b.max_timestamp if b.log_append_time else None
     if b.base_offset >= from_offset:
-        decode_records_into(b.records, b.records_count, b.base_offset, b.base_timestamp,
-                            b.max_timestamp if b.log_append_time else None, Message, topic, partition, out)
-        return
+        return decode_records_into(b.records, b.records_count, b.base_offset, b.base_timestamp, log_append,
+                                   Message, topic, partition, out, pos, index, limit)
     part: list[Message] = []  # the position is inside this batch (e.g. a compressed one): drop the head
-    decode_records_into(b.records, b.records_count, b.base_offset, b.base_timestamp,
-                        b.max_timestamp if b.log_append_time else None, Message, topic, partition, part)
+    at = decode_records_into(b.records, b.records_count, b.base_offset, b.base_timestamp, log_append, Message,
+                             topic, partition, part, pos, index, limit)
     out += [m for m in part if m._offset >= from_offset]
+    return at
 
 
 def decode_fetched(topic: str, partition: int, records: Any, fetch_offset: int, batch_filter: BatchFilter,
@@ -263,8 +267,15 @@ class Fetcher:
                 by_node[self.cluster.leader_for(*tp)].append(tp)
             except KafkaError:
                 await self.cluster.refresh()
-        results = await asyncio.gather(*(self._fetch_node(n, tps, max_wait_ms, deliver)
-                                         for n, tps in by_node.items()), return_exceptions=True)
+        results: list[BaseException | None] = [None]
+        if len(by_node) == 1:  # one leader (one broker): the request is written before this first awaits
+            try:
+                await self._fetch_node(*next(iter(by_node.items())), max_wait_ms, deliver)
+            except Exception as e:
+                results = [e]
+        else:
+            results = await asyncio.gather(*(self._fetch_node(n, tps, max_wait_ms, deliver)
+                                             for n, tps in by_node.items()), return_exceptions=True)
         for r in results:
             if isinstance(r, KafkaError) and r.retriable():
                 log.debug("fetch failed: %s", r)
