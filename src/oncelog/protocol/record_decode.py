@@ -231,13 +231,20 @@ def decode_records_into(
             if n - end == (count - i) * size:  # the records left are all of this size: likely one layout
                 window = _MAX_WINDOW
             k_max = min(stop - i, (n - end) // size, window)
-            k = _run_length(data, end, k_max, layout)
+            k = _run_length(data, end, k_max, layout, offsets=False)
+            first_delta: int | None = None
+            if k >= _MIN_RUN:  # offset deltas: consecutive (compared with their encoding), else of one width
+                od_w = kl_at - od_at
+                first_delta = slow(data, od_at + size)[0]
+                if not _consecutive(data, od_at + size, od_w, size, k, first_delta):
+                    first_delta = None
+                    k = _varint_ok(data, od_at + size, od_w, size, k)
             if k < _MIN_RUN:
                 next_try = i + _RETRY_AFTER
                 window = _FIRST_WINDOW
                 continue
             _emit_run(data, end, k, layout, make, topic, partition, base_offset,
-                      base_ts if log_append_ts is None else None, log_append_ts, out)
+                      base_ts if log_append_ts is None else None, log_append_ts, first_delta, out)
             p = end + k * size
             i += k
             if k == k_max:
@@ -282,11 +289,12 @@ def _varint_ok(data: bytes, at: int, width: int, size: int, k: int) -> int:
     return good
 
 
-def _run_length(data: bytes, at: int, k_max: int, lay: _Layout) -> int:
+def _run_length(data: bytes, at: int, k_max: int, lay: _Layout, offsets: bool = True) -> int:
     """How many records from byte ``at`` on (at most ``k_max``, each ``lay.size`` bytes) have exactly the layout
     ``lay``: the same bytes for the length prefix, key size, value size and header count (0), and timestamp /
-    offset delta varints of the same widths. Such records decode like the one ``lay`` was read from, field for
-    field; only their delta values, key and value bytes differ."""
+    offset delta varints of the same widths (``offsets=False``: the offset deltas' widths are the caller's to
+    check). Such records decode like the one ``lay`` was read from, field for field; only their delta values, key
+    and value bytes differ."""
     size = lay.size  # the template record is at lay.start, the run starts right after it (at = start + size)
     stop = at + k_max * size
     good = k_max
@@ -298,7 +306,7 @@ def _run_length(data: bytes, at: int, k_max: int, lay: _Layout) -> int:
         if good < _MIN_RUN:
             return good
     good = _varint_ok(data, lay.ts_at + size, lay.od_at - lay.ts_at, size, good)
-    if good >= _MIN_RUN:
+    if offsets and good >= _MIN_RUN:
         good = _varint_ok(data, lay.od_at + size, lay.kl_at - lay.od_at, size, good)
     return good
 
@@ -367,15 +375,16 @@ def _blobs(data: bytes, start: int, at: int, length: int, size: int, k: int) -> 
 
 
 def _emit_run(data: bytes, at: int, k: int, lay: _Layout, make: MessageFactory[T], topic: str, partition: int,
-              base_offset: int, base_ts: int | None, log_append_ts: int | None, out: list[T]) -> None:
-    """Decode the ``k`` records of layout ``lay`` from byte ``at`` on, column by column."""
+              base_offset: int, base_ts: int | None, log_append_ts: int | None, first_delta: int | None,
+              out: list[T]) -> None:
+    """Decode the ``k`` records of layout ``lay`` from byte ``at`` on, column by column; ``first_delta``: their
+    offset deltas are ``first_delta``, ``first_delta + 1``... (None: decode them)."""
     shift = at - lay.start
     ts_w = lay.od_at - lay.ts_at
     od_w = lay.kl_at - lay.od_at
     offsets: Iterable[int]
-    d0 = _slow_varint(data, lay.od_at + shift)[0]
-    if _consecutive(data, lay.od_at + shift, od_w, lay.size, k, d0):
-        offsets = range(base_offset + d0, base_offset + d0 + k)
+    if first_delta is not None:
+        offsets = range(base_offset + first_delta, base_offset + first_delta + k)
     else:
         offsets = _deltas(data, lay.od_at + shift, od_w, lay.size, k, base_offset)
     timestamps: Iterable[int]
