@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import struct
+import sys
 from collections.abc import Callable, Iterable
 from itertools import repeat
 from operator import itemgetter
@@ -69,6 +70,7 @@ _MAX_WINDOW = 1 << 16
 _GROWTH = 4
 _RETRY_AFTER = 16  # records decoded one by one after a failed run attempt
 _first = itemgetter(0)
+_LITTLE_ENDIAN = sys.byteorder == "little"
 
 
 def decode_section_into(
@@ -353,6 +355,15 @@ def _deltas(data: bytes, at: int, width: int, size: int, k: int, base: int) -> l
         return [base + z1[b] for b in data[at:stop:size]]
     if width == 2:
         z2 = _Z2
+        if k >= 128:  # the pairs as 16-bit table indexes; a table of the values met (timestamps repeat)
+            pairs = bytearray(2 * k)
+            low, high = (0, 1) if _LITTLE_ENDIAN else (1, 0)
+            pairs[low::2] = data[at:stop:size]
+            pairs[high::2] = data[at + 1 : stop + 1 : size]
+            index = memoryview(pairs).cast("H")
+            met = set(index)
+            if len(met) * 4 <= k:
+                return list(map({i: base + z2[i] for i in met}.__getitem__, index))
         return [base + z2[b | c << 8] for b, c in zip(data[at:stop:size], data[at + 1 : stop + 1 : size],
                                                       strict=True)]
     if width == 3:  # offset deltas from 8192 on (a producer's batch of 10,000 records), or far timestamps

@@ -127,6 +127,18 @@ def test_runs_are_taken(emitted: list[int]) -> None:
     assert sum(emitted) > 2900
 
 
+def test_repeated_two_byte_timestamp_deltas_in_runs(emitted: list[int]) -> None:
+    """Two-byte timestamp deltas that repeat (records of the same millisecond, 64 ms or more after the batch's
+    first) go through a table of the values met; values that do not repeat enough, record by record."""
+    for values in ([100, 100, 101, 101, 8000, -100, -8192], list(range(64, 64 + 600))):
+        emitted.clear()
+        recs = [(0, None, b"x" * 10, [])] + [(values[i % len(values)], None, bytes([i % 256]) * 10, [])
+                                            for i in range(600)]
+        buf = _build(recs, 0, 5, 1 << 40)
+        assert _fast(buf) == _general(buf)
+        assert sum(emitted) > 500
+
+
 def test_three_byte_deltas_in_runs(emitted: list[int]) -> None:
     """A batch of 10,000 records (librdkafka's batch.num.messages) has offset deltas of three varint bytes from
     8192 on, and timestamps far from the base have three-byte deltas of either sign: runs decode them column-wise
