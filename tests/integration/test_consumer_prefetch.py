@@ -5,6 +5,7 @@ connection of its own, so a fetch long-polling the same broker does not hold up 
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -88,3 +89,40 @@ def test_pause_resume_and_seek_while_a_fetch_is_in_flight(bootstrap: str, topic_
         again = _drain(c, 15)
         assert [(m.partition(), m.offset()) for m in again] == [(1, o) for o in range(5, 20)]
         assert c.consume(10, 0.5) == []
+
+
+def test_poll_on_the_callers_thread_while_another_thread_pauses_and_resumes(bootstrap: str,
+                                                                             topic_name: str) -> None:
+    """poll() takes buffered records on the caller's thread; pause/resume from another thread (run on the event
+    loop) meanwhile drop and fetch again partition 0's buffered records: each record still comes once, in order."""
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics(topic_name, 2)
+    n = 3000
+    _produce(bootstrap, topic_name, [(i % 2, f"{i}".encode()) for i in range(n)])
+    got: list[tuple[int, int]] = []
+    with Consumer({"bootstrap.servers": bootstrap, "max.partition.fetch.bytes": 4096}) as c:
+        c.assign([(topic_name, p, 0) for p in range(2)])
+        stop = threading.Event()
+
+        def toggle() -> None:
+            while not stop.is_set():
+                c.pause([(topic_name, 0)])
+                time.sleep(0.002)
+                c.resume([(topic_name, 0)])
+                time.sleep(0.005)
+
+        t = threading.Thread(target=toggle)
+        t.start()
+        try:
+            deadline = time.monotonic() + 30
+            while len(got) < n and time.monotonic() < deadline:
+                m = c.poll(0.2)
+                if m is not None:
+                    got.append((m.partition(), m.offset()))
+        finally:
+            stop.set()
+            t.join()
+            c.resume([(topic_name, 0)])
+        got += [(m.partition(), m.offset()) for m in _drain(c, n - len(got))]
+    for p in range(2):
+        assert [o for q, o in got if q == p] == list(range(n // 2)), f"partition {p}: lost, repeated or reordered"

@@ -11,6 +11,7 @@ records (unassign, pause, position) looks at each chunk's head only.
 from __future__ import annotations
 
 import collections
+import threading
 from collections.abc import Container, Set
 
 from oncelog.protocol.errors import ErrorCode
@@ -91,27 +92,44 @@ class Chunk:
 
 
 class MessageBuffer:
-    """Chunks, each of one partition, in fetch order (a partition's chunks in offset order)."""
+    """Chunks, each of one partition, in fetch order (a partition's chunks in offset order).
+
+    Thread-safe for one writer of new chunks (:meth:`add`, the event loop's fetches: it takes no lock, the chunks
+    wait in ``_arrived`` until a reader moves them in) and readers on any thread (everything else, under one
+    lock): the sync consumer's poll() takes records on the caller's thread while the event loop fetches."""
 
     def __init__(self) -> None:
         self._chunks: collections.deque[Chunk] = collections.deque()
-        #: record bytes held (decompressed), counted per chunk until it is used up (queued.max.messages.kbytes)
-        self.nbytes = 0
+        self._arrived: collections.deque[Chunk] = collections.deque()
+        self._lock = threading.Lock()
+        self._added = 0  # bytes of the chunks added (by add())
+        self._released = 0  # bytes of the chunks used up or dropped (under the lock)
+
+    @property
+    def nbytes(self) -> int:
+        """Record bytes held (decompressed), a chunk's counted until it is used up (queued.max.messages.kbytes)."""
+        return self._added - self._released
 
     def __bool__(self) -> bool:
-        return bool(self._chunks)
+        return bool(self._chunks) or bool(self._arrived)
 
     def add(self, fetched: FetchedBatches) -> None:
         chunk = Chunk(fetched)
-        self._chunks.append(chunk)
-        self.nbytes += chunk.nbytes
+        self._added += chunk.nbytes
+        self._arrived.append(chunk)
+
+    def _settle(self) -> collections.deque[Chunk]:
+        """(Under the lock) the chunks, with those added since moved in."""
+        arrived, chunks = self._arrived, self._chunks
+        while arrived:
+            chunks.append(arrived.popleft())
+        return chunks
 
     def clear(self) -> None:
-        self._chunks.clear()
-        self.nbytes = 0
-
-    def _pop(self) -> None:
-        self.nbytes -= self._chunks.popleft().nbytes
+        with self._lock:
+            chunks = self._settle()
+            self._released += sum(c.nbytes for c in chunks)
+            chunks.clear()
 
     def take(self, out: list[Message], max_messages: int, assigned: Container[TopicPartition],
              paused: Container[TopicPartition], stored: dict[TopicPartition, int] | None) -> None:
@@ -119,50 +137,56 @@ class MessageBuffer:
         paused are dropped. ``stored``: set to the next offset of each partition returned
         (enable.auto.offset.store)."""
         need = max_messages
-        chunks = self._chunks
-        while chunks and need > 0:
-            chunk = chunks[0]
-            tp = chunk.tp
-            if tp not in assigned or tp in paused:
-                self._pop()
-                continue
-            got = chunk.take(need, out)
-            if not chunk.batches:
-                self._pop()
-            if got:
-                need -= got
-                if stored is not None:
-                    stored[tp] = chunk.resume_at
+        with self._lock:
+            chunks = self._settle()
+            while chunks and need > 0:
+                chunk = chunks[0]
+                tp = chunk.tp
+                if tp not in assigned or tp in paused:
+                    self._released += chunks.popleft().nbytes
+                    continue
+                got = chunk.take(need, out)
+                if not chunk.batches:
+                    self._released += chunks.popleft().nbytes
+                if got:
+                    need -= got
+                    if stored is not None:
+                        stored[tp] = chunk.resume_at
 
     def take_all(self, assigned: Container[TopicPartition], paused: Container[TopicPartition]
                  ) -> list[FetchedBatches]:
         """What every chunk of the partitions assigned and not paused has left (:meth:`Chunk.take_rest`); the
         others are dropped. The buffer is empty afterwards."""
-        out = [c.take_rest() for c in self._chunks if c.tp in assigned and c.tp not in paused]
-        self.clear()
+        with self._lock:
+            chunks = self._settle()
+            out = [c.take_rest() for c in chunks if c.tp in assigned and c.tp not in paused]
+            self._released += sum(c.nbytes for c in chunks)
+            chunks.clear()
         return out
 
     def drop(self, tps: Set[TopicPartition]) -> dict[TopicPartition, int]:
         """Forget the records of ``tps``; returns, for each, where to fetch again to get them back."""
         first: dict[TopicPartition, int] = {}
-        if not self._chunks or not tps:
+        if not tps:
             return first
-        keep: collections.deque[Chunk] = collections.deque()
-        for chunk in self._chunks:
-            if chunk.tp in tps:
-                first.setdefault(chunk.tp, chunk.resume_at)
-                self.nbytes -= chunk.nbytes
-            else:
-                keep.append(chunk)
-        self._chunks = keep
+        with self._lock:
+            keep: collections.deque[Chunk] = collections.deque()
+            for chunk in self._settle():
+                if chunk.tp in tps:
+                    first.setdefault(chunk.tp, chunk.resume_at)
+                    self._released += chunk.nbytes
+                else:
+                    keep.append(chunk)
+            self._chunks = keep
         return first
 
     def firsts(self) -> dict[TopicPartition, int]:
         """The offset of the first buffered message of each partition that has one."""
         out: dict[TopicPartition, int] = {}
-        for chunk in self._chunks:
-            if chunk.tp not in out:
-                offset = chunk.first_offset()
-                if offset is not None:
-                    out[chunk.tp] = offset
+        with self._lock:
+            for chunk in self._settle():
+                if chunk.tp not in out:
+                    offset = chunk.first_offset()
+                    if offset is not None:
+                        out[chunk.tp] = offset
         return out

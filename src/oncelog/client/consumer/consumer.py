@@ -351,6 +351,35 @@ class AsyncConsumer:
             if out or time.monotonic() >= deadline:
                 return out
 
+    def take_now(self, max_messages: int, kick: Callable[[], None]) -> list[Message]:
+        """A poll on the caller's thread (the sync :class:`Consumer`): the records buffered, when the poll would
+        have nothing else to do (no group work, auto commit, committed offset or fetch error due); [] when it
+        must run on the event loop. ``kick()`` asks the loop to fetch on (no fetch in flight)."""
+        if not self._started or self._closed or not self._buffer or self.subscription.awaiting_committed:
+            return []
+        now = time.monotonic()
+        c = self.config
+        if c.enable_auto_commit and now >= self._next_auto_commit:
+            return []
+        co = self.coordinator
+        if co is not None:
+            if not co.quiet(now, not self.subscription.auto):
+                return []
+            co.membership.on_poll()
+        out: list[Message] = []
+        stored = self._stored if c.enable_auto_offset_store else None
+        buffer, subscription, prefetcher = self._buffer, self.subscription, self._prefetcher
+        while True:  # a step at a time: the event loop thread gets the GIL to handle a fetch answered meanwhile
+            buffer.take(out, min(max_messages - len(out), _DECODE_STEP), subscription.assigned, subscription.paused,
+                        stored)
+            if len(out) >= max_messages or not buffer:
+                break
+            if prefetcher.task is not None:
+                time.sleep(0)
+        if prefetcher.task is None:
+            kick()
+        return out
+
     async def poll(self, timeout: float = 1.0) -> Message | None:
         """The next message, or None if none arrives within ``timeout`` seconds (group rebalances and the
         rebalance callbacks run inside poll)."""
@@ -512,7 +541,9 @@ class AsyncConsumer:
 
 class Consumer:
     """Blocking facade over :class:`AsyncConsumer`, run on a background event loop thread. Rebalance callbacks
-    run in a worker thread while the consumer waits for them, so they may call this consumer's methods."""
+    run in a worker thread while the consumer waits for them, so they may call this consumer's methods.
+    ``poll()``/``consume()`` take records already fetched on the caller's thread when nothing else is due
+    (:meth:`AsyncConsumer.take_now`), without a trip to the loop thread."""
 
     def __init__(self, conf: Mapping[str, Any]) -> None:
         self._async = AsyncConsumer(conf)
@@ -589,13 +620,22 @@ class Consumer:
         return result
 
     def poll(self, timeout: float = 1.0) -> Message | None:
+        ready = self._async.take_now(1, self._kick)  # buffered records, without a trip to the event loop
+        if ready:
+            return ready[0]
         result: Message | None = self._runner.run(self._async.poll(timeout), timeout + self._timeout)
         return result
 
     def consume(self, num_messages: int = 1, timeout: float = 1.0) -> list[Message]:
+        ready = self._async.take_now(num_messages, self._kick)
+        if ready:
+            return ready
         result: list[Message] = self._runner.run(self._async.consume(num_messages, timeout),
                                                  timeout + self._timeout)
         return result
+
+    def _kick(self) -> None:
+        self._runner.call_soon(self._async._prefetcher.kick)
 
     def consume_arrow(self, timeout: float = 1.0) -> list[Any]:
         """See :meth:`AsyncConsumer.consume_arrow`: a list of pyarrow RecordBatches ([] after ``timeout``)."""

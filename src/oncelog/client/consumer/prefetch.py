@@ -65,6 +65,11 @@ class Prefetcher:
         if self.task is None:
             self.task = asyncio.get_running_loop().create_task(self._run(max_wait_ms))
 
+    def kick(self) -> None:
+        """:meth:`prefetch` without waiting for the request to be written (from a poll on another thread)."""
+        if self.task is None and self._may_fetch_ahead():
+            self._start(self.fetch_max_wait_ms)
+
     async def prefetch(self) -> None:
         """Start fetching unless a fetch is in flight or the buffer is full; a fetch it starts has written its
         request when this returns."""
