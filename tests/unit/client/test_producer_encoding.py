@@ -106,6 +106,18 @@ def test_accumulator_append_value_counts_the_exact_batch_size() -> None:
     assert got == sent
 
 
+def test_a_batch_aborted_while_open_takes_no_more_records() -> None:
+    """abort_all() (abort_transaction(), close()) takes the open batch away: the shortcut that held it appends no
+    record to it any more (it would never be sent)."""
+    acc = RecordAccumulator(batch_size=10_000, linger_ms=1000, compression=0)
+    acc.append(("t", 0), 1, None, b"a", [], None)
+    batch = acc.open_batch(("t", 0))
+    assert batch is not None and acc.append_value(batch, 2, b"b", None) is False
+    assert acc.abort_all() == [batch]
+    assert acc.append_value(batch, 3, b"c", None) is None and acc.open_batch(("t", 0)) is None
+    assert batch.values == [b"a", b"b"]
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_accumulator_counts_the_exact_batch_size(seed: int) -> None:
     rng = random.Random(seed)

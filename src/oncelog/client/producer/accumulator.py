@@ -343,6 +343,8 @@ class RecordAccumulator:
         with self._lock:
             out = [b for q in self._batches.values() for b in q]
             self._batches.clear()
+            for b in out:  # closed to appends, as drained ones (the producer's shortcut may still hold one)
+                b.closed = True
             return out
 
 
