@@ -4,6 +4,7 @@
     protocol, storage  <-  security  <-  broker
     protocol  <-  client   <-  spark
                   client.connection  <-  cluster, broker (the replica fetcher's inter-broker requests)
+                  client.security  <-  broker (its credentials on the inter-broker listener)
 
 ``protocol`` (sans-I/O codecs, record batches) imports nothing of oncelog; ``storage`` only ``protocol``;
 ``coordinator`` (deterministic state machines) only ``storage`` and ``protocol``; ``cluster`` (metadata, replica
@@ -45,7 +46,9 @@ ALLOWED: dict[str, set[str]] = {
     "cluster": {"coordinator", "storage", "protocol", "client.connection"},  # a layer, or one module of a layer
     "client": {"protocol"},
     "spark": {"client"},
-    "broker": {"cluster", "coordinator", "security", "storage", "protocol", "client.connection", "client.errors"},
+    # client.security: the broker's own TLS/SASL credentials on its connections to other brokers
+    "broker": {"cluster", "coordinator", "security", "storage", "protocol", "client.connection", "client.errors",
+               "client.security"},
     "cli": EVERYTHING,
     "testing": EVERYTHING,
     "__main__": EVERYTHING,  # python -m oncelog: the CLI

@@ -31,6 +31,7 @@ from ..topic_partition import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFS
 from ..topic_partition import TopicPartition as TP
 from .buffer import MessageBuffer
 from .fetcher import Fetcher, TopicPartition
+from .consumer_group import HeartbeatCoordinator
 from .group import ConsumerCoordinator, RebalanceHooks
 from .prefetch import Prefetcher
 from .subscription import SubscriptionMode, SubscriptionState
@@ -58,11 +59,11 @@ class AsyncConsumer:
         self.subscription = SubscriptionState()
         self.fetcher = Fetcher(self.cluster, c)
         self.fetcher.paused = self.subscription.paused
-        self.coordinator: ConsumerCoordinator | None = None
+        self.coordinator: ConsumerCoordinator | HeartbeatCoordinator | None = None
         if c.group_id is not None:
-            self.coordinator = ConsumerCoordinator(self.cluster, c, self.subscription,
-                                                   RebalanceHooks(self._revoked, self._lost, self._assigned,
-                                                                  self._before_join))
+            hooks = RebalanceHooks(self._revoked, self._lost, self._assigned, self._before_join)
+            kind = HeartbeatCoordinator if c.group_protocol == "consumer" else ConsumerCoordinator  # KIP-848
+            self.coordinator = kind(self.cluster, c, self.subscription, hooks)
         self._buffer = MessageBuffer()
         self._stored: dict[TopicPartition, int] = {}  # offsets commit() commits (last returned + 1, or stored)
         self._last_committed: dict[TopicPartition, int] = {}
@@ -90,7 +91,7 @@ class AsyncConsumer:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def _group(self, what: str) -> ConsumerCoordinator:
+    def _group(self, what: str) -> ConsumerCoordinator | HeartbeatCoordinator:
         if self.coordinator is None:
             raise ConfigError(f"{what} needs a consumer group: set group.id in the consumer configuration")
         return self.coordinator
@@ -363,9 +364,8 @@ class AsyncConsumer:
             return []
         co = self.coordinator
         if co is not None:
-            if not co.quiet(now, not self.subscription.auto):
+            if not co.quiet_poll(now, not self.subscription.auto):
                 return []
-            co.membership.on_poll()
         out: list[Message] = []
         stored = self._stored if c.enable_auto_offset_store else None
         buffer, subscription, prefetcher = self._buffer, self.subscription, self._prefetcher

@@ -134,17 +134,19 @@ class ConsumerCoordinator:
     def joining(self) -> bool:
         return self._join_task is not None and not self._join_task.done()
 
-    def quiet(self, now: float, manual: bool) -> bool:
-        """Whether a poll would only be recorded (:meth:`ensure_active` has nothing to start, finish, raise or
-        check; ``manual``: an assignment by assign(), only a failure to raise), so that the sync consumer's poll
-        may take buffered records on the caller's thread (it calls ``membership.on_poll()``)."""
+    def quiet_poll(self, now: float, manual: bool) -> bool:
+        """Record a poll that would do nothing else (:meth:`ensure_active` has nothing to start, finish, raise or
+        check; ``manual``: an assignment by assign(), only a failure to raise) and say True, so that the sync
+        consumer's poll may take buffered records on the caller's thread; False (nothing recorded) otherwise."""
         if self._fatal is not None:
             return False
-        if manual:
-            return True
-        heartbeat = self._heartbeat_task
-        return (self._join_task is None and not self.needs_join() and now < self._next_metadata_check
-                and heartbeat is not None and not heartbeat.done())
+        if not manual:
+            heartbeat = self._heartbeat_task
+            if not (self._join_task is None and not self.needs_join() and now < self._next_metadata_check
+                    and heartbeat is not None and not heartbeat.done()):
+                return False
+        self.membership.on_poll()
+        return True
 
     async def ensure_active(self, deadline: float, *, block: bool) -> None:
         """Start (or continue) the join if one is needed; wait for it until ``deadline`` when ``block``.
