@@ -204,8 +204,13 @@ class HeartbeatCoordinator:
                 if self.clock() - self._last_poll > self.config.max_poll_interval_ms / 1000:
                     log.warning("group %r: poll() was not called for max.poll.interval.ms=%d; leaving the group so "
                                 "its partitions go to other members", self.group_id, self.config.max_poll_interval_ms)
+                    had = bool(self.subscription.assigned)
                     await self._send_leave()
-                    m.fence()  # rejoin at the next poll, the partitions lost
+                    m.fence()
+                    m.lost = m.lost or had  # reported lost at the next poll (Kafka's transitionToStale)
+                    stale = self._last_poll  # out of the group until that poll, which rejoins
+                    while self._last_poll == stale and not self._closed:
+                        await asyncio.sleep(0.05)
                     continue
                 delay = m.heartbeat_delay()
                 if delay > 0:
