@@ -126,3 +126,35 @@ def test_poll_on_the_callers_thread_while_another_thread_pauses_and_resumes(boot
         got += [(m.partition(), m.offset()) for m in _drain(c, n - len(got))]
     for p in range(2):
         assert [o for q, o in got if q == p] == list(range(n // 2)), f"partition {p}: lost, repeated or reordered"
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_polls_taking_buffered_records_keep_the_member_in_the_group(bootstrap: str, topic_name: str,
+                                                                    protocol: str) -> None:
+    """A poll() served on the caller's thread from records fetched ahead still counts as a poll (classic and
+    KIP-848 groups): a member doing only such polls for longer than max.poll.interval.ms stays in the group."""
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics(topic_name, 1)
+    n = 1500
+    _produce(bootstrap, topic_name, [(0, f"{i}".encode()) for i in range(n)])
+    events: list[tuple[str, list[Any]]] = []
+    conf = {"bootstrap.servers": bootstrap, "group.id": f"g-{topic_name}", "group.protocol": protocol,
+            "auto.offset.reset": "earliest", "enable.auto.commit": False, "max.poll.interval.ms": 500}
+    with Consumer(conf) as c:
+        c.subscribe([topic_name], on_assign=lambda _c, ps: events.append(("assign", ps)),
+                    on_revoke=lambda _c, ps: events.append(("revoke", ps)),
+                    on_lost=lambda _c, ps: events.append(("lost", ps)))
+        got = _drain(c, 1, 30.0)
+        assert got, "no record within 30 s"
+        time.sleep(0.3)  # the rest of the partition arrives in the buffer (one fetch of ~20 KB)
+        t0 = time.monotonic()
+        while len(got) < n and time.monotonic() - t0 < 30:
+            m = c.poll(0.5)
+            if m is not None:
+                got.append(m)
+            time.sleep(0.002)  # the application works: ~3 s of polls, well over max.poll.interval.ms
+        assert time.monotonic() - t0 > 1.5, "the records were consumed too fast to cover max.poll.interval.ms"
+        assert c.poll(0.5) is None  # on the event loop: a loss would be reported now
+        assert [int(m.value()) for m in got] == list(range(n))
+        assert events == [("assign", [(topic_name, 0)])], "the member left the group or was fenced"
+        c.commit(asynchronous=False)  # still a member: the commit is accepted
