@@ -17,7 +17,8 @@ process with a hard time cap, on a fresh 3-partition topic:
   and is timed until it has received every record.
 
 ``oncelog-columnar`` is oncelog's bulk paths: ``Producer.produce_batch()`` of a ready Arrow binary column of
-65,536 values at a time (no partition: each call goes to the sticky partition, which moves on after it), and
+65,536 values at a time (no partition: the sticky partition, moving on after each full batch of
+message.max.bytes), and
 ``Consumer.consume_arrow()`` (Arrow record batches). The table gives each client's ratio to confluent-kafka
 (librdkafka, per record) in the same run when confluent is among the clients.
 

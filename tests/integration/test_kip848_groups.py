@@ -315,6 +315,26 @@ def test_static_member_returns_to_its_partitions_without_a_rebalance(kbroker: Br
     b.c.close()
 
 
+def test_a_member_that_stops_polling_leaves_and_rejoins_at_its_next_poll(kbroker: BrokerProcess) -> None:
+    """max.poll.interval.ms without poll(): the member leaves the group and stays out (Kafka's stale member) until
+    the application polls again; that poll reports the partitions lost and rejoins."""
+    bs = kbroker.bootstrap
+    topic = f"kip848-{uuid.uuid4().hex[:8]}"
+    group = f"g-{topic}"
+    make_topic(bs, topic, 2)
+    m = Member(consumer(bs, group, "oncelog", **{"max.poll.interval.ms": 1000}), "m", [])
+    m.subscribe([topic])
+    poll_until([m], lambda: len(m.assigned) == 2)
+    time.sleep(2.5)  # the application works for longer than max.poll.interval.ms
+    assert describe(bs, group).members == [], "the member did not leave, or rejoined without a poll"
+    t0 = time.monotonic()
+    poll_until([m], lambda: len(m.assigned) == 2, timeout=15)
+    assert time.monotonic() - t0 < 10
+    assert [kind for kind, _ in m.events] == ["assign", "lost", "assign"]
+    assert m.events[1][1] == {(topic, 0), (topic, 1)}
+    m.c.close()
+
+
 def test_admin_lists_and_describes_consumer_groups(kbroker: BrokerProcess) -> None:
     bs = kbroker.bootstrap
     topic = f"kip848-{uuid.uuid4().hex[:8]}"

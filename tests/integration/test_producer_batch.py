@@ -4,6 +4,7 @@ the records produced one by one, and sent with the same idempotent/transactional
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from typing import Any
@@ -181,6 +182,27 @@ def test_keyed_produce_batch_partitions_as_produce_does(bootstrap: str, topic_na
             assert where[v][0] == per_record[v] == partition_for_key(k, 5), (k, v)
     assert len({where[v][0] for k, v in zip(keys, values, strict=True) if k is None}) == 1
     for part in range(5):  # in order within each partition
+        offsets = [where[v][1] for v in values if where[v][0] == part]
+        assert offsets == sorted(offsets)
+
+
+def test_null_keys_move_to_the_next_sticky_partition_after_a_full_batch(bootstrap: str, topic_name: str) -> None:
+    """Null-keyed records larger together than message.max.bytes fill a batch of the sticky partition, then one
+    of another partition (KIP-480, as produce() does), so a large call spreads over the partitions by whole
+    batches; every partition keeps the records' order."""
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics(topic_name, 3)
+    n = 3000
+    values = [f"{i:05d}".encode() * 20 for i in range(n)]  # 100 B: ~150 records per 20 KB batch
+    with Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "message.max.bytes": 20_000}) as p:
+        assert p.produce_batch(topic_name, pa.array(values, pa.binary())) >= n // 160
+        assert p.flush(T) == 0
+    got = _read_all(bootstrap, topic_name, 3, n)
+    where = {_get(m, "value"): (_get(m, "partition"), _get(m, "offset")) for m in got}
+    parts = [where[v][0] for v in values]
+    runs = [len(list(g)) for _, g in itertools.groupby(parts)]
+    assert len(runs) >= n // 160 - 1 and min(runs[:-1]) >= 100, runs  # whole batches, one after another
+    for part in range(3):
         offsets = [where[v][1] for v in values if where[v][0] == part]
         assert offsets == sorted(offsets)
 

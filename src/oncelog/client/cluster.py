@@ -77,9 +77,18 @@ def parse_bootstrap(servers: str | Iterable[str]) -> list[tuple[str, int]]:
 COORDINATOR_GROUP = 0
 COORDINATOR_TRANSACTION = 1
 COORDINATOR_KIND = {COORDINATOR_GROUP: "group", COORDINATOR_TRANSACTION: "transactional id"}
+#: a connection of its own to a coordinator is kept under this number minus the node id (Kafka's consumer does the
+#: same, ``Integer.MAX_VALUE - coordinator.id()`` in AbstractCoordinator): a fetch long-polling that broker on the
+#: node's connection then never holds up a heartbeat or a commit behind it
+_OWN_COORDINATOR_CONN = 2**31 - 1
 #: errors after which the coordinator should be looked up again (it is loading, moved, or not yet elected)
 COORDINATOR_RETRIABLE = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                    ErrorCode.NOT_COORDINATOR, ErrorCode.BROKER_NOT_AVAILABLE})
+
+
+def _node_of(conn_id: int) -> int:
+    """The broker a connection id (a node id, or a coordinator's own connection) leads to."""
+    return _OWN_COORDINATOR_CONN - conn_id if conn_id > _OWN_COORDINATOR_CONN // 2 else conn_id
 
 
 class Cluster:
@@ -165,7 +174,8 @@ class Cluster:
             if task.done():
                 self._connecting.pop(node_id, None)
 
-    async def _connect_node(self, node_id: int) -> BrokerConnection:
+    async def _connect_node(self, conn_id: int) -> BrokerConnection:
+        node_id = _node_of(conn_id)
         info = self.brokers.get(node_id)
         if info is None:
             await self.refresh()
@@ -174,7 +184,7 @@ class Cluster:
                 raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"node {node_id} is not in the cluster metadata")
         conn = self._new_conn(info.host, info.port, node_id)
         await conn.connect()
-        self._conns[node_id] = conn
+        self._conns[conn_id] = conn
         return conn
 
     async def any_connection(self) -> BrokerConnection:
@@ -239,9 +249,10 @@ class Cluster:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no coordinator returned for {missing!r}")
         return out
 
-    async def coordinator_connection(self, key_type: int, key: str, timeout: float | None = None
-                                     ) -> BrokerConnection:
-        """A connection to the coordinator of one group (key type 0) or transactional id (1).
+    async def coordinator_connection(self, key_type: int, key: str, timeout: float | None = None, *,
+                                     own: bool = False) -> BrokerConnection:
+        """A connection to the coordinator of one group (key type 0) or transactional id (1); ``own``: one kept
+        for the coordinator alone, not the one that fetches from that broker (a consumer's group coordinator).
 
         Retries while the coordinator is loading or not yet available, with backoff, for up to ``timeout``
         seconds (default: the request timeout).
@@ -251,7 +262,7 @@ class Cluster:
         while True:
             try:
                 node = (await self.find_coordinators(key_type, [key]))[key]
-                return await self.connection(node)
+                return await self.connection(_OWN_COORDINATOR_CONN - node if own else node)
             except KafkaError as e:
                 if e.code() not in COORDINATOR_RETRIABLE or time.monotonic() + delay > deadline:
                     raise
@@ -296,8 +307,8 @@ class Cluster:
         self.topics = topics
         self._by_id = {t.topic_id: t.name for t in self.topics.values() if t.topic_id != _ZERO_UUID}
         self.last_refresh = time.monotonic()
-        for node_id in [n for n in self._conns if n not in self.brokers]:
-            conn = self._conns.pop(node_id)
+        for conn_id in [n for n in self._conns if _node_of(n) not in self.brokers]:
+            conn = self._conns.pop(conn_id)
             asyncio.get_running_loop().create_task(conn.close())
 
     @property

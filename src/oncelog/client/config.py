@@ -197,6 +197,8 @@ _CONSUMER: dict[str, tuple[str, Callable[[str, Any], Any], Any]] = {
     "fetch.max.wait.ms": ("fetch_max_wait_ms", _int(0), 500),
     "fetch.wait.max.ms": ("fetch_max_wait_ms", _int(0), 500),
     "check.crcs": ("check_crcs", _bool, True),
+    #: librdkafka's bound on records fetched ahead of the application (prefetch), in KiB
+    "queued.max.messages.kbytes": ("queued_max_messages_kbytes", _int(1, 2097151), 65536),
     #: unset: true when group.id is set (Kafka's default), false otherwise
     "enable.auto.commit": ("enable_auto_commit", _opt_bool, None),
     "auto.commit.interval.ms": ("auto_commit_interval_ms", _int(0), 5000),
@@ -304,6 +306,7 @@ class ConsumerConfig(AdminConfig):
     auto_commit_interval_ms: int = 5000
     enable_auto_offset_store: bool = True
     enable_partition_eof: bool = False
+    queued_max_messages_kbytes: int = 65536
     group_protocol: str = "classic"  # "consumer": KIP-848, the broker assigns
     group_remote_assignor: str | None = None
 

@@ -70,6 +70,9 @@ _API_VERSIONS_KEY = 18
 _SOFTWARE_NAME = "oncelog-python"
 _SOFTWARE_VERSION = "0.1.0"
 _MAX_FRAME = 512 * 1024 * 1024
+#: bytes read from the socket ahead of the frame decoder (asyncio's default, 64 KiB, pauses the socket at 128 KiB:
+#: a fetch response of a few MiB would then take dozens of event loop turns to arrive while the consumer decodes)
+_READ_LIMIT = 4 * 1024 * 1024
 
 
 def _client_range(api_key: int) -> tuple[int, int] | None:
@@ -152,7 +155,7 @@ class BrokerConnection:
             tls = {"ssl": sec.ssl_context, "server_hostname": self.host if sec.check_hostname else None}
         try:
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port, **tls), self.connect_timeout
+                asyncio.open_connection(self.host, self.port, limit=_READ_LIMIT, **tls), self.connect_timeout
             )
         except TimeoutError:
             raise KafkaConnectionError(
@@ -316,7 +319,7 @@ class BrokerConnection:
         reader = self._reader
         try:
             while True:
-                chunk = await reader.read(256 * 1024)
+                chunk = await reader.read(_READ_LIMIT)
                 if not chunk:
                     self._fail(KafkaConnectionError(f"{self.address} closed the connection"))
                     return

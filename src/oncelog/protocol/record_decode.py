@@ -22,8 +22,12 @@ length and key size only, and skips whole runs of records of the same layout at 
 
 from __future__ import annotations
 
+import functools
+import struct
+import sys
 from collections.abc import Callable, Iterable
 from itertools import repeat
+from operator import itemgetter
 from typing import Any, NamedTuple, TypeVar
 
 from . import compression as _compression
@@ -38,7 +42,8 @@ from .records import (
     compute_crc,
 )
 
-__all__ = ["MessageFactory", "decode_batch_into", "decode_section_into", "keyless_records", "keyless_records_in"]
+__all__ = ["MessageFactory", "decode_batch_into", "decode_records_into", "decode_section_into", "keyless_records",
+           "keyless_records_in"]
 
 T = TypeVar("T")
 #: ``make(topic, partition, offset, key, value, headers, timestamp)``
@@ -60,9 +65,12 @@ _IS_CONT = bytes(0 if b < 0x80 else 1 for b in range(256))
 #: the headers of a record without headers (shared, immutable)
 _NO_HEADERS: tuple[()] = ()
 _MIN_RUN = 8  # shorter runs are decoded record by record
-_FIRST_WINDOW = 64  # records a run attempt looks at first; doubles while runs fill it
+_FIRST_WINDOW = 64  # records a run attempt looks at first; grows 4 times while runs fill it
 _MAX_WINDOW = 1 << 16
+_GROWTH = 4
 _RETRY_AFTER = 16  # records decoded one by one after a failed run attempt
+_first = itemgetter(0)
+_LITTLE_ENDIAN = sys.byteorder == "little"
 
 
 def decode_section_into(
@@ -75,28 +83,48 @@ def decode_section_into(
 ) -> None:
     """Append to ``out`` one ``make(...)`` per record of the uncompressed records section ``data`` of the
     batch ``h``: absolute offset, timestamp (maxTimestamp for LOG_APPEND_TIME batches), key, value, headers.
+    See :func:`decode_records_into`."""
+    decode_records_into(data, h.records_count, h.base_offset, h.base_timestamp,
+                        h.max_timestamp if h.attributes & ATTR_TIMESTAMP_TYPE else None, make, topic, partition, out)
+
+
+def decode_records_into(
+    data: bytes,
+    count: int,
+    base_offset: int,
+    base_ts: int,
+    log_append_ts: int | None,
+    make: MessageFactory[T],
+    topic: str,
+    partition: int,
+    out: list[T],
+    pos: int = 0,
+    index: int = 0,
+    limit: int | None = None,
+) -> tuple[int, int]:
+    """:func:`decode_section_into` from the batch header's fields: ``count`` records, ``log_append_ts`` the
+    batch's maxTimestamp when its timestamps are LOG_APPEND_TIME (else None). From the record at byte ``pos`` (the
+    ``index``-th) on, at most ``limit`` records (a batch handed out in parts); returns where the next record
+    starts, (byte, index), the index ``count`` once the section is read to its end.
 
     Records are read one by one; after a record without headers, the records that follow with the very same
     layout (see :func:`_run_length`) are decoded as one run, column by column."""
     n = len(data)
-    count = h.records_count
-    base_offset = h.base_offset
     if count > n // 6:  # every record takes at least 6 bytes after its length prefix
         raise CorruptRecordError(
             f"record batch at base offset {base_offset} declares {count} records in {n} bytes of records"
         )
-    base_ts = h.base_timestamp
-    log_append_ts = h.max_timestamp if h.attributes & ATTR_TIMESTAMP_TYPE else None
     append = out.append
     slow = _slow_varint
     z1 = _Z1
     z2 = _Z2
-    p = 0
-    i = 0
+    p = pos
+    i = index
+    stop = count if limit is None else min(count, index + limit)
     next_try = 0  # record index from which a run is tried again
     window = _FIRST_WINDOW
     try:
-        while i < count:
+        while i < stop:
             start = p
             # length: the record's end
             b = data[p]
@@ -197,31 +225,41 @@ def decode_section_into(
             append(make(topic, partition, base_offset + off_delta, key, value, headers,
                         base_ts + ts_delta if log_append_ts is None else log_append_ts))
             i += 1
-            if i < next_try or headers is not _NO_HEADERS or i == count:
+            if i < next_try or headers is not _NO_HEADERS or i == stop:
                 continue
             size = end - start
             layout = _Layout(size, start, ts_at, od_at, kl_at, vl_at - kl_at - max(klen, 0), klen, vl_at,
                              end - 1 - vl_at - max(vlen, 0), vlen)
-            k_max = min(count - i, (n - end) // size, window)
-            k = _run_length(data, end, k_max, layout)
+            if n - end == (count - i) * size:  # the records left are all of this size: likely one layout
+                window = _MAX_WINDOW
+            k_max = min(stop - i, (n - end) // size, window)
+            k = _run_length(data, end, k_max, layout, offsets=False)
+            first_delta: int | None = None
+            if k >= _MIN_RUN:  # offset deltas: consecutive (compared with their encoding), else of one width
+                od_w = kl_at - od_at
+                first_delta = slow(data, od_at + size)[0]
+                if not _consecutive(data, od_at + size, od_w, size, k, first_delta):
+                    first_delta = None
+                    k = _varint_ok(data, od_at + size, od_w, size, k)
             if k < _MIN_RUN:
                 next_try = i + _RETRY_AFTER
                 window = _FIRST_WINDOW
                 continue
             _emit_run(data, end, k, layout, make, topic, partition, base_offset,
-                      base_ts if log_append_ts is None else None, log_append_ts, out)
+                      base_ts if log_append_ts is None else None, log_append_ts, first_delta, out)
             p = end + k * size
             i += k
             if k == k_max:
-                window = min(window * 2, _MAX_WINDOW)
+                window = min(window * _GROWTH, _MAX_WINDOW)
     except IndexError:
         raise CorruptRecordError(
             f"records section of batch at base offset {base_offset} is truncated at byte {p} of {n}"
         ) from None
-    if p != n:
+    if i == count and p != n:
         raise CorruptRecordError(
             f"batch at base offset {base_offset} has {n - p} bytes left after its {count} declared records"
         )
+    return p, i
 
 
 class _Layout(NamedTuple):
@@ -253,11 +291,12 @@ def _varint_ok(data: bytes, at: int, width: int, size: int, k: int) -> int:
     return good
 
 
-def _run_length(data: bytes, at: int, k_max: int, lay: _Layout) -> int:
+def _run_length(data: bytes, at: int, k_max: int, lay: _Layout, offsets: bool = True) -> int:
     """How many records from byte ``at`` on (at most ``k_max``, each ``lay.size`` bytes) have exactly the layout
     ``lay``: the same bytes for the length prefix, key size, value size and header count (0), and timestamp /
-    offset delta varints of the same widths. Such records decode like the one ``lay`` was read from, field for
-    field; only their delta values, key and value bytes differ."""
+    offset delta varints of the same widths (``offsets=False``: the offset deltas' widths are the caller's to
+    check). Such records decode like the one ``lay`` was read from, field for field; only their delta values, key
+    and value bytes differ."""
     size = lay.size  # the template record is at lay.start, the run starts right after it (at = start + size)
     stop = at + k_max * size
     good = k_max
@@ -269,19 +308,62 @@ def _run_length(data: bytes, at: int, k_max: int, lay: _Layout) -> int:
         if good < _MIN_RUN:
             return good
     good = _varint_ok(data, lay.ts_at + size, lay.od_at - lay.ts_at, size, good)
-    if good >= _MIN_RUN:
+    if offsets and good >= _MIN_RUN:
         good = _varint_ok(data, lay.od_at + size, lay.kl_at - lay.od_at, size, good)
     return good
+
+
+@functools.cache
+def _delta_bytes() -> tuple[bytes, bytes, bytes]:
+    """For the offset deltas d < 8192 (zig-zag 2d): the first byte of their 2- and 3-byte varints, the second
+    byte of their 2-byte varint, the second byte of their 3-byte varint, indexed by d; the first and the last
+    repeat with a period of 8192 in d, and are given twice over so that any 8192 of them are one slice."""
+    first = bytes(((2 * d) & 0x7F) | 0x80 for d in range(8192))
+    second3 = bytes((((2 * d) >> 7) & 0x7F) | 0x80 for d in range(8192))
+    return first * 2, bytes((2 * d) >> 7 for d in range(8192)), second3 * 2
+
+
+def _consecutive(data: bytes, at: int, width: int, size: int, k: int, d0: int) -> bool:
+    """Whether the ``k`` varints of ``width`` bytes at ``at``, ``at + size``, ... are d0, d0 + 1, ..., d0 + k - 1
+    (zig-zag), the offset deltas of a batch no record was removed from: compared byte column by byte column
+    with what those values encode to, without decoding them."""
+    stop = at + k * size
+    if width == 1:
+        return 0 <= d0 and d0 + k <= 64 and data[at:stop:size] == bytes(range(2 * d0, 2 * (d0 + k), 2))
+    if width == 2:
+        first, second2, _ = _delta_bytes()
+        return 64 <= d0 and d0 + k <= 8192 and data[at:stop:size] == first[d0 : d0 + k] \
+            and data[at + 1 : stop + 1 : size] == second2[d0 : d0 + k]
+    if width != 3 or not 8192 <= d0 or d0 + k > 1 << 20 or k > 8192:
+        return False
+    first, _, second3 = _delta_bytes()
+    p = d0 % 8192
+    if data[at:stop:size] != first[p : p + k] or data[at + 1 : stop + 1 : size] != second3[p : p + k]:
+        return False
+    top = d0 >> 13  # the third byte, (2d) >> 14, steps up every 8192 values
+    n = min(k, 8192 - p)
+    return data[at + 2 : stop + 2 : size] == bytes((top,)) * n + bytes((top + 1,)) * (k - n)
 
 
 def _deltas(data: bytes, at: int, width: int, size: int, k: int, base: int) -> list[int]:
     """``base`` + the varint of ``width`` bytes at ``at``, ``at + size``, ... (``k`` of them)."""
     stop = at + k * size
     if width == 1:
+        if k >= 128:  # a table of the 128 values: one C-level lookup per record, shared int objects
+            return list(map([base + z for z in _Z1].__getitem__, data[at:stop:size]))
         z1 = _Z1
         return [base + z1[b] for b in data[at:stop:size]]
     if width == 2:
         z2 = _Z2
+        if k >= 128:  # the pairs as 16-bit table indexes; a table of the values met (timestamps repeat)
+            pairs = bytearray(2 * k)
+            low, high = (0, 1) if _LITTLE_ENDIAN else (1, 0)
+            pairs[low::2] = data[at:stop:size]
+            pairs[high::2] = data[at + 1 : stop + 1 : size]
+            index = memoryview(pairs).cast("H")
+            met = set(index)
+            if len(met) * 4 <= k:
+                return list(map({i: base + z2[i] for i in met}.__getitem__, index))
         return [base + z2[b | c << 8] for b, c in zip(data[at:stop:size], data[at + 1 : stop + 1 : size],
                                                       strict=True)]
     if width == 3:  # offset deltas from 8192 on (a producer's batch of 10,000 records), or far timestamps
@@ -292,21 +374,30 @@ def _deltas(data: bytes, at: int, width: int, size: int, k: int, base: int) -> l
     return [base + slow(data, q)[0] for q in range(at, stop, size)]
 
 
-def _blobs(data: bytes, at: int, length: int, size: int, k: int) -> Iterable[bytes | None]:
+def _blobs(data: bytes, start: int, at: int, length: int, size: int, k: int) -> Iterable[bytes | None]:
+    """The ``length`` bytes at ``at`` of each of the ``k`` records of ``size`` bytes from ``start`` on (-1: None)."""
     if length < 0:
         return repeat(None, k)
     if length == 0:
         return repeat(b"", k)
-    return [data[q : q + length] for q in range(at, at + k * size, size)]
+    pre = at - start  # one struct per record: skip, take, skip (iter_unpack cuts them in C)
+    return map(_first, struct.iter_unpack(f"{pre}x{length}s{size - pre - length}x",
+                                          memoryview(data)[start : start + k * size]))
 
 
 def _emit_run(data: bytes, at: int, k: int, lay: _Layout, make: MessageFactory[T], topic: str, partition: int,
-              base_offset: int, base_ts: int | None, log_append_ts: int | None, out: list[T]) -> None:
-    """Decode the ``k`` records of layout ``lay`` from byte ``at`` on, column by column."""
+              base_offset: int, base_ts: int | None, log_append_ts: int | None, first_delta: int | None,
+              out: list[T]) -> None:
+    """Decode the ``k`` records of layout ``lay`` from byte ``at`` on, column by column; ``first_delta``: their
+    offset deltas are ``first_delta``, ``first_delta + 1``... (None: decode them)."""
     shift = at - lay.start
     ts_w = lay.od_at - lay.ts_at
     od_w = lay.kl_at - lay.od_at
-    offsets = _deltas(data, lay.od_at + shift, od_w, lay.size, k, base_offset)
+    offsets: Iterable[int]
+    if first_delta is not None:
+        offsets = range(base_offset + first_delta, base_offset + first_delta + k)
+    else:
+        offsets = _deltas(data, lay.od_at + shift, od_w, lay.size, k, base_offset)
     timestamps: Iterable[int]
     if base_ts is None:
         if ts_w > 2:  # still decoded: a 10-byte varint may overflow int64, which the record-by-record path rejects
@@ -316,8 +407,9 @@ def _emit_run(data: bytes, at: int, k: int, lay: _Layout, make: MessageFactory[T
         timestamps = _deltas(data, lay.ts_at + shift, ts_w, lay.size, k, base_ts)
     key_at = lay.kl_at + shift + lay.kw
     val_at = lay.vl_at + shift + lay.vw
-    out += map(make, repeat(topic, k), repeat(partition, k), offsets, _blobs(data, key_at, lay.klen, lay.size, k),
-               _blobs(data, val_at, lay.vlen, lay.size, k), repeat(_NO_HEADERS, k), timestamps)
+    out += map(make, repeat(topic, k), repeat(partition, k), offsets,
+               _blobs(data, at, key_at, lay.klen, lay.size, k), _blobs(data, at, val_at, lay.vlen, lay.size, k),
+               repeat(_NO_HEADERS, k), timestamps)
 
 
 def decode_batch_into(

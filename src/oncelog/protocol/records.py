@@ -23,6 +23,7 @@ import crc32c as _crc32c
 
 from oncelog.protocol import compression as _compression
 from oncelog.protocol import varint as _varint
+from oncelog.protocol.record_encode import SMALL_LIMIT, SMALL_VARLONGS, encode_keyless
 from oncelog.protocol.record_batch import (
     ATTR_COMPRESSION_MASK,
     ATTR_CONTROL,
@@ -495,6 +496,13 @@ class RecordBatchBuilder:
         if not self._count and self._delete_horizon is None:
             self._base_ts = timestamps[0]
         base_ts = self._base_ts
+        fast = None if headers else encode_keyless(keys, values, timestamps, base_ts, start)
+        if fast is not None:  # the common records, in C-level loops (same bytes)
+            self._buf += fast
+            self._max_ts = max(self._max_ts, max(timestamps))
+            self._count += n_records
+            self._next_delta = start + n_records
+            return
         max_ts = self._max_ts
         table, lim, enc = _SMALL_VARLONGS, _SMALL_LIMIT, _enc_varlong
         parts: list[bytes] = []
@@ -687,6 +695,5 @@ def parse_control_record(batch: bytes | bytearray | memoryview, pos: int = 0) ->
 _U32 = struct.Struct(">I")
 _NULL_LEN = b"\x01"  # zigzag varint of -1
 _enc_varlong = _varint.encode_varlong
-_SMALL_LIMIT = 1 << 13
 #: zigzag varints of [-_SMALL_LIMIT, _SMALL_LIMIT), indexed by value + _SMALL_LIMIT (RecordBatchBuilder.extend)
-_SMALL_VARLONGS: tuple[bytes, ...] = tuple(_enc_varlong(n) for n in range(-_SMALL_LIMIT, _SMALL_LIMIT))
+_SMALL_VARLONGS, _SMALL_LIMIT = SMALL_VARLONGS, SMALL_LIMIT

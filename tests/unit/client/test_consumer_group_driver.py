@@ -53,7 +53,7 @@ class FakeCluster:
         self.topics: dict[str, Any] = {}
         self.partitions = partitions
 
-    async def coordinator_connection(self, *_: Any) -> FakeCoordinator:
+    async def coordinator_connection(self, *_: Any, **__: Any) -> FakeCoordinator:
         return self.coordinator
 
     async def refresh(self, *_: Any) -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 
 from oncelog.client.consumer import AsyncConsumer
+from oncelog.client.consumer.fetcher import FetchedBatches, ReadUncommittedFilter, accepted_batches
 from oncelog.client.consumer.subscription import SubscriptionMode, SubscriptionState
 from oncelog.client.errors import ConfigError
 from oncelog.client.message import Message
 from oncelog.client.topic_partition import TopicPartition
+from oncelog.protocol.records import RecordBatchBuilder
 
 
 def test_subscribe_names_and_patterns() -> None:
@@ -58,12 +60,21 @@ def _msg(p: int, off: int) -> Message:
     return Message("t", p, off, None, b"x")
 
 
+def _fetched(p: int, base: int, n: int) -> FetchedBatches:
+    """What a fetch of partition ``p`` at ``base`` brings: one batch of ``n`` records."""
+    b = RecordBatchBuilder(base_offset=base)
+    for i in range(n):
+        b.append(1000 + i, None, b"x")
+    batches, _ = accepted_batches(b.build(), base, ReadUncommittedFilter())
+    return FetchedBatches("t", p, base, batches)
+
+
 def test_consumer_positions_stored_offsets_and_pause_rewind() -> None:
     c = AsyncConsumer({"bootstrap.servers": "127.0.0.1:9", "group.id": "g", "enable.auto.commit": False})
     c.assign([("t", 0, 5), ("t", 1, 7)])
     assert c.assignment() == [("t", 0), ("t", 1)]
     c.fetcher.positions[("t", 0)] = 8  # as if offsets 5..7 were fetched
-    c._buffer.extend([[_msg(0, 5), _msg(0, 6), _msg(0, 7)]])  # one fetched list of partition 0
+    c._buffer.add(_fetched(0, 5, 3))  # one fetch of partition 0
     assert c.position("t", 0) == 5 and [(tp.topic, tp.partition, tp.offset) for tp in c.position(
         [("t", 0), ("t", 1), TopicPartition("t", 2)])] == [("t", 0, 5), ("t", 1, 7), ("t", 2, -1001)]
     c.pause([("t", 0)])

@@ -61,6 +61,63 @@ def test_extend_past_the_small_varint_table() -> None:
     assert bulk.build() == one.build()
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_keyless_records_take_the_column_encoder(seed: int) -> None:
+    """Keyless records without headers (the producer's common case) are encoded column-wise
+    (``protocol/record_encode.py``) into the bytes ``append`` writes: value lengths and timestamp deltas (from the
+    batch's first record) around the varint widths and the table's edges (beyond them the loop encodes), offset
+    deltas past 8192."""
+    rng = random.Random(seed)
+    base = rng.randrange(0, 2**41)
+    n = rng.choice([1, 5, 64, 300, 9000])
+    lengths = [0, 5, 63, 64, 100, 8100, 8175, 8176, 9000]
+    wide = rng.random() < 0.3  # some records beyond the table: the whole call goes through the loop
+    records: list[Rec] = [(None, rng.randbytes(rng.choice(lengths if wide else lengths[:7])), [],
+                           base + rng.choice([0, 1, -1, 63, 64, -65, 4095, -4096] + ([9000, -9000] if wide else [])),
+                           None) for _ in range(n)]
+    one = RecordBatchBuilder()
+    for key, value, headers, ts, _ in records:
+        one.append(ts, key, value, headers)
+    bulk = RecordBatchBuilder()
+    split = rng.randrange(n + 1)
+    for part in (records[:split], records[split:]):
+        bulk.extend(*_columns(part))
+    assert bulk.build() == one.build()
+
+
+def test_accumulator_append_value_counts_the_exact_batch_size() -> None:
+    """The producer's shortcut for keyless records (``append_value``) counts sizes as ``append`` does."""
+    rng = random.Random(7)
+    acc = RecordAccumulator(batch_size=50_000, linger_ms=0, compression=0)
+    tp = ("t", 0)
+    sent: list[tuple[bytes, int]] = []
+    for i in range(3000):
+        value, ts = rng.randbytes(rng.choice([0, 1, 63, 64, 100, 300])), 10**12 + rng.choice([0, 63, 64, 9000])
+        batch = acc.open_batch(tp)
+        if batch is None or acc.append_value(batch, ts, value, None) is None:
+            acc.append(tp, ts, None, value, [], None)
+        sent.append((value, ts))
+    got: list[tuple[bytes | None, int]] = []
+    while batches := acc.drain([tp]):
+        (b,) = batches
+        raw = b.build()
+        assert b.size == len(raw)
+        got += [(r.value, r.timestamp) for r in decode_records(raw)]
+    assert got == sent
+
+
+def test_a_batch_aborted_while_open_takes_no_more_records() -> None:
+    """abort_all() (abort_transaction(), close()) takes the open batch away: the shortcut that held it appends no
+    record to it any more (it would never be sent)."""
+    acc = RecordAccumulator(batch_size=10_000, linger_ms=1000, compression=0)
+    acc.append(("t", 0), 1, None, b"a", [], None)
+    batch = acc.open_batch(("t", 0))
+    assert batch is not None and acc.append_value(batch, 2, b"b", None) is False
+    assert acc.abort_all() == [batch]
+    assert acc.append_value(batch, 3, b"c", None) is None and acc.open_batch(("t", 0)) is None
+    assert batch.values == [b"a", b"b"]
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_accumulator_counts_the_exact_batch_size(seed: int) -> None:
     rng = random.Random(seed)

@@ -14,7 +14,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oncelog.protocol.record_decode import _Z1, _Z2, decode_batch_into, decode_section_into, keyless_records_in
+from oncelog.protocol.record_decode import (
+    _Z1,
+    _Z2,
+    decode_batch_into,
+    decode_records_into,
+    decode_section_into,
+    keyless_records_in,
+)
 from oncelog.protocol.records import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER_SIZE,
@@ -25,7 +32,7 @@ from oncelog.protocol.records import (
     set_base_offset,
     set_max_timestamp_log_append,
 )
-from oncelog.protocol.varint import encode_varlong
+from oncelog.protocol.varint import encode_varint, encode_varlong
 
 Row = tuple[str, int, int, bytes | None, bytes | None, list[Any], int]
 
@@ -120,6 +127,18 @@ def test_runs_are_taken(emitted: list[int]) -> None:
     assert sum(emitted) > 2900
 
 
+def test_repeated_two_byte_timestamp_deltas_in_runs(emitted: list[int]) -> None:
+    """Two-byte timestamp deltas that repeat (records of the same millisecond, 64 ms or more after the batch's
+    first) go through a table of the values met; values that do not repeat enough, record by record."""
+    for values in ([100, 100, 101, 101, 8000, -100, -8192], list(range(64, 64 + 600))):
+        emitted.clear()
+        recs = [(0, None, b"x" * 10, [])] + [(values[i % len(values)], None, bytes([i % 256]) * 10, [])
+                                            for i in range(600)]
+        buf = _build(recs, 0, 5, 1 << 40)
+        assert _fast(buf) == _general(buf)
+        assert sum(emitted) > 500
+
+
 def test_three_byte_deltas_in_runs(emitted: list[int]) -> None:
     """A batch of 10,000 records (librdkafka's batch.num.messages) has offset deltas of three varint bytes from
     8192 on, and timestamps far from the base have three-byte deltas of either sign: runs decode them column-wise
@@ -132,6 +151,63 @@ def test_three_byte_deltas_in_runs(emitted: list[int]) -> None:
         assert fast == _general(buf)
         assert [r[2] for r in fast] == list(range(1 << 40, (1 << 40) + 10_000))
         assert sum(emitted) > 9_900
+
+
+def _with_offset_deltas(deltas: list[int], value_len: int) -> bytes:
+    """A batch of records of one layout (no key, ``value_len`` bytes of value) with these offset deltas, as a
+    compacted batch has them (the builder always writes 0, 1, 2...)."""
+    section = bytearray()
+    for i, d in enumerate(deltas):
+        body = b"\x00" + encode_varlong(i % 50) + encode_varint(d) + encode_varint(-1) + encode_varint(value_len) \
+            + bytes([i % 256]) * value_len + encode_varint(0)
+        section += encode_varint(len(body)) + body
+    buf = bytearray(_build([(0, None, b"", [])] * len(deltas), 0, 1000, 1 << 40)[:BATCH_HEADER_SIZE]) + section
+    buf[8:12] = (len(buf) - 12).to_bytes(4, "big")
+    buf[23:27] = deltas[-1].to_bytes(4, "big")  # lastOffsetDelta
+    _fix_crc(buf)
+    return bytes(buf)
+
+
+@st.composite
+def offset_deltas(draw: st.DrawFn) -> list[int]:
+    """Increasing offset deltas around the varint width changes (64, 8192) and the period of the three-byte
+    ones (16384): consecutive from any start, or with gaps."""
+    start = draw(st.sampled_from([0, 1, 40, 63, 64, 100, 8000, 8191, 8192, 9000, 16000, 16383, 16384, 40000]))
+    n = draw(st.integers(8, 700))
+    gaps = draw(st.lists(st.integers(0, n - 1), max_size=3))
+    out, d = [], start
+    for i in range(n):
+        d += 1 + (draw(st.integers(1, 3)) if i in gaps else 0)
+        out.append(d - 1)
+    return out
+
+
+@given(offset_deltas(), st.sampled_from([0, 5, 100]))
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+def test_offset_deltas_with_gaps(deltas: list[int], value_len: int) -> None:
+    """Runs take consecutive offset deltas without decoding them (compared with their encoding): any start, and
+    gaps (compaction) fall back to decoding; both agree with the general decoder."""
+    buf = _with_offset_deltas(deltas, value_len)
+    fast = _fast(buf)
+    assert fast == _general(buf)
+    assert [r[2] for r in fast] == [1000 + d for d in deltas]
+
+
+@given(st.one_of(records, uniform_records()), st.lists(st.integers(1, 70), min_size=1, max_size=8))
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+def test_decoding_in_parts_equals_decoding_whole(recs: Any, parts: list[int]) -> None:
+    """A batch decoded a few records at a time, each call resuming where the last stopped (the consumer hands
+    out exactly what it decodes), gives the records of one call."""
+    buf = _build(recs, 0, 100, 1 << 40)
+    h = parse_batch_header(buf)
+    out: list[Row] = []
+    pos = index = calls = 0
+    while index < h.records_count:
+        pos, index = decode_records_into(buf[BATCH_HEADER_SIZE:], h.records_count, h.base_offset, h.base_timestamp,
+                                         None, _row, "t", 7, out, pos, index, parts[calls % len(parts)])
+        calls += 1
+    assert out == _fast(buf)
+    assert pos == len(buf) - BATCH_HEADER_SIZE
 
 
 @given(st.one_of(records, uniform_records()), st.integers(0, 1 << 45))

@@ -2,13 +2,12 @@
 :mod:`.arrow_decode` (the decoder the Spark source uses), with no Python object per record (records with headers
 aside).
 
-The fetch round is the consumer's own (:meth:`.consumer.AsyncConsumer.consume_arrow`: group membership, auto
-commit, assignment, pause, positions); the fetcher is asked for whole record batches instead of Messages
-(:func:`decode_batches`, its decode step: :func:`.batch_fetch.accepted_batches`, CRC checked, decompressed, and
-with ``isolation.level=read_committed`` the batches of aborted transactions and the control batches dropped by the
-same filter ``poll()`` uses). Records before the fetch position (a batch that starts before it) are cut off
-(:func:`to_record_batch`). Records that ``poll()``/``consume()`` fetched and did not return yet are converted
-record by record (:func:`from_messages`).
+The fetch rounds and the buffer are the consumer's own (:meth:`.consumer.AsyncConsumer.consume_arrow`: group
+membership, auto commit, assignment, pause, positions, prefetch); the buffer holds what the fetcher brought as
+whole record batches (:func:`.fetcher.accepted_batches`: CRC checked, decompressed, and with
+``isolation.level=read_committed`` the batches of aborted transactions and the control batches dropped by the
+same filter ``poll()`` uses), which :func:`to_record_batch` decodes column-wise. Records before the fetch position
+(a batch that starts before it), or already handed out by ``poll()``/``consume()``, are cut off.
 
 Columns (:data:`ARROW_SCHEMA`): topic, partition, offset, timestamp (ms), timestamp_type (1 create time,
 2 log append time: confluent-kafka's TIMESTAMP_CREATE_TIME / TIMESTAMP_LOG_APPEND_TIME), key, value, headers
@@ -20,19 +19,15 @@ is called.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from .arrow_decode import Section, decode_sections
-from .batch_fetch import FetchedBatch, accepted_batches
+from .fetcher import FetchedBatches
 
-if TYPE_CHECKING:
-    from .fetcher import BatchFilter
-
-__all__ = ["ARROW_SCHEMA", "FetchedBatches", "decode_batches", "from_messages", "to_record_batch"]
+__all__ = ["ARROW_SCHEMA", "to_record_batch"]
 
 _HEADERS = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 ARROW_SCHEMA = pa.schema([
@@ -48,16 +43,6 @@ ARROW_SCHEMA = pa.schema([
 _CREATE_TIME, _LOG_APPEND_TIME = 1, 2
 
 
-@dataclass(frozen=True, slots=True)
-class FetchedBatches:
-    """The accepted record batches of one partition from one fetch, and the position the fetch started at."""
-
-    topic: str
-    partition: int
-    fetch_offset: int
-    batches: list[FetchedBatch]
-
-
 def _numeric(values: np.ndarray[Any, Any], dtype: Any, arrow_type: pa.DataType) -> pa.Array:
     """An Arrow array over a numpy array's buffer (``pa.array(ndarray)`` would import pandas on first use)."""
     data = np.ascontiguousarray(values, dtype)
@@ -69,14 +54,6 @@ def _constant_string(value: str, n: int) -> pa.Array:
     b = value.encode()
     offsets = np.arange(n + 1, dtype=np.int32) * len(b)
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b * n)])
-
-
-def decode_batches(topic: str, partition: int, records: Any, fetch_offset: int, batch_filter: BatchFilter,
-                   check_crcs: bool) -> tuple[list[Any], int]:
-    """The fetcher's decode step for the columnar path: accepted batches (one :class:`FetchedBatches`), not
-    records."""
-    batches, nxt = accepted_batches(records, fetch_offset, batch_filter, check_crcs)
-    return ([FetchedBatches(topic, partition, fetch_offset, batches)] if batches else []), nxt
 
 
 def to_record_batch(f: FetchedBatches) -> pa.RecordBatch | None:
@@ -101,25 +78,3 @@ def to_record_batch(f: FetchedBatches) -> pa.RecordBatch | None:
     if n and int(cols.offsets[0]) < f.fetch_offset:
         rb = rb.slice(int(np.searchsorted(cols.offsets, f.fetch_offset)))  # offsets grow: cut the head
     return rb if rb.num_rows else None
-
-
-def _field(m: Any, name: str) -> Any:
-    v = getattr(m, name)
-    return v() if callable(v) else v
-
-
-def from_messages(msgs: list[Any]) -> pa.RecordBatch:
-    """Records already fetched as Messages (by poll()/consume()), as one Arrow batch (per-record, rare)."""
-    ts = [_field(m, "timestamp") for m in msgs]
-    ts_pairs = [t if isinstance(t, tuple) else (_CREATE_TIME, t) for t in ts]
-    headers = [_field(m, "headers") for m in msgs]
-    return pa.RecordBatch.from_pydict({
-        "topic": [_field(m, "topic") for m in msgs],
-        "partition": [_field(m, "partition") for m in msgs],
-        "offset": [_field(m, "offset") for m in msgs],
-        "timestamp": [t for _, t in ts_pairs],
-        "timestamp_type": [k for k, _ in ts_pairs],
-        "key": [_field(m, "key") for m in msgs],
-        "value": [_field(m, "value") for m in msgs],
-        "headers": [[{"key": k, "value": v} for k, v in h] if h else None for h in headers],
-    }, schema=ARROW_SCHEMA)

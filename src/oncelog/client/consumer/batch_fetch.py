@@ -11,45 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import struct
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, Self
 
-from oncelog.protocol import compression as _compression
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchTopic
-from oncelog.protocol.records import (
-    ATTR_TIMESTAMP_TYPE,
-    BATCH_HEADER_SIZE,
-    LOG_OVERHEAD,
-    CorruptRecordError,
-    compute_crc,
-    parse_batch_header,
-)
+from oncelog.protocol.records import CorruptRecordError
 
 from .._sync import LoopThread
 from ..cluster import Cluster
 from ..config import ConsumerConfig, parse_consumer_config
 from ..errors import KafkaError, KafkaTimeoutError
-from .fetcher import make_batch_filter
+from .fetcher import FetchedBatch, accepted_batches, make_batch_filter
 
 __all__ = ["AsyncBatchFetcher", "BatchFetcher", "FetchedBatch", "accepted_batches"]
-
-_I = struct.Struct(">i")
-
-
-@dataclass(frozen=True, slots=True)
-class FetchedBatch:
-    """One data batch: its header fields and its uncompressed records section (record format v2)."""
-
-    base_offset: int
-    last_offset: int
-    base_timestamp: int
-    max_timestamp: int
-    log_append_time: bool
-    records_count: int
-    records: bytes
 
 
 class AsyncBatchFetcher:
@@ -115,34 +90,6 @@ class AsyncBatchFetcher:
                     raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{topic}[{partition}] at {offset}: {e}",
                                      retriable=False) from None
         return [], offset
-
-
-def accepted_batches(records: Any, offset: int, batch_filter: Any, check_crcs: bool = True
-                     ) -> tuple[list[FetchedBatch], int]:
-    """The data batches of a fetched records blob that end at or after ``offset`` and that ``batch_filter``
-    accepts (checked, decompressed), and the next offset to fetch; a batch cut short at the end is left for the
-    next fetch. Raises CorruptRecordError."""
-    out: list[FetchedBatch] = []
-    next_offset = offset
-    if not records:
-        return out, next_offset
-    buf = records if isinstance(records, (bytes, bytearray)) else bytes(records)
-    pos, end = 0, len(buf)
-    while end - pos >= LOG_OVERHEAD + 5:
-        (length,) = _I.unpack_from(buf, pos + 8)
-        if pos + LOG_OVERHEAD + length > end:
-            break  # partial trailing batch: the next fetch starts there
-        h = parse_batch_header(buf, pos)
-        if h.next_offset > offset and batch_filter.accept(h) and h.records_count:
-            if check_crcs and compute_crc(buf, pos, h.size) != h.crc:
-                raise CorruptRecordError(f"record batch at offset {h.base_offset} fails its CRC32C")
-            section = memoryview(buf)[pos + BATCH_HEADER_SIZE:pos + h.size]
-            data = bytes(section) if h.compression == 0 else _compression.decompress(h.compression, section)
-            out.append(FetchedBatch(h.base_offset, h.last_offset, h.base_timestamp, h.max_timestamp,
-                                    bool(h.attributes & ATTR_TIMESTAMP_TYPE), h.records_count, data))
-        next_offset = max(next_offset, h.next_offset)
-        pos += h.size
-    return out, next_offset
 
 
 class BatchFetcher:

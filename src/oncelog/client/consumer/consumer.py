@@ -4,8 +4,9 @@ commit, pause/resume, seek. Names, arguments and results follow confluent-kafka:
 are ``(topic, partition)`` tuples.
 
 Membership and offsets live in :mod:`.group` (driver), :mod:`.membership` (state machine) and :mod:`.offsets`;
-this module holds the message buffer, what the application consumed (the offsets ``commit()`` commits: the last
-record ``poll()`` returned + 1), and the public surface.
+the fetches run ahead of the application in :mod:`.prefetch` into the message buffer (:mod:`.buffer`); this
+module holds what the application consumed (the offsets ``commit()`` commits: the last record ``poll()`` returned
++ 1), and the public surface.
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ from ..message import Message
 from ..metadata import ClusterMetadata, list_topics
 from ..topic_partition import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSET_STORED, split, to_offsets, tp_list
 from ..topic_partition import TopicPartition as TP
-from .buffer import MessageBuffer, decode_chunk
+from .buffer import MessageBuffer
 from .fetcher import Fetcher, TopicPartition
 from .consumer_group import HeartbeatCoordinator
 from .group import ConsumerCoordinator, RebalanceHooks
+from .prefetch import Prefetcher
 from .subscription import SubscriptionMode, SubscriptionState
 
 __all__ = ["OFFSET_BEGINNING", "OFFSET_END", "OFFSET_INVALID", "OFFSET_STORED", "Assignment", "AsyncConsumer",
@@ -45,6 +47,8 @@ Assignment = TP | tuple[str, int] | tuple[str, int, int | None]
 RebalanceCallback = Callable[[Any, list[TP]], Any]
 _split = split
 _offsets_arg = to_offsets
+#: records decoded between two chances for the fetch in flight to send the next request
+_DECODE_STEP = 2048
 
 
 class AsyncConsumer:
@@ -67,8 +71,8 @@ class AsyncConsumer:
         self._commit_tasks: set[asyncio.Task[None]] = set()
         self._callbacks: dict[str, RebalanceCallback | None] = {"assign": None, "revoke": None, "lost": None}
         self._in_callback = False
-        #: held by a fetch round and by the rebalance hooks: the assignment never changes under a fetch
-        self._fetch_lock = asyncio.Lock()
+        self._prefetcher = Prefetcher(self.fetcher, self._buffer, c.queued_max_messages_kbytes * 1024,
+                                      c.fetch_max_wait_ms, self._may_fetch)
         self._started = False
         self._closed = False
 
@@ -147,20 +151,17 @@ class AsyncConsumer:
         await self._auto_commit_sync(list(self.subscription.assigned), "before rejoining the group")
 
     async def _revoked(self, tps: list[TopicPartition]) -> None:
-        async with self._fetch_lock:
-            await self._auto_commit_sync(tps, f"before revoking {tps}")
-            await self._call("revoke", tps)
-            self._remove(tps)
+        await self._auto_commit_sync(tps, f"before revoking {tps}")
+        await self._call("revoke", tps)
+        self._remove(tps)
 
     async def _lost(self, tps: list[TopicPartition]) -> None:
-        async with self._fetch_lock:
-            await self._call("lost", tps)
-            self._remove(tps)
+        await self._call("lost", tps)
+        self._remove(tps)
 
     async def _assigned(self, tps: list[TopicPartition]) -> None:
-        async with self._fetch_lock:
-            self.subscription.assign(tps, await_committed=True)
-            await self._call("assign", tps)
+        self.subscription.assign(tps, await_committed=True)
+        await self._call("assign", tps)
 
     def _remove(self, tps: Iterable[TopicPartition]) -> None:
         gone = set(tps)
@@ -313,23 +314,70 @@ class AsyncConsumer:
             self._maybe_auto_commit()
         await self._resolve_committed()
 
-    async def _fetch_round(self, deadline: float, max_messages: int) -> list[Message]:
-        await self.start()
+    def _may_fetch(self) -> bool:
+        co = self.coordinator
+        return not self._closed and (co is None or not co.joining)
+
+    async def _fill(self, deadline: float) -> None:
+        """Until the buffer holds records or ``deadline`` passes: keep the group membership, and wait for the fetch
+        in flight (or start one). Raises what the last fetch raised."""
         co = self.coordinator
         while True:
             await self._before_fetch(deadline)
             if self._buffer:
-                break
+                return
+            self._prefetcher.raise_error()  # after the records fetched before it
             left_ms = int((deadline - time.monotonic()) * 1000)
             if left_ms <= 0:
-                break
+                return
             if co is not None and co.joining and not self.subscription.assigned:
                 continue  # ensure_active waits for the join
-            async with self._fetch_lock:
-                self._buffer.extend(await self.fetcher.fetch(min(left_ms, self.config.fetch_max_wait_ms),
-                                                             decode_chunk))
+            await self._prefetcher.wait(left_ms)
+
+    async def _fetch_round(self, deadline: float, max_messages: int) -> list[Message]:
+        await self.start()
         stored = self._stored if self.config.enable_auto_offset_store else None
-        out = self._buffer.take(max_messages, self.subscription.assigned, self.subscription.paused, stored)
+        buffer, subscription = self._buffer, self.subscription
+        while True:
+            await self._fill(deadline)
+            await self._prefetcher.prefetch()  # before decoding: the broker works on the next fetch meanwhile
+            out: list[Message] = []
+            while True:  # a step at a time: a fetch in flight writes its next request as soon as it is answered
+                buffer.take(out, min(max_messages - len(out), _DECODE_STEP), subscription.assigned,
+                            subscription.paused, stored)
+                if len(out) >= max_messages or not buffer:
+                    break
+                if self._prefetcher.task is not None:
+                    await asyncio.sleep(0)
+            if out or time.monotonic() >= deadline:
+                return out
+
+    def take_now(self, max_messages: int, kick: Callable[[], None]) -> list[Message]:
+        """A poll on the caller's thread (the sync :class:`Consumer`): the records buffered, when the poll would
+        have nothing else to do (no group work, auto commit, committed offset or fetch error due); [] when it
+        must run on the event loop. ``kick()`` asks the loop to fetch on (no fetch in flight)."""
+        if not self._started or self._closed or not self._buffer or self.subscription.awaiting_committed:
+            return []
+        now = time.monotonic()
+        c = self.config
+        if c.enable_auto_commit and now >= self._next_auto_commit:
+            return []
+        co = self.coordinator
+        if co is not None:
+            if not co.quiet_poll(now, not self.subscription.auto):
+                return []
+        out: list[Message] = []
+        stored = self._stored if c.enable_auto_offset_store else None
+        buffer, subscription, prefetcher = self._buffer, self.subscription, self._prefetcher
+        while True:  # a step at a time: the event loop thread gets the GIL to handle a fetch answered meanwhile
+            buffer.take(out, min(max_messages - len(out), _DECODE_STEP), subscription.assigned, subscription.paused,
+                        stored)
+            if len(out) >= max_messages or not buffer:
+                break
+            if prefetcher.task is not None:
+                time.sleep(0)
+        if prefetcher.task is None:
+            kick()
         return out
 
     async def poll(self, timeout: float = 1.0) -> Message | None:
@@ -343,45 +391,26 @@ class AsyncConsumer:
         return await self._fetch_round(time.monotonic() + timeout, num_messages)
 
     async def consume_arrow(self, timeout: float = 1.0) -> list[Any]:
-        """What one fetch round brings, as pyarrow RecordBatches (one per partition; columns topic, partition,
-        offset, timestamp, timestamp_type, key, value, headers), decoded column-wise; [] after ``timeout``.
-        Honours the isolation level, assignment, pause and offset store as :meth:`consume` does (see
-        :mod:`.arrow_batches`; needs numpy and pyarrow)."""
-        from .arrow_batches import FetchedBatches, decode_batches, from_messages, to_record_batch
+        """The records fetched so far as pyarrow RecordBatches (one per partition and fetch; columns topic,
+        partition, offset, timestamp, timestamp_type, key, value, headers), decoded column-wise; waits for a
+        fetch when none are, [] after ``timeout``. Honours the isolation level, assignment, pause, offset store
+        and prefetch as :meth:`consume` does (see :mod:`.arrow_batches`; needs numpy and pyarrow)."""
+        from .arrow_batches import to_record_batch
 
         deadline = time.monotonic() + timeout
-        if self._buffer:  # records poll()/consume() fetched and did not return yet come first
-            msgs = await self._fetch_round(deadline, len(self._buffer))
-            if msgs:
-                return [from_messages(msgs)]
         await self.start()
-        co = self.coordinator
+        store = self.config.enable_auto_offset_store
         while True:
-            await self._before_fetch(deadline)
-            left_ms = int((deadline - time.monotonic()) * 1000)
-            if left_ms <= 0:
-                return []
-            if co is not None and co.joining and not self.subscription.assigned:
-                continue  # ensure_active waits for the join
+            await self._fill(deadline)
+            await self._prefetcher.prefetch()
             out: list[Any] = []
-            async with self._fetch_lock:
-                fetched: list[FetchedBatches] = await self.fetcher.fetch(min(left_ms, self.config.fetch_max_wait_ms),
-                                                                         decode_batches)
-                assigned, paused = self.subscription.assigned, self.subscription.paused
-                for f in fetched:
-                    tp = (f.topic, f.partition)
-                    if tp not in assigned:
-                        continue
-                    if tp in paused:  # paused while the fetch was in flight: fetch these records again on resume
-                        if tp in self.fetcher.positions:
-                            self.fetcher.positions[tp] = f.fetch_offset
-                        continue
-                    rb = to_record_batch(f)
-                    if rb is not None:
-                        out.append(rb)
-                        if self.config.enable_auto_offset_store:  # as poll() stores after each record
-                            self._stored[tp] = int(rb.column(2)[rb.num_rows - 1].as_py()) + 1
-            if out:
+            for rest in self._buffer.take_all(self.subscription.assigned, self.subscription.paused):
+                rb = to_record_batch(rest)
+                if rb is not None:
+                    out.append(rb)
+                    if store:  # as poll() stores after each record
+                        self._stored[(rest.topic, rest.partition)] = int(rb.column(2)[rb.num_rows - 1].as_py()) + 1
+            if out or time.monotonic() >= deadline:
                 return out
 
     # ------------------------------------------------------------------ offsets
@@ -495,6 +524,7 @@ class AsyncConsumer:
         session.timeout.ms for it), then close the connections."""
         if self._closed:
             return
+        await self._prefetcher.close()
         try:
             co = self.coordinator
             if co is not None and self._started:
@@ -511,7 +541,9 @@ class AsyncConsumer:
 
 class Consumer:
     """Blocking facade over :class:`AsyncConsumer`, run on a background event loop thread. Rebalance callbacks
-    run in a worker thread while the consumer waits for them, so they may call this consumer's methods."""
+    run in a worker thread while the consumer waits for them, so they may call this consumer's methods.
+    ``poll()``/``consume()`` take records already fetched on the caller's thread when nothing else is due
+    (:meth:`AsyncConsumer.take_now`), without a trip to the loop thread."""
 
     def __init__(self, conf: Mapping[str, Any]) -> None:
         self._async = AsyncConsumer(conf)
@@ -588,13 +620,22 @@ class Consumer:
         return result
 
     def poll(self, timeout: float = 1.0) -> Message | None:
+        ready = self._async.take_now(1, self._kick)  # buffered records, without a trip to the event loop
+        if ready:
+            return ready[0]
         result: Message | None = self._runner.run(self._async.poll(timeout), timeout + self._timeout)
         return result
 
     def consume(self, num_messages: int = 1, timeout: float = 1.0) -> list[Message]:
+        ready = self._async.take_now(num_messages, self._kick)
+        if ready:
+            return ready
         result: list[Message] = self._runner.run(self._async.consume(num_messages, timeout),
                                                  timeout + self._timeout)
         return result
+
+    def _kick(self) -> None:
+        self._runner.call_soon(self._async._prefetcher.kick)
 
     def consume_arrow(self, timeout: float = 1.0) -> list[Any]:
         """See :meth:`AsyncConsumer.consume_arrow`: a list of pyarrow RecordBatches ([] after ``timeout``)."""

@@ -66,7 +66,8 @@ class HeartbeatCoordinator:
         conn = self._conn
         if conn is not None and conn.connected:
             return conn
-        self._conn = await self.cluster.coordinator_connection(COORDINATOR_GROUP, self.group_id)
+        # a connection of its own (Kafka's consumer: Integer.MAX_VALUE - id), never behind a long-polling fetch
+        self._conn = await self.cluster.coordinator_connection(COORDINATOR_GROUP, self.group_id, own=True)
         return self._conn
 
     def coordinator_dead(self, why: str) -> None:
@@ -91,6 +92,20 @@ class HeartbeatCoordinator:
     @property
     def joining(self) -> bool:
         return self.membership.state is CgState.JOINING
+
+    def quiet_poll(self, now: float, manual: bool) -> bool:
+        """Record a poll that would do nothing else (:meth:`ensure_active` has no failure to raise, subscription
+        to send, loss to report or assignment to apply) and say True, so that the sync consumer's poll may take
+        buffered records on the caller's thread; False (nothing recorded) otherwise."""
+        if self._fatal is not None:
+            return False
+        if not manual:
+            m, heartbeat = self.membership, self._heartbeat_task
+            if (m.lost or m.state not in (CgState.STABLE, CgState.ACKNOWLEDGING) or heartbeat is None
+                    or heartbeat.done() or self._subscription() != self._sent_subscription):
+                return False
+        self._last_poll = self.clock()
+        return True
 
     def _subscription(self) -> tuple[tuple[str, ...], str | None]:
         """(topic names, one regex of every ^pattern, as librdkafka combines them, or None)."""
@@ -189,8 +204,13 @@ class HeartbeatCoordinator:
                 if self.clock() - self._last_poll > self.config.max_poll_interval_ms / 1000:
                     log.warning("group %r: poll() was not called for max.poll.interval.ms=%d; leaving the group so "
                                 "its partitions go to other members", self.group_id, self.config.max_poll_interval_ms)
+                    had = bool(self.subscription.assigned)
                     await self._send_leave()
-                    m.fence()  # rejoin at the next poll, the partitions lost
+                    m.fence()
+                    m.lost = m.lost or had  # reported lost at the next poll (Kafka's transitionToStale)
+                    stale = self._last_poll  # out of the group until that poll, which rejoins
+                    while self._last_poll == stale and not self._closed:
+                        await asyncio.sleep(0.05)
                     continue
                 delay = m.heartbeat_delay()
                 if delay > 0:

@@ -1,4 +1,8 @@
-"""Fetching for assigned partitions: positions, offset resets via ListOffsets, Fetch per leader, batch decoding.
+"""Fetching for assigned partitions: positions, offset resets via ListOffsets, Fetch per leader.
+
+A fetch brings each partition's record batches back checked (CRC), filtered by the isolation level and
+decompressed (:func:`accepted_batches`), not decoded: the consumer decodes them into Messages when it hands them
+out (:mod:`.buffer`), or column-wise (``consume_arrow()``).
 
 Transactions: :func:`make_batch_filter` gives ``isolation.level=read_committed`` fetches a
 :class:`ReadCommittedFilter` (Kafka's ``Fetcher`` with ``abortedProducerIds``, in :mod:`.txn_filter`). The broker
@@ -12,8 +16,10 @@ import logging
 import struct
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from oncelog.protocol import compression as _compression
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchTopic
 from oncelog.protocol.messages.list_offsets_request import (
@@ -21,11 +27,14 @@ from oncelog.protocol.messages.list_offsets_request import (
     ListOffsetsRequest,
     ListOffsetsTopic,
 )
-from oncelog.protocol.record_decode import decode_batch_into
+from oncelog.protocol.record_decode import decode_records_into
 from oncelog.protocol.records import (
+    ATTR_TIMESTAMP_TYPE,
+    BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
     CorruptRecordError,
+    compute_crc,
     parse_batch_header,
 )
 
@@ -37,11 +46,14 @@ from .txn_filter import AbortedTransactionFilter
 
 __all__ = [
     "BatchFilter",
-    "Decode",
+    "FetchedBatch",
+    "FetchedBatches",
     "Fetcher",
     "ReadCommittedFilter",
     "ReadUncommittedFilter",
     "TopicPartition",
+    "accepted_batches",
+    "decode_batch",
     "decode_fetched",
     "make_batch_filter",
 ]
@@ -52,8 +64,28 @@ _EARLIEST, _LATEST = -2, -1
 _I = struct.Struct(">i")
 
 
-#: (topic, partition, records, fetch offset, batch filter, check_crcs) -> (what they become, next offset)
-Decode = Callable[[str, int, Any, int, "BatchFilter", bool], tuple[list[Any], int]]
+@dataclass(frozen=True, slots=True)
+class FetchedBatch:
+    """One data batch: its header fields and its uncompressed records section (record format v2)."""
+
+    base_offset: int
+    last_offset: int
+    base_timestamp: int
+    max_timestamp: int
+    log_append_time: bool
+    records_count: int
+    records: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedBatches:
+    """The accepted record batches of one partition from one fetch, and the position the fetch started at
+    (records before it, in a batch that starts before it, are not returned)."""
+
+    topic: str
+    partition: int
+    fetch_offset: int
+    batches: list[FetchedBatch]
 
 
 class BatchFilter(Protocol):
@@ -80,33 +112,59 @@ def make_batch_filter(isolation_level: int, aborted_transactions: Sequence[Any] 
     return ReadUncommittedFilter()
 
 
-def decode_fetched(topic: str, partition: int, records: Any, fetch_offset: int, batch_filter: BatchFilter,
-                   check_crcs: bool = True) -> tuple[list[Message], int]:
-    """Messages at or after ``fetch_offset`` from a fetched records blob, and the next offset to fetch.
-
-    A batch cut short at the end of the blob (allowed by the protocol) is left for the next fetch.
-    """
-    out: list[Message] = []
-    next_offset = fetch_offset
+def accepted_batches(records: Any, offset: int, batch_filter: BatchFilter, check_crcs: bool = True
+                     ) -> tuple[list[FetchedBatch], int]:
+    """The data batches of a fetched records blob that end at or after ``offset`` and that ``batch_filter``
+    accepts (checked, decompressed), and the next offset to fetch; a batch cut short at the end (allowed by the
+    protocol) is left for the next fetch. Raises CorruptRecordError."""
+    out: list[FetchedBatch] = []
+    next_offset = offset
     if not records:
         return out, next_offset
-    buf = records if isinstance(records, bytes) else bytes(records)
+    buf = records if isinstance(records, (bytes, bytearray)) else bytes(records)
     pos, end = 0, len(buf)
     while end - pos >= LOG_OVERHEAD + 5:
         (length,) = _I.unpack_from(buf, pos + 8)
         if pos + LOG_OVERHEAD + length > end:
-            break  # partial trailing batch
+            break  # partial trailing batch: the next fetch starts there
         h = parse_batch_header(buf, pos)
-        nxt = h.base_offset + h.last_offset_delta + 1
-        if nxt > fetch_offset and batch_filter.accept(h):
-            if h.base_offset >= fetch_offset:
-                decode_batch_into(buf, h, Message, topic, partition, out, check_crc=check_crcs)
-            else:  # the fetch starts inside this batch (e.g. a compressed one): drop the records before it
-                part: list[Message] = []
-                decode_batch_into(buf, h, Message, topic, partition, part, check_crc=check_crcs)
-                out += [m for m in part if m._offset >= fetch_offset]
-        next_offset = max(next_offset, nxt)
-        pos += LOG_OVERHEAD + length
+        if h.next_offset > offset and batch_filter.accept(h) and h.records_count:
+            if check_crcs and compute_crc(buf, pos, h.size) != h.crc:
+                raise CorruptRecordError(f"record batch at offset {h.base_offset} fails its CRC32C")
+            section = memoryview(buf)[pos + BATCH_HEADER_SIZE:pos + h.size]
+            data = bytes(section) if h.compression == 0 else _compression.decompress(h.compression, section)
+            out.append(FetchedBatch(h.base_offset, h.last_offset, h.base_timestamp, h.max_timestamp,
+                                    bool(h.attributes & ATTR_TIMESTAMP_TYPE), h.records_count, data))
+        next_offset = max(next_offset, h.next_offset)
+        pos += h.size
+    return out, next_offset
+
+
+def decode_batch(b: FetchedBatch, topic: str, partition: int, from_offset: int, out: list[Message],
+                 pos: int = 0, index: int = 0, limit: int | None = None) -> tuple[int, int]:
+    """Append the records of ``b`` at or after ``from_offset`` to ``out`` as Messages: from its record at byte
+    ``pos`` of the section (the ``index``-th) on, at most ``limit`` of them (those before ``from_offset``
+    counted); returns where the next one starts (byte, index; the index is ``b.records_count`` at the end).
+    Raises CorruptRecordError."""
+    log_append = b.max_timestamp if b.log_append_time else None
+    if b.base_offset >= from_offset:
+        return decode_records_into(b.records, b.records_count, b.base_offset, b.base_timestamp, log_append,
+                                   Message, topic, partition, out, pos, index, limit)
+    part: list[Message] = []  # the position is inside this batch (e.g. a compressed one): drop the head
+    at = decode_records_into(b.records, b.records_count, b.base_offset, b.base_timestamp, log_append, Message,
+                             topic, partition, part, pos, index, limit)
+    out += [m for m in part if m._offset >= from_offset]
+    return at
+
+
+def decode_fetched(topic: str, partition: int, records: Any, fetch_offset: int, batch_filter: BatchFilter,
+                   check_crcs: bool = True) -> tuple[list[Message], int]:
+    """Messages at or after ``fetch_offset`` from a fetched records blob, and the next offset to fetch
+    (:func:`accepted_batches`, then :func:`decode_batch`)."""
+    batches, next_offset = accepted_batches(records, fetch_offset, batch_filter, check_crcs)
+    out: list[Message] = []
+    for b in batches:
+        decode_batch(b, topic, partition, fetch_offset, out)
     return out, next_offset
 
 
@@ -174,15 +232,22 @@ class Fetcher:
                         del self.resets[tp]
                         self.positions[tp] = rp.offset
 
-    async def fetch(self, max_wait_ms: int, decode: Decode | None = None) -> list[Any]:
-        """One round of Fetch requests (one per leader, concurrently); returns the new messages in order.
+    def fetchable(self) -> bool:
+        """Whether a fetch would ask for anything: a partition with a position that is not paused, or a reset."""
+        paused = self.paused
+        return bool(self.resets) or any(tp not in paused for tp in self.positions)
 
-        ``decode(topic, partition, records, fetch_offset, batch_filter, check_crcs)`` returns what a partition's
-        fetched records become and the next offset to fetch (default :func:`decode_fetched`: Messages; the
-        columnar path asks for whole batches)."""
-        if not self.resets and all(tp in self.paused for tp in self.positions):
+    async def fetch(self, max_wait_ms: int, deliver: Callable[[FetchedBatches], None]) -> None:
+        """One round of Fetch requests (one per leader, concurrently). Each partition's accepted batches go to
+        ``deliver`` in the same step that moves its position past them (nothing awaited in between): a fetch
+        cancelled at any point loses no records and delivers none twice.
+
+        What a response brings for a partition that was unassigned, sought, reset or paused while it was in
+        flight is dropped (its position is not moved): the assignment may change under a fetch (librdkafka's
+        fetch version barrier does the same)."""
+        if not self.fetchable():
             await asyncio.sleep(max_wait_ms / 1000)
-            return []
+            return
         try:
             for t in {t for t, _ in list(self.positions) + list(self.resets)}:
                 if self.cluster.topic(t) is None:
@@ -193,7 +258,7 @@ class Fetcher:
                 raise
             log.debug("consumer: %s; retrying", e)
             await asyncio.sleep(self.config.retry_backoff_ms / 1000)
-            return []
+            return
         by_node: dict[int, list[TopicPartition]] = defaultdict(list)
         for tp in list(self.positions):
             if tp in self.paused:
@@ -202,9 +267,15 @@ class Fetcher:
                 by_node[self.cluster.leader_for(*tp)].append(tp)
             except KafkaError:
                 await self.cluster.refresh()
-        results = await asyncio.gather(*(self._fetch_node(n, tps, max_wait_ms, decode or decode_fetched)
-                                         for n, tps in by_node.items()), return_exceptions=True)
-        out: list[Any] = []
+        results: list[BaseException | None] = [None]
+        if len(by_node) == 1:  # one leader (one broker): the request is written before this first awaits
+            try:
+                await self._fetch_node(*next(iter(by_node.items())), max_wait_ms, deliver)
+            except Exception as e:
+                results = [e]
+        else:
+            results = await asyncio.gather(*(self._fetch_node(n, tps, max_wait_ms, deliver)
+                                             for n, tps in by_node.items()), return_exceptions=True)
         for r in results:
             if isinstance(r, KafkaError) and r.retriable():
                 log.debug("fetch failed: %s", r)
@@ -212,19 +283,16 @@ class Fetcher:
                 await self.cluster.refresh()
             elif isinstance(r, BaseException):
                 raise r
-            else:
-                out.extend(r)
-        return out
 
-    async def _fetch_node(self, node: int, tps: list[TopicPartition], max_wait_ms: int, decode: Decode
-                          ) -> list[Any]:
+    async def _fetch_node(self, node: int, tps: list[TopicPartition], max_wait_ms: int,
+                          deliver: Callable[[FetchedBatches], None]) -> None:
         conn = await self.cluster.connection(node)
         version = conn.version_for(1)
         c = self.config
         by_topic: dict[str, list[FetchPartition]] = defaultdict(list)
         sent = {tp: self.positions[tp] for tp in tps if tp in self.positions}  # a rebalance may have run
         if not sent:
-            return []
+            return
         for (t, p), offset in sent.items():
             by_topic[t].append(FetchPartition(partition=p, fetch_offset=offset,
                                               partition_max_bytes=c.max_partition_fetch_bytes))
@@ -236,14 +304,13 @@ class Fetcher:
         resp = await conn.send(req, timeout=conn.request_timeout + max_wait_ms / 1000)
         if resp.error_code:
             raise KafkaError(resp.error_code, f"fetch from node {node} failed")
-        out: list[Any] = []
         for rt in resp.responses:
             topic = rt.topic if version < 13 else (self.cluster.topic_name(rt.topic_id) or rt.topic)
             for rp in rt.partitions:
                 tp = (topic, rp.partition_index)
                 fetch_offset = self.positions.get(tp)
-                if fetch_offset is None or fetch_offset != sent.get(tp):
-                    continue  # unassigned, sought or reset while the fetch was in flight
+                if fetch_offset is None or fetch_offset != sent.get(tp) or tp in self.paused:
+                    continue  # unassigned, sought, reset or paused while the fetch was in flight
                 if rp.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                     self._reset_by_policy(tp, f"offset {fetch_offset} is out of range for {tp[0]}[{tp[1]}]")
                     continue
@@ -256,10 +323,10 @@ class Fetcher:
                 self.high_watermarks[tp] = rp.high_watermark
                 batch_filter = make_batch_filter(c.isolation_level, rp.aborted_transactions)
                 try:
-                    msgs, nxt = decode(tp[0], tp[1], rp.records, fetch_offset, batch_filter, c.check_crcs)
+                    batches, nxt = accepted_batches(rp.records, fetch_offset, batch_filter, c.check_crcs)
                 except CorruptRecordError as e:
                     raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{tp[0]}[{tp[1]}] at {fetch_offset}: {e}",
                                      retriable=False) from None
                 self.positions[tp] = nxt
-                out.extend(msgs)
-        return out
+                if batches:
+                    deliver(FetchedBatches(tp[0], tp[1], fetch_offset, batches))

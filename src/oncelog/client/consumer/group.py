@@ -106,7 +106,7 @@ class ConsumerCoordinator:
         conn = self._conn
         if conn is not None and conn.connected:
             return conn
-        self._conn = await self.cluster.coordinator_connection(COORDINATOR_GROUP, self.group_id)
+        self._conn = await self.cluster.coordinator_connection(COORDINATOR_GROUP, self.group_id, own=True)
         return self._conn
 
     def coordinator_dead(self, why: str) -> None:
@@ -133,6 +133,20 @@ class ConsumerCoordinator:
     @property
     def joining(self) -> bool:
         return self._join_task is not None and not self._join_task.done()
+
+    def quiet_poll(self, now: float, manual: bool) -> bool:
+        """Record a poll that would do nothing else (:meth:`ensure_active` has nothing to start, finish, raise or
+        check; ``manual``: an assignment by assign(), only a failure to raise) and say True, so that the sync
+        consumer's poll may take buffered records on the caller's thread; False (nothing recorded) otherwise."""
+        if self._fatal is not None:
+            return False
+        if not manual:
+            heartbeat = self._heartbeat_task
+            if not (self._join_task is None and not self.needs_join() and now < self._next_metadata_check
+                    and heartbeat is not None and not heartbeat.done()):
+                return False
+        self.membership.on_poll()
+        return True
 
     async def ensure_active(self, deadline: float, *, block: bool) -> None:
         """Start (or continue) the join if one is needed; wait for it until ``deadline`` when ``block``.

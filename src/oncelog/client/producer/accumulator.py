@@ -213,22 +213,31 @@ class RecordAccumulator:
                 batch.closed = True
             return batch.closed, new
 
-    def append_to_open(self, tp: TopicPartition, timestamp_ms: int, value: bytes,
-                       on_complete: DeliveryCallback | None) -> bool | None:
-        """:meth:`append` of a keyless record without headers, only into ``tp``'s open batch and only if it fits
-        there: returns whether the batch is now full, or None (nothing done: no open batch, or it must be closed
-        first) for the caller to use :meth:`append`."""
+    def open_batch(self, tp: TopicPartition) -> ProducerBatch | None:
+        """``tp``'s open batch (the one the next record appended to ``tp`` goes to while it fits), if any."""
+        q = self._batches.get(tp)
+        try:
+            return q[-1] if q and not q[-1].closed else None
+        except IndexError:  # the sender thread drained the queue between the two checks (no lock on this path)
+            return None
+
+    def append_value(self, batch: ProducerBatch, timestamp_ms: int, value: bytes,
+                     on_complete: DeliveryCallback | None) -> bool | None:
+        """:meth:`append` of a keyless record without headers into ``batch`` (an :meth:`open_batch`), only if it
+        is still open and the record fits: returns whether the batch is now full, or None (nothing done) for the
+        caller to use :meth:`append`. The producer's common case, made cheap (:func:`_record_size` inlined)."""
         vl = len(value)
         with self._lock:
-            q = self._batches.get(tp)
-            if not q:
-                return None
-            batch = q[-1]
             if batch.closed or batch.size_estimate + _RECORD_OVERHEAD + vl > self.batch_size:
                 return None
             tss = batch.timestamps
-            size = batch.size_estimate = batch.size_estimate + _record_size(
-                timestamp_ms - tss[0], len(tss), -1, vl, 1)
+            n = len(tss)
+            d = timestamp_ms - tss[0]
+            body = 3 + vl + (1 if -64 <= d < 64 else 2 if -8192 <= d < 8192 else varint_size(d)) \
+                + (1 if n < 64 else 2 if n < 8192 else varint_size(n)) \
+                + (1 if vl < 64 else 2 if vl < 8192 else varint_size(vl))
+            size = batch.size_estimate = batch.size_estimate + body \
+                + (1 if body < 64 else 2 if body < 8192 else varint_size(body))
             batch.keys.append(None)
             batch.values.append(value)
             tss.append(timestamp_ms)
@@ -334,6 +343,8 @@ class RecordAccumulator:
         with self._lock:
             out = [b for q in self._batches.values() for b in q]
             self._batches.clear()
+            for b in out:  # closed to appends, as drained ones (the producer's shortcut may still hold one)
+                b.closed = True
             return out
 
 

@@ -5,8 +5,8 @@ batches and queued without a Python step per record.
   records without one and with a key go where Kafka's default partitioner puts that key
   (:func:`oncelog.protocol.partition_columnar.partition_column`: murmur2 of the whole key column with numpy, the
   choice :class:`.partitioner.Partitioner` makes record by record); the rest (null keys) go to the topic's sticky
-  partition, which moves on afterwards (the batches queued here close it), as after a full batch in the
-  per-record path. Records are then grouped by partition with one stable sort, so each partition keeps their
+  partition until a batch of ``message.max.bytes`` is full, then to the next sticky partition, as the per-record
+  path moves on after a full batch (KIP-480; the batches queued here close the last one). Records are then grouped by partition with one stable sort, so each partition keeps their
   order.
 * Encoding: each partition's records are cut into batches of at most ``message.max.bytes`` (uncompressed
   estimate) and built by :func:`oncelog.protocol.record_batch_columnar.build_batch_columnar` with the producer's
@@ -101,7 +101,7 @@ class BulkAppender:
         if single:
             groups = [(int(partition), None)]
         else:
-            groups = _partition_rows(self, topic, n, kcol, partition, sorted(info.partitions))
+            groups = _partition_rows(self, topic, n, kcol, partition, sorted(info.partitions), est)
         built: list[tuple[int, _Built]] = []
         for part, rows in groups:
             if rows is None:
@@ -117,7 +117,7 @@ class BulkAppender:
 
 
 def _partition_rows(p: BulkAppender, topic: str, n: int, kcol: _columnar.Column | None, partition: Any,
-                    partitions: list[int]) -> list[tuple[int, Any]]:
+                    partitions: list[int], est: Any) -> list[tuple[int, Any]]:
     """(partition, its rows in order, or None for all rows) for every partition that gets records."""
     import numpy as np
 
@@ -135,10 +135,13 @@ def _partition_rows(p: BulkAppender, topic: str, n: int, kcol: _columnar.Column 
         free = chosen < 0
         if free.any():
             chosen = np.where(free, partition_column(kcol, len(partitions)), chosen)
-    free = chosen < 0
-    if free.any():
-        sticky = p.partitioner.partition(topic, None, partitions, p.cluster.available_partitions_for(topic))
-        chosen[free] = sticky
+    null_keys = np.flatnonzero(chosen < 0)
+    if len(null_keys):  # the sticky partition until a batch of message.max.bytes is full, then the next (KIP-480)
+        available = p.cluster.available_partitions_for(topic)
+        batch_of = (np.cumsum(est[null_keys]) - 1) // max(1, p.config.message_max_bytes - BATCH_HEADER_SIZE)
+        sticky = [p.partitioner.partition(topic, None, partitions, available)]
+        sticky += [p.partitioner.move_on(topic, partitions, available) for _ in range(int(batch_of[-1]))]
+        chosen[null_keys] = np.asarray(sticky, np.int64)[batch_of]
     first = int(chosen[0])
     if (chosen == first).all():
         return [(first, None)]

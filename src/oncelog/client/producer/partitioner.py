@@ -34,6 +34,11 @@ class Partitioner:
         current = self._sticky.get(topic)
         if current is not None and self._batch_open(topic, current):
             return current
+        return self.move_on(topic, partitions, available)
+
+    def move_on(self, topic: str, partitions: Sequence[int], available: Sequence[int] = ()) -> int:
+        """A new sticky partition for ``topic`` (another one, at random): the batch of the current one is full."""
+        current = self._sticky.get(topic)
         choices = list(available or partitions)
         if current is not None and len(choices) > 1 and current in choices:
             choices.remove(current)

@@ -31,12 +31,12 @@ from ..config import ProducerConfig, parse_producer_config
 from ..errors import ConfigError, KafkaError, KafkaTimeoutError
 from ..message import Header, Message
 from ..metadata import ClusterMetadata, list_topics
-from .accumulator import BatchMessage, DeliveryCallback, RecordAccumulator
+from .accumulator import BatchMessage, DeliveryCallback, ProducerBatch, RecordAccumulator
 from .bulk import BulkAppender
 from .partitioner import Partitioner
 from .sender import Reports, Sender
 from .transaction_manager import OffsetsLike, TransactionManager
-from .txn_state import IllegalTxnStateError, PreparedTxnState, TxnState
+from .txn_state import IllegalTxnStateError, PreparedTxnState, TxnState, TxnStateMachine
 
 __all__ = ["AsyncProducer", "BatchMessage", "HeadersLike", "Producer"]
 
@@ -81,9 +81,11 @@ class AsyncProducer:
         if c.enable_idempotence:
             self.txn = TransactionManager(self.cluster, c, self._wakeup)
         self._transactional = c.transactional_id is not None
-        self._max_bytes = c.message_max_bytes
+        self.max_bytes = c.message_max_bytes
         self._bulk = BulkAppender(self.cluster, self.partitioner, self.accumulator, c)
         self._partitions: dict[str, tuple[Any, list[int], list[int]]] = {}
+        #: topic -> the open batch of its sticky partition, where keyless records go (Producer.produce's shortcut)
+        self.sticky_batches: dict[str, ProducerBatch] = {}
 
     def _wakeup(self) -> None:
         if self.sender is not None:
@@ -132,7 +134,7 @@ class AsyncProducer:
         v = value if value is None or value.__class__ is bytes else _as_bytes("value", value)
         hs = _headers(headers) if headers else ()
         size = (len(k) if k else 0) + (len(v) if v else 0)
-        if size > self._max_bytes:
+        if size > self.max_bytes:
             raise KafkaError(10, f"record of {size} bytes for {topic!r} exceeds message.max.bytes="
                                  f"{self.config.message_max_bytes}")
         info = self.cluster.topics.get(topic)
@@ -143,30 +145,24 @@ class AsyncProducer:
             cached = self._partitions[topic] = (info, sorted(info.partitions),
                                                 self.cluster.available_partitions_for(topic))
         parts = cached[1]
+        sticky = False
         if partition is None:
             if k is None:  # the sticky partition while its batch is open (the partitioner's first check)
                 partition = self._sticky.get(topic)
                 if partition is None or not self.accumulator.batch_open(topic, partition):
                     partition = self.partitioner.partition(topic, k, parts, cached[2])
+                sticky = True
             else:
                 partition = self.partitioner.partition(topic, k, parts, cached[2])
         elif partition not in info.partitions:
             raise KafkaError(3, f"partition {partition} of {topic!r} does not exist (it has {len(parts)})")
         ts = int(time.time() * 1000) if timestamp is None else timestamp
         full, new = self.accumulator.append((topic, partition), ts, k, v, hs, on_complete)
+        if sticky:
+            batch = self.accumulator.open_batch((topic, partition))
+            if batch is not None:
+                self.sticky_batches[topic] = batch
         return full or new
-
-    def append_sticky(self, topic: str, value: bytes, on_complete: DeliveryCallback | None) -> bool | None:
-        """:meth:`append` of a keyless record without headers, partition or timestamp, when it goes into the open
-        batch of the topic's sticky partition (the common case, made cheap): returns whether the sender needs a
-        wake-up, or None when the record was not queued (call :meth:`append`)."""
-        txn = self.txn
-        if txn is not None:
-            txn.check_can_send()
-        partition = self._sticky.get(topic)
-        if partition is None or len(value) > self._max_bytes or topic not in self.cluster.topics:
-            return None
-        return self.accumulator.append_to_open((topic, partition), int(time.time() * 1000), value, on_complete)
 
     async def produce(self, topic: str, value: Any = None, key: Any = None, partition: int | None = None,
                       headers: HeadersLike = None, on_delivery: DeliveryCallback | None = None,
@@ -400,6 +396,10 @@ class Producer:
         self._lookups: set[asyncio.Task[None]] = set()
         self._default_cb: DeliveryCallback | None = self._async.config.on_delivery
         self._only_errors = self._async.config.delivery_report_only_error
+        a, txn = self._async, self._async.txn  # what produce()'s shortcut reads, at hand
+        self._append_value, self._sticky_batches, self._max_bytes = a.accumulator.append_value, a.sticky_batches, a.max_bytes
+        self._txn_fsm: TxnStateMachine | None = txn.fsm if txn is not None else None
+        self._sending_state: TxnState | None = txn.sending_state if txn is not None else None
         try:
             self._runner.run(self._async.start(), self._async.config.request_timeout_ms / 1000 + 5)
         except BaseException:
@@ -420,15 +420,19 @@ class Producer:
             raise ConfigError("producer is closed")
         if on_delivery is None:
             on_delivery = callback or self._default_cb
+        if key is None and value.__class__ is bytes and (partition is None or partition < 0) and not timestamp \
+                and not headers and not self._waiting:  # the common case: into the sticky partition's open batch
+            batch = self._sticky_batches.get(topic)
+            if batch is not None and len(value) <= self._max_bytes:
+                fsm = self._txn_fsm
+                if fsm is not None and fsm.state is not self._sending_state and self._async.txn is not None:
+                    self._async.txn.check_can_send()
+                full = self._append_value(batch, int(time.time() * 1000), value, on_delivery)
+                if full is not None:
+                    if full:
+                        self._wake_sender()
+                    return
         a = self._async
-        if key is None and (partition is None or partition < 0) and not timestamp and not headers \
-                and value.__class__ is bytes:  # the common case first: into the sticky partition's open batch
-            with self._lock:
-                full = None if self._waiting else a.append_sticky(topic, value, on_delivery)
-            if full is not None:
-                if full and a.sender is not None:
-                    self._runner.call_soon(a.sender.wakeup)
-                return
         if partition is not None and partition < 0:
             partition = None
         if not timestamp:
@@ -451,8 +455,13 @@ class Producer:
                     self._runner.call_soon(self._look_up, topic)
                 waiting.append((v, k, partition, _headers(headers), on_delivery, timestamp))
                 return
-        if wake and a.sender is not None:
-            self._runner.call_soon(a.sender.wakeup)
+        if wake:
+            self._wake_sender()
+
+    def _wake_sender(self) -> None:
+        sender = self._async.sender
+        if sender is not None:
+            self._runner.call_soon(sender.wakeup)
 
     def produce_batch(self, topic: str, values: Any, keys: Any = None, *, partition: Any = None,
                       timestamps: Any = None, headers: Sequence[HeadersLike] | None = None,
@@ -520,8 +529,8 @@ class Producer:
         a = self._async
         failed: list[tuple[DeliveryCallback, KafkaError | None, Message]] = []
         first_error: KafkaError | None = None
-        with self._lock:
-            for v, k, partition, headers, cb, ts in self._waiting.pop(topic, []):
+        with self._lock:  # the topic leaves _waiting last: produce()'s shortcut takes no lock, and waits till then
+            for v, k, partition, headers, cb, ts in self._waiting.get(topic, []):
                 e = err
                 if e is None:
                     try:
@@ -533,6 +542,7 @@ class Producer:
                 if cb is not None:
                     failed.append((cb, e, Message(topic, -1 if partition is None else partition, -1, k, v, headers,
                                                   -1 if ts is None else ts, e)))
+            self._waiting.pop(topic, None)
         if first_error is not None and fail_txn and a.txn is not None:
             a.txn.batch_failed(first_error)
         self._reports.extend(failed)

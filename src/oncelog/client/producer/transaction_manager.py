@@ -101,6 +101,8 @@ class TransactionManager:
         #: transactions V2 for the current transaction (decided from the coordinator's broker at init and after
         #: every EndTxn)
         self.v2 = False
+        #: a state in which records may always be sent (check_can_send() decides in the others)
+        self.sending_state = S.READY if self.transactional_id is None else S.IN_TRANSACTION
 
     # ------------------------------------------------------------------ queries
 
