@@ -20,7 +20,7 @@ import pytest
 from oncelog.testing.broker_process import free_port
 from oncelog.testing.cluster import ClusterProcess
 
-from cluster_helpers import etcd_or_skip
+from helpers.cluster import etcd_or_skip
 
 
 def _stop(cluster: ClusterProcess) -> None:

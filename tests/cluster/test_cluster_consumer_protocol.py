@@ -6,11 +6,9 @@ offset committed. Group configs set through one broker reach every broker."""
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -24,11 +22,9 @@ from oncelog.protocol.messages.incremental_alter_configs_request import (
 )
 from oncelog.testing.cluster import ClusterProcess
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "integration"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _rawclient import RawClient  # noqa: E402
-from test_cluster_coordinators import OFFSETS_TOPIC, TIMEOUT, _address, _coordinator, _create  # noqa: E402
-from test_cluster_coordinators import _internal_leader  # noqa: E402
+from helpers.rawclient import RawClient
+from test_cluster_coordinators import OFFSETS_TOPIC, TIMEOUT, _address, _coordinator, _create
+from test_cluster_coordinators import _internal_leader
 
 PARTITIONS = 6
 

@@ -4,10 +4,8 @@ coordinator is fenced by its epoch where the data is written."""
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -23,9 +21,8 @@ from oncelog.protocol.messages.write_txn_markers_request import (
 )
 from oncelog.testing.cluster import ClusterProcess
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "integration"))
-from _txn_raw import READ_COMMITTED, TxnClient, txn_batch  # noqa: E402
-from cluster_helpers import scrape  # noqa: E402
+from helpers.txn_raw import READ_COMMITTED, TxnClient, txn_batch
+from helpers.cluster import scrape
 
 TIMEOUT = 30
 TXN_TOPIC, OFFSETS_TOPIC = "__transaction_state", "__consumer_offsets"

@@ -15,7 +15,7 @@ from oncelog.cluster.model import NO_LEADER, ClusterView
 from oncelog.protocol.errors import ErrorCode
 from oncelog.testing.cluster import ClusterProcess
 
-from cluster_helpers import scrape
+from helpers.cluster import scrape
 
 TIMEOUT = 30
 SESSION_S = 9.0  # broker.session.timeout.ms's default

@@ -24,7 +24,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from cluster_helpers import etcd_or_skip
+from helpers.cluster import etcd_or_skip
 from oncelog.coordinator.transaction.partitioner import partition_for
 from oncelog.testing.broker_process import free_port
 from oncelog.testing.cluster import ClusterProcess

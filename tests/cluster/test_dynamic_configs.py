@@ -6,11 +6,9 @@ back from etcd. On the shared cluster: every test removes what it set."""
 
 from __future__ import annotations
 
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,8 +34,7 @@ from oncelog.protocol.messages.incremental_alter_configs_request import (
 )
 from oncelog.testing.cluster import ClusterProcess
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "integration"))
-from _rawclient import RawClient, build_batch  # noqa: E402
+from helpers.rawclient import RawClient, build_batch
 
 TIMEOUT = 30
 BROKER, TOPIC = ConfigResource.Type.BROKER, ConfigResource.Type.TOPIC

@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 
 from oncelog.testing.broker_process import free_port
 
-from cluster_helpers import etcd_or_skip
+from helpers.cluster import etcd_or_skip
 
 
 def _wait_for(out: Path, proc: subprocess.Popen[bytes], cond: Callable[[str], bool], what: str,

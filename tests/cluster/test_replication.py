@@ -22,7 +22,7 @@ from oncelog.protocol.record_batch import iter_batch_headers
 from oncelog.protocol.records import RecordBatchBuilder, decode_records
 from oncelog.testing.cluster import ClusterProcess
 
-from cluster_helpers import scrape
+from helpers.cluster import scrape
 
 TIMEOUT = 30
 

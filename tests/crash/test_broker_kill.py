@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import random
 import struct
-import sys
 import threading
 import time
 from pathlib import Path
@@ -23,8 +22,7 @@ import pytest
 from oncelog.protocol.records import parse_batch_header
 from oncelog.testing.broker_process import BrokerProcess
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "integration"))
-from _rawclient import LATEST, ConnectionClosed, RawClient, build_batch  # noqa: E402
+from helpers.rawclient import LATEST, ConnectionClosed, RawClient, build_batch
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

@@ -22,7 +22,6 @@ no committed record lost, none stored twice, no aborted or undecided record read
 from __future__ import annotations
 
 import select
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,9 +31,8 @@ import pytest
 
 from oncelog.testing.broker_process import BrokerProcess
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "integration"))
-from _rawclient import read_frame  # noqa: E402
-from _txn_raw import (  # noqa: E402
+from helpers.rawclient import read_frame
+from helpers.txn_raw import (
     END_TXN,
     FENCED,
     INIT_PRODUCER_ID,
@@ -45,8 +43,8 @@ from _txn_raw import (  # noqa: E402
     txn_batch,
 )
 
-from oncelog.protocol import api as kapi  # noqa: E402
-from oncelog.protocol.messages.init_producer_id_request import InitProducerIdRequest  # noqa: E402
+from oncelog.protocol import api as kapi
+from oncelog.protocol.messages.init_producer_id_request import InitProducerIdRequest
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

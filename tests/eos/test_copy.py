@@ -61,7 +61,7 @@ DONE_TIMEOUT = 120
 @functools.lru_cache(maxsize=1)
 def groups_served() -> tuple[bool, str]:
     """Start a broker, ask ApiVersions for the group APIs and FindCoordinator for a group coordinator."""
-    from _txn_raw import TxnClient
+    from helpers.txn_raw import TxnClient
 
     tmp = Path(tempfile.mkdtemp(prefix="oncelog-groups-probe-"))
     proc = BrokerProcess(tmp / "data")

@@ -32,7 +32,6 @@ Node.js is older.
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 import uuid
 from collections import defaultdict
@@ -60,8 +59,7 @@ from _independent import (
     wait_settled,
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "integration"))
-from _rawclient import RawClient  # noqa: E402
+from helpers.rawclient import RawClient
 
 CLIENTS = ["kafkajs", "platformatic", "confluent"]
 

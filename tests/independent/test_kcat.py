@@ -11,9 +11,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,8 +21,7 @@ from oncelog.testing.broker_process import BrokerProcess
 
 from _independent import committed, create_topic, read_topic, topic_exists
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "integration"))
-from _rawclient import RawClient  # noqa: E402
+from helpers.rawclient import RawClient
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 

@@ -20,7 +20,7 @@ from confluent_kafka.admin import (
 
 from oncelog.protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
 
-from _rawclient import EARLIEST, LATEST, METADATA, RawClient, build_batch
+from helpers.rawclient import EARLIEST, LATEST, METADATA, RawClient, build_batch
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

@@ -18,7 +18,7 @@ import oncelog as oncelog_package
 from oncelog.client.admin import Admin
 from oncelog.testing.broker_process import BrokerProcess, free_port
 
-from _cli import ONCELOG, oncelog
+from helpers.cli import ONCELOG, oncelog
 
 
 def test_topic_produce_consume_describe_delete(bootstrap: str, topic_name: str) -> None:

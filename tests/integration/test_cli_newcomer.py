@@ -16,7 +16,7 @@ from confluent_kafka import Producer
 
 from oncelog.client.admin import Admin
 
-from _cli import oncelog
+from helpers.cli import oncelog
 
 HEAVY = ("rich", "pyarrow", "numpy", "pandas", "oncelog.client", "oncelog.broker", "oncelog.protocol",
          "importlib.metadata")

@@ -18,7 +18,7 @@ import pytest
 from oncelog.protocol.murmur2 import partition_for_key
 from oncelog.protocol.records import Compression, parse_batch_header
 
-from _rawclient import RawClient
+from helpers.rawclient import RawClient
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

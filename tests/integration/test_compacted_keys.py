@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.protocol.records import BATCH_HEADER_SIZE, Compression, RecordBatchBuilder, compute_crc
 
-from _rawclient import LATEST, RawClient
+from helpers.rawclient import LATEST, RawClient
 
 CORRUPT_MESSAGE = 2
 INVALID_RECORD = 87

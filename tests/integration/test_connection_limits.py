@@ -24,7 +24,7 @@ from oncelog.protocol.messages.alter_client_quotas_request import (
 from oncelog.protocol.messages.api_versions_request import ApiVersionsRequest
 from oncelog.testing.broker_process import BrokerProcess
 
-from _rawclient import ConnectionClosed, RawClient, read_frame
+from helpers.rawclient import ConnectionClosed, RawClient, read_frame
 
 API_VERSIONS, ALTER_CLIENT_QUOTAS = 18, 49
 PER_IP, MAX = 4, 8

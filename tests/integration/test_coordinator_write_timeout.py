@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _txn_raw import COORDINATOR_NOT_AVAILABLE, TxnClient
+from helpers.txn_raw import COORDINATOR_NOT_AVAILABLE, TxnClient
 
 from oncelog.protocol.messages.offset_commit_request import (
     OffsetCommitRequest,

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-from _rawclient import EARLIEST, LATEST, MAX_TIMESTAMP, RawClient, build_batch
+from helpers.rawclient import EARLIEST, LATEST, MAX_TIMESTAMP, RawClient, build_batch, decode_all
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -254,7 +254,7 @@ def test_acks_all_is_visible_immediately(bootstrap: str, topic_name: str) -> Non
             resp = c.produce(topic_name, 0, build_batch([(None, f"{i}".encode())]), acks=-1)
             p = c.fetch(topic_name, 0, resp.base_offset)
             assert p.high_watermark == resp.base_offset + 1
-            assert [r.value for r in __import__("_rawclient").decode_all(p.records)] == [f"{i}".encode()]
+            assert [r.value for r in decode_all(p.records)] == [f"{i}".encode()]
 
 
 # -- sizes -----------------------------------------------------------------------------------------------------------
@@ -297,7 +297,7 @@ def test_fetch_returns_oversized_first_batch(bootstrap: str, topic_name: str) ->
     with RawClient(bootstrap) as c:
         assert c.produce(topic_name, 0, build_batch([(None, b"z" * 300_000)])).error_code == 0
         p = c.fetch(topic_name, 0, 0, max_bytes=1000)
-        recs = __import__("_rawclient").decode_all(p.records)
+        recs = decode_all(p.records)
         assert len(recs) == 1 and recs[0].value == b"z" * 300_000
 
 
@@ -310,5 +310,5 @@ def test_fetch_out_of_range_and_at_end(bootstrap: str, topic_name: str) -> None:
         assert c.fetch(topic_name, 0, 4).error_code == KafkaError.OFFSET_OUT_OF_RANGE
         assert c.fetch(topic_name, 0, -5).error_code == KafkaError.OFFSET_OUT_OF_RANGE
         # a mid-batch offset returns the whole batch; the records before it are the client's to skip
-        recs = __import__("_rawclient").decode_all(c.fetch(topic_name, 0, 1).records)
+        recs = decode_all(c.fetch(topic_name, 0, 1).records)
         assert [r.offset for r in recs][-2:] == [1, 2]

@@ -18,7 +18,7 @@ from oncelog.client.admin import Admin
 from oncelog.client.errors import KafkaError
 from oncelog.protocol.errors import ErrorCode
 
-from _cli import Result, oncelog
+from helpers.cli import Result, oncelog
 
 
 def run(*args: str) -> Result:

@@ -23,7 +23,7 @@ from oncelog.protocol.messages.join_group_request import JoinGroupRequest, JoinG
 from oncelog.protocol.messages.sync_group_request import SyncGroupRequest, SyncGroupRequestAssignment
 from oncelog.testing.broker_process import BrokerProcess
 
-from _rawclient import RawClient
+from helpers.rawclient import RawClient
 
 JOIN_GROUP, HEARTBEAT, SYNC_GROUP, DELETE_GROUPS = 11, 12, 14, 42
 SESSION_MS = 6_000  # group.min.session.timeout.ms of the shared broker (Kafka's default)

@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.testing.pytest_plugin import KafkaBroker
 
-from _txn_raw import (
+from helpers.txn_raw import (
     INVALID_PRODUCER_EPOCH,
     NONE,
     OUT_OF_ORDER_SEQUENCE_NUMBER,

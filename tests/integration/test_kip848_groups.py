@@ -44,8 +44,7 @@ from oncelog.protocol.messages.offset_commit_request import (
 )
 from oncelog.testing.broker_process import BrokerProcess, free_port
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _rawclient import RawClient  # noqa: E402
+from helpers.rawclient import RawClient
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

@@ -18,7 +18,7 @@ from oncelog.protocol.messages.offset_for_leader_epoch_request import (
 from oncelog.protocol.records import iter_batch_headers
 from oncelog.testing.pytest_plugin import KafkaBroker
 
-from _rawclient import RawClient, build_batch
+from helpers.rawclient import RawClient, build_batch
 
 OFFSET_FOR_LEADER_EPOCH = 23
 UNKNOWN_LEADER_EPOCH = 75

@@ -25,7 +25,7 @@ from oncelog.protocol.messages.metadata_request import MetadataRequest, Metadata
 from oncelog.protocol.records import CRC_OFFSET, MAGIC_OFFSET
 from oncelog.testing.broker_process import BrokerProcess
 
-from _rawclient import EARLIEST, LATEST, RawClient, build_batch, read_frame, recv_exact, wait_closed
+from helpers.rawclient import EARLIEST, LATEST, RawClient, build_batch, read_frame, recv_exact, wait_closed
 
 UNSUPPORTED_VERSION = 35
 CORRUPT_MESSAGE = 2
@@ -62,7 +62,7 @@ def assert_serving(broker: BrokerProcess, topic: str) -> None:
         assert resp.error_code == 0, f"health produce failed with {resp.error_code}"
         p = c.fetch(topic, 0, resp.base_offset)
         assert p.error_code == 0
-        from _rawclient import decode_all
+        from helpers.rawclient import decode_all
 
         recs = [r for r in decode_all(p.records) if r.offset == resp.base_offset]
         assert recs and recs[0].value == marker, "health record not read back"

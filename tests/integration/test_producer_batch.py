@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from _rawclient import RawClient
+from helpers.rawclient import RawClient
 
 from oncelog.client import OFFSET_BEGINNING, Admin, Consumer, KafkaError, Message, Producer
 from oncelog.client.producer import BatchMessage

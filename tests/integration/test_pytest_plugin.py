@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from doc_blocks import block
+from helpers.doc_blocks import block
 
 USER_TESTS = '''
 import asyncio

@@ -23,8 +23,8 @@ from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasR
 from oncelog.protocol.messages.metadata_request import MetadataRequest
 from oncelog.testing.broker_process import BrokerProcess
 
-from _cli import oncelog
-from _rawclient import RawClient
+from helpers.cli import oncelog
+from helpers.rawclient import RawClient
 
 METADATA = 3
 INVALID_REQUEST = 42

@@ -18,7 +18,7 @@ import pytest
 
 from oncelog.testing.broker_process import free_port
 
-from doc_blocks import ROOT, block, serve_command
+from helpers.doc_blocks import ROOT, block, serve_command
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -21,7 +21,7 @@ from oncelog.protocol.messages.elect_leaders_request import ElectLeadersRequest,
 from oncelog.protocol.messages.list_partition_reassignments_request import ListPartitionReassignmentsRequest
 from oncelog.testing.broker_process import BrokerProcess
 
-from _cli import oncelog
+from helpers.cli import oncelog
 
 
 async def _send(broker: BrokerProcess, request: Any) -> tuple[Any, dict[int, tuple[int, int]]]:

@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.testing.broker_process import BrokerProcess
 
-from _txn_raw import (
+from helpers.txn_raw import (
     END_TXN,
     FENCED,
     INVALID_TXN_STATE,
@@ -561,7 +561,7 @@ def test_read_committed_long_poll_wakes_on_commit(bootstrap: str, topic_name: st
     transaction's records; non-transactional appends behind the open transaction do not answer it early with
     data."""
     from oncelog.protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchTopic
-    from _txn_raw import FETCH, decode_batches
+    from helpers.txn_raw import FETCH, decode_batches
 
     tid = f"{topic_name}-tid"
     with TxnClient(bootstrap) as c, TxnClient(bootstrap) as waiter:

@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from oncelog.client.admin import Admin
 from oncelog.testing.pytest_plugin import KafkaBroker
 
-from _cli import Result, oncelog
+from helpers.cli import Result, oncelog
 
 
 def run(*args: str) -> Result:

@@ -5,7 +5,7 @@ send) would answer UNSTABLE_OFFSET_COMMIT for good."""
 
 from __future__ import annotations
 
-from _txn_raw import INVALID_TXN_STATE, NONE, TxnClient
+from helpers.txn_raw import INVALID_TXN_STATE, NONE, TxnClient
 
 from oncelog.protocol.messages.add_offsets_to_txn_request import AddOffsetsToTxnRequest
 from oncelog.protocol.messages.offset_fetch_request import OffsetFetchRequest, OffsetFetchRequestTopic

@@ -19,7 +19,7 @@ import pytest
 
 from oncelog.protocol.messages.api_versions_request import ApiVersionsRequest
 
-from _txn_raw import (
+from helpers.txn_raw import (
     INVALID_PRODUCER_EPOCH,
     INVALID_TXN_STATE,
     NONE,

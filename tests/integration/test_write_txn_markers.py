@@ -3,7 +3,7 @@ partition answers its own code, and a coordinator with an older epoch than the l
 
 from __future__ import annotations
 
-from _txn_raw import READ_COMMITTED, TxnClient, txn_batch
+from helpers.txn_raw import READ_COMMITTED, TxnClient, txn_batch
 
 from oncelog.protocol.messages.write_txn_markers_request import (
     WritableTxnMarker,

@@ -16,7 +16,7 @@ import pytest
 
 from oncelog.testing.broker_process import free_port
 
-from doc_blocks import block, serve_command
+from helpers.doc_blocks import block, serve_command
 
 pytestmark = pytest.mark.timeout(400)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from doc_blocks import marked_blocks
+from helpers.doc_blocks import marked_blocks
 from repo_files import ROOT, SRC, tracked_files
 
 # third-party documents, copied verbatim

@@ -1,6 +1,6 @@
 """A small blocking transactional test client over the raw protocol, plus a log checker.
 
-``TxnClient`` adds to ``_rawclient.RawClient``: FindCoordinator, InitProducerId, AddPartitionsToTxn, Produce of
+``TxnClient`` adds to ``helpers.rawclient.RawClient``: FindCoordinator, InitProducerId, AddPartitionsToTxn, Produce of
 hand-built batches with an explicit producer id / epoch / sequence (v12: transactions V2, the broker adds the
 partition), EndTxn (also fire-and-forget; ``end_txn_v2`` for v5), Fetch and ListOffsets with an isolation level,
 DescribeTransactions, DescribeProducers.
@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from _rawclient import RawClient
+from helpers.rawclient import RawClient
 
 from oncelog.protocol.messages.add_partitions_to_txn_request import (
     AddPartitionsToTxnRequest,

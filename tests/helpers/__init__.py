@@ -1,0 +1,9 @@
+"""Helpers shared by the test folders, imported as ``from helpers.MODULE import ...``: pytest's default "prepend"
+import mode puts ``tests/`` on ``sys.path`` for ``tests/conftest.py`` (``tests/`` has no ``__init__.py``).
+
+- ``rawclient``: a blocking client over the raw protocol (any request, any version, malformed frames)
+- ``txn_raw``: its transactional and idempotent steps, and reading a partition's batches and markers back
+- ``cli``: the real ``oncelog`` command run as a user runs it
+- ``cluster``: ``etcd_or_skip`` and a broker's /metrics, for the tests that start clusters or etcd
+- ``doc_blocks``: the runnable blocks of the README and docs/
+"""
