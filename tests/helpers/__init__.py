@@ -5,5 +5,6 @@ import mode puts ``tests/`` on ``sys.path`` for ``tests/conftest.py`` (``tests/`
 - ``txn_raw``: its transactional and idempotent steps, and reading a partition's batches and markers back
 - ``cli``: the real ``oncelog`` command run as a user runs it
 - ``cluster``: ``etcd_or_skip`` and a broker's /metrics, for the tests that start clusters or etcd
+- ``topics``: ``make_topic`` / ``make_topics`` with confluent-kafka's admin client
 - ``doc_blocks``: the runnable blocks of the README and docs/
 """

@@ -8,20 +8,15 @@ import time
 
 import pytest
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from helpers.rawclient import EARLIEST, LATEST, MAX_TIMESTAMP, RawClient, build_batch, decode_all
+from helpers.topics import make_topic
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 TIMEOUT = 15
 T0 = 1_700_000_000_000  # fixed CreateTime base for timestamp lookups
-
-
-def make_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
-    a = AdminClient({"bootstrap.servers": bootstrap})
-    a.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
-                              config=config or {})])[name].result(TIMEOUT)
 
 
 def producer(bootstrap: str, **extra: object) -> Producer:

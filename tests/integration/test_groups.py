@@ -23,9 +23,11 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from oncelog.testing.broker_process import BrokerProcess, free_port
+
+from helpers.topics import make_topic
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -42,12 +44,6 @@ def gbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]
     yield proc
     rc = proc.stop()
     assert rc == 0, f"broker did not shut down cleanly (exit {rc}); log:\n{proc.log_tail()}"
-
-
-def make_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> None:
-    a = AdminClient({"bootstrap.servers": bootstrap})
-    for f in a.create_topics([NewTopic(name, partitions, 1)]).values():
-        f.result(15)
 
 
 def produce(bootstrap: str, topic: str, start: int, n: int) -> None:
@@ -139,7 +135,7 @@ def exactly_once_owned(members: list[Member], topic: str) -> bool:
 @pytest.mark.parametrize("strategy", ["range", "roundrobin", "cooperative-sticky"])
 def test_confluent_group_of_three(gbroker: BrokerProcess, topic_name: str, strategy: str) -> None:
     bs = gbroker.bootstrap
-    make_topic(bs, topic_name)
+    make_topic(bs, topic_name, PARTITIONS)
     produce(bs, topic_name, 0, 300)
     group = f"g-{topic_name}"
     seen: list[int] = []
@@ -179,7 +175,7 @@ CRASHER = textwrap.dedent("""
 
 def test_crashed_member_times_out_and_partitions_move(gbroker: BrokerProcess, topic_name: str) -> None:
     bs = gbroker.bootstrap
-    make_topic(bs, topic_name)
+    make_topic(bs, topic_name, PARTITIONS)
     group = f"g-{topic_name}"
     child = subprocess.Popen([sys.executable, "-c", CRASHER, bs, group, topic_name], stdout=subprocess.PIPE)
     try:
@@ -241,7 +237,7 @@ def test_kafka_python_group(gbroker: BrokerProcess, topic_name: str) -> None:
     from kafka.errors import CommitFailedError, RebalanceInProgressError
 
     bs = gbroker.bootstrap
-    make_topic(bs, topic_name)
+    make_topic(bs, topic_name, PARTITIONS)
     produce(bs, topic_name, 0, 200)
     group = f"g-{topic_name}"
     seen: list[int] = []
@@ -304,7 +300,7 @@ def test_aiokafka_group(gbroker: BrokerProcess, topic_name: str) -> None:
     from aiokafka import AIOKafkaConsumer
 
     bs = gbroker.bootstrap
-    make_topic(bs, topic_name)
+    make_topic(bs, topic_name, PARTITIONS)
     produce(bs, topic_name, 0, 200)
     group = f"g-{topic_name}"
 
@@ -339,7 +335,7 @@ def test_offsets_survive_restart_and_admin_view(tmp_path: Path, topic_name: str)
     proc.start()
     try:
         bs = proc.bootstrap
-        make_topic(bs, topic_name)
+        make_topic(bs, topic_name, PARTITIONS)
         produce(bs, topic_name, 0, 60)
         group = f"g-{topic_name}"
         seen: list[int] = []
@@ -402,7 +398,7 @@ PARKED_JOINER = textwrap.dedent("""
 def test_member_killed_while_its_join_is_parked_does_not_stall_the_group(gbroker: BrokerProcess,
                                                                           topic_name: str) -> None:
     bs = gbroker.bootstrap
-    make_topic(bs, topic_name)
+    make_topic(bs, topic_name, PARTITIONS)
     group = f"g-{topic_name}"
     seen: list[int] = []
     # librdkafka's default max.poll.interval.ms: the rebalance timeout the broker would otherwise wait for

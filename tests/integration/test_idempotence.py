@@ -9,7 +9,6 @@ from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.testing.pytest_plugin import KafkaBroker
 
@@ -22,15 +21,11 @@ from helpers.txn_raw import (
     TxnClient,
     txn_batch,
 )
+from helpers.topics import make_topic
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 TIMEOUT = 20
-
-
-def make_topic(bootstrap: str, name: str, partitions: int = 3) -> None:
-    a = AdminClient({"bootstrap.servers": bootstrap})
-    a.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name].result(TIMEOUT)
 
 
 def check_idempotent_partition(c: TxnClient, topic: str, partition: int, expected: list[bytes]) -> None:
@@ -53,7 +48,7 @@ def check_idempotent_partition(c: TxnClient, topic: str, partition: int, expecte
 
 
 def test_confluent_idempotent_30k(bootstrap: str, topic_name: str) -> None:
-    make_topic(bootstrap, topic_name)
+    make_topic(bootstrap, topic_name, 3)
     n = 30_000
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
                   "batch.num.messages": 500})
@@ -90,7 +85,7 @@ def test_confluent_idempotent_30k(bootstrap: str, topic_name: str) -> None:
 def test_aiokafka_idempotent(bootstrap: str, topic_name: str) -> None:
     from aiokafka import AIOKafkaProducer
 
-    make_topic(bootstrap, topic_name)
+    make_topic(bootstrap, topic_name, 3)
     n = 3000
 
     async def run() -> None:

@@ -30,7 +30,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.api_versions_request import ApiVersionsRequest
@@ -45,6 +45,7 @@ from oncelog.protocol.messages.offset_commit_request import (
 from oncelog.testing.broker_process import BrokerProcess, free_port
 
 from helpers.rawclient import RawClient
+from helpers.topics import make_topic
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -61,12 +62,6 @@ def kbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]
     yield proc
     rc = proc.stop()
     assert rc == 0, f"broker did not shut down cleanly (exit {rc}); log:\n{proc.log_tail()}"
-
-
-def make_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept referenced until its futures are done
-    for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
-        f.result(15)
 
 
 def produce(bootstrap: str, topic: str, start: int, n: int) -> None:
@@ -189,7 +184,7 @@ def test_join_leave_and_crash_move_only_what_must_move(kbroker: BrokerProcess, c
     bs = kbroker.bootstrap
     topic = f"kip848-{uuid.uuid4().hex[:8]}"
     group = f"g-{topic}"
-    make_topic(bs, topic)
+    make_topic(bs, topic, PARTITIONS)
     produce(bs, topic, 0, 300)
     seen: list[int] = []
     m0 = Member(consumer(bs, group, client), "m0", seen)
@@ -294,7 +289,7 @@ def test_static_member_returns_to_its_partitions_without_a_rebalance(kbroker: Br
     bs = kbroker.bootstrap
     topic = f"kip848-{uuid.uuid4().hex[:8]}"
     group = f"g-{topic}"
-    make_topic(bs, topic)
+    make_topic(bs, topic, PARTITIONS)
     a = Member(consumer(bs, group, client, **{"group.instance.id": "a"}), "a", [])
     b = Member(consumer(bs, group, client, **{"group.instance.id": "b"}), "b", [])
     for m in (a, b):
@@ -370,7 +365,7 @@ def test_a_classic_group_migrates_online_to_the_consumer_protocol_and_back(kbrok
     bs = kbroker.bootstrap
     topic = f"kip848-{uuid.uuid4().hex[:8]}"
     group = f"g-{topic}"
-    make_topic(bs, topic)
+    make_topic(bs, topic, PARTITIONS)
     produce(bs, topic, 0, 300)
     seen: list[int] = []
     classic = [Member(classic_consumer(bs, group), f"k{i}", seen) for i in range(2)]

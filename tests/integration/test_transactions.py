@@ -16,7 +16,6 @@ from typing import Any, Callable, Iterator
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.testing.broker_process import BrokerProcess
 
@@ -30,18 +29,12 @@ from helpers.txn_raw import (
     TxnClient,
     txn_batch,
 )
+from helpers.topics import make_topics
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 TIMEOUT = 20
 CLIENTS = ["confluent", "kafka-python", "aiokafka"]
-
-
-def make_topics(bootstrap: str, *specs: tuple[str, int]) -> None:
-    a = AdminClient({"bootstrap.servers": bootstrap})
-    futures = a.create_topics([NewTopic(n, num_partitions=p, replication_factor=1) for n, p in specs])
-    for f in futures.values():
-        f.result(TIMEOUT)
 
 
 # ---------------------------------------------------------------------------------------- client adapters

@@ -10,20 +10,17 @@ from typing import Any
 
 import pytest
 
-from oncelog.client import Admin, AsyncConsumer, Consumer, Producer, TopicPartition
+from oncelog.client import AsyncConsumer, Consumer, Producer, TopicPartition
 from oncelog.client.consumer import CommitFailedError
 from oncelog.client.errors import KafkaError
+
+from helpers.topics import make_topic
 
 pytestmark = pytest.mark.timeout(120)
 
 
 FAST = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 300, "max.poll.interval.ms": 30000,
         "auto.offset.reset": "earliest", "fetch.max.wait.ms": 100}
-
-
-def make_topic(bootstrap: str, name: str, partitions: int) -> None:
-    with Admin({"bootstrap.servers": bootstrap}) as a:
-        a.create_topics(name, partitions)
 
 
 def produce(bootstrap: str, topic: str, n: int, partitions: int) -> None:

@@ -18,6 +18,8 @@ from oncelog.client import OFFSET_INVALID, Admin, Consumer, Producer
 from oncelog.client.consumer import CommitFailedError
 from oncelog.client.errors import KafkaError
 
+from helpers.topics import make_topic
+
 pytestmark = pytest.mark.timeout(180)
 
 FAST = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 300, "max.poll.interval.ms": 30000,
@@ -28,11 +30,6 @@ TP = tuple[str, int]
 @pytest.fixture
 def group_id() -> str:
     return f"g-{uuid.uuid4().hex[:10]}"
-
-
-def make_topic(bootstrap: str, name: str, partitions: int) -> None:
-    with Admin({"bootstrap.servers": bootstrap}) as a:
-        a.create_topics(name, partitions)
 
 
 def produce(bootstrap: str, topic: str, n: int, partitions: int, start: int = 0) -> None:
