@@ -4,6 +4,10 @@
 of its brokers gets it back running and registered when it returns. Tests whose faults would disturb the others
 (etcd stopped, a broker wiped, timing measured) build their own with ``make_cluster``. Without etcd on PATH the
 tests are skipped, except in CI (which installs Debian's etcd-server).
+
+The tests of the metadata store against etcd alone (no broker): ``etcd``, one per test module (tests use distinct
+cluster names: ``cluster_name``), or a fresh one for a test that kills, pauses or compacts it (``own_etcd``;
+``etcd_members``: three members, of which it loses some).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import pytest
 
 from oncelog.testing.broker_process import free_port
 from oncelog.testing.cluster import ClusterProcess
+from oncelog.testing.etcd_process import EtcdCluster, EtcdProcess
 
 from helpers.cluster import etcd_or_skip
 
@@ -101,3 +106,35 @@ def make_cluster(tmp_path: Path) -> Iterator[Callable[..., ClusterProcess]]:
                 b.resume()
         c.stop()
 
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdProcess]:
+    """An etcd shared by the tests of one module."""
+    etcd_or_skip()
+    proc = EtcdProcess(tmp_path_factory.mktemp("etcd") / "data").start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def own_etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
+    """An etcd for one test only (it may be killed, paused, restarted)."""
+    etcd_or_skip()
+    proc = EtcdProcess(tmp_path / "etcd-data").start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def etcd_members(tmp_path: Path) -> Iterator[EtcdCluster]:
+    """A 3-member etcd cluster on 127.0.0.1 for one test only."""
+    etcd_or_skip()
+    members = EtcdCluster(tmp_path / "etcd", 3).start()
+    yield members
+    members.stop()
+
+
+@pytest.fixture
+def cluster_name(request: pytest.FixtureRequest) -> str:
+    base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:60]
+    return f"{base}-{uuid.uuid4().hex[:6]}"
