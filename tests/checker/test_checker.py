@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from checker import (
+from helpers.checker import (
     ABORT,
     ANOMALIES,
     COMMIT,
@@ -23,8 +23,8 @@ from checker import (
     check,
     check_copy,
 )
-from checker import READ_COMMITTED as RC
-from checker import READ_UNCOMMITTED as RU
+from helpers.checker import READ_COMMITTED as RC
+from helpers.checker import READ_UNCOMMITTED as RU
 
 T = "t"
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -28,10 +27,8 @@ import pytest
 
 from oncelog.testing.cluster import ClusterProcess
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "eos"))
-from checker import ABORT, COMMIT, OK, History, Send, TxnEnd, check  # noqa: E402
-from test_random_workload import PARTITIONS, TOPIC, Workload  # noqa: E402
+from helpers.checker import ABORT, COMMIT, OK, History, Send, TxnEnd, check
+from eos.test_random_workload import PARTITIONS, TOPIC, Workload
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

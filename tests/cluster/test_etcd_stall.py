@@ -17,7 +17,6 @@ leaderships. The test measures, and asserts:
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -30,10 +29,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.testing.cluster import ClusterProcess
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from checker import COMMIT, OK, READ_COMMITTED, UNKNOWN, History, Poll, Seek, Send, TxnEnd, check
-from checker.kafka_io import read_to_end, text
-from checker.metadata_probe import MetadataProbe
+from helpers.checker import COMMIT, OK, READ_COMMITTED, UNKNOWN, History, Poll, Seek, Send, TxnEnd, check
+from helpers.checker.kafka_io import read_to_end, text
+from helpers.checker.metadata_probe import MetadataProbe
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

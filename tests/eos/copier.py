@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from checker.history import ABORT, COMMIT, READ_COMMITTED, UNKNOWN, History, Poll, Seek, Send, TxnEnd
+from helpers.checker.history import ABORT, COMMIT, READ_COMMITTED, UNKNOWN, History, Poll, Seek, Send, TxnEnd
 
 FATAL_EXIT = 3
 HUNG_EXIT = 4

@@ -40,11 +40,8 @@ import pytest
 
 from oncelog.testing.broker_process import BrokerProcess
 
-TESTS = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(TESTS))
-sys.path.insert(0, str(TESTS / "integration"))
-from checker import OK, READ_COMMITTED, READ_UNCOMMITTED, History, Send, check, check_copy  # noqa: E402
-from checker.kafka_io import read_to_end  # noqa: E402
+from helpers.checker import OK, READ_COMMITTED, READ_UNCOMMITTED, History, Send, check, check_copy
+from helpers.checker.kafka_io import read_to_end
 
 COPIER = Path(__file__).resolve().parent / "copier.py"
 GROUP_APIS = {8: "OffsetCommit", 9: "OffsetFetch", 11: "JoinGroup", 12: "Heartbeat", 14: "SyncGroup",

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -32,8 +31,7 @@ import pytest
 from oncelog.testing.broker_process import BrokerProcess
 from oncelog.testing.power_cut import FSYNC_DELAY_ENV, FSYNC_TRACE_ENV, cut_to_durable, freeze_with_undurable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from checker import (
+from helpers.checker import (
     ABORT,
     COMMIT,
     FAIL,
@@ -46,7 +44,7 @@ from checker import (
     TxnEnd,
     check,
 )
-from checker.kafka_io import LiveConsumer, read_to_end
+from helpers.checker.kafka_io import LiveConsumer, read_to_end
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

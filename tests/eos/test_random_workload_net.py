@@ -20,7 +20,6 @@ import logging
 import os
 import random
 import socket
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -32,8 +31,7 @@ import pytest
 from oncelog.testing.broker_process import BrokerProcess
 from oncelog.testing.netns import CLIENT, Drop, Network, require_netns
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from checker import ABORT, COMMIT, OK, History, Send, check
+from helpers.checker import ABORT, COMMIT, OK, History, Send, check
 
 from .test_random_workload import (
     PARTITIONS,

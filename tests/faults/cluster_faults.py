@@ -15,7 +15,6 @@ test, one fault applied under the load of ``cluster_load`` and healed, and the c
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -30,8 +29,7 @@ from oncelog.testing.cluster import ClusterProcess
 from oncelog.testing.etcd_process import EtcdUnavailable, find_etcd
 from oncelog.testing.netns import Network, require_netns
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from checker import History, check
+from helpers.checker import History, check
 
 from cluster_load import Load, wait_live
 

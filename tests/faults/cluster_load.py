@@ -11,16 +11,13 @@ a request stuck behind a fault fails within the fault and is retried after it.
 from __future__ import annotations
 
 import contextlib
-import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from checker import ABORT, COMMIT, FAIL, OK, READ_COMMITTED, UNKNOWN, History, Send, TxnEnd
-from checker.kafka_io import LiveConsumer, read_to_end
+from helpers.checker import ABORT, COMMIT, FAIL, OK, READ_COMMITTED, UNKNOWN, History, Send, TxnEnd
+from helpers.checker.kafka_io import LiveConsumer, read_to_end
 
 from oncelog.cluster.model import ClusterView
 from oncelog.testing.cluster import ClusterProcess, topic_ready

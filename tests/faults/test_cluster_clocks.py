@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import signal
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -25,9 +24,8 @@ import pytest
 from oncelog.testing.cluster import ClusterProcess
 from oncelog.testing.netns import Network
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from checker import ABORT, COMMIT, OK, UNKNOWN, History, Send, TxnEnd
-from checker.metadata_probe import MetadataProbe
+from helpers.checker import ABORT, COMMIT, OK, UNKNOWN, History, Send, TxnEnd
+from helpers.checker.metadata_probe import MetadataProbe
 
 from cluster_faults import FAULT_S, LIVE_S, PARTITIONS, coordinator_of, copy_under_fault, judged, new_topic, \
     run_fault

@@ -13,7 +13,6 @@ without one answers at once instead of at the deadline).
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,8 +24,7 @@ from oncelog.testing.cluster import ClusterProcess
 from oncelog.testing.etcd_process import EtcdCluster
 from oncelog.testing.netns import Network
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from checker import History
+from helpers.checker import History
 
 from cluster_faults import PARTITIONS, SESSION_MS, judged, net_cluster, new_topic, run_fault
 from cluster_load import Load

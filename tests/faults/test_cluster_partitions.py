@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,9 +35,8 @@ import pytest
 from oncelog.testing.cluster import ClusterProcess
 from oncelog.testing.netns import CLIENT, Network, bridge, complete_grudge, majorities_ring
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from checker import History
-from checker.metadata_probe import MetadataProbe
+from helpers.checker import History
+from helpers.checker.metadata_probe import MetadataProbe
 
 from cluster_faults import LIVE_S, PARTITIONS, brokers_and_etcd, coordinator_of, copy_under_fault, judged, \
     leader_of, new_topic, run_fault
