@@ -8,10 +8,11 @@ from typing import Any
 
 import confluent_kafka as ck
 import pytest
-from _sink_util import open_txns, read_committed
 
 from oncelog.client import Admin
 from oncelog.spark.commit_log import DEFAULT_COMMIT_TOPIC
+
+from helpers.spark_sink import open_txns, read_committed
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from _sink_util import duplicates_and_missing, open_txns, read_committed
+from helpers.spark_sink import duplicates_and_missing, open_txns, read_committed
 
 from oncelog.client import Admin, Producer
 from oncelog.testing.broker_process import BrokerProcess

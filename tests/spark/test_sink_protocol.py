@@ -14,7 +14,6 @@ from typing import Any
 import confluent_kafka as ck
 import pyarrow as pa
 import pytest
-from _sink_util import open_txns, read_committed
 
 from oncelog.client import Admin, Producer
 from oncelog.spark.commit_log import Decision, SinkCommitLog
@@ -23,6 +22,8 @@ from oncelog.spark.sink import SinkCommitMessage, SinkCommitter, parse_sink_opti
 from oncelog.spark.sink_rows import SinkRowError
 from oncelog.spark.sink_txn import StagingTxn, make_txn_id, parse_txn_batch, txn_prefix
 from oncelog.testing.broker_process import BrokerProcess
+
+from helpers.spark_sink import open_txns, read_committed
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -6,9 +6,10 @@ import uuid
 from typing import Any
 
 import pytest
-from _sink_util import duplicates_and_missing, open_txns, read_committed
 
 from oncelog.client import Admin, Producer
+
+from helpers.spark_sink import duplicates_and_missing, open_txns, read_committed
 
 pytestmark = pytest.mark.timeout(240)
 
