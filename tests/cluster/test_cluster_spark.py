@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import random
-import sys
 import threading
 import time
 from pathlib import Path
@@ -15,11 +14,10 @@ import pytest
 
 from oncelog.testing.cluster import ClusterProcess
 
+from helpers.spark_sink import N, Pipeline
+
 if importlib.util.find_spec("pyspark") is None or importlib.util.find_spec("pyarrow") is None:
     pytest.skip("pyspark and pyarrow are needed (make test installs them)", allow_module_level=True)
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "spark"))
-from test_sink_crash import N, Pipeline  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
