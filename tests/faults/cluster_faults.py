@@ -21,15 +21,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 
 from oncelog.cluster.model import ClusterView
 from oncelog.coordinator.transaction.partitioner import partition_for
 from oncelog.testing.cluster import ClusterProcess
-from oncelog.testing.etcd_process import EtcdUnavailable, find_etcd
 from oncelog.testing.netns import Network, require_netns
 
 from helpers.checker import History, check
+from helpers.cluster import etcd_or_skip
 
 from cluster_load import Load, wait_live
 
@@ -49,10 +48,7 @@ def net_cluster(base: Path, etcd_members: int = 1, clock_control: bool = False
     """3 brokers and ``etcd_members`` etcd members, each on a host of its own; skipped without network namespaces
     or etcd. Left healed, resumed and stopped."""
     require_netns()
-    try:
-        find_etcd()
-    except EtcdUnavailable as e:
-        pytest.skip(str(e))
+    etcd_or_skip()
     with Network(hosts=3 + etcd_members) as net:
         cluster = ClusterProcess(base, 3, net=net, new_session=True, etcd_members=etcd_members,
                                  clock_control=clock_control, settings={
