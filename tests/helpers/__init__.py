@@ -6,5 +6,9 @@ import mode puts ``tests/`` on ``sys.path`` for ``tests/conftest.py`` (``tests/`
 - ``cli``: the real ``oncelog`` command run as a user runs it
 - ``cluster``: ``etcd_or_skip`` and a broker's /metrics, for the tests that start clusters or etcd
 - ``topics``: ``make_topic`` / ``make_topics`` with confluent-kafka's admin client
+- ``checker``: the Jepsen-style history checker of the exactly-once tests (its own tests: tests/checker)
+- ``spark_sink``: the Spark sink's read-back and the crash tests' streaming pipeline
 - ``doc_blocks``: the runnable blocks of the README and docs/
+
+A helper only one folder uses stays in that folder.
 """

@@ -1,4 +1,4 @@
-"""Helpers of the cluster tests (a module of its own: ``conftest`` is ambiguous when several test folders have one)."""
+"""Helpers of the tests that start clusters or etcd: ``etcd_or_skip`` and a broker's /metrics."""
 
 from __future__ import annotations
 
