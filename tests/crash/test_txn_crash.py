@@ -42,6 +42,7 @@ from helpers.txn_raw import (
     TxnClient,
     txn_batch,
 )
+from helpers.topics import make_topics
 
 from oncelog.protocol import api as kapi
 from oncelog.protocol.messages.init_producer_id_request import InitProducerIdRequest
@@ -199,10 +200,10 @@ def await_timeout_abort(c: TxnClient, txn: Txn) -> None:
     assert c.end_txn(txn.tid, txn.pid, txn.epoch, True) in FENCED, "late commit of a timed-out transaction"
 
 
-def make_topics(c: TxnClient, base: str, n: int = 2) -> list[str]:
+def crash_topics(bootstrap: str, base: str, n: int = 2) -> list[str]:
+    """``n`` topics named after ``base``, with small segments, so that open transactions span several."""
     names = [f"{base}-{i}" for i in range(n)]
-    for name in names:
-        assert c.create_topic(name, PARTITIONS, {"segment.bytes": str(SEGMENT_BYTES)}) == 0
+    make_topics(bootstrap, *((name, PARTITIONS) for name in names), config={"segment.bytes": str(SEGMENT_BYTES)})
     return names
 
 
@@ -210,7 +211,7 @@ def make_topics(c: TxnClient, base: str, n: int = 2) -> list[str]:
 def test_kill_after_add_partitions(cbroker: BrokerProcess, topic_name: str) -> None:
     ledger = Ledger()
     with TxnClient(cbroker.bootstrap) as c:
-        t1, t2 = make_topics(c, topic_name)
+        t1, t2 = crash_topics(cbroker.bootstrap, topic_name)
         tps = [(t1, 0), (t1, 1), (t2, 2)]
         PIDS.fresh(c)
         done = begin(c, f"{topic_name}-done", tps, LONG_MS)  # a committed transaction before the crash
@@ -238,7 +239,7 @@ def test_kill_after_add_partitions(cbroker: BrokerProcess, topic_name: str) -> N
 def test_kill_after_produce(cbroker: BrokerProcess, topic_name: str) -> None:
     ledger = Ledger()
     with TxnClient(cbroker.bootstrap) as c:
-        t1, t2 = make_topics(c, topic_name)
+        t1, t2 = crash_topics(cbroker.bootstrap, topic_name)
         tps = [(t1, 0), (t1, 1), (t2, 0)]
         ipid = PIDS.fresh(c)
         iseq: dict[tuple[str, int], int] = {}
@@ -322,7 +323,7 @@ def test_kill_racing_end_txn(cbroker: BrokerProcess, topic_name: str) -> None:
     ledger = Ledger()
     hit: dict[str, int] = {}
     with TxnClient(cbroker.bootstrap) as c:
-        t1, t2 = make_topics(c, topic_name)
+        t1, t2 = crash_topics(cbroker.bootstrap, topic_name)
     tps = [(t1, 0), (t1, 1), (t1, 2), (t2, 0)]
     for round_, (stagger, kill_delay) in enumerate([(0.0, 0.0), (0.0005, 0.0005), (0.001, 0.003)]):
         conns: list[TxnClient] = []
@@ -427,7 +428,7 @@ def test_kill_after_end_txn_answered(cbroker: BrokerProcess, topic_name: str, po
     again (markers written twice, harmlessly); the producer's retry and next transaction work the same."""
     ledger = Ledger()
     with TxnClient(cbroker.bootstrap) as c:
-        t1, t2 = make_topics(c, topic_name)
+        t1, t2 = crash_topics(cbroker.bootstrap, topic_name)
         tps = [(t1, 0), (t1, 2), (t2, 1)]
         ipid = PIDS.fresh(c)
         iseq: dict[tuple[str, int], int] = {}
@@ -462,7 +463,7 @@ def test_clean_restart_with_open_transaction(cbroker: BrokerProcess, topic_name:
     """The clean-shutdown path (producer state from the snapshot taken at close): same guarantees."""
     ledger = Ledger()
     with TxnClient(cbroker.bootstrap) as c:
-        t1, _ = make_topics(c, topic_name)
+        t1, _ = crash_topics(cbroker.bootstrap, topic_name)
         tps = [(t1, 0), (t1, 1), (t1, 2)]
         ipid = PIDS.fresh(c)
         iseq: dict[tuple[str, int], int] = {}
