@@ -15,8 +15,7 @@ from oncelog.protocol.records import decode_records
 from oncelog.storage import LogConfig, PartitionLog
 from oncelog.testing.power_cut import cut_to_durable, durable_sizes, freeze_with_undurable, is_stopped, undurable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from storage_helpers import append, batch, open_log  # noqa: E402
+from storage_helpers import append, batch, open_log
 
 
 @pytest.fixture
