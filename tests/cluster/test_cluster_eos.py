@@ -28,6 +28,7 @@ import pytest
 from oncelog.testing.cluster import ClusterProcess
 
 from helpers.checker import ABORT, COMMIT, OK, History, Send, TxnEnd, check
+from helpers.copiers import CONSUMER_GROUP_SETTINGS, run_copy
 from eos.test_random_workload import PARTITIONS, TOPIC, Workload
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -138,8 +139,6 @@ def test_exactly_once_copy_on_a_cluster(cluster: ClusterProcess, tmp_path: Path)
     """The exactly-once copy of ``tests/eos/test_copy.py`` (confluent copiers SIGKILLed every few seconds, input 2
     partitions, output 3) on the three-broker cluster with replication factor 3, one broker SIGKILLed and restarted
     in the middle; the checker judges the output."""
-    from test_copy import run_copy
-
     rnd = random.Random(int(os.environ.get("EOS_SEED", int.from_bytes(os.urandom(4), "big"))))
     target = _OneBrokerOf(cluster, rnd)
     run_copy(target, tmp_path, "confluent", 2, 3, replication=3)  # type: ignore[arg-type]
@@ -170,8 +169,6 @@ def test_exactly_once_copy_on_a_cluster_with_the_consumer_group_protocol(make_cl
     """The same copy with copiers in a KIP-848 consumer group (group.protocol=consumer): the broker SIGKILLed in the
     middle is the group's coordinator, which the copiers' heartbeats and transactional offset commits then find on
     another broker (the group loaded from the replicated ``__consumer_offsets``)."""
-    from test_copy import CONSUMER_GROUP_SETTINGS, run_copy
-
     cluster = make_cluster(3, settings={"default.replication.factor": 3, **CONSUMER_GROUP_SETTINGS,
                                         "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500})
     rnd = random.Random(int(os.environ.get("EOS_SEED", int.from_bytes(os.urandom(4), "big"))))

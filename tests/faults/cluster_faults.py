@@ -29,6 +29,7 @@ from oncelog.testing.netns import Network, require_netns
 
 from helpers.checker import History, check
 from helpers.cluster import etcd_or_skip
+from helpers.copiers import Copiers, group_committed, seed_input, stop_and_check
 
 from cluster_load import Load, wait_live
 
@@ -146,13 +147,11 @@ def coordinator_of(cluster: ClusterProcess, internal_topic: str, key: str) -> in
 def copy_under_fault(cluster: ClusterProcess, tmp_path: Path, fault: Callable[[str, Any], Callable[[], None]],
                      fault_s: float = FAULT_S, notes: dict[str, Any] | None = None) -> Any:
     """Two copiers copy 3000 records (2 input partitions, 3 output partitions) in group ``<run>-group``; once the
-    group has committed, ``fault(group, copiers)`` (``eos.test_copy.Copiers``) applies a fault and returns its heal,
+    group has committed, ``fault(group, copiers)`` (``helpers.copiers.Copiers``) applies a fault and returns its heal,
     called ``fault_s`` later. Returns the
     copy checker's report, with ``notes`` (what the fault recorded in it meanwhile) in its stats (AssertionError
     unless the group's committed offsets reach the input's end within :data:`COPY_LIVE_S` of the heal)."""
     from confluent_kafka.admin import AdminClient, NewTopic
-
-    from eos.test_copy import Copiers, group_committed, seed_input, stop_and_check
 
     run = f"copy-{uuid.uuid4().hex[:6]}"
     group, in_topic, out_topic = f"{run}-group", f"{run}-in", f"{run}-out"
