@@ -151,6 +151,7 @@ class LogLoader:
         for s in recovered:  # what recovery kept is now made durable, so durable_offset = log end is true
             os.fdatasync(s.fd)
             s.flush_indexes()
+            s.close_index_files()
         trace_fsync(recovered)
         for s in segments:
             if s.base_offset in rebuild:
