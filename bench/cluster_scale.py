@@ -217,7 +217,15 @@ def run(cluster: ClusterProcess, partitions: int, idle_seconds: float, create: C
 
     t0 = time.monotonic()
     for i, t in enumerate(topics):
-        create(t, min(CHUNK, partitions - i * CHUNK), 3)
+        for attempt in range(5):
+            try:
+                create(t, min(CHUNK, partitions - i * CHUNK), 3)
+                break
+            except Exception as e:  # a busy box: CreateTopics timed out; it may have been created all the same
+                log(f"scale: creating {t} (attempt {attempt + 1}): {e}")
+                time.sleep(2.0)
+                if t in cluster.view().topics:
+                    break
         wait_isr(t, 120)
     out["create_in_sync_s"] = time.monotonic() - t0
     log(f"scale: {partitions} partitions (RF=3) in {len(topics)} topics created and in sync in "

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 from oncelog.clock import Clock
 
+from .fetch_session import FetchSessionCache
+
 if TYPE_CHECKING:
     from oncelog.coordinator.group.coordinator import GroupCoordinator
     from oncelog.coordinator.transaction import TransactionCoordinator
@@ -60,6 +62,12 @@ class BrokerContext:
     #: a single node: the internal topic of each coordinator (GROUP, TRANSACTION), created on first use
     internal_topics: Mapping[int, LoadOnFirstUse] = field(default_factory=dict)
     quotas: ClientQuotaManager | None = None  # client quotas: the connection and the Fetch handler charge requests
+    #: incremental fetch sessions (KIP-227), ``max.incremental.fetch.session.cache.slots`` of them
+    fetch_sessions: FetchSessionCache = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.fetch_sessions = FetchSessionCache(self.config.max_incremental_fetch_session_cache_slots,
+                                                self.clock.monotonic_ms)
 
     @property
     def log_defaults(self) -> LogConfig:

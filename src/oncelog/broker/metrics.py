@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from oncelog.coordinator.group.coordinator import GroupCoordinator
 
     from .durability import GroupCommitFlusher
+    from .fetch_session import FetchSessionCache
     from .topics import TopicRegistry
 
 __all__ = ["BrokerMetrics"]
@@ -63,6 +64,29 @@ class _FlusherCollector(Collector):
         stalls.add_metric([], f.inline_stalls)
         yield rounds
         yield stalls
+
+
+class _FetchSessionCollector(Collector):
+    """Kafka's NumIncrementalFetchSessions, NumIncrementalFetchPartitionsCached, IncrementalFetchSessionEvictions,
+    and the partitions fetch requests listed and answers carried (what sessions save)."""
+
+    def __init__(self, cache: "FetchSessionCache") -> None:
+        self.cache = cache
+
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        c = self.cache
+        yield GaugeMetricFamily("oncelog_fetch_sessions", "Incremental fetch sessions held (KIP-227)", value=len(c))
+        yield GaugeMetricFamily("oncelog_fetch_session_partitions", "Partitions held by the fetch sessions",
+                                value=c.partitions_cached)
+        yield CounterMetricFamily("oncelog_fetch_session_evictions", "Fetch sessions evicted for a new one",
+                                  value=c.evictions)
+        for name, what, counts in (("requested", "listed in Fetch requests", c.requested),
+                                   ("answered", "carried in Fetch answers", c.answered)):
+            fam = CounterMetricFamily(f"oncelog_fetch_partitions_{name}", f"Partitions {what}, by fetcher",
+                                      labels=["fetcher"])
+            for kind, n in counts.items():
+                fam.add_metric([kind], n)
+            yield fam
 
 
 LATENCY_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5)
@@ -150,6 +174,9 @@ class BrokerMetrics:
 
     def watch_flusher(self, flusher: "GroupCommitFlusher") -> None:
         self.registry.register(_FlusherCollector(flusher))
+
+    def watch_fetch_sessions(self, cache: "FetchSessionCache") -> None:
+        self.registry.register(_FetchSessionCollector(cache))
 
     def serve(self, listen: str) -> None:
         host, _, port = listen.rpartition(":")

@@ -202,6 +202,7 @@ class Broker:
                                                     cfg.allow_everyone_if_no_acl_found)
         self.metrics.watch_partitions(self._topics)
         self.metrics.watch_flusher(self.flusher)
+        self.metrics.watch_fetch_sessions(context.fetch_sessions)
         self.flusher.start()
         if self.cluster is None:
             epoch = next_coordinator_epoch(cfg.data_dir)

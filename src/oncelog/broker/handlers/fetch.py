@@ -14,8 +14,12 @@ long poll to time out. The waits are registered in the handler's own step, as Ka
 does: the long poll's task first runs an event-loop iteration later, after other connections' requests read in the
 same iteration, and an append among them would otherwise go unseen until the next one or ``max_wait_ms``.
 
-Fetch sessions (KIP-227) are not kept: every answer carries session id 0, which tells clients to send full fetch
-requests; that is allowed by the protocol and costs only request size.
+Fetch sessions (KIP-227, :mod:`oncelog.broker.fetch_session`): a full fetch (epoch 0) gets a session id when the
+cache has room; an incremental fetch names the session and its next epoch, lists only what it adds or changes, and is
+answered only the partitions with records, a new high watermark / last stable offset / log start offset, a diverging
+epoch or an error. The session's partitions are planned, read and watched like a full fetch's (a follower's fetch
+offset of each is recorded on every fetch, listed or not). Session errors (FETCH_SESSION_ID_NOT_FOUND,
+INVALID_FETCH_SESSION_EPOCH, FETCH_SESSION_TOPIC_ID_ERROR) are answered at once with no partitions.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.storage import OffsetOutOfRangeError
 
 from ..authorization import allowed
+from ..fetch_session import FetchContext, Groups, new_context
 from ._common import error_for, leadership_error, missing_partition_error
 
 if TYPE_CHECKING:
@@ -65,29 +70,29 @@ def _replica_id(request: FetchRequest, version: int) -> int:
     return request.replica_state.replica_id if version >= 15 else request.replica_id
 
 
-def _plan(broker: "BrokerContext", request: FetchRequest, version: int,
+def _plan(broker: "BrokerContext", request: FetchRequest, version: int, groups: Groups,
           may_read: "Callable[[str], bool] | None" = None) -> tuple[list[FetchableTopicResponse], list[_Want]]:
     topics: list[FetchableTopicResponse] = []
     wants: list[_Want] = []
     replica_id = _replica_id(request, version) if broker.cluster is not None else -1
     broker_epoch = request.replica_state.replica_epoch if version >= 15 else -1
-    for t in request.topics:
+    for name, topic_id, partitions in groups:
         if version >= 13:
-            view = broker.topics.by_id(t.topic_id)
+            view = broker.topics.by_id(topic_id)
             missing_code = ErrorCode.UNKNOWN_TOPIC_ID
         else:
-            view = broker.topics.get(t.topic)
+            view = broker.topics.get(name)
             missing_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        resp = FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=[])
-        for p in t.partitions:
+        resp = FetchableTopicResponse(topic=name, topic_id=topic_id, partitions=[])
+        for p in partitions:
             out = PartitionData(partition_index=p.partition, high_watermark=-1, last_stable_offset=-1,
                                 log_start_offset=-1, aborted_transactions=None, records=b"")
             partition = view.partitions[p.partition] if view and 0 <= p.partition < len(view.partitions) else None
             if may_read is not None and (view is not None or version < 13) \
-                    and not may_read(view.name if view is not None else t.topic):
+                    and not may_read(view.name if view is not None else name):
                 out.error_code, partition = ErrorCode.TOPIC_AUTHORIZATION_FAILED, None
             elif partition is None:
-                out.error_code = missing_partition_error(broker, t.topic, p.partition, missing_code) if t.topic \
+                out.error_code = missing_partition_error(broker, name, p.partition, missing_code) if name \
                     else missing_code
             elif code := leadership_error(partition, p.current_leader_epoch):
                 out.error_code = code
@@ -171,10 +176,6 @@ def _read(broker: "BrokerContext", wants: list[_Want], max_bytes: int, isolation
     return total, error
 
 
-def _response(topics: list[FetchableTopicResponse]) -> FetchResponse:
-    return FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=topics)
-
-
 def _read_check(broker: "BrokerContext", ctx: "RequestContext", request: FetchRequest) -> "Callable[[str], bool]":
     """A follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic (asked once per topic)."""
     if _replica_id(request, ctx.api_version) >= 0:
@@ -199,14 +200,17 @@ def handle(broker: "BrokerContext", ctx: "RequestContext", request: FetchRequest
             request.max_bytes = cap
             request.min_bytes = min(request.min_bytes, cap)
     may_read = _read_check(broker, ctx, request) if broker.authorizer is not None else None
-    topics, wants = _plan(broker, request, ctx.api_version, may_read)
+    context = new_context(broker.fetch_sessions, request, ctx.api_version, _replica_id(request, ctx.api_version) >= 0)
+    if isinstance(context, int):  # a session error: the fetcher starts again with a full fetch
+        return FetchResponse(error_code=context, session_id=0, responses=[])
+    topics, wants = _plan(broker, request, ctx.api_version, context.groups, may_read)
     max_bytes = request.max_bytes
     isolation = request.isolation_level
     total, error = _read(broker, wants, max_bytes, isolation)
     if error or total >= max(request.min_bytes, 1) or request.max_wait_ms <= 0 or not wants:
-        return _response(topics)
+        return context.respond(broker.fetch_sessions, topics)
     # watched in this step, with the read: an append before the long poll's task first runs must wake it
-    return _long_poll(topics, wants, request, max_bytes, isolation, broker, _watch(wants))
+    return _long_poll(topics, wants, request, max_bytes, isolation, broker, _watch(wants), context)
 
 
 def _watch(wants: list[_Want]) -> list["asyncio.Future[None]"]:
@@ -217,7 +221,7 @@ def _watch(wants: list[_Want]) -> list["asyncio.Future[None]"]:
 
 async def _long_poll(topics: list[FetchableTopicResponse], wants: list[_Want], request: FetchRequest,
                      max_bytes: int, isolation: int, broker: "BrokerContext",
-                     waits: list["asyncio.Future[None]"]) -> FetchResponse:
+                     waits: list["asyncio.Future[None]"], context: FetchContext) -> FetchResponse:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait_ms / 1000
     while (remaining := deadline - loop.time()) > 0:
@@ -226,4 +230,4 @@ async def _long_poll(topics: list[FetchableTopicResponse], wants: list[_Want], r
         if error or total >= request.min_bytes:
             break
         waits = _watch(wants)  # no await since the read: nothing can move unseen
-    return _response(topics)
+    return context.respond(broker.fetch_sessions, topics)
