@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING
 
 from oncelog.client.connection import BrokerConnection
 from oncelog.client.errors import KafkaError
+from oncelog.client.fetch_session import FetchSessionHandler
 from oncelog.cluster.truncation import UNDEFINED_EPOCH, Truncation, truncation_for
 from oncelog.protocol.errors import ErrorCode
-from oncelog.protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchTopic, ReplicaState
+from oncelog.protocol.messages.fetch_request import FetchPartition, FetchRequest, ReplicaState
 from oncelog.protocol.messages.offset_for_leader_epoch_request import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderPartition,
@@ -117,6 +118,7 @@ class ReplicaFetcher:
         self._peers = PeerConnections(config.node_id, address, config.socket_timeout_ms, "replica")
         self._task: asyncio.Task[None] | None = None
         self.fetches = 0
+        self.session = FetchSessionHandler(use_topic_ids=True)  # KIP-227: idle rounds list no partitions
 
     # ------------------------------------------------------------------------------------------- membership
     def add(self, p: Partition, leader_epoch: int) -> None:
@@ -171,11 +173,13 @@ class ReplicaFetcher:
             except (KafkaError, OSError) as e:
                 log.info("replica fetcher of node %d from leader %d: %s; retrying in %.1f s", self.config.node_id,
                          self.leader, e, backoff)
+                self.session.reset()
                 await self._peers.drop(self.leader)
                 await self._pause(backoff)
             except Exception:
                 log.exception("replica fetcher of node %d from leader %d failed; retrying in %.1f s",
                               self.config.node_id, self.leader, backoff)
+                self.session.reset()
                 await self._peers.drop(self.leader)
                 await self._pause(backoff)
 
@@ -245,24 +249,36 @@ class ReplicaFetcher:
 
     async def _fetch(self, conn: BrokerConnection, states: dict[tuple[str, int], _State]) -> None:
         cfg = self.config
-        topics: dict[uuid.UUID, list[FetchPartition]] = {}
+        wanted: list[tuple[str, uuid.UUID, FetchPartition]] = []
         names: dict[uuid.UUID, str] = {}
         for (topic, index), st in states.items():
             plog = st.partition.log
             latest = plog.latest_epoch
             names[st.partition.topic_id] = topic
-            topics.setdefault(st.partition.topic_id, []).append(FetchPartition(
+            wanted.append((topic, st.partition.topic_id, FetchPartition(
                 partition=index, current_leader_epoch=st.leader_epoch, fetch_offset=plog.log_end_offset,
                 last_fetched_epoch=UNDEFINED_EPOCH if latest is None else latest,
-                log_start_offset=plog.log_start_offset, partition_max_bytes=cfg.max_bytes))
+                log_start_offset=plog.log_start_offset, partition_max_bytes=cfg.max_bytes)))
         me = self._address(cfg.node_id)
+        # an incremental fetch (KIP-227) lists only the partitions whose fetch offset or epochs moved
+        sent = self.session.build(wanted)
         req = FetchRequest(replica_state=ReplicaState(cfg.node_id, -1 if me is None else me.epoch),
                            max_wait_ms=cfg.max_wait_ms, min_bytes=cfg.min_bytes,
-                           max_bytes=max(cfg.max_bytes, 1) * 16, isolation_level=0, session_id=0, session_epoch=-1,
-                           topics=[FetchTopic(topic_id=t, partitions=ps) for t, ps in topics.items()])
+                           max_bytes=max(cfg.max_bytes, 1) * 16, isolation_level=0, session_id=sent.session_id,
+                           session_epoch=sent.session_epoch, topics=sent.topics,
+                           forgotten_topics_data=sent.forgotten)
         timeout = cfg.socket_timeout_ms / 1000 + cfg.max_wait_ms / 1000
-        resp = await conn.send(req, version=FETCH_VERSION, timeout=timeout)
+        try:
+            resp = await conn.send(req, version=FETCH_VERSION, timeout=timeout)
+        except BaseException:
+            self.session.reset()  # the leader may or may not have moved the session on
+            raise
         self.fetches += 1
+        if not self.session.handle_response(sent, resp):
+            # evicted, or the leader restarted, or an answer was lost: start again at once with a full fetch
+            log.info("replica fetcher of node %d from leader %d: fetch session %d answered %s; fetching in full",
+                     cfg.node_id, self.leader, sent.session_id, _name(resp.error_code))
+            return
         if resp.error_code:
             raise KafkaError(resp.error_code, f"fetch from leader {self.leader} failed")
         appended: list[Partition] = []
