@@ -48,7 +48,7 @@ class SessionRequest:
 
 
 def _same(a: FetchPartition, b: FetchPartition) -> bool:
-    return (a.fetch_offset == b.fetch_offset and a.log_start_offset == b.log_start_offset
+    return a is b or (a.fetch_offset == b.fetch_offset and a.log_start_offset == b.log_start_offset
             and a.partition_max_bytes == b.partition_max_bytes and a.current_leader_epoch == b.current_leader_epoch
             and a.last_fetched_epoch == b.last_fetched_epoch)
 

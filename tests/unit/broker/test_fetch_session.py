@@ -87,6 +87,17 @@ def test_a_follower_evicts_a_consumer_and_bigger_beats_smaller_once_old() -> Non
     assert big != INVALID_SESSION_ID and cache.get(follower2) is None and cache.get(follower) is not None
 
 
+def test_a_watched_partition_marks_the_session_until_it_is_closed() -> None:
+    cache = FetchSessionCache(10, Clock())
+    sid = cache.create(False, True, parts(2))
+    s = cache.get(sid)
+    assert s is not None
+    assert s.poke((TID, 1)) and s.take_dirty() == {(TID, 1)} and s.take_dirty() == set()
+    assert not s.poke((TID, 9))  # not in the session: the partition stops calling
+    cache.remove(sid)
+    assert not s.poke((TID, 0))
+
+
 def request(session_id: int, epoch: int, partitions: list[int], forget: list[int] | None = None) -> FetchRequest:
     return FetchRequest(session_id=session_id, session_epoch=epoch,
                         topics=[FetchTopic(topic_id=TID, partitions=[FetchPartition(partition=i) for i in partitions])]
@@ -102,12 +113,12 @@ def test_contexts_and_session_errors() -> None:
     assert new_context(cache, request(sid + 1, 1, []), 13, False) == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
     assert new_context(cache, request(sid, 2, []), 13, False) == ErrorCode.INVALID_FETCH_SESSION_EPOCH
     assert new_context(cache, request(sid, 1, []), 12, False) == ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR
-    inc = new_context(cache, request(sid, 1, [], forget=[1]), 13, False)
-    assert not isinstance(inc, int) and inc.session is not None
-    assert [p.partition for p in inc.groups[0][2]] == [0, 2]  # the session's partitions, less the forgotten one
+    inc = new_context(cache, request(sid, 1, [3], forget=[1]), 13, False)
+    assert not isinstance(inc, int) and inc.session is not None and inc.listed == {(TID, 3)}
+    assert sorted(k[1] for k in inc.session.partitions) == [0, 2, 3]  # added 3, forgot 1
     assert new_context(cache, request(sid, 1, []), 13, False) == ErrorCode.INVALID_FETCH_SESSION_EPOCH  # a replay
     # forgetting everything ends the session; a full fetch naming a session closes it
-    last = new_context(cache, request(sid, 2, [], forget=[0, 2]), 13, False)
+    last = new_context(cache, request(sid, 2, [], forget=[0, 2, 3]), 13, False)
     assert not isinstance(last, int) and last.session is None and cache.get(sid) is None
     sid = cache.create(False, True, parts(3))
     closing = new_context(cache, request(sid, -1, [0]), 13, False)

@@ -104,6 +104,7 @@ class _State:
     truncating: bool = True
     delayed_until: float = 0.0  # after an error: not fetched before this (loop time)
     errors: int = 0  # in a row
+    sent: FetchPartition | None = None  # the parameters last fetched with (reused while nothing moves)
 
 
 class ReplicaFetcher:
@@ -254,11 +255,16 @@ class ReplicaFetcher:
         for (topic, index), st in states.items():
             plog = st.partition.log
             latest = plog.latest_epoch
+            latest = UNDEFINED_EPOCH if latest is None else latest
+            end, start = plog.log_end_offset, plog.log_start_offset
             names[st.partition.topic_id] = topic
-            wanted.append((topic, st.partition.topic_id, FetchPartition(
-                partition=index, current_leader_epoch=st.leader_epoch, fetch_offset=plog.log_end_offset,
-                last_fetched_epoch=UNDEFINED_EPOCH if latest is None else latest,
-                log_start_offset=plog.log_start_offset, partition_max_bytes=cfg.max_bytes)))
+            fp = st.sent
+            if fp is None or fp.fetch_offset != end or fp.log_start_offset != start \
+                    or fp.last_fetched_epoch != latest or fp.current_leader_epoch != st.leader_epoch:
+                fp = st.sent = FetchPartition(partition=index, current_leader_epoch=st.leader_epoch,
+                                              fetch_offset=end, last_fetched_epoch=latest, log_start_offset=start,
+                                              partition_max_bytes=cfg.max_bytes)
+            wanted.append((topic, st.partition.topic_id, fp))
         me = self._address(cfg.node_id)
         # an incremental fetch (KIP-227) lists only the partitions whose fetch offset or epochs moved
         sent = self.session.build(wanted)
