@@ -505,8 +505,11 @@ def main(argv: list[str] | None = None) -> int:
     if scaled:
         rows += cluster_scale.rows(scaled)
     cmd = "python bench/cluster_bench.py " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:]))
-    print(f"\n`{cmd.strip()}` (git {rev}, {a.rounds} rounds of {a.messages} x {a.value_size} B, {a.txn_rounds} "
-          f"transaction rounds of {a.transactions} + {a.txn_latency_samples}, medians with min-max)\n")
+    if sections == {"scale"}:
+        print(f"\n`{cmd.strip()}` (git {rev})\n")
+    else:
+        print(f"\n`{cmd.strip()}` (git {rev}, {a.rounds} rounds of {a.messages} x {a.value_size} B, {a.txn_rounds} "
+              f"transaction rounds of {a.transactions} + {a.txn_latency_samples}, medians with min-max)\n")
     print("| measure | value |\n|---|---|")
     for name, value in rows:
         print(f"| {name} | {value} |")

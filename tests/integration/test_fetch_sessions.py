@@ -66,6 +66,31 @@ def test_incremental_fetches_carry_only_what_changed(bootstrap: str, topic_name:
         assert none.session_id == 0 and answered(none) == {0: (0, 2, False)}
 
 
+def test_what_a_fetch_left_unread_comes_in_the_next_incremental_fetches(bootstrap: str, topic_name: str) -> None:
+    with RawClient(bootstrap) as c:
+        assert c.create_topic(topic_name, 3) == 0
+        for p in range(3):
+            assert c.produce(topic_name, p, build_batch([(None, b"x" * 100)])).error_code == 0
+        full = c.request(FETCH, V, FetchRequest(
+            replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1, isolation_level=0, session_id=0, session_epoch=0,
+            topics=[FetchTopic(topic=topic_name, partitions=[FetchPartition(partition=p, fetch_offset=0,
+                                                                            partition_max_bytes=1 << 20)
+                                                             for p in range(3)])]))
+        sid = full.session_id
+        got = {p for p, (_, _, records) in answered(full).items() if records}
+        assert len(got) == 1  # max_bytes: one batch, the first partition's
+        # the session still fetches the others from 0: they come in the following fetches, one batch each
+        for epoch in (1, 2):
+            resp = c.request(FETCH, V, FetchRequest(
+                replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1, isolation_level=0, session_id=sid,
+                session_epoch=epoch, topics=[FetchTopic(topic=topic_name, partitions=[
+                    FetchPartition(partition=p, fetch_offset=1, partition_max_bytes=1 << 20) for p in got])]))
+            new = {p for p, (_, _, records) in answered(resp).items() if records}
+            assert len(new) == 1 and not new & got
+            got |= new
+        assert got == {0, 1, 2}
+
+
 class Spy:
     """Records the Fetch requests a kafka-python consumer builds and the answers it gets (it still handles them)."""
 
@@ -166,5 +191,43 @@ def test_kafka_python_idle_fetches_carry_no_partitions_and_recover(bootstrap: st
         wait_for_error(consumer, spy, ErrorCode.INVALID_FETCH_SESSION_EPOCH)
         produce(bootstrap, topic_name, 2, b"after-epoch")
         assert poll_until(consumer, 1) == [b"after-epoch"]
+    finally:
+        consumer.close()
+
+
+def test_native_consumer_fetches_in_a_session(bootstrap: str, topic_name: str) -> None:
+    from oncelog.client import OFFSET_BEGINNING, Consumer
+
+    with RawClient(bootstrap) as c:
+        assert c.create_topic(topic_name, 3) == 0
+    produce(bootstrap, topic_name, 0, b"first")
+    consumer = Consumer({"bootstrap.servers": bootstrap, "fetch.wait.max.ms": 50, "enable.auto.commit": False})
+    try:
+        consumer.assign([(topic_name, i, OFFSET_BEGINNING) for i in range(3)])
+        m = consumer.poll(15)
+        assert m is not None and m.value() == b"first"
+        (handler,) = consumer._async.fetcher.sessions.values()
+        assert handler.session_id != 0
+        built: list[Any] = []
+        build = handler.build
+
+        def build_spy(wanted: Any) -> Any:
+            built.append(build(wanted))
+            return built[-1]
+
+        handler.build = build_spy  # type: ignore[method-assign]
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            assert consumer.poll(0.1) is None
+        # the first may list partition 0 (the consumer's position moved past "first"), the others nothing
+        assert [p.partition for t in built[0].topics for p in t.partitions] in ([0], [])
+        assert len(built) >= 5 and all(not r.full and r.topics == [] and r.forgotten == [] for r in built[1:])
+        # the broker loses the session: the next fetch is refused, the one after lists everything again
+        with RawClient(bootstrap) as c:
+            assert fetch(c, handler.session_id, -1, topic_name, {}).error_code == 0
+        produce(bootstrap, topic_name, 2, b"after")
+        m = consumer.poll(15)
+        assert m is not None and m.value() == b"after"
+        assert any(r.full and sum(len(t.partitions) for t in r.topics) == 3 for r in built)
     finally:
         consumer.close()

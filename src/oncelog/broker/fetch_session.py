@@ -294,22 +294,20 @@ class FetchContext:
         session_id = INVALID_SESSION_ID
         if self.create:
             parts: dict[Key, CachedPartition] = {}
-            errors: list[Key] = []
             read_from = iter(partitions)
             for (name, topic_id, fetched), resp in zip(self.groups, topics, strict=True):
                 for p, out in zip(fetched, resp.partitions, strict=True):
-                    key = (topic_id if self.uses_topic_ids else name, p.partition)
                     partition = next(read_from, None)
-                    parts[key] = c = CachedPartition(name, topic_id, p, out.high_watermark, out.last_stable_offset,
-                                                     out.log_start_offset, partition)
-                    if out.error_code:
-                        errors.append(key)
-                    elif self.privileged and partition is not None:
+                    parts[(topic_id if self.uses_topic_ids else name, p.partition)] = c = CachedPartition(
+                        name, topic_id, p, out.high_watermark, out.last_stable_offset, out.log_start_offset, partition)
+                    if self.privileged and partition is not None and not out.error_code:
                         c.follower = caught_up_follower(partition, self.replica_id, p.fetch_offset)
             session_id = cache.create(self.privileged, self.uses_topic_ids, parts)
             session = cache.get(session_id)
             if session is not None:
-                session.dirty.update(errors)  # visited until the error is gone
+                # the first incremental fetch visits everything once (what this answer left unread, errors); from
+                # then on a partition is visited when listed or marked
+                session.dirty.update(parts)
         return self.count(cache, FetchResponse(error_code=0, session_id=session_id, responses=topics))
 
     def count(self, cache: FetchSessionCache, resp: FetchResponse) -> FetchResponse:

@@ -23,7 +23,7 @@ from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.fetch_request import FetchPartition, FetchTopic, ForgottenTopic
 from oncelog.protocol.messages.fetch_response import FetchResponse
 
-__all__ = ["FetchSessionHandler", "SESSION_ERRORS", "SessionRequest"]
+__all__ = ["Entry", "FetchSessionHandler", "Key", "SESSION_ERRORS", "SessionRequest"]
 
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0
@@ -34,6 +34,8 @@ SESSION_ERRORS = frozenset({ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVA
 
 #: a partition of a session: (topic id, partition) when fetching by topic id, (topic name, partition) before v13
 Key = tuple[uuid.UUID | str, int]
+#: a partition to fetch: (topic name, topic id, parameters)
+Entry = tuple[str, uuid.UUID, FetchPartition]
 
 
 @dataclass(slots=True)
@@ -60,29 +62,55 @@ class FetchSessionHandler:
         self.use_topic_ids = use_topic_ids
         self.session_id = INVALID_SESSION_ID
         self.epoch = INITIAL_EPOCH  # of the next request: 0 asks for a new session (a full fetch)
-        self._sent: dict[Key, tuple[str, uuid.UUID, FetchPartition]] = {}  # what the broker's session holds
+        self._wanted: dict[Key, Entry] = {}  # what the fetcher wants now
+        self._sent: dict[Key, Entry] = {}  # what the broker's session holds
+        self._changed: set[Key] = set()  # keys of _wanted that may differ from _sent
         self.full_fetches = 0
         self.incremental_fetches = 0
 
     def _key(self, topic: str, topic_id: uuid.UUID, partition: int) -> Key:
         return (topic_id if self.use_topic_ids else topic, partition)
 
-    def build(self, wanted: list[tuple[str, uuid.UUID, FetchPartition]]) -> SessionRequest:
+    def build(self, wanted: list[Entry]) -> SessionRequest:
         """The next request for the partitions in ``wanted`` (topic name, topic id, parameters)."""
         by_key = {self._key(t, tid, p.partition): (t, tid, p) for t, tid, p in wanted}
+        changed: dict[Key, Entry | None] = {k: None for k in self._wanted.keys() - by_key.keys()}
+        changed.update(by_key)
+        return self.build_changes(changed)
+
+    def build_changes(self, changed: dict[Key, Entry | None]) -> SessionRequest:
+        """The next request after the changes ``changed`` to what is wanted (an entry: wanted with these
+        parameters; None: no longer wanted); what is not in it is wanted as before. A fetcher that knows what moved
+        pays only for that, however many partitions its session holds."""
+        wanted = self._wanted
+        for k, entry in changed.items():
+            if entry is None:
+                wanted.pop(k, None)
+            else:
+                wanted[k] = entry
+            self._changed.add(k)
         if self.epoch == INITIAL_EPOCH:
-            self._sent = by_key
+            self._sent = dict(wanted)
+            self._changed.clear()
             self.full_fetches += 1
-            return SessionRequest(self.session_id, INITIAL_EPOCH, _group(by_key.values()), [], True)
-        send = [v for k, v in by_key.items() if (old := self._sent.get(k)) is None or not _same(old[2], v[2])]
+            return SessionRequest(self.session_id, INITIAL_EPOCH, _group(wanted.values()), [], True)
+        send: list[Entry] = []
         forgotten: dict[uuid.UUID | str, ForgottenTopic] = {}
-        for k, (t, tid, _p) in self._sent.items():
-            if k not in by_key:
-                f = forgotten.get(k[0])
-                if f is None:
-                    f = forgotten[k[0]] = ForgottenTopic(topic=t, topic_id=tid, partitions=[])
-                f.partitions.append(k[1])
-        self._sent = by_key
+        sent = self._sent
+        for k in self._changed:
+            entry = wanted.get(k)
+            old = sent.get(k)
+            if entry is None:
+                if old is not None:
+                    del sent[k]
+                    f = forgotten.get(k[0])
+                    if f is None:
+                        f = forgotten[k[0]] = ForgottenTopic(topic=old[0], topic_id=old[1], partitions=[])
+                    f.partitions.append(k[1])
+            elif old is None or not _same(old[2], entry[2]):
+                sent[k] = entry
+                send.append(entry)
+        self._changed.clear()
         self.incremental_fetches += 1
         return SessionRequest(self.session_id, self.epoch, _group(send), list(forgotten.values()), False)
 
@@ -105,9 +133,10 @@ class FetchSessionHandler:
         """The next fetch is a full one (it also closes the current session on the broker, if it still exists)."""
         self.epoch = INITIAL_EPOCH
         self._sent = {}
+        self._changed.clear()
 
 
-def _group(parts: Iterable[tuple[str, uuid.UUID, FetchPartition]]) -> list[FetchTopic]:
+def _group(parts: Iterable[Entry]) -> list[FetchTopic]:
     topics: dict[uuid.UUID | str, FetchTopic] = {}
     for t, tid, p in parts:
         ft = topics.get(tid if tid.int else t)

@@ -6,8 +6,9 @@ high watermark / last stable offset / log start move, a role change); the others
 answered, so an idle follower's or consumer's fetch costs nothing per partition, and its answer is empty. A
 follower's fetch still counts as a fetch of every partition of its session for ``replica.lag.time.max.ms``
 (``refresh_followers``). A parked fetch wakes when the watch marks any partition of the session, and then visits
-it too. What may need another look stays marked for the next fetch: a partition answered with an error, one with
-more to read than this answer carried, one whose follower is not in the ISR yet (its expansion is retried).
+it too. What may need another look stays marked for the next fetch: a partition answered with an error or with
+records (read again from the same offset if the fetcher did not move on), one with more to read than this answer
+carried, one whose follower is not in the ISR yet (its expansion is retried).
 
 The reading itself (leadership, a follower's fetch offset and diverging epoch, limits, authorization) is the full
 fetch's, in :mod:`.fetch`.
@@ -86,9 +87,11 @@ class _Visit:
                 if out.records:
                     session.served(key)
             p = w.partition
-            if out.error_code or p is None:
+            if out.error_code or p is None or out.records:
+                # an error is answered until it is gone; records are read again from the same offset unless the
+                # next fetch moves it (a fetcher that dropped them, as Kafka's sessions re-read every partition)
                 session.dirty.add(key)
-            elif not out.records:
+            else:
                 limit = p.log_end_offset if w.replica else \
                     p.last_stable_offset if isolation == READ_COMMITTED else p.high_watermark
                 lr = p.leader_replicas

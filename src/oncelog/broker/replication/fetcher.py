@@ -56,6 +56,8 @@ FETCH_VERSION = 15  # last_fetched_epoch and diverging_epoch (v12), topic ids (v
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 #: seconds before a partition answered UNKNOWN_LEADER_EPOCH is fetched again (its leader's view is a little behind)
 UNKNOWN_EPOCH_RETRY_S = 0.05
+#: every partition's fetch parameters are compared at least this often (else only those this fetcher moved)
+FULL_CHECK_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +122,11 @@ class ReplicaFetcher:
         self._task: asyncio.Task[None] | None = None
         self.fetches = 0
         self.session = FetchSessionHandler(use_topic_ids=True)  # KIP-227: idle rounds list no partitions
+        #: the partitions the last round wanted, and their key in the session (topic id, partition)
+        self._listed: dict[tuple[str, int], tuple[uuid.UUID | str, int]] = {}
+        self._touched: set[tuple[str, int]] = set()  # whose fetch parameters may have moved since
+        self._names: dict[uuid.UUID, str] = {}
+        self._full_check_at = 0.0  # loop time of the next check of every partition's parameters
 
     # ------------------------------------------------------------------------------------------- membership
     def add(self, p: Partition, leader_epoch: int) -> None:
@@ -128,6 +135,8 @@ class ReplicaFetcher:
         if old is not None and old.partition is p and old.leader_epoch == leader_epoch:
             return
         self.partitions[key] = _State(p, leader_epoch)
+        self._names[p.topic_id] = p.topic
+        self._touched.add(key)
         self._changed.set()
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.leader}")
@@ -224,6 +233,7 @@ class ReplicaFetcher:
                              self.leader, got.leader_epoch, p.log.log_end_offset)
 
     async def _truncate_to(self, p: Partition, offset: int) -> None:
+        self._touched.add((p.topic, p.index))
         end = p.log.log_end_offset
         # On the event loop, not a thread: nothing else (an election making this replica the leader, an append) may
         # run in the middle of it; truncations are rare and cost an fsync or two. Called at the log end too: an epoch
@@ -250,24 +260,38 @@ class ReplicaFetcher:
 
     async def _fetch(self, conn: BrokerConnection, states: dict[tuple[str, int], _State]) -> None:
         cfg = self.config
-        wanted: list[tuple[str, uuid.UUID, FetchPartition]] = []
-        names: dict[uuid.UUID, str] = {}
-        for (topic, index), st in states.items():
+        now = asyncio.get_running_loop().time()
+        if now >= self._full_check_at:  # a safety net: whatever moved a log without passing through here
+            touched: set[tuple[str, int]] = set(states)
+            self._full_check_at = now + FULL_CHECK_S
+        else:
+            touched = self._touched & states.keys()
+        self._touched = set()
+        listed = self._listed
+        changed: dict[tuple[uuid.UUID | str, int], tuple[str, uuid.UUID, FetchPartition] | None] = {
+            listed.pop(k): None for k in listed.keys() - states.keys()}
+        for key in (states.keys() - listed.keys()) | touched:
+            st = states[key]
+            skey = (st.partition.topic_id, key[1])
+            old = listed.get(key)
+            if old is not None and old != skey:  # the topic was deleted and created again
+                changed[old] = None
+            listed[key] = skey
             plog = st.partition.log
             latest = plog.latest_epoch
             latest = UNDEFINED_EPOCH if latest is None else latest
             end, start = plog.log_end_offset, plog.log_start_offset
-            names[st.partition.topic_id] = topic
             fp = st.sent
             if fp is None or fp.fetch_offset != end or fp.log_start_offset != start \
                     or fp.last_fetched_epoch != latest or fp.current_leader_epoch != st.leader_epoch:
-                fp = st.sent = FetchPartition(partition=index, current_leader_epoch=st.leader_epoch,
+                fp = st.sent = FetchPartition(partition=key[1], current_leader_epoch=st.leader_epoch,
                                               fetch_offset=end, last_fetched_epoch=latest, log_start_offset=start,
                                               partition_max_bytes=cfg.max_bytes)
-            wanted.append((topic, st.partition.topic_id, fp))
+            changed[skey] = (key[0], st.partition.topic_id, fp)
+        names = self._names
         me = self._address(cfg.node_id)
         # an incremental fetch (KIP-227) lists only the partitions whose fetch offset or epochs moved
-        sent = self.session.build(wanted)
+        sent = self.session.build_changes(changed)
         req = FetchRequest(replica_state=ReplicaState(cfg.node_id, -1 if me is None else me.epoch),
                            max_wait_ms=cfg.max_wait_ms, min_bytes=cfg.min_bytes,
                            max_bytes=max(cfg.max_bytes, 1) * 16, isolation_level=0, session_id=sent.session_id,
@@ -323,9 +347,11 @@ class ReplicaFetcher:
                         log.warning("%s-%d: %s", p.topic, p.index, e)
                         continue
                     appended.append(p)
+                    self._touched.add(key)
                 if 0 <= r.log_start_offset <= p.log.log_end_offset and r.log_start_offset > p.log.log_start_offset:
                     p.log.delete_records_before(r.log_start_offset)
                     p.reset_after_truncation()
+                    self._touched.add(key)
                 if r.high_watermark >= 0:
                     p.log.update_high_watermark(min(r.high_watermark, p.log.log_end_offset))
         if appended and cfg.durable:  # the next fetch offset is the durable end
@@ -337,6 +363,7 @@ class ReplicaFetcher:
                     log.warning("replica fetcher of node %d: fsync failed: %s", cfg.node_id, res)
 
     async def _out_of_range(self, p: Partition, st: _State, leader_log_start: int) -> None:
+        self._touched.add((p.topic, p.index))
         end = p.log.log_end_offset
         if 0 <= leader_log_start and end < leader_log_start:
             log.info("%s-%d: the leader's log starts at %d, past this end %d: restarting the log there", p.topic,
