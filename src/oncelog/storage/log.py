@@ -435,9 +435,12 @@ class PartitionLog:
 
     def assign_leader_epoch(self, epoch: int, start_offset: int) -> None:
         """Record that the leader of ``epoch`` writes from ``start_offset`` on (a new leader does it at its log
-        end as it takes over, Kafka's maybeAssignEpochStartOffset); a no-op if already known."""
+        end as it takes over, Kafka's maybeAssignEpochStartOffset); a no-op if already known. The checkpoint file
+        is written without fsync and made durable by the next flush, before the recovery point passes a record
+        of that epoch (KAFKA-15046): a broker taking over thousands of partitions at once does not wait for two
+        fsyncs each (10,000 partitions: ~5 s of a failover)."""
         with self._lock:
-            self._epochs.assign(epoch, start_offset)
+            self._epochs.assign(epoch, start_offset, durable=False)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(epoch, end offset) as OffsetForLeaderEpoch answers it (LeaderEpochCache.end_offset_for at the log
@@ -453,6 +456,8 @@ class PartitionLog:
     def flush(self) -> int:
         """fdatasync everything appended so far; return the new durable offset. Safe from any thread. Under
         HighWatermarkRule.DURABLE the high watermark follows."""
+        with self._lock:
+            self._epochs.sync()  # an epoch assigned without fsync, before anything of it counts as durable
         durable, advanced = self._local.flush()
         if self.high_watermark_rule is HighWatermarkRule.DURABLE:
             with self._lock:
