@@ -157,7 +157,7 @@ class LeaderEpochCache:
         self._write(durable)
         return True
 
-    def assign_all(self, entries: list[EpochEntry], *, persist: bool = False) -> bool:
+    def assign_all(self, entries: list[EpochEntry], *, persist: bool = False, durable: bool = True) -> bool:
         """Assign each entry in order and rewrite the file once if anything changed (or ``persist``)."""
         changed = False
         for e in entries:
@@ -167,7 +167,7 @@ class LeaderEpochCache:
                 self._assign(e.epoch, e.start_offset)
                 changed = True
         if changed or persist:
-            self._write()
+            self._write(durable)
         return changed
 
     def _assign(self, epoch: int, start_offset: int) -> None:

@@ -47,7 +47,7 @@ from .cleaner import CleanerState, truncate_cleaner_checkpoint
 from .cleaner import needs_cleaning as _needs_cleaning
 from .config import LogConfig
 from .errors import KafkaStorageError, OffsetOutOfRangeError, UnexpectedAppendOffsetError
-from .files import write_atomic
+from .files import fsync_dir, write_atomic
 from .interface import AppendResult, HighWatermarkRule
 from .leader_epoch import LeaderEpochCache
 from .loader import CHECKPOINT_FILE, LogLoader, encode_checkpoint, rebuild_producer_state
@@ -76,6 +76,7 @@ class PartitionLog:
         self.directory = directory
         self.topic = topic
         self.partition = partition
+        self._unsynced = False  # a new log's folder and files, created without fsync until its first flush
         self.config = config
         self.clock = clock
         self._lock = threading.RLock()
@@ -98,13 +99,13 @@ class PartitionLog:
     # ================================================================ open
     @classmethod
     def open(cls, directory: Path, topic: str, partition: int, config: LogConfig, clock: Clock, *,
-             clean_shutdown: bool, high_watermark: int | None = None) -> PartitionLog:
+             clean_shutdown: bool, high_watermark: int | None = None, defer_sync: bool = False) -> PartitionLog:
         """Open (create, or load and recover) the log. The high watermark starts at the log end (everything
         loaded is durable), or at ``high_watermark`` if given (a replica's checkpointed value; clamped to the
         log): transactions whose marker is above it keep holding the last stable offset back."""
         self = cls(Path(directory), topic, partition, config, clock)
         try:
-            loaded = LogLoader(self.directory, self.name, config, clock, self._psm).load(clean_shutdown)
+            loaded = LogLoader(self.directory, self.name, config, clock, self._psm).load(clean_shutdown, defer_sync)
         except OSError as e:
             raise KafkaStorageError(
                 f"cannot open the log of {self.name} in {self.directory}: {e}; check the disk and permissions"
@@ -115,11 +116,12 @@ class PartitionLog:
         self._lso = loaded.log_start_offset
         self._ckpt_written = loaded.checkpoint
         self._epochs = loaded.epochs
+        self._unsynced = loaded.unsynced
         leo = self._local.log_end_offset
         self._hw = leo if high_watermark is None else min(max(high_watermark, self._lso), leo)
         self._psm.on_high_watermark(self._hw)
         try:
-            self._write_checkpoint()
+            self._write_checkpoint(durable=not loaded.unsynced)
             if loaded.replayed:
                 self._take_snapshot(sync=False)
         except OSError as e:
@@ -140,12 +142,12 @@ class PartitionLog:
             log.warning("%s: cannot write the producer state snapshot at offset %d: %s", self.name,
                         self._local.log_end_offset, e)
 
-    def _write_checkpoint(self) -> None:
+    def _write_checkpoint(self, durable: bool = True) -> None:
         with self._ckpt_lock:
             state = (self._lso, self._local.recovery_point)
             if state == self._ckpt_written:
                 return
-            write_atomic(self.directory / CHECKPOINT_FILE, encode_checkpoint(*state))
+            write_atomic(self.directory / CHECKPOINT_FILE, encode_checkpoint(*state), durable=durable)
             self._ckpt_written = state
 
     # ================================================================ properties
@@ -458,6 +460,10 @@ class PartitionLog:
         HighWatermarkRule.DURABLE the high watermark follows."""
         with self._lock:
             self._epochs.sync()  # an epoch assigned without fsync, before anything of it counts as durable
+            if self._unsynced:  # a new log's folder entries, before its first record counts as durable
+                fsync_dir(self.directory)
+                fsync_dir(self.directory.parent)
+                self._unsynced = False
         durable, advanced = self._local.flush()
         if self.high_watermark_rule is HighWatermarkRule.DURABLE:
             with self._lock:
