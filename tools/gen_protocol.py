@@ -5,7 +5,8 @@
 
 Reads every request/response schema of ``schemas/kafka-protocol/message`` (overlaid by
 ``schemas/schema_overrides/*.json``, which replace same-named files: schemas newer than the Kafka snapshot) plus the
-coordinator record schemas of ``schemas/kafka-protocol/coordinator-records``, and writes one module per schema into
+coordinator record schemas of ``schemas/kafka-protocol/coordinator-records`` (overlaid by
+``schemas/schema_overrides/coordinator-records/*.json`` the same way), and writes one module per schema into
 ``src/oncelog/protocol/messages/`` (coordinator records into ``messages/coordinator/``, the consumer protocol's
 subscription/assignment data schemas into ``messages/consumer_protocol/``) and an index
 ``messages/_index.py``. ``make gen`` runs it; ``tests/unit/protocol/test_generated_code.py`` checks that the
@@ -88,7 +89,10 @@ def main(argv: list[str] | None = None) -> int:
             versions[schema.api_key] = (schema.valid.lo, schema.valid.hi, fmin)
 
     coord: list[tuple[str, str]] = []
-    for fname, path in collect(args.coordinator_records).items():
+    coord_overrides = args.overrides / "coordinator-records" if args.overrides is not None else None
+    if coord_overrides is not None and not coord_overrides.is_dir():
+        coord_overrides = None
+    for fname, path in collect(args.coordinator_records, coord_overrides).items():
         data = load_json(path)
         schema = MessageSchema(data, f"coordinator-records/{fname}")
         mod = module_name(schema.name)

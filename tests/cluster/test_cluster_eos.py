@@ -147,3 +147,38 @@ def test_exactly_once_copy_on_a_cluster(cluster: ClusterProcess, tmp_path: Path)
     target = _OneBrokerOf(cluster, rnd)
     run_copy(target, tmp_path, "confluent", 2, 3, replication=3)  # type: ignore[arg-type]
     assert len(target.victims) == 1
+
+
+class _GroupCoordinatorOf(_OneBrokerOf):
+    """The broker leading the group's ``__consumer_offsets`` partition, whichever it is when the chaos strikes."""
+
+    def __init__(self, cluster: ClusterProcess, rnd: random.Random, group: str) -> None:
+        super().__init__(cluster, rnd)
+        self.group = group
+
+    def kill(self) -> None:
+        from oncelog.coordinator.transaction.partitioner import partition_for
+
+        view = self.cluster.view()
+        meta = view.topics.get("__consumer_offsets")
+        state = None if meta is None else view.partition("__consumer_offsets",
+                                                         partition_for(self.group, meta.num_partitions))
+        node = state.leader if state is not None and state.leader in self.cluster.node_ids else None
+        self.victims.append(node if node is not None else self.rnd.choice(self.cluster.node_ids))
+        self.cluster.kill(self.victims[-1])
+
+
+def test_exactly_once_copy_on_a_cluster_with_the_consumer_group_protocol(make_cluster: Callable[..., ClusterProcess],
+                                                                         tmp_path: Path) -> None:
+    """The same copy with copiers in a KIP-848 consumer group (group.protocol=consumer): the broker SIGKILLed in the
+    middle is the group's coordinator, which the copiers' heartbeats and transactional offset commits then find on
+    another broker (the group loaded from the replicated ``__consumer_offsets``)."""
+    from test_copy import CONSUMER_GROUP_SETTINGS, run_copy
+
+    cluster = make_cluster(3, settings={"default.replication.factor": 3, **CONSUMER_GROUP_SETTINGS,
+                                        "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500})
+    rnd = random.Random(int(os.environ.get("EOS_SEED", int.from_bytes(os.urandom(4), "big"))))
+    target = _GroupCoordinatorOf(cluster, rnd, "kip848-copy-group")
+    run_copy(target, tmp_path, "confluent", 2, 3, replication=3, extra=("--group-protocol", "consumer"),  # type: ignore[arg-type]
+             run="kip848-copy", chaos_seconds=30)
+    assert len(target.victims) == 1

@@ -156,7 +156,7 @@ def test_brokers_ride_out_an_etcd_outage(make_cluster: Callable[..., ClusterProc
     cluster.wait_for_topic(topic_name, 3)
 
     cluster.etcd.pause()
-    time.sleep(6.0)  # past every broker's session: each stops leading until etcd confirms it again
+    time.sleep(6.0)  # past every broker's session: each keeps serving its last view (test_etcd_stall.py: under load)
     assert metadata_brokers(2) == [1, 2, 3]
     cluster.etcd.resume()
     cluster.wait_for(healthy, TIMEOUT, "the cluster after etcd was paused past the sessions")

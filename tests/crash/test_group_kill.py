@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import time
 import uuid
-from pathlib import Path
+from collections.abc import Callable
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from oncelog.testing.broker_process import BrokerProcess
+from oncelog.testing.pytest_plugin import KafkaBroker
 
 
 def _consumer(bootstrap: str, group: str) -> Consumer:
@@ -18,9 +18,8 @@ def _consumer(bootstrap: str, group: str) -> Consumer:
                      "auto.offset.reset": "earliest", "session.timeout.ms": 6000})
 
 
-def test_offsets_and_group_survive_sigkill(tmp_path: Path) -> None:
-    broker = BrokerProcess(tmp_path / "data", settings={"group.initial.rebalance.delay.ms": 0})
-    broker.start()
+def test_offsets_and_group_survive_sigkill(kafka_broker_factory: Callable[..., KafkaBroker]) -> None:
+    broker = kafka_broker_factory({"group.initial.rebalance.delay.ms": 0}, in_process=False)  # a real SIGKILL
     try:
         topic, group = f"gk-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})

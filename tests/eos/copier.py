@@ -28,6 +28,7 @@ the end of the current transaction, whose outcome then stays unknown.
 
 Usage: python copier.py --client confluent|kafka-python|oncelog --bootstrap H:P --input T --output T
        --output-partitions N --group G --transactional-id ID --name NAME --history FILE [--abort-rate 0.1]
+       [--group-protocol classic|consumer]
        [--max-poll-interval-ms 15000]
 """
 
@@ -147,11 +148,13 @@ class ConfluentCopier(Copier):
         from confluent_kafka import Consumer, KafkaException, Producer
 
         a = self.a
+        group_conf: dict[str, Any] = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+        if a.group_protocol == "consumer":  # KIP-848: the session and heartbeats are the broker's settings
+            group_conf = {"group.protocol": "consumer"}
         self.consumer = Consumer({
             "bootstrap.servers": a.bootstrap, "group.id": a.group, "isolation.level": "read_committed",
-            "enable.auto.commit": False, "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
-            "heartbeat.interval.ms": 500, "max.poll.interval.ms": a.max_poll_interval_ms,
-            "reconnect.backoff.max.ms": 500})
+            "enable.auto.commit": False, "auto.offset.reset": "earliest",
+            "max.poll.interval.ms": a.max_poll_interval_ms, "reconnect.backoff.max.ms": 500, **group_conf})
         self.producer = Producer({
             "bootstrap.servers": a.bootstrap, "transactional.id": a.transactional_id, "linger.ms": 5,
             "transaction.timeout.ms": 20_000, "message.timeout.ms": 15_000, "reconnect.backoff.max.ms": 500})
@@ -354,11 +357,13 @@ class OncelogCopier(Copier):
         from oncelog.client import Consumer, KafkaError, Producer
 
         a = self.a
+        group_conf: dict[str, Any] = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+        if a.group_protocol == "consumer":  # KIP-848: the session and heartbeats are the broker's settings
+            group_conf = {"group.protocol": "consumer"}
         self.consumer = Consumer({
             "bootstrap.servers": a.bootstrap, "group.id": a.group, "isolation.level": "read_committed",
-            "enable.auto.commit": False, "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
-            "heartbeat.interval.ms": 500, "max.poll.interval.ms": 15_000, "fetch.max.wait.ms": 200,
-            "client.id": self.instance})
+            "enable.auto.commit": False, "auto.offset.reset": "earliest", "max.poll.interval.ms": 15_000,
+            "fetch.max.wait.ms": 200, "client.id": self.instance, **group_conf})
         self.producer = Producer({
             "bootstrap.servers": a.bootstrap, "transactional.id": a.transactional_id, "linger.ms": 5,
             "transaction.timeout.ms": 20_000, "delivery.timeout.ms": 15_000, "client.id": self.instance})
@@ -467,6 +472,8 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=200)
     ap.add_argument("--max-poll-interval-ms", type=int, default=15_000,
                     help="confluent only: librdkafka's max.poll.interval.ms, its JoinGroup rebalance timeout")
+    ap.add_argument("--group-protocol", choices=["classic", "consumer"], default="classic",
+                    help="confluent and oncelog: group.protocol (consumer: KIP-848)")
     a = ap.parse_args()
     classes: dict[str, type[ConfluentCopier | KafkaPythonCopier | OncelogCopier]] = {
         "confluent": ConfluentCopier, "kafka-python": KafkaPythonCopier, "oncelog": OncelogCopier}

@@ -49,6 +49,9 @@ from checker.kafka_io import read_to_end  # noqa: E402
 COPIER = Path(__file__).resolve().parent / "copier.py"
 GROUP_APIS = {8: "OffsetCommit", 9: "OffsetFetch", 11: "JoinGroup", 12: "Heartbeat", 14: "SyncGroup",
               28: "TxnOffsetCommit"}
+#: the KIP-848 groups' session and heartbeats (broker settings), as short as the classic copiers ask for theirs
+CONSUMER_GROUP_SETTINGS = {"group.consumer.session.timeout.ms": 6000, "group.consumer.min.session.timeout.ms": 1000,
+                           "group.consumer.heartbeat.interval.ms": 500, "group.consumer.min.heartbeat.interval.ms": 100}
 RECORDS = 20_000
 COPIERS = 2
 CHAOS_SECONDS = 35
@@ -171,7 +174,7 @@ class Copiers:
 def cbroker(tmp_path: Path) -> Iterator[BrokerProcess]:
     proc = BrokerProcess(tmp_path / "data", settings={
         "num.partitions": 1, "group.initial.rebalance.delay.ms": 0,
-        "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500})
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500, **CONSUMER_GROUP_SETTINGS})
     proc.start()
     yield proc
     proc.kill()
@@ -223,14 +226,16 @@ def group_committed(bootstrap: str, group: str, topic: str, partitions: int) -> 
 
 
 def run_copy(broker: BrokerProcess, tmp: Path, client: str, in_parts: int, out_parts: int,
-             replication: int = 1) -> None:
+             replication: int = 1, extra: tuple[str, ...] = (), run: str | None = None,
+             chaos_seconds: float = CHAOS_SECONDS) -> None:
     """``broker``: what the chaos kills once and restarts (a broker, or in the cluster tests one broker of a
-    cluster, ``replication`` being the topics' replication factor there)."""
+    cluster, ``replication`` being the topics' replication factor there); ``extra``: the copiers' own options;
+    ``run``: the name of the topics and the group (the test's own on a shared cluster)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     seed = int(os.environ.get("EOS_SEED", int.from_bytes(os.urandom(4), "big")))
     rnd = random.Random(seed)
-    run = f"copy-{client}-{in_parts}to{out_parts}"
+    run = run or f"copy-{client}-{in_parts}to{out_parts}"
     in_topic, out_topic = f"{run}-in", f"{run}-out"
     boot = broker.bootstrap
     admin = AdminClient({"bootstrap.servers": boot})
@@ -242,16 +247,16 @@ def run_copy(broker: BrokerProcess, tmp: Path, client: str, in_parts: int, out_p
     inputs = seed_input(h, boot, in_topic, in_parts)
     timings = {"seed_s": round(time.monotonic() - t_seed, 1)}
 
-    copiers = Copiers(tmp, client, boot, in_topic, out_topic, out_parts, run)
+    copiers = Copiers(tmp, client, boot, in_topic, out_topic, out_parts, run, extra)
     names = [f"copier-{i}" for i in range(COPIERS)]
     t0 = time.monotonic()
     for n in names:
         copiers.start(n)
-    broker_kill_at = t0 + rnd.uniform(0.35, 0.65) * CHAOS_SECONDS
+    broker_kill_at = t0 + rnd.uniform(0.35, 0.65) * chaos_seconds
     broker_killed = False
     events: list[str] = []
     next_kill = t0 + rnd.uniform(3, 7)
-    while time.monotonic() < t0 + CHAOS_SECONDS:
+    while time.monotonic() < t0 + chaos_seconds:
         time.sleep(0.2)
         copiers.revive()
         now = time.monotonic()
@@ -312,6 +317,14 @@ def stop_and_check(copiers: Copiers, names: list[str], h: History, boot: str, ou
 def test_exactly_once_copy(cbroker: BrokerProcess, tmp_path: Path, client: str, in_parts: int,
                            out_parts: int) -> None:
     run_copy(cbroker, tmp_path, client, in_parts, out_parts)
+
+
+@pytest.mark.parametrize("client", ["confluent", "oncelog"])
+def test_exactly_once_copy_with_the_consumer_group_protocol(cbroker: BrokerProcess, tmp_path: Path,
+                                                            client: str) -> None:
+    """The same copy with copiers in a KIP-848 consumer group (group.protocol=consumer; librdkafka's or oncelog's
+    client): their transactional offset commits carry member epochs, and members SIGKILLed and restarted rejoin."""
+    run_copy(cbroker, tmp_path, client, 2, 3, extra=("--group-protocol", "consumer"), chaos_seconds=30)
 
 
 # ------------------------------------------------------------------------------------------------ kill burst

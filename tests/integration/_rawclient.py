@@ -117,6 +117,13 @@ class RawClient:
         return self.recv(api_key, version, self.send(api_key, version, msg))
 
     # -- conveniences ----------------------------------------------------------------------------------------
+    def find_group_coordinator(self, group: str) -> Any:
+        """FindCoordinator for ``group``, as every client sends before its first group request (on a single node it
+        also creates ``__consumer_offsets`` on first use, as Kafka's FindCoordinator does)."""
+        from oncelog.protocol.messages.find_coordinator_request import FindCoordinatorRequest
+
+        return self.request(10, 3, FindCoordinatorRequest(key=group, key_type=0))
+
     def api_versions(self, version: int = 3) -> Any:
         return self.request(API_VERSIONS, version, ApiVersionsRequest(client_software_name="raw",
                                                                       client_software_version="1"))

@@ -47,6 +47,7 @@ def test_delete_groups_right_after_the_last_session_deadline_succeeds(broker: Br
     try:
         ids = []
         for c, g in zip(members, groups):
+            assert c.find_group_coordinator(g).error_code == ErrorCode.NONE
             r = c.recv(JOIN_GROUP, 5, _join(c, g, ""))
             assert r.error_code == ErrorCode.MEMBER_ID_REQUIRED, r
             ids.append(r.member_id)

@@ -5,13 +5,13 @@ producer id allocation across clean and SIGKILL restarts."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from oncelog.testing.broker_process import BrokerProcess
+from oncelog.testing.pytest_plugin import KafkaBroker
 
 from _txn_raw import (
     INVALID_PRODUCER_EPOCH,
@@ -206,11 +206,10 @@ def test_raw_stale_epoch_transactional_produce(bootstrap: str, topic_name: str) 
         assert [v for _, v in c.read(topic_name, 0, READ_UNCOMMITTED)] == [b"t0"]
 
 
-def test_pids_never_reused_across_restarts(tmp_path: Path) -> None:
+def test_pids_never_reused_across_restarts(kafka_broker_factory: Callable[..., KafkaBroker]) -> None:
     """Producer ids from InitProducerId (idempotent and transactional) are never handed out again after a
     clean restart or a SIGKILL; an acked idempotent batch retried after a SIGKILL is not stored twice."""
-    proc = BrokerProcess(tmp_path / "data", settings={"num.partitions": 1})
-    proc.start()
+    proc = kafka_broker_factory({"num.partitions": 1}, in_process=False)  # real SIGKILLs
     try:
         seen: set[int] = set()
         txn_pids: dict[str, int] = {}

@@ -5,7 +5,7 @@ cache (Kafka's LeaderEpochFileCache.endOffsetFor), through a restart."""
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Producer
@@ -16,7 +16,7 @@ from oncelog.protocol.messages.offset_for_leader_epoch_request import (
     OffsetForLeaderTopic,
 )
 from oncelog.protocol.records import iter_batch_headers
-from oncelog.testing.broker_process import BrokerProcess
+from oncelog.testing.pytest_plugin import KafkaBroker
 
 from _rawclient import RawClient, build_batch
 
@@ -39,16 +39,12 @@ def epochs_of_batches(c: RawClient, topic: str) -> list[tuple[int, bool, int]]:
 
 
 @pytest.fixture
-def ebroker(tmp_path: Path):  # type: ignore[no-untyped-def]
-    proc = BrokerProcess(tmp_path / "data", settings={"num.partitions": 1})
-    proc.start()
-    yield proc
-    if proc.alive():
-        assert proc.stop() == 0, proc.log_tail()
+def ebroker(kafka_broker_factory: Callable[..., KafkaBroker]) -> KafkaBroker:
+    return kafka_broker_factory({"num.partitions": 1})
 
 
 def test_batches_carry_the_leader_epoch_and_offset_for_leader_epoch_answers_from_the_cache(
-        ebroker: BrokerProcess) -> None:
+        ebroker: KafkaBroker) -> None:
     topic = f"epochs-{uuid.uuid4().hex[:8]}"
     with RawClient(ebroker.bootstrap) as c:
         assert c.create_topic(topic, 1) == 0

@@ -95,3 +95,41 @@ def test_python_copier_runs_as_written(make_serve: str, tmp_path: Path, client: 
         out += [m.value() for m in c.consume(500, 0.5) if m.error() is None]
     c.close()
     assert sorted(out) == sorted(f"RECORD {i}".encode() for i in range(1000))
+
+
+def test_secured_broker_runs_as_written(tmp_path: Path) -> None:
+    """The README's secured single node: the first SCRAM user before the first start, ACLs on, a topic, a user and
+    its ACLs made through the broker by the admin; then alice may write to orders and to nothing else."""
+    port = free_port()
+    text = block("secured-broker").replace("9095", str(port))
+    script = tmp_path / "secure.sh"
+    script.write_text("set -euo pipefail\n" + text + '\necho "broker pid: $!"\n')
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("ONCELOG_BOOTSTRAP_SERVER", None)
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    with out.open("w") as o, err.open("w") as e:  # files, not pipes: the broker started with & keeps them open
+        rc = subprocess.run(["bash", str(script)], cwd=tmp_path, stdout=o, stderr=e, timeout=240, env=env).returncode
+    stdout, stderr = out.read_text(), err.read_text()
+    pids = [int(line.split(": ")[1]) for line in stdout.splitlines() if line.startswith("broker pid: ")]
+    try:
+        assert rc == 0, f"stdout:\n{stdout}\nstderr:\n{stderr}"
+        assert "Traceback" not in stderr and "error:" not in stderr
+        alice = {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_PLAINTEXT",
+                 "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice", "sasl.password": "alice-secret"}
+        reports: list[ck.KafkaError | None] = []
+        p = ck.Producer({**alice, "message.timeout.ms": 10000})
+        p.produce("orders", b"paid", on_delivery=lambda err, msg: reports.append(err))
+        p.produce("other", b"not allowed", on_delivery=lambda err, msg: reports.append(err))
+        assert p.flush(30) == 0
+        assert sorted(str(e.name()) if e else "ok" for e in reports) == ["TOPIC_AUTHORIZATION_FAILED", "ok"]
+    finally:
+        for pid in pids:
+            os.kill(pid, 15)
+        for pid in pids:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.1)

@@ -88,7 +88,7 @@ def test_data_folder_is_a_file(tmp_path: Path) -> None:
     ("log.segment.bytes=-5", "'log.segment.bytes': must be at least 14"),
     ("num.partitions=0", "'num.partitions': must be at least 1"),
     ("default.replication.factor=3", "single node"),
-    ("listeners=SSL://127.0.0.1:9093", "PLAINTEXT only"),
+    ("listeners=SSL://127.0.0.1:9093", "listener SSL (SSL) needs this broker's certificate"),
     ("no.such.setting=1", "unknown broker setting 'no.such.setting'"),
     ("log.segment.bytes", "--set expects KEY=VALUE"),
 ])

@@ -421,6 +421,36 @@ def test_fencing_raw(bootstrap: str, topic_name: str) -> None:
         check_partition(c, topic_name, 1, committed=vals("n"), aborted=[])
 
 
+def test_raw_reused_sequence_after_abort_is_refused(bootstrap: str, topic_name: str) -> None:
+    """A record whose answer was lost is written, then purged by abort_transaction(); librdkafka gives its
+    sequence to the next transaction. The broker must not take that batch for a retry of the aborted one (it
+    would answer success with the aborted record's offset, and the commit would miss the record): it refuses it
+    with INVALID_TXN_STATE, the producer aborts and goes on in sequence."""
+    tid = f"{topic_name}-tid"
+    tp = (topic_name, 0)
+    with TxnClient(bootstrap) as c:
+        assert c.create_topic(topic_name, 1) == 0
+        pid, ep = c.init_txn(tid)
+        assert c.add_partitions(tid, pid, ep, [tp]) == {tp: NONE}
+        assert c.produce_batch(topic_name, 0, txn_batch(vals("a", 2), pid, ep, 0), tid).error_code == NONE
+        lost = c.produce_batch(topic_name, 0, txn_batch(vals("lost", 2), pid, ep, 2), tid)
+        assert lost.error_code == NONE
+        retry = c.produce_batch(topic_name, 0, txn_batch(vals("lost", 2), pid, ep, 2), tid)
+        assert (retry.error_code, retry.base_offset) == (NONE, lost.base_offset)  # a true retry: a duplicate
+        assert c.end_txn(tid, pid, ep, False) == NONE
+        c.wait_txn_state(tid, {"CompleteAbort"})
+        # the next transaction reuses sequences 2..3 for new records
+        assert c.add_partitions(tid, pid, ep, [tp]) == {tp: NONE}
+        r = c.produce_batch(topic_name, 0, txn_batch(vals("new", 2), pid, ep, 2), tid)
+        assert r.error_code == INVALID_TXN_STATE, (r.error_code, r.base_offset, r.error_message)
+        assert c.end_txn(tid, pid, ep, False) == NONE  # the producer aborts
+        c.wait_txn_state(tid, {"CompleteAbort"})
+        assert c.add_partitions(tid, pid, ep, [tp]) == {tp: NONE}
+        assert c.produce_batch(topic_name, 0, txn_batch(vals("next", 2), pid, ep, 4), tid).error_code == NONE
+        assert c.end_txn(tid, pid, ep, True) == NONE
+        check_partition(c, topic_name, 0, committed=vals("next", 2), aborted=vals("a", 2) + vals("lost", 2))
+
+
 def test_raw_abort_filtering_interleaved(bootstrap: str, topic_name: str) -> None:
     """Two transactional producers interleaved on one partition, one commits and one aborts, plus
     non-transactional records: read_committed (aborted_transactions) filters exactly the aborted one."""

@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from oncelog.client.admin import Admin
-from oncelog.testing.broker_process import BrokerProcess
+from oncelog.testing.pytest_plugin import KafkaBroker
 
 from _cli import Result, oncelog
 
@@ -178,10 +179,9 @@ def test_unreachable_broker_is_a_clear_error() -> None:
     assert r.exit_code == 2 and "--partition needs --topic" in r.stderr
 
 
-def test_find_and_abort_hanging_transaction(tmp_path: Path) -> None:
+def test_find_and_abort_hanging_transaction(tmp_path: Path, kafka_broker_factory: Callable[..., KafkaBroker]) -> None:
     """The coordinator loses its state while a transaction is open: find-hanging reports it, abort releases it."""
-    broker = BrokerProcess(tmp_path / "data", settings={"num.partitions": 1})
-    broker.start()
+    broker = kafka_broker_factory({"num.partitions": 1}, data_dir=tmp_path / "data")
     try:
         b = ["--bootstrap-server", broker.bootstrap]
         assert run("topic", "create", "orders", "--partitions", "2", *b).exit_code == 0
@@ -221,5 +221,4 @@ def test_find_and_abort_hanging_transaction(tmp_path: Path) -> None:
         r = run("txn", "find-hanging", "--max-duration-ms", "0", *b)
         assert r.exit_code == 0 and "No hanging transactions found." in r.stdout
     finally:
-        rc = broker.stop()
-    assert rc == 0, broker.log_tail()
+        assert broker.stop() == 0

@@ -162,7 +162,8 @@ class MessageSchema:
             nullable=Versions.parse(f.get("nullableVersions")),
             tagged=tagged,
             tag=int(f["tag"]) if f.get("tag") is not None else None,
-            default=f.get("default"),
+            # a JSON null default ("default": null) is Kafka's null, like the string "null"
+            default="null" if "default" in f and f["default"] is None else f.get("default"),
             flexible_override=Versions.parse(fo) if fo is not None else None,
         )
         if elem not in PRIMITIVES:

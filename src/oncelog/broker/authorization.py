@@ -97,6 +97,8 @@ API_ACLS: dict[int, frozenset[tuple[AclOperation, ResourceType]]] = {k: frozense
     61: {(_O.READ, _TOPIC)},  # DescribeProducers
     65: {(_O.DESCRIBE, _TXN), (_O.DESCRIBE, _TOPIC)},  # DescribeTransactions (topics shown only if described)
     66: {(_O.DESCRIBE, _TXN)},  # ListTransactions (only the ids the principal may describe)
+    68: {(_O.READ, _GROUP), (_O.DESCRIBE, _TOPIC)},  # ConsumerGroupHeartbeat (topics subscribed by name, regex)
+    69: {(_O.DESCRIBE, _GROUP), (_O.DESCRIBE, _TOPIC)},  # ConsumerGroupDescribe (the members' topics)
 }.items()}
 
 

@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from .config_values import (
+    _assignors,
+    consumer_group_problem,
     Check,
-    Endpoint,
     _authorizer,
     _bool,
     _cluster_name,
@@ -42,16 +43,18 @@ from .config_values import (
     _overrides,
     _path,
     _policy,
-    _port,
     _rack,
     _str,
     _super_users,
     at_least,
     one_of,
 )
+from .listeners import Endpoint, Listeners, parse_listeners, parse_port
+from .security_checks import check_inter_broker, check_listeners
+from .security_settings import SECURITY_ROWS, SecuritySettings, listener_key, parse_protocol_map
 
-__all__ = ["ALIASES", "BrokerConfig", "ConfigEntry", "ConfigError", "DEFAULT_CONFIG", "Endpoint", "SETTINGS",
-           "STATIC_BROKER_CONFIG", "Setting", "TOPIC_DEFAULTS", "reference_markdown"]
+__all__ = ["ALIASES", "BrokerConfig", "ConfigEntry", "ConfigError", "DEFAULT_CONFIG", "Endpoint", "Listeners",
+           "SETTINGS", "STATIC_BROKER_CONFIG", "Setting", "TOPIC_DEFAULTS", "reference_markdown"]
 
 
 class ConfigError(ValueError):
@@ -89,12 +92,13 @@ _WEEK_MS = 7 * 24 * _HOUR_MS
 
 
 @dataclass
-class BrokerConfig:
-    """Every broker setting as a typed attribute; :data:`SETTINGS` maps Kafka's names onto these."""
+class BrokerConfig(SecuritySettings):
+    """Every broker setting as a typed attribute; :data:`SETTINGS` maps Kafka's names onto these (the security
+    settings' attributes are :class:`~oncelog.broker.security_settings.SecuritySettings`')."""
 
     data_dir: Path = Path("./data")
-    listener: Endpoint = Endpoint("127.0.0.1", 9092)
-    advertised_listener: Endpoint | None = None
+    listeners: Listeners = Listeners((Endpoint("127.0.0.1", 9092),))
+    advertised_listeners: Listeners | None = None
     node_id: int = 0
     metrics_listen: str = ""
 
@@ -142,6 +146,15 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
     group_max_size: int = 2147483647
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_min_session_timeout_ms: int = 45_000
+    group_consumer_max_session_timeout_ms: int = 60_000
+    group_consumer_heartbeat_interval_ms: int = 5_000
+    group_consumer_min_heartbeat_interval_ms: int = 5_000
+    group_consumer_max_heartbeat_interval_ms: int = 15_000
+    group_consumer_max_size: int = 2147483647
+    group_consumer_assignors: str = "uniform,range"
+    group_consumer_migration_policy: str = "bidirectional"
 
     metadata: str = ""  # etcd endpoints of a cluster; empty: a single node
     cluster_name: str = "oncelog"
@@ -177,7 +190,12 @@ class BrokerConfig:
         """True when the broker is one of a cluster whose metadata lives in etcd (``metadata`` is set)."""
         return bool(self.metadata)
 
-    # -------------------------------------------------------------- the listener, as the rest of the broker uses it
+    # -------------------------------------------------------------- the listeners, as the rest of the broker uses them
+    @property
+    def listener(self) -> Endpoint:
+        """The first listener (``--listen`` sets it; the one a single node's clients are told of by default)."""
+        return self.listeners[0]
+
     @property
     def host(self) -> str:
         return self.listener.host
@@ -189,13 +207,33 @@ class BrokerConfig:
     @port.setter
     def port(self, value: int) -> None:
         """The port actually bound (a listener on port 0 gets one from the kernel)."""
-        self.listener = Endpoint(self.listener.host, value, self.listener.name)
+        self.bound(self.listener.name, value)
+
+    def bound(self, name: str, port: int) -> None:
+        """Listener ``name`` is bound to ``port`` (port 0 in the settings: the kernel chose it)."""
+        self.listeners = Listeners(Endpoint(e.host, port, e.name) if e.name == name else e for e in self.listeners)
 
     @property
     def advertised(self) -> tuple[str, int]:
         """(host, port) clients are told to connect to: ``advertised.listeners``, else ``listeners``."""
-        ep = self.advertised_listener or self.listener
-        return ep.host or socket.gethostname(), ep.port or self.listener.port
+        return self.advertised_for(self.listener.name)
+
+    def advertised_for(self, name: str) -> tuple[str, int]:
+        """(host, port) of listener ``name`` as clients and other brokers are told: its entry of
+        ``advertised.listeners``, else of ``listeners``."""
+        bound = self.listeners.named(name) or self.listener
+        ep = (self.advertised_listeners.named(name) if self.advertised_listeners else None) or bound
+        return ep.host or socket.gethostname(), ep.port or bound.port
+
+    def protocol_of(self, name: str) -> str:
+        """The security protocol of listener ``name`` (``listener.security.protocol.map``)."""
+        return parse_protocol_map(self.listener_security_protocol_map).get(name, name)
+
+    @property
+    def inter_broker_listener(self) -> str:
+        """The listener other brokers connect to: ``inter.broker.listener.name``, else the one named as
+        ``security.inter.broker.protocol`` (Kafka's ``KafkaConfig.interBrokerListenerName``)."""
+        return self.inter_broker_listener_name or self.security_inter_broker_protocol
 
     def topic_defaults(self) -> dict[str, str]:
         """Topic config defaults from the broker's settings (``segment.bytes`` from ``log.segment.bytes`` ...)."""
@@ -206,6 +244,9 @@ class BrokerConfig:
         """Set one setting by any of its names (``log.segment.bytes``, ``log.retention.hours``, ``broker.id``)."""
         alias = ALIASES.get(key)
         setting = SETTINGS.get(alias.target if alias else key)
+        if setting is None and listener_key(key) is not None:
+            self._set_listener_setting(key, value)
+            return
         if setting is None:
             raise ConfigError(f"unknown broker setting {key!r}{_did_you_mean(key)}; docs/settings.md lists "
                               f"every setting")
@@ -225,11 +266,28 @@ class BrokerConfig:
         setattr(self, setting.attr, parsed)
         self.given.add(setting.key)
 
-    def _with_part(self, setting: Setting, part: str, value: Any) -> Endpoint:
-        current = getattr(self, setting.attr) or self.listener
+    def _set_listener_setting(self, key: str, value: Any) -> None:
+        """``listener.name.<l>.[<mech>.]<setting>``: checked as ``<setting>`` is, kept in ``listener_settings``."""
+        _, base, _ = listener_key(key) or ("", key, None)
+        setting = SETTINGS[base]
+        try:
+            parsed = setting.parse(value)
+            if setting.check is not None and (err := setting.check(parsed)) is not None:
+                raise ValueError(err)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"bad value {_show(value) if setting.type != 'PASSWORD' else '(hidden)'} for broker "
+                              f"setting {key!r}: {e}") from None
+        self.listener_settings = {**self.listener_settings, key: _kafka_str(parsed)}
+        self.given.add(key)
+
+    def _with_part(self, setting: Setting, part: str, value: Any) -> Listeners:
+        current = getattr(self, setting.attr) or self.listeners
+        first = current[0]
         if part == "host":
-            return Endpoint(_str(value), current.port, current.name)
-        return Endpoint(current.host, _port(value), current.name)
+            first = Endpoint(_str(value), first.port, first.name)
+        else:
+            first = Endpoint(first.host, parse_port(value), first.name)
+        return Listeners((first, *current[1:]))
 
     def apply(self, values: Mapping[str, Any]) -> None:
         """Set many settings; aliases first, so a setting given under its own name wins over an alias of it."""
@@ -245,12 +303,22 @@ class BrokerConfig:
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ConfigError(f"group.min.session.timeout.ms ({self.group_min_session_timeout_ms}) is above "
                               f"group.max.session.timeout.ms ({self.group_max_session_timeout_ms})")
-        adv = self.advertised_listener
-        if (adv or self.listener).host in ("0.0.0.0", "::") and (adv is not None or "listeners" in self.given):
-            raise ConfigError(
-                f"{'advertised.listeners' if adv else 'listeners'} binds {(adv or self.listener).host}, which clients "
-                f"cannot connect to; set advertised.listeners to an address they can reach, e.g. "
-                f"PLAINTEXT://broker1.example.com:{self.listener.port}")
+        if (err := consumer_group_problem(self.group_consumer_min_session_timeout_ms,
+                                          self.group_consumer_session_timeout_ms,
+                                          self.group_consumer_max_session_timeout_ms,
+                                          self.group_consumer_min_heartbeat_interval_ms,
+                                          self.group_consumer_heartbeat_interval_ms,
+                                          self.group_consumer_max_heartbeat_interval_ms)) is not None:
+            raise ConfigError(err)
+        if (err := check_listeners(self)) is not None:
+            raise ConfigError(err)
+        for ep in self.listeners:
+            adv = self.advertised_listeners.named(ep.name) if self.advertised_listeners else None
+            if (adv or ep).host in ("0.0.0.0", "::") and (adv is not None or "listeners" in self.given):
+                raise ConfigError(
+                    f"{'advertised.listeners' if adv else 'listeners'} binds {(adv or ep).host}, which clients "
+                    f"cannot connect to; set advertised.listeners to an address they can reach, e.g. "
+                    f"{ep.name}://broker1.example.com:{ep.port}")
         if not self.cluster_mode:
             if self.default_replication_factor != 1:
                 raise ConfigError(
@@ -269,11 +337,14 @@ class BrokerConfig:
             raise ConfigError(
                 f"replica.socket.timeout.ms ({self.replica_socket_timeout_ms}) must be at least "
                 f"replica.fetch.wait.max.ms ({self.replica_fetch_wait_max_ms}), or every idle replica fetch times out")
-        if self.advertised[0] in ("0.0.0.0", "::"):
-            raise ConfigError(
-                f"the other brokers and clients cannot connect to {self.advertised[0]}: set advertised.listeners to "
-                f"an address of this machine they can reach, e.g. PLAINTEXT://broker1.example.com:"
-                f"{self.listener.port}")
+        if (err := check_inter_broker(self)) is not None:
+            raise ConfigError(err)
+        for ep in self.listeners:
+            if self.advertised_for(ep.name)[0] in ("0.0.0.0", "::"):
+                raise ConfigError(
+                    f"the other brokers and clients cannot connect to {self.advertised_for(ep.name)[0]}: set "
+                    f"advertised.listeners to an address of this machine they can reach, e.g. "
+                    f"{ep.name}://broker1.example.com:{ep.port}")
 
     @classmethod
     def load(cls, path: Path | None = None, overrides: Mapping[str, Any] | None = None) -> BrokerConfig:
@@ -309,6 +380,9 @@ class BrokerConfig:
                 out.append(ConfigEntry(a.name, _kafka_str(scaled), source, s.type,
                                        f"{s.key} in {'hours' if a.scale == _HOUR_MS else 'minutes'}"
                                        if a.scale != 1 else s.doc))
+        for key, value in sorted(self.listener_settings.items()):  # listener.name.<l>.<setting>, as given
+            base = SETTINGS[(listener_key(key) or ("", key, None))[1]]
+            out.append(ConfigEntry(key, value, STATIC_BROKER_CONFIG, base.type, base.doc))
         return out
 
     def describe(self) -> dict[str, Any]:
@@ -361,14 +435,17 @@ def _did_you_mean(key: str) -> str:
 
 
 _MS, _B = "ms", "bytes"
+
 _SETTINGS: list[Setting] = [
     # -- where and who
     Setting("log.dirs", "data_dir", "LIST", _path, "Folder holding every partition log and the broker's state "
             "(one folder; `--data-dir`)."),
-    Setting("listeners", "listener", "LIST", Endpoint.parse, "Where the broker accepts clients: "
-            "`PLAINTEXT://HOST:PORT` (`--listen HOST:PORT`); port 0 takes a free one."),
-    Setting("advertised.listeners", "advertised_listener", "LIST", Endpoint.parse, "The address clients are told "
-            "to connect to (Metadata, FindCoordinator); default: `listeners`."),
+    Setting("listeners", "listeners", "LIST", parse_listeners, "Where the broker accepts clients: "
+            "`NAME://HOST:PORT,...`, one per listener (`--listen HOST:PORT`: one PLAINTEXT listener); port 0 takes "
+            "a free one. docs/security.md: TLS and SASL listeners."),
+    Setting("advertised.listeners", "advertised_listeners", "LIST", parse_listeners, "The address of each "
+            "listener that clients and other brokers are told to connect to (Metadata, FindCoordinator); "
+            "default: `listeners`."),
     Setting("node.id", "node_id", "INT", _int, "This broker's id (`--node-id`; must be given, and unique, in a "
             "cluster).", at_least(0)),
     Setting("metrics.listen", "metrics_listen", "STRING", _str, "`HOST:PORT` of the Prometheus `/metrics` "
@@ -468,6 +545,30 @@ _SETTINGS: list[Setting] = [
             "`session.timeout.ms` a member may ask for.", at_least(1), _MS),
     Setting("group.max.size", "group_max_size", "INT", _int, "Most members in one group; more are refused with "
             "GROUP_MAX_SIZE_REACHED.", at_least(1)),
+    # -- consumer groups of the KIP-848 protocol (group.protocol=consumer)
+    Setting("group.consumer.session.timeout.ms", "group_consumer_session_timeout_ms", "INT", _int, "A member of "
+            "a consumer group that does not heartbeat for this long is removed (a group's own "
+            "`consumer.session.timeout.ms` wins).", at_least(1), _MS),
+    Setting("group.consumer.min.session.timeout.ms", "group_consumer_min_session_timeout_ms", "INT", _int,
+            "Smallest session timeout a consumer group may be given.", at_least(1), _MS),
+    Setting("group.consumer.max.session.timeout.ms", "group_consumer_max_session_timeout_ms", "INT", _int,
+            "Largest session timeout a consumer group may be given.", at_least(1), _MS),
+    Setting("group.consumer.heartbeat.interval.ms", "group_consumer_heartbeat_interval_ms", "INT", _int, "How "
+            "often members of a consumer group heartbeat (a group's own `consumer.heartbeat.interval.ms` wins).",
+            at_least(1), _MS),
+    Setting("group.consumer.min.heartbeat.interval.ms", "group_consumer_min_heartbeat_interval_ms", "INT", _int,
+            "Smallest heartbeat interval a consumer group may be given.", at_least(1), _MS),
+    Setting("group.consumer.max.heartbeat.interval.ms", "group_consumer_max_heartbeat_interval_ms", "INT", _int,
+            "Largest heartbeat interval a consumer group may be given.", at_least(1), _MS),
+    Setting("group.consumer.max.size", "group_consumer_max_size", "INT", _int, "Most members in one consumer "
+            "group; more are refused with GROUP_MAX_SIZE_REACHED.", at_least(1)),
+    Setting("group.consumer.assignors", "group_consumer_assignors", "LIST", _str, "The server-side assignors a "
+            "consumer group may use (`uniform`, `range`, or Kafka's class names), the first the default; a member "
+            "asks for one with `group.remote.assignor`.", _assignors),
+    Setting("group.consumer.migration.policy", "group_consumer_migration_policy", "STRING", _str, "Whether a "
+            "group moves online between the classic and the consumer protocol: `upgrade` (classic to consumer "
+            "when a member joins with the consumer protocol), `downgrade` (back when the last such member leaves), "
+            "`bidirectional` or `disabled`.", one_of("disabled", "upgrade", "downgrade", "bidirectional")),
     # -- a cluster (``metadata`` set)
     Setting("metadata", "metadata", "STRING", _metadata, "etcd endpoints of the cluster's metadata, "
             "`etcd://HOST:PORT[,HOST:PORT]` (`--metadata`); empty: a single node."),
@@ -520,6 +621,8 @@ _SETTINGS: list[Setting] = [
             "(`User:admin;User:broker`)."),
     Setting("allow.everyone.if.no.acl.found", "allow_everyone_if_no_acl_found", "BOOLEAN", _bool, "With an "
             "authorizer: allow a request on a resource that has no ACL at all (else deny)."),
+    # -- security (docs/security.md)
+    *(Setting(*row) for row in SECURITY_ROWS),
 ]
 
 SETTINGS: dict[str, Setting] = {s.key: s for s in _SETTINGS}
@@ -556,7 +659,8 @@ TOPIC_DEFAULTS: dict[str, str] = {
     "min.insync.replicas": "min.insync.replicas",
 }
 
-assert {s.attr for s in _SETTINGS} | {"given"} == {f.name for f in fields(BrokerConfig)}, "setting table drift"
+assert {s.attr for s in _SETTINGS} | {"given", "listener_settings"} == {f.name for f in fields(BrokerConfig)}, \
+    "setting table drift"
 assert all(a.target in SETTINGS for a in _ALIAS_LIST)
 
 

@@ -1,10 +1,10 @@
-"""Parsing and checking of broker setting values (``broker/config.py``'s table uses them): Kafka's value types,
-listeners, and the checks a value must pass. Each raises ValueError (or returns the problem) with what is expected."""
+"""Parsing and checking of broker setting values (``broker/config.py``'s table uses them): Kafka's value types and
+the checks a value must pass (the listeners' are in ``listeners.py``, the security settings' in
+``security_settings.py``). Each raises ValueError (or returns the problem) with what is expected."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,45 +44,6 @@ def _path(v: Any) -> Path:
     if len(dirs) > 1:
         raise ValueError("oncelog keeps every partition in one folder: give one path")
     return Path(dirs[0])
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """One listener: ``PLAINTEXT://HOST:PORT`` (``HOST:PORT`` is accepted too; an empty host means every
-    interface, as in Kafka)."""
-
-    host: str
-    port: int
-    name: str = "PLAINTEXT"
-
-    def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.name}://{host}:{self.port}"
-
-    @staticmethod
-    def parse(v: Any) -> Endpoint:
-        s = _str(v)
-        items = [x.strip() for x in s.split(",") if x.strip()]
-        if len(items) != 1:
-            raise ValueError("expected one listener such as PLAINTEXT://127.0.0.1:9092 (oncelog serves one "
-                             "listener)")
-        scheme, sep, rest = items[0].rpartition("://")
-        if not sep:
-            scheme, rest = "PLAINTEXT", items[0]
-        if scheme.upper() != "PLAINTEXT":
-            raise ValueError(f"listener {scheme}:// is not supported: oncelog speaks PLAINTEXT only (no TLS or "
-                             f"SASL yet)")
-        host, sep, port = rest.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ValueError("expected PLAINTEXT://HOST:PORT, e.g. PLAINTEXT://127.0.0.1:9092")
-        return Endpoint(host.strip("[]"), _port(port))
-
-
-def _port(v: Any) -> int:
-    p = _int(v)
-    if not 0 <= p <= 65535:
-        raise ValueError("a port is 0-65535")
-    return p
 
 
 # ---------------------------------------------------------------------------------------------- checks
@@ -152,3 +113,30 @@ def _super_users(v: Any) -> str:
 
 def _rack(v: Any) -> str | None:
     return _str(v) or None
+
+
+def _assignors(v: str) -> str | None:
+    from oncelog.coordinator.group.assignors import assignors_by_name  # off the start path (checked when given)
+
+    names = [n for n in (p.strip() for p in v.split(",")) if n]
+    if not names:
+        return "must name at least one assignor"
+    try:
+        assignors_by_name(names)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def consumer_group_problem(min_session: int, session: int, max_session: int, min_heartbeat: int, heartbeat: int,
+                           max_heartbeat: int) -> str | None:
+    """Kafka's GroupCoordinatorConfig checks of the consumer group (KIP-848) timeouts: what is wrong, or None."""
+    for what, low, value, high in (("session.timeout.ms", min_session, session, max_session),
+                                   ("heartbeat.interval.ms", min_heartbeat, heartbeat, max_heartbeat)):
+        if not low <= value <= high:
+            return (f"group.consumer.{what} ({value}) must be between group.consumer.min.{what} ({low}) and "
+                    f"group.consumer.max.{what} ({high})")
+    if heartbeat >= session:
+        return (f"group.consumer.heartbeat.interval.ms ({heartbeat}) must be less than "
+                f"group.consumer.session.timeout.ms ({session})")
+    return None

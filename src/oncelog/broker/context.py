@@ -5,14 +5,16 @@ settings, clock, metrics, topics and partitions, and its coordinators — each w
 call from a handler into a coordinator. Handlers reach nothing else of the broker: its listener, background jobs
 and start-up wiring stay in ``server.py``, and a test can build a context around whatever parts it needs.
 
-The coordinators are None until the broker has loaded them (a handler answers COORDINATOR_NOT_AVAILABLE meanwhile).
+The coordinators are None until the broker has loaded them (a handler answers COORDINATOR_NOT_AVAILABLE meanwhile). A
+fresh single node builds them on first use: a handler calls :meth:`BrokerContext.load_coordinators` before it looks
+(the handlers' ``_groups.coordinator`` and ``_txn.coordinator_or_error`` do).
 ``cluster`` is set when the broker is one of a cluster (``--metadata``): handlers that answer cluster-wide (Metadata,
 DescribeCluster, CreateTopics) then answer from its view; None on a single node.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from oncelog.security.store import SecurityStore
     from oncelog.storage import LogConfig
 
+    from .auth import BrokerAuth
     from .cluster.node import ClusterNode
     from .cluster.topic_admin import AutoCreator
     from .config import BrokerConfig
@@ -64,6 +67,17 @@ class BrokerContext:
     quotas: ClientQuotaManager | None = None  # client quotas: the connection and the Fetch handler charge requests
     #: incremental fetch sessions (KIP-227), ``max.incremental.fetch.session.cache.slots`` of them
     fetch_sessions: FetchSessionCache = field(init=False)
+    auth: BrokerAuth | None = None  # the listeners' TLS and SASL, the credentials they check (auth.py)
+    #: a single node on a fresh data folder: builds the coordinators (and sets the fields above) when a request
+    #: first needs one (``coordinators/local.py``); None once called, and in a cluster
+    coordinators_on_first_use: Callable[[], None] | None = None
+
+    def load_coordinators(self) -> None:
+        """Build the coordinators now if they wait for their first use."""
+        build = self.coordinators_on_first_use
+        if build is not None:
+            self.coordinators_on_first_use = None
+            build()
 
     def __post_init__(self) -> None:
         self.fetch_sessions = FetchSessionCache(self.config.max_incremental_fetch_session_cache_slots,
@@ -91,4 +105,5 @@ class BrokerContext:
 
     def coordinator_available(self, key_type: int) -> bool:
         """Whether the group (``GROUP``) or transaction (``TRANSACTION``) coordinator can serve requests now."""
+        self.load_coordinators()
         return (self.group_coordinator if key_type == GROUP else self.txn_coordinator) is not None

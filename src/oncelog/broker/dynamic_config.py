@@ -33,6 +33,7 @@ from typing import Any
 from oncelog.protocol.errors import ErrorCode
 
 from .config import ALIASES, DEFAULT_CONFIG, SETTINGS, STATIC_BROKER_CONFIG, BrokerConfig, ConfigError
+from .security_settings import listener_key
 
 __all__ = ["DYNAMIC", "DYNAMIC_BROKER_CONFIG", "DYNAMIC_DEFAULT_BROKER_CONFIG", "START_ONLY", "BrokerEntry",
            "DynamicBrokerConfig", "DynamicConfigError", "Layers", "Synonym", "broker_entries", "default_entries",
@@ -55,13 +56,31 @@ DYNAMIC: frozenset[str] = frozenset({
     "producer.id.expiration.ms",
     # DynamicConnectionQuota: read by the acceptor for each new connection
     "max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides", "max.connection.creation.rate",
-})
+    # Kafka's DynamicListenerConfig SASL settings: read when a connection starts (the Kerberos and login-refresh
+    # ones are known names oncelog does not use, so changing them changes nothing)
+    "sasl.enabled.mechanisms", "sasl.jaas.config", "principal.builder.class", "sasl.kerberos.service.name",
+    "sasl.kerberos.kinit.cmd", "sasl.kerberos.ticket.renew.window.factor", "sasl.kerberos.ticket.renew.jitter",
+    "sasl.kerberos.min.time.before.relogin", "sasl.kerberos.principal.to.local.rules",
+    "sasl.login.refresh.window.factor", "sasl.login.refresh.window.jitter", "sasl.login.refresh.min.period.seconds",
+    "sasl.login.refresh.buffer.seconds",
+    # TLS: a listener's context is built again when they change (auth.py), for new connections
+    "ssl.protocol", "ssl.cipher.suites", "ssl.enabled.protocols", "ssl.client.auth",
+    "ssl.endpoint.identification.algorithm", "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm",
+    "ssl.secure.random.implementation", "ssl.provider",
+} | set(LISTENER_ONLY := {
+    # Kafka's DynamicSecurityConfigs (SslConfigs.RECONFIGURABLE_CONFIGS): dynamic only with a listener prefix
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+    "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.truststore.type", "ssl.truststore.location",
+    "ssl.truststore.password", "ssl.truststore.certificates",
+}))
 
 #: settings Kafka changes at run time that oncelog reads only at start (refused, with a word saying why)
 START_ONLY: frozenset[str] = frozenset({
     "listeners", "advertised.listeners",  # the socket is bound once; the registration holds the address
     "log.flush.interval.messages", "log.flush.interval.ms",  # choose the durability mode and the flush loop
     "log.cleaner.backoff.ms",  # the cleaner's loop takes it once
+    "listener.security.protocol.map",  # the listeners are bound once
+    "sasl.mechanism.inter.broker.protocol",  # the inter-broker connections are made with it
 })
 
 assert DYNAMIC <= set(SETTINGS) and START_ONLY <= set(SETTINGS) and not DYNAMIC & START_ONLY
@@ -78,15 +97,19 @@ class DynamicConfigError(Exception):
 def validate(configs: Mapping[str, str | None]) -> dict[str, str]:
     """The whole set of dynamic configs of one BROKER resource (per broker or cluster-wide: oncelog has no
     per-broker-only setting) as it will be stored, in Kafka's string form; raises :class:`DynamicConfigError`."""
-    unknown = sorted(k for k in configs if k not in SETTINGS and k not in ALIASES)
+    unknown = sorted(k for k in configs if k not in SETTINGS and k not in ALIASES and listener_key(k) is None)
     if unknown:
         raise DynamicConfigError(ErrorCode.INVALID_CONFIG, f"Unknown config name: {', '.join(unknown)}")
-    fixed = sorted(k for k in configs if k not in DYNAMIC)
+    fixed = sorted(k for k in configs if _base(k) not in DYNAMIC)
     if fixed:
         why = [k for k in fixed if k in START_ONLY]
         raise DynamicConfigError(
             ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: Set({', '.join(fixed)})"
             + (f" (oncelog reads {', '.join(why)} only at start: set them in the broker's TOML file)" if why else ""))
+    unprefixed = sorted(k for k in configs if k in LISTENER_ONLY)
+    if unprefixed:
+        raise DynamicConfigError(ErrorCode.INVALID_REQUEST, "These security configs can be dynamically updated only "
+                                 f"per-listener using the listener prefix: Set({', '.join(unprefixed)})")
     out = {}
     probe = BrokerConfig()
     for key, value in configs.items():
@@ -96,8 +119,15 @@ def validate(configs: Mapping[str, str | None]) -> dict[str, str]:
             probe.set(key, value)
         except ConfigError as e:
             raise DynamicConfigError(ErrorCode.INVALID_REQUEST, str(e)) from None
-        out[key] = _kafka_str(getattr(probe, SETTINGS[key].attr))
+        out[key] = probe.listener_settings[key] if key not in SETTINGS else _kafka_str(getattr(probe,
+                                                                                             SETTINGS[key].attr))
     return out
+
+
+def _base(key: str) -> str:
+    """The setting a key names: itself, or the one a ``listener.name.<l>.`` key is of."""
+    found = listener_key(key)
+    return found[1] if found is not None else key
 
 
 # ---------------------------------------------------------------------------------------------- resolution
@@ -136,6 +166,13 @@ def effective(static: BrokerConfig, layers: Layers) -> tuple[BrokerConfig, dict[
             setattr(out, SETTINGS[key].attr, value)
             sources[key] = source
             break
+    listener_settings = dict(static.listener_settings)  # listener.name.<l>.<setting>: the cluster's, then own
+    for layer, source in ((layers.cluster, DYNAMIC_DEFAULT_BROKER_CONFIG), (layers.own, DYNAMIC_BROKER_CONFIG)):
+        for key, value in layer.items():
+            if listener_key(key) is not None and _base(key) in DYNAMIC:
+                listener_settings[key] = value
+                sources[key] = source
+    out.listener_settings = listener_settings
     return out, sources
 
 
@@ -181,6 +218,10 @@ def broker_entries(static: BrokerConfig, layers: Layers) -> list[BrokerEntry]:
     config, sources = effective(static, layers)
     by_key = {e.key: e for e in config.entries()}
     out = []
+    for key in sorted(config.listener_settings):
+        s = SETTINGS[_base(key)]
+        out.append(BrokerEntry(key, config.listener_settings[key], sources.get(key, STATIC_BROKER_CONFIG), s.type,
+                               s.doc, _base(key) not in DYNAMIC, ()))
     for key, s in SETTINGS.items():
         value = by_key[key].value
         syns = synonyms(key, static, layers)
@@ -233,8 +274,15 @@ class DynamicBrokerConfig:
             if old != new:
                 setattr(self.config, attr, new)
                 changed.append(key)
-                log.info("broker setting %s: %s -> %s (%s)", key, _kafka_str(old), _kafka_str(new),
+                log.info("broker setting %s: %s -> %s (%s)", key, _shown(key, old), _shown(key, new),
                          _SOURCE_NAMES[sources[key]])
+        if resolved.listener_settings != self.config.listener_settings:
+            old_ls, self.config.listener_settings = self.config.listener_settings, resolved.listener_settings
+            for key in sorted(set(old_ls) | set(resolved.listener_settings)):
+                if old_ls.get(key) != resolved.listener_settings.get(key):
+                    changed.append(key)
+                    log.info("broker setting %s: %s -> %s", key, _shown(key, old_ls.get(key)),
+                             _shown(key, resolved.listener_settings.get(key)))
         return changed
 
     def describe(self, broker_configs: Mapping[int | None, Mapping[str, str]]) -> list[BrokerEntry]:
@@ -252,6 +300,11 @@ class DynamicBrokerConfig:
 _SOURCE_NAMES = {DYNAMIC_BROKER_CONFIG: "this broker's dynamic config",
                  DYNAMIC_DEFAULT_BROKER_CONFIG: "the cluster-wide dynamic default",
                  STATIC_BROKER_CONFIG: "the static setting", DEFAULT_CONFIG: "the default"}
+
+
+def _shown(key: str, v: Any) -> str:
+    """A value for the log: a password's is hidden."""
+    return "[hidden]" if SETTINGS[_base(key)].type == "PASSWORD" and v else _kafka_str(v)
 
 
 def _kafka_str(v: Any) -> str:

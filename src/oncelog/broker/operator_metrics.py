@@ -1,5 +1,5 @@
 """Metrics a Kafka operator looks for first: consumer-group lag, open transactions holding back the last stable
-offset, and requests by error code (Kafka's ``RequestMetrics ErrorsPerSec``).
+offset (requests by error code, Kafka's ``RequestMetrics ErrorsPerSec``, are counted in :mod:`.metrics`).
 
 Collected when Prometheus scrapes (on the HTTP server's thread), from the broker's live state: the request path
 pays only for counting error codes. The coordinator's and the topics' dicts change on the event loop meanwhile, so
@@ -8,17 +8,15 @@ every walk copies first and a scrape that still races a change skips that family
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Iterable
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.record_batch import parse_batch_header
 
 if TYPE_CHECKING:
@@ -27,54 +25,9 @@ if TYPE_CHECKING:
     from .partition import Partition
     from .topics import TopicRegistry
 
-__all__ = ["ErrorCounts", "GroupLagCollector", "OpenTxnCollector"]
+__all__ = ["GroupLagCollector", "OpenTxnCollector", "register"]
 
 log = logging.getLogger("oncelog.broker.metrics")
-
-
-def _error_name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return str(code)
-
-
-class ErrorCounts:
-    """Error codes in responses, by API: every ``error_code`` field of a response, nested ones included (a Produce
-    response has one per partition), as Kafka's ``AbstractResponse.errorCounts`` counts them; NONE is not kept."""
-
-    def __init__(self) -> None:
-        self.counts: dict[tuple[str, int], int] = {}
-        self._plans: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}
-
-    def _plan(self, cls: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        plan = self._plans.get(cls)
-        if plan is None:
-            fields = dataclasses.fields(cls) if dataclasses.is_dataclass(cls) else ()
-            plan = (tuple(f.name for f in fields if f.name == "error_code"),
-                    tuple(f.name for f in fields if "list[" in str(f.type)))
-            self._plans[cls] = plan
-        return plan
-
-    def add(self, api: str, response: object) -> None:
-        errors, lists = self._plan(type(response))
-        for name in errors:
-            code = getattr(response, name)
-            if code:
-                key = (api, code)
-                self.counts[key] = self.counts.get(key, 0) + 1
-        for name in lists:
-            for item in getattr(response, name) or ():
-                if dataclasses.is_dataclass(item):
-                    self.add(api, item)
-
-    def collect(self) -> CounterMetricFamily:
-        fam = CounterMetricFamily("oncelog_request_errors", "Error codes in responses, by API (Kafka's "
-                                  "RequestMetrics ErrorsPerSec); a response counts each failed partition",
-                                  labels=["api", "error"])
-        for (api, code), n in list(self.counts.items()):
-            fam.add_metric([api, _error_name(code)], n)
-        return fam
 
 
 class GroupLagCollector(Collector):

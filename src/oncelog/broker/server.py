@@ -15,6 +15,7 @@ import contextlib
 import errno
 import io
 import logging
+import os
 import signal
 import socket
 from collections.abc import Coroutine
@@ -24,21 +25,19 @@ from typing import TYPE_CHECKING, Any
 from oncelog.clock import SYSTEM_CLOCK, Clock
 from oncelog.security.authorizer import StandardAuthorizer, parse_super_users
 from oncelog.security.store import FileSecurityStore, SecurityStoreError
+from oncelog.security.tls import TlsError
 from oncelog.storage import KafkaStorageError, LogConfig, LogManager
 
 from .acceptor import Acceptor
+from .auth import BrokerAuth
 from .config import BrokerConfig
 from .connection import Connection
 from .connection_quotas import ConnectionQuotas
-from .context import GROUP, TRANSACTION, BrokerContext
-from .coordinators.groups import GroupCoordinatorHandle, start_single_node_groups
+from .context import BrokerContext
+from .coordinators.local import SingleNodeCoordinators
 from .coordinators.markers import LocalMarkerWriter
-from .coordinators.transactions import (
-    TransactionCoordinatorHandle,
-    next_coordinator_epoch,
-    start_single_node_transactions,
-)
 from .durability import GroupCommitFlusher
+from .faults import CONTROL_ENV, FaultInjector, serve_control
 from .metrics import BrokerMetrics
 from .partition import Partition
 from .quota_manager import ClientQuotaManager
@@ -122,21 +121,24 @@ class Broker:
         self.metrics = BrokerMetrics()
         self.router = Router.with_all_handlers()
         self.connections: set[Connection] = set()
+        self.faults = FaultInjector(self.router, self._close_connections)  # tests' faults on demand (faults.py)
+        self._control: asyncio.AbstractServer | None = None  # the faults' control channel, when a test asks
         self.durable_per_append = config.log_flush_interval_messages <= 1
         self.flusher = GroupCommitFlusher(self._on_durable)
         self.logs: LogManager | None = None
         self._topics: TopicRegistry | None = None
-        self._acceptor: Acceptor | None = None
+        self._acceptors: list[Acceptor] = []
         self._background: list[asyncio.Task[Any]] = []
         self._stopped = asyncio.Event()
         self.cluster_id = ""
         self._context: BrokerContext | None = None
         self.cluster: ClusterNode | None = None  # in a cluster (config.metadata set)
         self.cluster_coordinators: ClusterCoordinators | None = None  # in a cluster: they follow leadership
-        self._single_node_coordinators: list[TransactionCoordinatorHandle | GroupCoordinatorHandle] = []
+        self._single_node_coordinators: SingleNodeCoordinators | None = None
         self._cluster_security: ClusterSecurityStore | None = None
         self.replicas: ReplicaManagerLike | None = None
-        self._sock: socket.socket | None = None  # the bound port until the listener takes it
+        self._socks: dict[str, socket.socket] = {}  # each listener's bound port until its server takes it
+        self.auth: BrokerAuth | None = None
 
     @property
     def topics(self) -> TopicRegistry:
@@ -157,9 +159,15 @@ class Broker:
         the registration (a cluster), then listen. Raises :class:`StartupError` for a port, data folder or etcd that
         cannot be used; a failed start leaves nothing open (see :func:`_main`)."""
         cfg = self.config
-        sock = self._sock = bind_listener(cfg.host, cfg.port)
-        if cfg.port == 0:
-            cfg.port = sock.getsockname()[1]
+        for ep in cfg.listeners:
+            sock = self._socks[ep.name] = bind_listener(ep.host, ep.port)
+            if ep.port == 0:
+                cfg.bound(ep.name, sock.getsockname()[1])
+        try:  # the certificates are read before anything is created on disk
+            self.auth = BrokerAuth(cfg, lambda: self._context.security_store if self._context else None,
+                                   self.clock.wall_ms, self.metrics.counter)
+        except TlsError as e:
+            raise StartupError(str(e)) from None
         loop = asyncio.get_running_loop()
         if cfg.cluster_mode:
             from .cluster.node import ClusterNode, ClusterStartError
@@ -168,6 +176,15 @@ class Broker:
                 self.cluster = await ClusterNode.connect(cfg)
             except ClusterStartError as e:
                 raise StartupError(str(e)) from None
+            from .peer_connections import peer_link, refused_by_peers
+
+            peers = [b for n, b in sorted(self.cluster.view.brokers.items()) if n != cfg.node_id]
+            refused = await refused_by_peers(peer_link(cfg), peers, 5.0)
+            if refused is not None:
+                raise StartupError(f"cannot join cluster {cfg.cluster_name}: {refused}; give this broker the "
+                                   f"credentials the cluster knows (sasl.jaas.config of "
+                                   f"{cfg.sasl_mechanism_inter_broker_protocol} on listener "
+                                   f"{cfg.inter_broker_listener}, and its certificates)")
         try:
             self.logs = await loop.run_in_executor(None, LogManager.open, cfg.data_dir, log_defaults(cfg),
                                                    self.clock, self.cluster.cluster_id if self.cluster else None)
@@ -184,6 +201,7 @@ class Broker:
         self._context = context = BrokerContext(cfg, self.clock, self.metrics, self.router.api_versions(),
                                                 self._topics, self.cluster_id, writer)
         writer.offsets_sink = lambda: context.group_coordinator
+        context.auth = self.auth
         if self.cluster is None:
             try:
                 context.security_store = FileSecurityStore(cfg.data_dir / SECURITY_RECORDS_FILE)
@@ -204,27 +222,22 @@ class Broker:
         self.metrics.watch_flusher(self.flusher)
         self.metrics.watch_fetch_sessions(context.fetch_sessions)
         self.flusher.start()
-        if self.cluster is None:
-            epoch = next_coordinator_epoch(cfg.data_dir)
-            txn = await start_single_node_transactions(cfg, self.clock, self._topics, writer, epoch, self.spawn)
-            self._single_node_coordinators.append(txn)
-            context.txn_coordinator = txn.coordinator
-            groups = await start_single_node_groups(cfg, self.clock, self._topics, epoch,
-                                                    lambda: context.txn_coordinator)
-            self._single_node_coordinators.append(groups)
-            context.group_coordinator = groups.coordinator
-            assert groups.first_use is not None and txn.first_use is not None
-            context.internal_topics = {GROUP: groups.first_use, TRANSACTION: txn.first_use}
+        if self.cluster is None:  # loaded now if the folder holds their topics, else built on first use
+            self._single_node_coordinators = SingleNodeCoordinators(cfg, self.clock, self._topics, writer, context,
+                                                                    self.spawn)
+            await self._single_node_coordinators.start()
         else:
             from .cluster.topic_admin import AutoCreator
             from .coordinators.cluster import ClusterCoordinators
             from .coordinators.txn_verifier import RemoteTxnVerifier
+            from .peer_connections import peer_link
             from .replication.manager import ReplicaManager
 
             context.cluster = self.cluster
             context.auto_creator = AutoCreator(self.cluster)
             node = self.cluster
-            context.txn_verifier = RemoteTxnVerifier(cfg.node_id, lambda: node.view, cfg.request_timeout_ms)
+            context.txn_verifier = RemoteTxnVerifier(cfg.node_id, lambda: node.view, cfg.request_timeout_ms,
+                                                     peer_link(cfg))
             self.cluster.watch(self.metrics)
             replicas = ReplicaManager(cfg, self._topics, self.cluster.store, self.clock.monotonic_ms,
                                       self.durable_per_append)
@@ -235,17 +248,26 @@ class Broker:
             replicas.add_leadership_listener(coordinators.on_leadership)
             coordinators.start()
             await replicas.start()
-            host, port = cfg.advertised
+            host, port = cfg.advertised_for(cfg.inter_broker_listener)
+            endpoints = tuple((ep.name, *cfg.advertised_for(ep.name)) for ep in cfg.listeners)
             try:
-                await self.cluster.join(self.replicas, host, port)
+                await self.cluster.join(self.replicas, host, port, endpoints)
             except ClusterStartError as e:
                 raise StartupError(str(e)) from None
         self.metrics.watch_operator_view(self._topics, lambda: context.group_coordinator)
+        auth = self.auth
         connection_quotas = ConnectionQuotas(cfg, self.clock, quotas.ip_connection_rate)
-        self._acceptor = Acceptor(sock, cfg.listener.name, connection_quotas,
-                                  lambda: Connection(context, self.router, self.connections))
-        self._acceptor.start(backlog=1024)
-        self._sock = None
+        for name, sock in list(self._socks.items()):  # one accept loop per listener
+            security = auth.listener(name)
+            acceptor = Acceptor(sock, name, connection_quotas,
+                                lambda security=security: Connection(context, self.router,  # type: ignore[misc]
+                                                                     self.connections, security),
+                                ssl=security.ssl_context)
+            acceptor.start(backlog=1024)
+            self._acceptors.append(acceptor)
+            del self._socks[name]
+        if any(sec.tls for sec in auth.listeners.values()):
+            self._background.append(loop.create_task(auth.reload_loop(), name="tls-reload"))
         if self.cluster is not None:
             self.cluster.start_controller()
         self._background.append(loop.create_task(self._retention_loop(), name="retention"))
@@ -258,9 +280,14 @@ class Broker:
             self._background.append(loop.create_task(self._cleaner_loop(), name="log-cleaner"))
         if cfg.metrics_listen:
             self.metrics.serve(cfg.metrics_listen)
-        log.info("oncelog broker %d listening on %s:%d (data in %s, %d topic(s), cluster id %s, %s)",
-                 cfg.node_id, cfg.host, cfg.port, cfg.data_dir.resolve(), len(self._topics), self.cluster_id,
+        log.info("oncelog broker %d listening on %s (data in %s, %d topic(s), cluster id %s, %s)",
+                 cfg.node_id, ", ".join(f"{e.host}:{e.port}" if e.name == "PLAINTEXT" else str(e)
+                                        for e in cfg.listeners), cfg.data_dir.resolve(), len(self._topics),
+                 self.cluster_id,
                  "acks=all waits for fsync" if self.durable_per_append else "background flush")
+        if os.environ.get(CONTROL_ENV):  # started by a test harness (oncelog.testing): its faults' control channel,
+            # opened last: the harness waits for it, so the whole start (metrics endpoint included) is done by then
+            self._control = await serve_control(Path(os.environ[CONTROL_ENV]), self.faults)
 
     def _join_data_dir(self, cluster: ClusterNode) -> None:
         """The data folder belongs to this cluster: a fresh (topic-less) one takes its id; one holding topics of
@@ -320,12 +347,14 @@ class Broker:
 
     async def _cleaner_loop(self) -> None:
         """Compact partitions of compacted topics, one log at a time, in a worker thread."""
-        from oncelog.storage.cleaner import LogCleaner
-
-        cleaner = LogCleaner()
         interval = max(self.config.log_cleaner_backoff_ms, 100) / 1000
+        cleaner = None
         while True:
             await asyncio.sleep(interval)
+            if cleaner is None:  # imported after the first wait: not in the way of the first requests
+                from oncelog.storage.cleaner import LogCleaner
+
+                cleaner = LogCleaner()
             for p in self.topics.all_partitions():
                 now = self.clock.wall_ms()
                 plog = None if p.deleted or self.logs is None else self.logs.get_log(p.topic, p.index)
@@ -349,6 +378,13 @@ class Broker:
                 if p.log.durable_offset < p.log_end_offset:
                     self.flusher.mark_dirty(p)
 
+    def _close_connections(self) -> int:
+        """Close every client connection (a fault a test asks for); how many were open."""
+        open_ = list(self.connections)
+        for conn in open_:
+            conn.close(None)
+        return len(open_)
+
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> "asyncio.Task[Any]":
         """Run a background job for the broker's lifetime (cancelled at stop)."""
         task = asyncio.get_running_loop().create_task(coro, name=name)
@@ -361,9 +397,11 @@ class Broker:
     def request_stop(self) -> None:
         self._stopped.set()
 
-    async def stop(self) -> None:
+    async def stop(self, clean: bool = True) -> None:
         """Clean shutdown: stop accepting, finish flushing, close segments, write the clean-shutdown marker. In a
-        cluster, first a controlled shutdown (leadership moves away while this broker still serves), then leave."""
+        cluster, first a controlled shutdown (leadership moves away while this broker still serves), then leave.
+        ``clean=False`` (a test harness's crash of a broker in its own process): the files are closed as a SIGKILL
+        leaves them, without a flush, checkpoint or marker (``LogManager.abandon``)."""
         if self.cluster is not None:
             registered = self.cluster.registration is not None
             await self.cluster.leave(controlled=registered and self.config.controlled_shutdown_enable)
@@ -371,11 +409,16 @@ class Broker:
         if self.replicas is not None:
             await self.replicas.stop()
             self.replicas = None
-        if self._acceptor is not None:
-            self._acceptor.close()
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        if self._control is not None:
+            self._control.close()
+            self._control = None
+        self.faults.clear()
+        for acceptor in self._acceptors:
+            acceptor.close()
+        self._acceptors.clear()
+        for sock in self._socks.values():
+            sock.close()
+        self._socks.clear()
         for conn in list(self.connections):
             conn.close(None)
         for task in self._background:
@@ -385,8 +428,9 @@ class Broker:
                 await task
         if self._context is not None:
             self._context.group_coordinator = self._context.txn_coordinator = None
-        while self._single_node_coordinators:  # groups first: they may wait on the transaction coordinator
-            await self._single_node_coordinators.pop().close()
+        if self._single_node_coordinators is not None:
+            await self._single_node_coordinators.close()
+            self._single_node_coordinators = None
         if self.cluster_coordinators is not None:
             await self.cluster_coordinators.close()
             self.cluster_coordinators = None
@@ -398,8 +442,8 @@ class Broker:
             self._context.txn_verifier = None
         await self.flusher.close()
         if self.logs is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self.logs.close)
-            log.info("oncelog broker stopped cleanly")
+            await asyncio.get_running_loop().run_in_executor(None, self.logs.close if clean else self.logs.abandon)
+            log.info("oncelog broker stopped %s", "cleanly" if clean else "as if killed (no clean-shutdown marker)")
 
 
 async def _main(config: BrokerConfig) -> None:

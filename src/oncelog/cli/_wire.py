@@ -108,7 +108,7 @@ class Wire:
                 fail(f"--bootstrap-server expects HOST:PORT, got {addr!r}", code=2)
             conn = BrokerConnection(host, int(port), client_id=cfg.client_id,
                                     request_timeout=cfg.request_timeout_ms / 1000,
-                                    connect_timeout=cfg.connect_timeout_ms / 1000)
+                                    connect_timeout=cfg.connect_timeout_ms / 1000, security=cfg.security)
             try:
                 self._loop.run_until_complete(conn.connect())
             except Exception as e:  # the next address

@@ -87,8 +87,9 @@ def status(conn: Conn, as_json: bool) -> None:
     click.echo(f"Cluster {shape.cluster_id}: {len(shape.brokers) + len(down)} broker(s)"
                + (f" ({len(down)} down: {_ids(down)})" if down else "")
                + f", controller {shape.controller if shape.controller >= 0 else 'none'}")
-    click.echo(f"{len(shape.topics)} topic(s), {len(parts)} partition(s): {len(under)} under-replicated, "
-               f"{len(offline)} offline, {len(ongoing)} being reassigned")
+    click.echo(click.wrap_text(f"{len(shape.topics)} topic(s), {len(parts)} partition(s): {len(under)} "
+                               f"under-replicated, {len(offline)} offline, {len(ongoing)} being reassigned",
+                               width=CONTEXT["terminal_width"]))
     rows = [[str(b.node_id), f"{b.host}:{b.port}", b.rack or "-", str(leaders.get(b.node_id, 0)),
              "up, controller" if b.node_id == shape.controller else "up"] for b in shape.brokers]
     rows += [[str(n), "-", "-", "0", "DOWN (not registered)"] for n in down]

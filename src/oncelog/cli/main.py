@@ -18,16 +18,14 @@ from ._common import CONTEXT, fail, quiet_client_logs, root_connection_options
 
 
 def _print_version(ctx: click.Context, _: click.Parameter, value: bool) -> None:
-    """``--version``: the installed package's version, looked up only when asked (importlib.metadata is slow)."""
+    """``--version``: ``oncelog.__version__``, the one place the version is written (pyproject.toml reads it too, so
+    an installed package's metadata says the same; no importlib.metadata, which is slow, and a source tree knows it
+    too)."""
     if not value or ctx.resilient_parsing:
         return
-    from importlib.metadata import PackageNotFoundError, version
+    from oncelog import __version__
 
-    try:
-        v = version("oncelog")
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree without an install
-        v = "unknown"
-    click.echo(f"oncelog {v}")
+    click.echo(f"oncelog {__version__}")
     ctx.exit(0)
 
 
@@ -81,6 +79,12 @@ def _quota() -> click.Command:
     return quota.quota
 
 
+def _user() -> click.Command:
+    from . import user
+
+    return user.user
+
+
 #: the commands in modules of their own, each loaded only when it runs (its options alone are ~10 ms of click
 #: objects), with the line 'oncelog --help' shows for it (tests/integration/test_cli_newcomer.py checks that it is
 #: the command's own first line)
@@ -94,6 +98,7 @@ LAZY: dict[str, tuple[Callable[[], click.Command], str]] = {
     "quota": (_quota, "Set, remove and list client quotas (like kafka-configs.sh for users, clients and ips)."),
     "topic": (_topic, "Create, list, describe, alter and delete topics, and delete old records."),
     "txn": (_txn, "Inspect transactions and abort hanging ones (like kafka-transactions.sh)."),
+    "user": (_user, "Add, list and remove SCRAM users (SASL SCRAM-SHA-256 / SCRAM-SHA-512)."),
 }
 
 

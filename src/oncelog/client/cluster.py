@@ -16,6 +16,7 @@ from oncelog.protocol.messages.metadata_request import MetadataRequest, Metadata
 
 from .connection import BrokerConnection
 from .errors import ConfigError, KafkaConnectionError, KafkaError, KafkaTimeoutError, raise_for_code
+from .security import ClientSecurity
 
 if TYPE_CHECKING:
     from .config import AdminConfig
@@ -89,7 +90,7 @@ class Cluster:
         """A cluster view with the connection settings of a client's configuration (milliseconds -> seconds)."""
         return cls(c.bootstrap_servers, client_id=c.client_id, request_timeout=c.request_timeout_ms / 1000,
                    connect_timeout=c.connect_timeout_ms / 1000, metadata_max_age=c.metadata_max_age_ms / 1000,
-                   allow_auto_topic_creation=allow_auto_topic_creation)
+                   allow_auto_topic_creation=allow_auto_topic_creation, security=c.security)
 
     def __init__(
         self,
@@ -100,8 +101,10 @@ class Cluster:
         connect_timeout: float = 10.0,
         metadata_max_age: float = 300.0,
         allow_auto_topic_creation: bool = False,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.bootstrap_servers = parse_bootstrap(bootstrap_servers)
+        self.security = security
         self.client_id = client_id
         self.request_timeout = request_timeout
         self.connect_timeout = connect_timeout
@@ -122,21 +125,26 @@ class Cluster:
 
     def _new_conn(self, host: str, port: int, node_id: int) -> BrokerConnection:
         return BrokerConnection(host, port, client_id=self.client_id, node_id=node_id,
-                                request_timeout=self.request_timeout, connect_timeout=self.connect_timeout)
+                                request_timeout=self.request_timeout, connect_timeout=self.connect_timeout,
+                                security=self.security)
 
     async def bootstrap(self) -> None:
         """Connect to the first reachable bootstrap server and load metadata for every topic."""
         errors: list[str] = []
+        refused: KafkaError | None = None  # reached, but it refused this client (authentication, TLS)
         for host, port in self.bootstrap_servers:
             conn = self._new_conn(host, port, -1)
             try:
                 await conn.connect()
             except KafkaError as e:
                 errors.append(e.message)
+                refused = refused or (None if e.retriable() else e)
                 continue
             self._bootstrap_conn = conn
             await self.refresh()
             return
+        if refused is not None:
+            raise refused
         raise KafkaConnectionError(
             "no bootstrap server reachable (" + "; ".join(errors) + "); is the broker running and is "
             "--bootstrap-server / bootstrap.servers right?"

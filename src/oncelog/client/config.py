@@ -7,9 +7,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from oncelog.protocol.records import Compression
+from oncelog.protocol.batch_codes import Compression
 
 from .errors import ConfigError
+from .security import SECURITY_KEYS, ClientSecurity, parse_security
 
 __all__ = [
     "AdminConfig",
@@ -181,6 +182,8 @@ _CONSUMER: dict[str, tuple[str, Callable[[str, Any], Any], Any]] = {
     "group.id": ("group_id", _opt_str, None),
     "group.instance.id": ("group_instance_id", _opt_str, None),
     "partition.assignment.strategy": ("assignors", _assignors, DEFAULT_ASSIGNORS),
+    "group.protocol": ("group_protocol", _choice({"classic": "classic", "consumer": "consumer"}), "classic"),
+    "group.remote.assignor": ("group_remote_assignor", _opt_str, None),
     "session.timeout.ms": ("session_timeout_ms", _int(1), 45000),
     "heartbeat.interval.ms": ("heartbeat_interval_ms", _int(1), 3000),
     "max.poll.interval.ms": ("max_poll_interval_ms", _int(1), 300000),
@@ -209,16 +212,21 @@ _ADMIN = dict(_COMMON)
 def _parse(kind: str, schema: dict[str, tuple[str, Callable[[str, Any], Any], Any]],
            conf: Mapping[str, Any]) -> dict[str, Any]:
     out = {attr: default for attr, _, default in schema.values()}
+    security: dict[str, Any] = {}
     for key, value in conf.items():
+        if key in SECURITY_KEYS:  # TLS and SASL: client/security.py
+            security[key] = value
+            continue
         entry = schema.get(key)
         if entry is None:
-            near = difflib.get_close_matches(key, schema, 1)
+            near = difflib.get_close_matches(key, [*schema, *SECURITY_KEYS], 1)
             hint = f"; did you mean {near[0]!r}?" if near else ""
             raise ConfigError(f"unknown {kind} configuration key {key!r}{hint}")
         attr, parse, _ = entry
         out[attr] = parse(key, value)
     if not out["bootstrap_servers"]:
         raise ConfigError(f"{kind} configuration needs bootstrap.servers (e.g. '127.0.0.1:9092')")
+    out["security"] = parse_security(security)
     return out
 
 
@@ -229,6 +237,7 @@ class AdminConfig:
     request_timeout_ms: int
     connect_timeout_ms: int
     metadata_max_age_ms: int
+    security: ClientSecurity  # security.protocol, ssl.*, sasl.* (client/security.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +304,8 @@ class ConsumerConfig(AdminConfig):
     auto_commit_interval_ms: int = 5000
     enable_auto_offset_store: bool = True
     enable_partition_eof: bool = False
+    group_protocol: str = "classic"  # "consumer": KIP-848, the broker assigns
+    group_remote_assignor: str | None = None
 
 
 def parse_admin_config(conf: Mapping[str, Any]) -> AdminConfig:
@@ -313,6 +324,11 @@ def parse_consumer_config(conf: Mapping[str, Any]) -> ConsumerConfig:
         for key, attr in (("group.instance.id", "group_instance_id"), ("enable.auto.commit", "enable_auto_commit")):
             if out[attr]:
                 raise ConfigError(f"{key} needs group.id: set group.id, or remove {key}")
+    if out["group_protocol"] == "consumer":  # librdkafka's checks: the broker owns these with KIP-848
+        for key in ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy"):
+            if key in conf:
+                raise ConfigError(f"{key} is not supported with group.protocol=consumer: the broker sets it "
+                                  f"(group.consumer.* settings{'; use group.remote.assignor' if 'strategy' in key else ''})")
     if out["heartbeat_interval_ms"] >= out["session_timeout_ms"]:
         raise ConfigError(f"heartbeat.interval.ms ({out['heartbeat_interval_ms']}) must be lower than "
                           f"session.timeout.ms ({out['session_timeout_ms']}); Kafka advises at most a third of it")

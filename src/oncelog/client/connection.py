@@ -9,6 +9,12 @@ that same retriable :class:`KafkaConnectionError`: callers never see a bare sock
 
 A request that is not answered within its timeout also closes the connection (Kafka's NetworkClient does the
 same): the response may still arrive later and there is no safe way to resynchronise the stream without it.
+
+With a :class:`~oncelog.client.security.ClientSecurity` the connection is TLS (``SSL``, ``SASL_SSL``) and/or
+authenticates with SASL after ApiVersions (SaslHandshake v1 + SaslAuthenticate, KIP-152). When the broker limits
+the session (``session_lifetime_ms``), the connection re-authenticates at 85-95% of it (KIP-368), holding new
+requests meanwhile. A refused authentication raises a non-retriable SASL_AUTHENTICATION_FAILED; a TLS certificate
+that does not verify, ``_SSL``.
 """
 
 from __future__ import annotations
@@ -16,14 +22,20 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import random
+import socket
+import ssl
 from typing import Any
 
 from oncelog.protocol.api import API_KEYS, RequestHeader, decode_response, encode_request
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.framing import FrameDecoder
 from oncelog.protocol.messages.api_versions_request import ApiVersionsRequest
+from oncelog.protocol.messages.sasl_authenticate_request import SaslAuthenticateRequest
+from oncelog.protocol.messages.sasl_handshake_request import SaslHandshakeRequest
 
-from .errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, UnsupportedVersionError
+from .errors import LOCAL_CODES, KafkaConnectionError, KafkaError, KafkaTimeoutError, UnsupportedVersionError
+from .security import PLAINTEXT, ClientSecurity
 
 __all__ = ["CLIENT_VERSIONS", "BrokerConnection", "negotiate_versions"]
 
@@ -39,6 +51,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     1: (4, 17),  # Fetch: topic ids from v13 (the cluster cache maps them back to names)
     2: (1, 9),  # ListOffsets
     3: (1, 12),  # Metadata: null topic list = all topics needs v1
+    17: (1, 1),  # SaslHandshake: v1, the tokens in SaslAuthenticate
     18: (0, 4),  # ApiVersions
     19: (2, 7),  # CreateTopics
     20: (1, 6),  # DeleteTopics: v6 accepts names too
@@ -48,6 +61,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     26: (0, 4),  # EndTxn: v5 is transactions V2 (KIP-890), which this client does not speak
     32: (1, 4),  # DescribeConfigs
     37: (0, 3),  # CreatePartitions
+    36: (1, 2),  # SaslAuthenticate: v1+ tells the broker this client re-authenticates (KIP-368)
     44: (0, 1),  # IncrementalAlterConfigs
 }
 
@@ -90,6 +104,7 @@ class BrokerConnection:
         node_id: int = -1,
         request_timeout: float = 30.0,
         connect_timeout: float = 10.0,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -105,6 +120,11 @@ class BrokerConnection:
         self._pending: dict[int, tuple[asyncio.Future[Any], int, int]] = {}
         self._correlation = itertools.count(1)
         self._closed_error: KafkaConnectionError | None = None
+        self.security = security or PLAINTEXT
+        self._ready = asyncio.Event()  # cleared while re-authenticating: new requests wait
+        self._ready.set()
+        self._reauth: asyncio.TimerHandle | None = None
+        self._reauth_task: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         return f"BrokerConnection({self.host}:{self.port}, node {self.node_id})"
@@ -123,23 +143,80 @@ class BrokerConnection:
 
     async def connect(self) -> None:
         """Open the socket and negotiate API versions. Raises KafkaConnectionError / UnsupportedVersionError."""
+        sec = self.security
+        tls: dict[str, Any] = {}
+        if sec.tls:
+            tls = {"ssl": sec.ssl_context, "server_hostname": self.host if sec.check_hostname else None}
         try:
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), self.connect_timeout
+                asyncio.open_connection(self.host, self.port, **tls), self.connect_timeout
             )
         except TimeoutError:
             raise KafkaConnectionError(
                 f"could not connect to {self.address} within {self.connect_timeout:g} s"
             ) from None
+        except ssl.SSLCertVerificationError as e:
+            raise KafkaError(LOCAL_CODES["_SSL"], f"TLS handshake with {self.address} failed: {e.verify_message} "
+                             f"(check ssl.ca.location, and that the broker's certificate names {self.host})",
+                             retriable=False) from None
+        except ssl.SSLError as e:
+            raise KafkaConnectionError(f"TLS handshake with {self.address} failed: {e.reason or e} (is it a TLS "
+                                       f"listener? security.protocol={sec.protocol})") from None
         except OSError as e:
+            if sec.tls and not isinstance(e, (ConnectionRefusedError, socket.gaierror)):
+                raise KafkaConnectionError(f"TLS handshake with {self.address} failed: the broker closed the "
+                                           f"connection ({type(e).__name__}; is it a TLS listener? "
+                                           f"security.protocol={sec.protocol})") from None
             raise KafkaConnectionError(f"could not connect to {self.address}: {e.strerror or e}") from None
         self._closed_error = None
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
         try:
             await self._negotiate()
+            if sec.sasl:
+                await self._authenticate()
         except BaseException:
             await self.close()
             raise
+
+    async def _authenticate(self) -> None:
+        """SaslHandshake v1 + SaslAuthenticate until the mechanism is done (also a KIP-368 re-authentication)."""
+        mechanism = self.security.mechanism
+        resp = await self.send(SaslHandshakeRequest(mechanism=mechanism), version=1, _gate=False)
+        if resp.error_code:
+            raise KafkaError(resp.error_code, f"{self.address} does not accept SASL mechanism {mechanism} (it "
+                             f"enables {', '.join(resp.mechanisms) or 'none'}): set sasl.mechanism", retriable=False)
+        client = self.security.sasl_client()
+        token: bytes | None = client.first()
+        lifetime = 0
+        while token is not None:
+            auth = await self.send(SaslAuthenticateRequest(auth_bytes=token), _gate=False)
+            if auth.error_code:
+                raise KafkaError(auth.error_code, f"{self.address}: {auth.error_message or 'authentication failed'}",
+                                 retriable=False)
+            lifetime = auth.session_lifetime_ms
+            try:
+                token = client.respond(bytes(auth.auth_bytes))
+            except ValueError as e:
+                raise KafkaError(ErrorCode.SASL_AUTHENTICATION_FAILED, f"{self.address}: {e}",
+                                 retriable=False) from None
+        if lifetime > 0:  # KIP-368: authenticate again before the broker's session ends
+            self._reauth = asyncio.get_running_loop().call_later(lifetime / 1000 * random.uniform(0.85, 0.95),
+                                                                 self._start_reauth)
+
+    def _start_reauth(self) -> None:
+        self._reauth = None
+        if self._closed_error is None:
+            self._reauth_task = asyncio.get_running_loop().create_task(self._reauthenticate())
+
+    async def _reauthenticate(self) -> None:
+        self._ready.clear()
+        try:
+            await self._authenticate()
+        except Exception as e:  # the broker closes the connection at the session's end: fail it now, cleanly
+            log.warning("re-authentication with %s failed: %s", self.address, e)
+            self._fail(KafkaConnectionError(f"re-authentication with {self.address} failed: {e}"))
+        finally:
+            self._ready.set()
 
     async def _negotiate(self) -> None:
         version = API_KEYS[_API_VERSIONS_KEY].max_version
@@ -184,12 +261,15 @@ class BrokerConnection:
         version: int | None = None,
         expect_response: bool = True,
         timeout: float | None = None,
+        _gate: bool = True,
     ) -> Any:
         """Send ``request`` (a generated ``*Request`` message) and return its decoded response.
 
         ``version`` defaults to the negotiated one. With ``expect_response=False`` (Produce with acks=0) returns
         None once the bytes are handed to the socket. ``timeout`` defaults to ``request_timeout``.
         """
+        if _gate and not self._ready.is_set():  # a re-authentication is under way
+            await self._ready.wait()
         if self._closed_error is not None:
             raise KafkaConnectionError(str(self._closed_error.message))
         writer = self._writer
@@ -262,6 +342,9 @@ class BrokerConnection:
         fut.set_result(message)
 
     def _fail(self, error: KafkaConnectionError) -> None:
+        if self._reauth is not None:
+            self._reauth.cancel()
+            self._reauth = None
         if self._closed_error is None:
             self._closed_error = error
         pending, self._pending = self._pending, {}

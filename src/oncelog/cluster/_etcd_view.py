@@ -150,7 +150,10 @@ class ViewState:
         fresh.view = ClusterView(revision=0, partitions=PartitionMap())
         fresh._hidden = {}
         fresh.apply([WatchEvent(True, kv) for kv in kvs], revision)
-        old, new = self.view, replace(fresh.view, revision=max(revision, self.view.revision))
+        old = self.view
+        new = fresh.view
+        departed = {n: info for n, info in {**old.departed, **old.brokers}.items() if n not in new.brokers}
+        new = replace(new, revision=max(revision, old.revision), departed=_frozen(departed))
         self.view, self._hidden = new, fresh._hidden
         return diff(old, new)
 
@@ -160,6 +163,7 @@ class ViewState:
         Returns the change, or None when no visible value changed (the view keeps its revision then)."""
         v = self.view
         brokers: dict[int, BrokerInfo] | None = None
+        departed: dict[int, BrokerInfo] | None = None
         topics: dict[str, TopicMeta] | None = None
         configs: dict[int | None, Mapping[str, str]] | None = None
         security: dict[str, dict[str, bytes]] = {}  # kind -> its records, copied when first touched
@@ -219,11 +223,15 @@ class ViewState:
                 elif kind == "broker":
                     assert isinstance(a, int)
                     if brokers is None:
-                        brokers = dict(v.brokers)
+                        brokers, departed = dict(v.brokers), dict(v.departed)
+                    assert departed is not None
                     if ev.put:
                         brokers[a] = BrokerInfo.decode(ev.kv.value, epoch=ev.kv.create_revision)
+                        departed.pop(a, None)
                     else:
-                        brokers.pop(a, None)
+                        last = brokers.pop(a, None)
+                        if last is not None:
+                            departed[a] = last
                     ch_brokers.add(a)
                 elif kind == "config":
                     assert a is None or isinstance(a, int)
@@ -293,6 +301,7 @@ class ViewState:
         new = ClusterView(
             cluster_id=cluster_id, revision=max(revision, v.revision),
             brokers=_frozen(brokers) if brokers is not None else v.brokers,
+            departed=_frozen(departed) if departed is not None else v.departed,
             controller=controller,
             topics=_frozen(topics) if topics is not None else v.topics,
             partitions=partitions,

@@ -13,6 +13,7 @@ history: it is reported and not followed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -39,6 +40,10 @@ class ViewWatch:
         self._state = ViewState(keys)
         self.progress = 0  # every event of the prefix up to this revision is in the view (nothing later is)
         self.stale = True
+        self.recovered_at: float | None = None  # loop time the view was last fresh again after being stale
+        self._fresh_once = False
+        self._retry_now = asyncio.Event()  # a broken watch is resumed at once (etcd answered a resync)
+        self._delay = 0.1  # before resuming a broken watch; doubles up to 1 s, back to 0.1 s once it works
         self._tick = asyncio.Event()  # set and replaced whenever anything here (or the owner) moves
         self._subs: list[ViewSubscription] = []
         self._task: asyncio.Task[None] | None = None
@@ -99,6 +104,16 @@ class ViewWatch:
         the cluster's keys (a write's own revision, or a key's mod_revision): read-your-writes."""
         return await self.wait_until(lambda: self.progress >= revision, timeout)
 
+    async def resync(self) -> None:
+        """Read everything at etcd's current revision and publish what differs, whatever the watch has delivered:
+        once this returns the view is at least as new as etcd was when it was called (the watch may be stuck on a
+        connection that died while etcd was unreachable, and catch up much later). Raises EtcdUnavailable."""
+        revision, kvs = await self._read_all()
+        if revision > self.progress:
+            self._publish(self._state.load(kvs, revision))
+            self.progress = revision
+        self._retry_now.set()  # etcd answers: a broken watch need not wait out its back-off
+
     # ------------------------------------------------------------------ reading and watching
     def _publish(self, change: ViewChange | None) -> None:
         if change is not None:
@@ -123,8 +138,14 @@ class ViewWatch:
             except EtcdCompacted:
                 continue  # compacted between two pages: read again at the newest revision
 
+    async def _pause(self) -> None:
+        """The back-off before resuming a broken watch (cut short by a resync)."""
+        self._retry_now.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._retry_now.wait(), self._delay)
+        self._delay = min(self._delay * 2, 1.0)
+
     async def _run(self) -> None:
-        delay = 0.1
         reload = False
         failures = 0
         while not self.closed:
@@ -134,10 +155,7 @@ class ViewWatch:
                 continue
             try:
                 if reload:
-                    revision, kvs = await self._read_all()
-                    change = self._state.load(kvs, revision)
-                    self.progress = max(self.progress, revision)
-                    self._publish(change)
+                    await self.resync()
                     reload = False
                 stream = self._etcd.watch(self._keys.prefix, self.progress + 1)
                 await stream.start()
@@ -157,8 +175,7 @@ class ViewWatch:
                 failures += 1
                 if failures % 3 == 0:
                     await self._etcd.rotate()
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+                await self._pause()
                 continue
             except Exception:  # a bug must not freeze the view for good: say so, read everything, go on
                 log.exception("the metadata watch failed; reading everything from etcd again")
@@ -166,7 +183,7 @@ class ViewWatch:
                 reload = True
                 await asyncio.sleep(1.0)
                 continue
-            delay, failures = 0.1, 0
+            failures = 0
 
     async def _follow(self, stream: WatchStream) -> None:
         await self._probe()
@@ -180,10 +197,12 @@ class ViewWatch:
                     await self._probe()
                     continue
                 batch, read = read.result(), None
-                if batch.events:
-                    revision = batch.events[-1].kv.mod_revision
-                    change = self._state.apply(batch.events, revision)
-                    self.progress = max(self.progress, revision)
+                # a resync may have read past what the watch delivers now: those events are in the view already
+                events = [e for e in batch.events if e.kv.mod_revision > self.progress]
+                if events:
+                    revision = events[-1].kv.mod_revision
+                    change = self._state.apply(events, revision)
+                    self.progress = revision
                     self._publish(change)
         finally:
             if read is not None:
@@ -200,6 +219,7 @@ class ViewWatch:
                           "restarts",
                           self._etcd.endpoint, revision, self.progress)
             raise EtcdUnavailable(f"etcd at {self._etcd.endpoint} went back to revision {revision}")
+        self._delay = 0.1  # the watch works: the next break is resumed quickly again
         self._set_stale(False)
 
     def _set_stale(self, stale: bool) -> None:
@@ -208,4 +228,7 @@ class ViewWatch:
             if not stale:
                 log.info("following the cluster metadata in etcd at %s (revision %d)", self._etcd.endpoint,
                          self.progress)
+                if self._fresh_once:
+                    self.recovered_at = asyncio.get_running_loop().time()
+                self._fresh_once = True
             self.poke()

@@ -370,8 +370,10 @@ def _configs_changed(prev: ClusterView, view: ClusterView) -> bool:
 def reconcile(prev: ClusterView | None, view: ClusterView, config: ControllerConfig) -> list[PartitionChange]:
     """Everything the controller must change after the cluster moved from ``prev`` to ``view``.
 
-    The events come from the difference: brokers gone, brokers back (new, or re-registered with a new epoch, which
-    is a bounce: gone then back, as Kafka's broker epochs, KIP-380), brokers entering controlled shutdown, dynamic
+    The events come from the difference: brokers gone, brokers back (new, or restarted: registered again by a new
+    process, which is a bounce: gone then back, as Kafka's broker epochs, KIP-380; a process that registers again
+    after its lease expired keeps its incarnation and is not a bounce: its log is intact, as Kafka's controller
+    tells a re-registration from a restart by the incarnation id), brokers entering controlled shutdown, dynamic
     configs changed (a leaderless partition may now allow an unclean election), partitions whose state changed (a
     leader's ISR change that completes a reassignment, or that re-added a broker which is gone or leaving).
     ``prev=None`` is a new controller's first view: every partition is checked.
@@ -379,9 +381,9 @@ def reconcile(prev: ClusterView | None, view: ClusterView, config: ControllerCon
     Each concerned partition is brought to a state where no broker that is gone, shutting down or bounced leads it
     or is in its ISR (an ISR is never emptied: its last members stay, leaderless), a leaderless partition gets a
     leader if one qualifies,
-    and a reassignment whose targets are in sync completes. A broker in an ISR whose registration is newer than the
-    partition's last write (its epoch > the mod_revision) bounced unseen, e.g. while no controller was running: it
-    is removed as well, since its log may be behind what the ISR promised.
+    and a reassignment whose targets are in sync completes. A broker in an ISR whose process registered after the
+    partition's last write (its process epoch > the mod_revision) bounced unseen, e.g. while no controller was
+    running: it is removed as well, since its log may be behind what the ISR promised.
     """
     alive = view.brokers
     restarted: set[int] = set()
@@ -389,7 +391,8 @@ def reconcile(prev: ClusterView | None, view: ClusterView, config: ControllerCon
         concerned = sorted(view.partitions)
     else:
         gone = set(prev.brokers) - set(alive)
-        restarted = {b for b, info in alive.items() if b in prev.brokers and prev.brokers[b].epoch != info.epoch}
+        restarted = {b for b, info in alive.items()
+                     if b in prev.brokers and prev.brokers[b].process_epoch != info.process_epoch}
         arrived = (set(alive) - set(prev.brokers)) | restarted | {  # or no longer shutting down
             b for b, info in alive.items() if b in prev.brokers and prev.brokers[b].shutting_down
             and not info.shutting_down}
@@ -429,7 +432,7 @@ def _settle(view: ClusterView, tp: TopicPartition, state: PartitionState, mod_re
 
     def bounced(r: int) -> bool:
         info = alive.get(r)
-        return info is not None and (r in restarted or info.epoch > mod_revision)
+        return info is not None and (r in restarted or info.process_epoch > mod_revision)
 
     election = _election(view, tp[0], config)
     for out_if in (lambda r: leaving(r) or bounced(r), leaving):

@@ -15,7 +15,12 @@ The etcd layer elects the controller and hands this driver the controller epoch.
   ``auto.leader.rebalance.enable`` (Kafka's ``QuorumController.maybeScheduleNextBalancePartitionLeaders``);
 - runs request-driven decisions (ElectLeaders, AlterPartitionReassignments) through :meth:`ControllerDriver.apply`,
   serialised with the above;
-- returns once a view names another controller (or none): its writes would be refused by the epoch check anyway.
+- returns once a view names another controller (or none): its writes would be refused by the epoch check anyway;
+- after etcd was unreachable or stalled (``hold_absent`` says until when), does not act on brokers that the
+  partitions name (as leader or in an ISR) but that are not registered, until they are registered again or that
+  time has passed: a stall of etcd expires every lease when it resumes, while the brokers kept running and register
+  again within a heartbeat, so nothing is re-elected because of the coordination service alone (Kafka's new active
+  controller likewise gives every broker a fresh session timeout before fencing it).
 """
 
 from __future__ import annotations
@@ -69,12 +74,22 @@ class ControllerStats:
         self.election_seconds += seconds
 
 
+def _absent(view: ClusterView) -> set[int]:
+    """Brokers that lead a partition, or are in the ISR of a partition with a leader, but are not registered."""
+    named = {r for vp in view.partitions.values() if vp.state.leader != NO_LEADER
+             for r in (vp.state.leader, *vp.state.isr)}
+    return {r for r in named if r not in view.brokers}
+
+
 class ControllerDriver:
     def __init__(self, store: MetadataStore, controller_epoch: int, config: ControllerConfig | None = None, *,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                  max_changes_per_write: int = 10_000, retry_backoff_s: float = 0.5,
-                 stats: ControllerStats | None = None) -> None:
-        """``stats``: counters to add to (a broker keeps one across its terms as controller)."""
+                 stats: ControllerStats | None = None,
+                 hold_absent: Callable[[], float | None] | None = None) -> None:
+        """``stats``: counters to add to (a broker keeps one across its terms as controller). ``hold_absent``: the
+        event-loop time until which brokers named by the partitions but not registered may still be registering
+        again after an outage of etcd (None: no such time)."""
         if max_changes_per_write < 1:
             raise ValueError("max_changes_per_write must be at least 1")
         self._store = store
@@ -85,6 +100,8 @@ class ControllerDriver:
         self._backoff = retry_backoff_s
         self._lock = asyncio.Lock()
         self.stats = stats if stats is not None else ControllerStats()
+        self._hold_absent = hold_absent
+        self._holding_logged = False
 
     # ------------------------------------------------------------------------------------------------ role
     def _role(self, view: ClusterView) -> _Role:
@@ -97,6 +114,25 @@ class ControllerDriver:
 
     def is_active(self) -> bool:
         return self._role(self._store.view) is _Role.ACTIVE
+
+    def _holding(self, view: ClusterView) -> float | None:
+        """The loop time until which not to act on ``view``: some broker it names is not registered and may still
+        be registering again after an outage of etcd; None: act now."""
+        until = self._hold_absent() if self._hold_absent is not None else None
+        now = asyncio.get_running_loop().time()
+        if until is None or until <= now:
+            self._holding_logged = False
+            return None
+        absent = sorted(_absent(view))
+        if not absent:
+            self._holding_logged = False
+            return None
+        if not self._holding_logged:
+            self._holding_logged = True
+            log.warning("controller: broker(s) %s lead or replicate partitions but are not registered, just after "
+                        "etcd was unreachable or stalled: waiting up to %.1f s for them to register again before "
+                        "moving anything off them", absent, until - now)
+        return until
 
     # ----------------------------------------------------------------------------------------------- run
     async def run(self) -> None:
@@ -127,9 +163,14 @@ class ControllerDriver:
                 view = await self._store.wait_for_change(view.revision)
                 seen = now()
                 continue
+            until = self._holding(view)
+            if until is not None:
+                view = await self._store.wait_for_change(view.revision, timeout=until - now())
+                seen = now()
+                continue
             async with self._lock:
                 view = self._store.view  # the newest, now that nothing else of ours is writing
-                if self._role(view) is not _Role.ACTIVE:
+                if self._role(view) is not _Role.ACTIVE or self._holding(view) is not None:
                     continue
                 changes = reconcile(acted_on, view, self.config)
                 if electing_since is None and any(c.state.leader != view.partitions[c.tp].state.leader
@@ -162,7 +203,7 @@ class ControllerDriver:
         while True:
             async with self._lock:
                 view = self._store.view
-                if self._role(view) is not _Role.ACTIVE:
+                if self._role(view) is not _Role.ACTIVE or self._holding(view) is not None:
                     return moved
                 changes, more = rebalance_leaders(view, self.config)
                 written = await self._write(view, changes, "preferred leader rebalance")

@@ -10,9 +10,12 @@
 - The session: the broker's registration under a lease (Kafka's ``broker.session.timeout.ms``, refreshed every
   ``broker.heartbeat.interval.ms``); broker epoch = the registration's create_revision (KIP-380). When no refresh
   has reached etcd for a whole TTL (etcd unreachable, or this process paused) the session is reported lost at once,
-  from this process's own clock (the lease cannot have expired earlier in etcd): the broker stops acting as leader
-  by itself. If etcd still has the lease when it answers again (etcd restarted: it renews every lease), the same
-  registration continues; if not, the broker registers again (a new broker epoch).
+  from this process's own clock (the lease cannot have expired earlier in etcd). If etcd still has the lease when it
+  answers again (etcd restarted: it renews every lease), the same registration continues; if not (the lease
+  expired: a stall of etcd expires every lease when it resumes), the broker registers again with a new broker epoch
+  and the same incarnation (``BrokerInfo.incarnation``: the same process, its log intact). Either way the view is
+  read again at etcd's current revision before the session is reported back, so the broker never acts on a view
+  older than what etcd held then.
 - The controller: the broker holding the controller key under its lease; controller epoch = the key's
   create_revision; every controller write compares it in the same transaction, so a deposed controller (paused
   past its lease) cannot write (Kafka's controller epoch / ``controllerEpochZkVersion``).
@@ -130,6 +133,7 @@ class EtcdMetadata:
         self._session_listeners: list[Callable[[Session], None]] = []
         self._controller_epoch = 0
         self._closed = False
+        self._restored_at: float | None = None
 
     # ================================================================== lifecycle
     @classmethod
@@ -207,6 +211,14 @@ class EtcdMetadata:
     def endpoint(self) -> str:
         return self._etcd.endpoint
 
+    @property
+    def outage_ended_at(self) -> float | None:
+        """Loop time this process last saw etcd answer again after an outage (its watch had broken, or its session
+        had been lost); None if it never saw one. A stall of etcd expires every lease at once when etcd resumes:
+        the brokers are running all the same and register again at once."""
+        times = [t for t in (self._watch.recovered_at, self._restored_at) if t is not None]
+        return max(times) if times else None
+
     def subscribe(self) -> ViewSubscription:
         return self._watch.subscribe()
 
@@ -260,7 +272,7 @@ class EtcdMetadata:
         if self._info is not None:
             raise RuntimeError("this store has registered a broker already")
         broker = await self._register_once(info, take_over=True)
-        self._info = info
+        self._info = replace(info, incarnation=broker.epoch)  # what this process registers again with
         self._session_task = asyncio.create_task(self._keepalive_loop(), name=f"etcd-lease-{info.node_id}")
         return broker
 
@@ -307,9 +319,19 @@ class EtcdMetadata:
             raise
         self._arm(_Lease(lease_id, ttl, sent + ttl))
         broker = replace(info, epoch=epoch)
-        self._set_session(Session(True, broker, "registered"))
+        if not take_over:  # registered again after the lease expired: catch up with etcd first (if that fails,
+            # the keep-alive does it again before it confirms the session)
+            self._session = Session(False, broker, "registered again, catching up with etcd")  # (no news yet)
+            await self._resync()
+        self._set_session(Session(True, broker, "registered" if take_over else "registered again"))
         await self._watch.seen(epoch, self._etcd.timeout)
         return broker
+
+    async def _resync(self) -> None:
+        """Before the session is back: the view at least as new as etcd's current revision, so this broker acts on
+        nothing older than what etcd holds (a watch may deliver what it missed many seconds later)."""
+        await self._watch.resync()
+        self._restored_at = asyncio.get_running_loop().time()
 
     def _arm(self, lease: _Lease | None) -> None:
         """Hold ``lease`` and fire the local expiry at its deadline."""
@@ -387,6 +409,14 @@ class EtcdMetadata:
             lease.deadline = sent + ttl
             self._arm(lease)
             if not self._session.alive:
+                try:
+                    await self._resync()
+                except EtcdUnavailable as e:
+                    log.debug("catching up with etcd failed: %s", e)
+                    next_refresh = loop.time() + min(retry, self._heartbeat_s)
+                    continue
+                if self._lease is not lease:
+                    continue
                 log.warning("etcd confirmed the lease of node %d: registered again with the same broker epoch",
                             info.node_id)
                 self._set_session(Session(True, self._session.broker, "lease confirmed"))

@@ -25,6 +25,7 @@ import json
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
@@ -86,19 +87,45 @@ class BrokerInfo:
     rack: str | None = None
     epoch: int = -1
     shutting_down: bool = False
+    #: the broker epoch of this process's first registration (Kafka's ``incarnationId``); -1 (not stored) on that
+    #: first registration itself. A process whose lease expired while it kept running (etcd unreachable or
+    #: stalled) registers again with a new broker epoch but the same incarnation: the same log, not a restart.
+    incarnation: int = -1
+    #: (listener name, host, port) of every listener, as advertised; ``host``/``port`` are the inter-broker one's.
+    #: Empty in a registration written before listeners were registered: then ``host``/``port`` serve every client.
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+
+    @property
+    def process_epoch(self) -> int:
+        """The broker epoch of the process behind this registration: equal for every registration of one process,
+        newer for a restarted one."""
+        return self.incarnation if self.incarnation >= 0 else self.epoch
+
+    def endpoint(self, listener: str) -> tuple[str, int] | None:
+        """(host, port) of ``listener`` on this broker; None when it does not have it (an old registration
+        without endpoints answers ``host``/``port`` for every listener)."""
+        if not self.endpoints:
+            return self.host, self.port
+        return next(((h, p) for name, h, p in self.endpoints if name == listener), None)
 
     def encode(self) -> bytes:
         d: dict[str, Any] = {"node_id": self.node_id, "host": self.host, "port": self.port, "rack": self.rack}
         if self.shutting_down:
             d["shutting_down"] = True
+        if self.incarnation >= 0:
+            d["incarnation"] = self.incarnation
+        if self.endpoints:
+            d["endpoints"] = [list(e) for e in self.endpoints]
         return _dump(d)
 
     @classmethod
     def decode(cls, raw: bytes, epoch: int = -1) -> BrokerInfo:
         d = _load(raw, "broker registration")
         try:
+            endpoints = tuple((str(n), str(h), int(p)) for n, h, p in d.get("endpoints") or ())
             return cls(int(d["node_id"]), str(d["host"]), int(d["port"]), d.get("rack"), epoch,
-                       bool(d.get("shutting_down", False)))
+                       bool(d.get("shutting_down", False)), incarnation=int(d.get("incarnation", -1)),
+                       endpoints=endpoints)
         except (KeyError, TypeError, ValueError) as e:
             raise MetadataFormatError(f"broker registration lacks or has a bad field: {e}") from None
 
@@ -272,7 +299,10 @@ class Keys:
 class ClusterView:
     """An immutable snapshot of the cluster's metadata at one etcd revision.
 
-    ``brokers`` holds the live brokers only (a registration disappears with its lease). ``broker_configs`` maps
+    ``brokers`` holds the live brokers only (a registration disappears with its lease); ``departed`` the last
+    registration of every node id not registered now (a broker whose lease expired while it kept running, etcd being
+    unreachable or stalled, is still at that address: the data plane follows the partition states, and reaches the
+    brokers they name through :meth:`address`). ``broker_configs`` maps
     ``None`` (cluster-wide default) or a node id to the dynamic configs set through AlterConfigs. ``security``
     maps a kind (``acls``, ``scram``, ``quotas``) to its records (key -> opaque bytes; ``oncelog.security`` gives
     them meaning).
@@ -286,6 +316,7 @@ class ClusterView:
     partitions: Mapping[TopicPartition, VersionedPartition] = field(default_factory=lambda: MappingProxyType({}))
     broker_configs: Mapping[int | None, Mapping[str, str]] = field(default_factory=lambda: MappingProxyType({}))
     security: Mapping[str, Mapping[str, bytes]] = field(default_factory=lambda: MappingProxyType({}))
+    departed: Mapping[int, BrokerInfo] = field(default_factory=lambda: MappingProxyType({}))
 
     def partition(self, topic: str, index: int) -> PartitionState | None:
         vp = self.partitions.get((topic, index))
@@ -313,6 +344,24 @@ class ClusterView:
 
     def is_alive(self, node_id: int) -> bool:
         return node_id in self.brokers
+
+    def address(self, node_id: int) -> BrokerInfo | None:
+        """The live registration of a node id, else its last one (the view still names it, e.g. as a leader, until
+        the controller moves things off it); None for a node id never seen."""
+        info = self.brokers.get(node_id)
+        return info if info is not None else self.departed.get(node_id)
+
+    @cached_property
+    def counted_on(self) -> Mapping[int, BrokerInfo]:
+        """The brokers the partition states count on: the live ones, and the departed ones that still lead a
+        partition or are in the ISR of a partition with a leader (their leases expired, but no controller has
+        acted on it yet: a stall of etcd expires every lease at once, and the brokers are still running)."""
+        out = dict(self.brokers)
+        if self.departed:
+            named = {r for vp in self.partitions.values() if vp.state.leader != NO_LEADER
+                     for r in (vp.state.leader, *vp.state.isr)}
+            out.update((n, info) for n, info in self.departed.items() if n in named and n not in out)
+        return MappingProxyType(out)
 
     def broker_config(self, node_id: int, key: str) -> str | None:
         """A dynamic broker setting as Kafka resolves it: this broker's own value, else the cluster default."""

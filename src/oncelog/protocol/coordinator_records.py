@@ -1,7 +1,8 @@
 """Codecs of the records Kafka's coordinators write to their internal topics.
 
-``__consumer_offsets``: key = ``int16 version`` + OffsetCommitKey (version 0/1) or GroupMetadataKey (version 2);
-value = ``int16 version`` + OffsetCommitValue / GroupMetadataValue (null value = tombstone).
+``__consumer_offsets``: key = ``int16 version`` + OffsetCommitKey (version 0/1) or GroupMetadataKey (version 2), or
+one of the consumer group (KIP-848) keys, whose version is their record type (3-8, 16: :data:`CONSUMER_GROUP_RECORDS`);
+value = ``int16 version`` + the value of that key (null value = tombstone).
 ``__transaction_state``: key = ``int16 version`` + TransactionLogKey (version 0); value = ``int16 version`` +
 TransactionLogValue.
 
@@ -16,6 +17,20 @@ from typing import Any, TypeVar
 
 from ._runtime import Message, ProtocolDecodeError
 from .messages.coordinator import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupCurrentMemberAssignmentValue,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMemberMetadataValue,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupPartitionMetadataKey,
+    ConsumerGroupPartitionMetadataValue,
+    ConsumerGroupRegularExpressionKey,
+    ConsumerGroupRegularExpressionValue,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataValue,
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
@@ -27,6 +42,10 @@ from .messages.coordinator.group_metadata_value import MemberMetadata
 from .messages.coordinator.transaction_log_value import PartitionsSchema
 
 __all__ = [
+    "CONSUMER_GROUP_RECORDS",
+    "ConsumerGroupKey",
+    "decode_consumer_group_key",
+    "decode_consumer_group_value",
     "GroupMetadataKey",
     "GroupMetadataValue",
     "MemberMetadata",
@@ -92,3 +111,38 @@ def decode_transaction_key(buf: Any) -> TransactionLogKey:
 
 def decode_transaction_value(buf: Any) -> TransactionLogValue:
     return decode_record(TransactionLogValue, buf)[1]
+
+
+#: The consumer group records of ``__consumer_offsets`` (Kafka's GroupCoordinatorRecordSerde): key version (the
+#: record type) -> (key class, value class)
+CONSUMER_GROUP_RECORDS: dict[int, tuple[type[Message], type[Message]]] = {
+    3: (ConsumerGroupMetadataKey, ConsumerGroupMetadataValue),
+    4: (ConsumerGroupPartitionMetadataKey, ConsumerGroupPartitionMetadataValue),
+    5: (ConsumerGroupMemberMetadataKey, ConsumerGroupMemberMetadataValue),
+    6: (ConsumerGroupTargetAssignmentMetadataKey, ConsumerGroupTargetAssignmentMetadataValue),
+    7: (ConsumerGroupTargetAssignmentMemberKey, ConsumerGroupTargetAssignmentMemberValue),
+    8: (ConsumerGroupCurrentMemberAssignmentKey, ConsumerGroupCurrentMemberAssignmentValue),
+    16: (ConsumerGroupRegularExpressionKey, ConsumerGroupRegularExpressionValue),
+}
+
+ConsumerGroupKey = (ConsumerGroupMetadataKey | ConsumerGroupPartitionMetadataKey | ConsumerGroupMemberMetadataKey
+                    | ConsumerGroupTargetAssignmentMetadataKey | ConsumerGroupTargetAssignmentMemberKey
+                    | ConsumerGroupCurrentMemberAssignmentKey | ConsumerGroupRegularExpressionKey)
+
+
+def decode_consumer_group_key(buf: Any) -> Any:
+    """A consumer group key of ``__consumer_offsets``, or None when the key is another type (offsets, classic
+    groups, or records of group types oncelog does not serve, such as share groups)."""
+    version = _version(buf)
+    entry = CONSUMER_GROUP_RECORDS.get(version)
+    if entry is None:
+        return None
+    return entry[0].decode_from(buf, version, 2)[0]
+
+
+def decode_consumer_group_value(key: Any, buf: Any) -> Any:
+    """The value of a consumer group key (its newest version this codec knows; a newer one fails to decode)."""
+    for key_cls, value_cls in CONSUMER_GROUP_RECORDS.values():
+        if isinstance(key, key_cls):
+            return decode_record(value_cls, buf)[1]
+    raise ProtocolDecodeError(f"not a consumer group key: {type(key).__name__}")

@@ -30,9 +30,10 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import ClassVar
 
 import crc32c as _crc32c
+
+from .batch_codes import Compression, TimestampType
 
 __all__ = [
     "ATTRIBUTES_OFFSET",
@@ -88,19 +89,6 @@ ATTR_CONTROL = 0x20
 ATTR_DELETE_HORIZON = 0x40
 
 
-class Compression:
-    NONE = 0
-    GZIP = 1
-    SNAPPY = 2
-    LZ4 = 3
-    ZSTD = 4
-    NAMES: ClassVar[dict[int, str]] = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
-    BY_NAME: ClassVar[dict[str, int]] = {v: k for k, v in NAMES.items()}
-
-
-class TimestampType:
-    CREATE_TIME = 0
-    LOG_APPEND_TIME = 1
 
 
 class CorruptRecordError(ValueError):

@@ -25,13 +25,16 @@ from typing import Protocol
 
 from oncelog.storage.files import write_atomic
 
-__all__ = ["ACLS", "FileSecurityStore", "KINDS", "MemorySecurityStore", "QUOTAS", "SCRAM", "SecurityStore",
+__all__ = ["ACLS", "FileSecurityStore", "GROUP_CONFIGS", "KINDS", "MemorySecurityStore", "QUOTAS", "SCRAM", "SecurityStore",
            "SecurityStoreError"]
 
 log = logging.getLogger("oncelog.security.store")
 
 ACLS, SCRAM, QUOTAS = "acls", "scram", "quotas"
-KINDS = (ACLS, SCRAM, QUOTAS)
+#: not security, but dynamic configs that must reach every broker the same way: a consumer group's own configs
+#: (ConfigResource GROUP; ``oncelog.broker.group_configs``)
+GROUP_CONFIGS = "group_configs"
+KINDS = (ACLS, SCRAM, QUOTAS, GROUP_CONFIGS)
 _EMPTY: Mapping[str, bytes] = MappingProxyType({})
 
 

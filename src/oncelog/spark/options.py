@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from oncelog.client import ConfigError
 from oncelog.client.config import parse_admin_config, parse_consumer_config, parse_producer_config
+from oncelog.client.security import SECURITY_KEYS
 
 __all__ = [
     "EARLIEST",
@@ -92,6 +93,8 @@ _PARSERS = {"consumer": parse_consumer_config, "producer": parse_producer_config
 
 def _accepted_by(role: str, key: str, value: str) -> bool:
     """Whether the native client of ``role`` knows ``key``; a known key with a bad value raises."""
+    if key in SECURITY_KEYS:  # TLS and SASL (kafka.security.protocol, kafka.sasl.*, kafka.ssl.*): checked together
+        return True  # when the client is made, since one alone may be incomplete
     try:
         _PARSERS[role]({"bootstrap.servers": "127.0.0.1:9092", key: value})
     except ConfigError as e:

@@ -22,6 +22,8 @@ Producer state (idempotence / transactions); each carries ``error_code``:
     ProducerFencedError                -> PRODUCER_FENCED (90); never raised by the log (Kafka's log layer
                                           answers INVALID_PRODUCER_EPOCH since 2.7), for the coordinator
     InvalidTxnStateError               -> INVALID_TXN_STATE (48)
+    SequenceAfterRefusedBatchError     -> NOT_ENOUGH_REPLICAS (19), retriable: a batch pipelined behind one of
+                                          the producer's that was refused before the append
     TransactionCoordinatorFencedError  -> TRANSACTION_COORDINATOR_FENCED (52)
     UnknownProducerIdError             -> UNKNOWN_PRODUCER_ID (59); never raised by the log (Kafka >= 2.5
                                           accepts an unknown producer id at any sequence, KIP-360)
@@ -41,6 +43,7 @@ __all__ = [
     "OutOfOrderSequenceError",
     "ProducerFencedError",
     "ProducerStateError",
+    "SequenceAfterRefusedBatchError",
     "StorageError",
     "TopicExistsError",
     "TransactionCoordinatorFencedError",
@@ -164,9 +167,19 @@ class ProducerFencedError(InvalidProducerEpochError):
 
 
 class InvalidTxnStateError(ProducerStateError):
-    """A non-transactional batch from a producer that has a transaction ongoing on this partition."""
+    """A non-transactional batch from a producer that has a transaction ongoing on this partition, or a
+    transactional batch that repeats the sequences of a batch whose transaction has ended (a reused sequence)."""
 
     error_code = 48
+
+
+class SequenceAfterRefusedBatchError(ProducerStateError):
+    """A batch past the gap left by the producer's own batch that was refused before the append with a retriable
+    error: refused the same way (NOT_ENOUGH_REPLICAS, Kafka's answer to a write the ISR cannot take now), so the
+    producer retries both in order. OUT_OF_ORDER_SEQUENCE_NUMBER there makes librdkafka bump the producer epoch
+    and re-send every record it is not sure about, written ones included: duplicates."""
+
+    error_code = 19
 
 
 class TransactionCoordinatorFencedError(ProducerStateError):

@@ -47,7 +47,7 @@ from .cleaner import CleanerState, truncate_cleaner_checkpoint
 from .cleaner import needs_cleaning as _needs_cleaning
 from .config import LogConfig
 from .errors import KafkaStorageError, OffsetOutOfRangeError, UnexpectedAppendOffsetError
-from .files import fsync_dir, write_atomic
+from .files import write_atomic
 from .interface import AppendResult, HighWatermarkRule
 from .leader_epoch import LeaderEpochCache
 from .loader import CHECKPOINT_FILE, LogLoader, encode_checkpoint, rebuild_producer_state
@@ -76,7 +76,6 @@ class PartitionLog:
         self.directory = directory
         self.topic = topic
         self.partition = partition
-        self._unsynced = False  # a new log's folder and files, created without fsync until its first flush
         self.config = config
         self.clock = clock
         self._lock = threading.RLock()
@@ -111,12 +110,11 @@ class PartitionLog:
                 f"cannot open the log of {self.name} in {self.directory}: {e}; check the disk and permissions"
             ) from e
         self._local = LocalLog(self.directory, self.name, config, clock, self._lock, loaded.segments,
-                               recovery_point=loaded.recovery_point)
+                               recovery_point=loaded.recovery_point, unsynced=loaded.unsynced)
         self._local.on_roll.append(self._snapshot_on_roll)
         self._lso = loaded.log_start_offset
         self._ckpt_written = loaded.checkpoint
         self._epochs = loaded.epochs
-        self._unsynced = loaded.unsynced
         leo = self._local.log_end_offset
         self._hw = leo if high_watermark is None else min(max(high_watermark, self._lso), leo)
         self._psm.on_high_watermark(self._hw)
@@ -438,9 +436,8 @@ class PartitionLog:
     def assign_leader_epoch(self, epoch: int, start_offset: int) -> None:
         """Record that the leader of ``epoch`` writes from ``start_offset`` on (a new leader does it at its log
         end as it takes over, Kafka's maybeAssignEpochStartOffset); a no-op if already known. The checkpoint file
-        is written without fsync and made durable by the next flush, before the recovery point passes a record
-        of that epoch (KAFKA-15046): a broker taking over thousands of partitions at once does not wait for two
-        fsyncs each (10,000 partitions: ~5 s of a failover)."""
+        is written without fsync and made durable by the next flush (KAFKA-15046): a broker taking over thousands
+        of partitions at once does not wait for two fsyncs each (10,000 partitions: ~5 s of a failover)."""
         with self._lock:
             self._epochs.assign(epoch, start_offset, durable=False)
 
@@ -460,10 +457,6 @@ class PartitionLog:
         HighWatermarkRule.DURABLE the high watermark follows."""
         with self._lock:
             self._epochs.sync()  # an epoch assigned without fsync, before anything of it counts as durable
-            if self._unsynced:  # a new log's folder entries, before its first record counts as durable
-                fsync_dir(self.directory)
-                fsync_dir(self.directory.parent)
-                self._unsynced = False
         durable, advanced = self._local.flush()
         if self.high_watermark_rule is HighWatermarkRule.DURABLE:
             with self._lock:

@@ -19,6 +19,7 @@ import shutil
 import threading
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from oncelog.clock import Clock
 
@@ -32,7 +33,9 @@ from .errors import (
     UnknownTopicError,
 )
 from .files import fsync_dir, write_atomic
-from .log import PartitionLog
+
+if TYPE_CHECKING:
+    from .log import PartitionLog
 
 __all__ = ["CLEAN_SHUTDOWN_FILE", "HW_CHECKPOINT_FILE", "MAX_TOPIC_NAME_LENGTH", "LogManager", "read_hw_checkpoint",
            "validate_topic_name"]
@@ -46,6 +49,14 @@ HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 _DELETE_SUFFIX = "-delete"
+
+
+def _partition_log() -> type[PartitionLog]:
+    """The partition log class, imported with the first log (record batches, the loader and the cleaner come with
+    it): a fresh data folder opens without them."""
+    from .log import PartitionLog
+
+    return PartitionLog
 
 
 def validate_topic_name(name: str) -> None:
@@ -118,7 +129,7 @@ class LogManager:
                     # a replica (the file exists only in a cluster) starts at its checkpointed high watermark, 0 when
                     # it has none: what it has beyond is not known to be on every in-sync replica
                     hw = None if hws is None else hws.get((info.name, p), 0)
-                    self._logs[(info.name, p)] = PartitionLog.open(
+                    self._logs[(info.name, p)] = _partition_log().open(
                         self._dir_of(info.name, p), info.name, p, cfg, clock, clean_shutdown=clean,
                         high_watermark=hw)
             return self
@@ -191,7 +202,7 @@ class LogManager:
                 shutil.rmtree(self._dir_of(name, p), ignore_errors=True)
             info = self.catalog.create(name, num_partitions, overrides, topic_id=topic_id)
             for p in range(num_partitions):
-                self._logs[(name, p)] = PartitionLog.open(self._dir_of(name, p), name, p, cfg, self.clock,
+                self._logs[(name, p)] = _partition_log().open(self._dir_of(name, p), name, p, cfg, self.clock,
                                                           clean_shutdown=True, defer_sync=True)
             return info
 
@@ -222,7 +233,7 @@ class LogManager:
             cfg = LogConfig.from_kafka(info.configs, self.defaults)
             for p in range(info.num_partitions, new_total):
                 shutil.rmtree(self._dir_of(name, p), ignore_errors=True)
-                self._logs[(name, p)] = PartitionLog.open(self._dir_of(name, p), name, p, cfg, self.clock,
+                self._logs[(name, p)] = _partition_log().open(self._dir_of(name, p), name, p, cfg, self.clock,
                                                           clean_shutdown=True, defer_sync=True)
             return self.catalog.add_partitions(name, new_total)
 
@@ -280,6 +291,21 @@ class LogManager:
                 for plog in self._logs.values():
                     plog.close()
                 write_atomic(self.data_dir / CLEAN_SHUTDOWN_FILE, b"")
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                os.close(self._lock_fd)
+
+    def abandon(self) -> None:
+        """Close every file as a crash would leave them: no flush, no checkpoint, no clean-shutdown marker, so the
+        next open recovers the logs as after a SIGKILL (what was written stays, as the page cache keeps it). For a
+        test harness that crashes a broker inside its own process."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            try:
+                for plog in self._logs.values():
+                    plog.close_without_flush()
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
                 os.close(self._lock_fd)

@@ -14,10 +14,21 @@ transaction version 0/1 markers):
 * Rules for client batches (origin ``client``), in Kafka's order:
     - duplicate of one of the producer's last 5 batches (same epoch, same first and last sequence) ->
       :class:`DuplicateSequenceError` carrying the original offsets (the broker answers success, writes nothing);
+      but a transactional batch is a retry only of a batch of the same, still open transaction: one that matches
+      a batch of a transaction already ended (by a marker of the same producer epoch) is a *reused* sequence
+      (librdkafka's ``abort_transaction()`` purges records whose response timed out although they were written,
+      and gives their sequences to the next transaction) -> :class:`InvalidTxnStateError`. Answering it as a
+      duplicate would acknowledge records that were aborted, and the next commit would miss them. Kafka answers
+      INVALID_TXN_STATE to a transactional batch outside an ongoing transaction (KIP-890's "Record was not part of
+      an ongoing transaction"); librdkafka and the Java client take it as an abortable error (abort, then go on),
+      where OUT_OF_ORDER_SEQUENCE_NUMBER at the head of the line is fatal for librdkafka's transactional producer;
     - epoch older than the producer's -> :class:`InvalidProducerEpochError`;
     - a newer epoch must start at sequence 0, else :class:`OutOfOrderSequenceError`;
     - same epoch: sequence must be last + 1 (int32 wrap: 0 follows 2147483647), else
-      :class:`OutOfOrderSequenceError`;
+      :class:`OutOfOrderSequenceError`; but a batch past a gap left by the producer's own batch that the broker
+      refused before appending (a retriable error, :meth:`ProducerStateManager.note_refused`) gets
+      :class:`SequenceAfterRefusedBatchError` (retriable): it was pipelined behind that batch, and an OOS would make
+      librdkafka bump its epoch and re-send records that may already be written;
     - an unknown producer id is accepted at any sequence (Kafka >= 2.5, KIP-360: its state may have been
       removed by retention or expiry), so :class:`UnknownProducerIdError` is never raised;
     - a non-transactional batch while the producer has a transaction ongoing -> :class:`InvalidTxnStateError`;
@@ -55,6 +66,7 @@ from oncelog.protocol.records import ATTR_CONTROL, ATTR_TRANSACTIONAL, BatchHead
 from .errors import (
     DuplicateSequenceError,
     InvalidProducerEpochError,
+    SequenceAfterRefusedBatchError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
     TransactionCoordinatorFencedError,
@@ -201,6 +213,11 @@ class ProducerStateEntry:
                 return b
         return None
 
+    def in_open_txn(self, batch: BatchMetadata) -> bool:
+        """Whether ``batch`` (one of :attr:`batches`) belongs to the producer's transaction still open here."""
+        first = self.current_txn_first_offset
+        return first is not None and batch.first_offset >= first
+
     def summary(self) -> ActiveProducer:
         txn = self.current_txn_first_offset
         return ActiveProducer(self.producer_id, self.producer_epoch, self.last_seq, self.last_timestamp,
@@ -229,10 +246,12 @@ class ProducerAppendInfo:
     """
 
     __slots__ = ("batches", "coordinator_epoch", "current", "epoch", "last_timestamp", "origin", "partition",
-                 "producer_id", "started_txns", "txn_first_offset")
+                 "producer_id", "refused", "started_txns", "txn_first_offset")
 
-    def __init__(self, partition: str, producer_id: int, current: ProducerStateEntry | None, origin: str) -> None:
+    def __init__(self, partition: str, producer_id: int, current: ProducerStateEntry | None, origin: str,
+                 refused: tuple[int, int] | None = None) -> None:
         self.partition = partition
+        self.refused = refused  # (epoch, first sequence) of its batch last refused before the append
         self.producer_id = producer_id
         self.current = current
         self.origin = origin
@@ -274,6 +293,12 @@ class ProducerAppendInfo:
         else:
             last_seq = -1
         if cur is not None and cur.producer_epoch != -1 and not in_sequence(last_seq, first_seq):
+            expected = 0 if last_seq == INT32_MAX else last_seq + 1
+            if self.refused == (epoch, expected) and first_seq > expected:
+                raise SequenceAfterRefusedBatchError(
+                    f"batch of producer {self.producer_id} (epoch {epoch}) at sequence {first_seq} in "
+                    f"{self.partition} follows its batch at sequence {expected}, which was refused before the "
+                    f"append (retriable): retry them in order", self.producer_id)
             raise OutOfOrderSequenceError(
                 f"out of order sequence number for producer {self.producer_id} (epoch {epoch}) at offset {offset} "
                 f"in {self.partition}: {first_seq} (incoming), {last_seq} (last appended); expected "
@@ -340,6 +365,16 @@ class ProducerStateManager:
         # completed transactions whose marker is not yet below the high watermark, by first offset
         self.unreplicated: dict[int, TxnMetadata] = {}
         self.last_snap_offset = -1
+        self.refused: dict[int, tuple[int, int]] = {}  # producer id -> (epoch, first seq) refused before the append
+
+    def note_refused(self, producer_id: int, epoch: int, first_seq: int) -> None:
+        """The broker refused this producer's batch before appending it, with a retriable error (the ISR below
+        min.insync.replicas, its transaction not verified yet): until it appends again, its batches past that
+        gap are refused the same way (SequenceAfterRefusedBatchError), not as out of order. Only the batch that
+        was next in sequence leaves such a gap."""
+        e = self.producers.get(producer_id)
+        if e is not None and e.producer_epoch == epoch and e.batches and in_sequence(e.last_seq, first_seq):
+            self.refused[producer_id] = (epoch, first_seq)
 
     # ================================================================ validation (phase 1)
     def prepare_update(self, producer_id: int, origin: str) -> ProducerAppendInfo:
@@ -369,6 +404,15 @@ class ProducerStateManager:
                     last_seq = h.last_sequence
                     dup = entry.find_duplicate(h.producer_epoch, h.base_sequence, last_seq)
                     if dup is not None:
+                        if h.attributes & ATTR_TRANSACTIONAL and not entry.in_open_txn(dup):
+                            raise InvalidTxnStateError(
+                                f"transactional batch of producer {pid} (epoch {h.producer_epoch}, sequences "
+                                f"{h.base_sequence}..{last_seq}) in {self.partition} repeats the sequences of the "
+                                f"batch at offsets {dup.first_offset}..{dup.last_offset}, whose transaction has "
+                                f"ended: not a retry but a reused sequence; the producer must abort its "
+                                f"transaction",
+                                pid,
+                            )
                         raise DuplicateSequenceError(
                             f"batch of producer {pid} (epoch {h.producer_epoch}, sequences {h.base_sequence}.."
                             f"{last_seq}) in {self.partition} duplicates the one appended at offsets "
@@ -377,7 +421,8 @@ class ProducerStateManager:
                         )
             info = infos.get(pid)
             if info is None:
-                info = infos[pid] = ProducerAppendInfo(self.partition, pid, producers.get(pid), origin)
+                info = infos[pid] = ProducerAppendInfo(self.partition, pid, producers.get(pid), origin,
+                                                       self.refused.get(pid))
             if h.attributes & ATTR_CONTROL:
                 marker = control.get(i) if control else None
                 if marker is None:
@@ -433,6 +478,8 @@ class ProducerStateManager:
 
     def commit_next_batch(self, nb: NextBatch) -> None:
         entry, meta, txn_first = nb
+        if self.refused:
+            self.refused.pop(entry.producer_id, None)
         entry.batches.append(meta)
         entry.last_timestamp = meta[3]
         if txn_first is not None:
@@ -441,6 +488,8 @@ class ProducerStateManager:
 
     def update(self, info: ProducerAppendInfo) -> None:
         pid = info.producer_id
+        if self.refused and info.batches:
+            self.refused.pop(pid, None)
         entry = self.producers.get(pid)
         if entry is None:
             entry = self.producers[pid] = ProducerStateEntry(pid)
@@ -531,6 +580,7 @@ class ProducerStateManager:
 
     # ================================================================ reset / load entries
     def clear(self) -> None:
+        self.refused.clear()
         self.producers.clear()
         self.ongoing.clear()
         self.unreplicated.clear()

@@ -29,6 +29,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from oncelog.cluster._etcd import KV, prefix_end
 from oncelog.cluster._etcd_view import ViewState
@@ -36,8 +37,13 @@ from oncelog.cluster.model import ClusterView, Keys
 
 from .broker_process import BrokerProcess, free_port
 from .etcd_process import EtcdProcess, EtcdUnavailable
+from .netns import Network
+from .tcp_proxy import TcpProxy
 
-__all__ = ["ClusterProcess", "topic_ready"]
+__all__ = ["NET_BROKER_PORT", "NET_ETCD_PORT", "ClusterProcess", "topic_ready"]
+
+NET_BROKER_PORT = 9092  # each broker's port on its network host (ClusterProcess(net=...))
+NET_ETCD_PORT = 2379
 
 
 def topic_ready(view: ClusterView, topic: str, replication_factor: int | None = None) -> bool:
@@ -67,26 +73,58 @@ class ClusterProcess:
                  broker_settings: Mapping[int, Mapping[str, object]] | None = None,
                  node_ids: Sequence[int] | None = None, ports: Sequence[int] | None = None,
                  etcd_port: int | None = None, cluster_name: str = "oncelog", new_session: bool = False,
-                 broker_env: Mapping[int, Mapping[str, str]] | None = None) -> None:
+                 broker_env: Mapping[int, Mapping[str, str]] | None = None, net: Network | None = None,
+                 etcd_proxies: bool = False) -> None:
+        """``net``: run every process on a host of its own of that ``oncelog.testing.netns`` network, the brokers
+        on hosts 1..size (port 9092 each) and etcd on host size + 1 (:meth:`host_of` gives a broker's host,
+        :attr:`etcd_host` etcd's), so that partitions can cut any of them from any other, the test process (the
+        network's client) included. ``etcd_proxies`` (on 127.0.0.1, without ``net``): each broker reaches etcd
+        through a proxy of its own (:meth:`partition` cuts it)."""
         self.base_dir = Path(base_dir)
         self.cluster_name = cluster_name
         self.keys = Keys(cluster_name)
+        self.net = net
         ids = list(node_ids) if node_ids is not None else list(range(1, size + 1))
         if ports is not None and len(ports) != len(ids):
             raise ValueError(f"{len(ports)} ports for {len(ids)} brokers")
-        self.etcd = EtcdProcess(self.base_dir / "etcd", client_port=etcd_port,
+        self._hosts = {node: i + 1 for i, node in enumerate(ids)}
+        self.etcd_host = len(ids) + 1
+        where: dict[str, Any] = {}
+        if net is not None:
+            if net.size < len(ids) + 1:
+                raise ValueError(f"a network of {net.size} hosts cannot hold {len(ids)} brokers and etcd")
+            where = {"host": net.ip(self.etcd_host), "wrap": net.host(self.etcd_host).command([]),
+                     "client_port": NET_ETCD_PORT, "peer_port": NET_ETCD_PORT + 1}
+        self.etcd = EtcdProcess(self.base_dir / "etcd", **{"client_port": etcd_port, **where},
                                 log_path=self.base_dir / "etcd.log")
         self.settings = dict(settings or {})
         self.new_session = new_session
         self.brokers: dict[int, BrokerProcess] = {}
+        #: with ``etcd_proxies``: each broker reaches etcd through a proxy of its own, which partition() cuts
+        self.etcd_proxies: dict[int, TcpProxy] = {}
         for i, node in enumerate(ids):
+            etcd = self.etcd.endpoint
+            if etcd_proxies:
+                target_host, _, target_port = etcd.rpartition(":")
+                proxy = self.etcd_proxies[node] = TcpProxy((target_host, int(target_port)))
+                etcd = proxy.endpoint
             own = {**self.settings, **dict((broker_settings or {}).get(node, {})),
-                   "node.id": node, "metadata": f"etcd://{self.etcd.endpoint}", "cluster.name": cluster_name}
-            port = ports[i] if ports is not None else free_port()
+                   "node.id": node, "metadata": f"etcd://{etcd}", "cluster.name": cluster_name}
+            port = ports[i] if ports is not None else NET_BROKER_PORT if net is not None else free_port()
             self.brokers[node] = BrokerProcess(self.base_dir / f"broker-{node}", port=port, settings=own,
                                                log_path=self.base_dir / f"broker-{node}.log",
                                                env=dict((broker_env or {}).get(node, {})),
-                                               new_session=new_session)
+                                               new_session=new_session, **self._placed(node))
+
+    def _placed(self, node: int) -> dict[str, Any]:
+        if self.net is None:
+            return {}
+        host = self._hosts[node]
+        return {"host": self.net.ip(host), "wrap": self.net.host(host).command([])}
+
+    def host_of(self, node: int) -> int:
+        """The network host a broker runs on (with ``net``)."""
+        return self._hosts[node]
 
     # ----------------------------------------------------------------------------------------- whole cluster
     @property
@@ -147,6 +185,24 @@ class ClusterProcess:
     def resume(self, node: int) -> None:
         self.brokers[node].resume()
 
+    def partition(self, node: int) -> None:
+        """Cut one broker from the rest (needs ``etcd_proxies=True``): its etcd proxy drops everything (its lease
+        expires after ``broker.session.timeout.ms``, the controller moves its leaderships) and it answers no
+        request (``isolate``: clients and the other brokers time out on it). What it sends to the other brokers
+        still arrives: a one-way cut, as ``netns``'s ``drop(others, node)`` with etcd cut both ways."""
+        if node not in self.etcd_proxies:
+            raise RuntimeError("partition() needs ClusterProcess(etcd_proxies=True)")
+        self.etcd_proxies[node].cut()
+        self.brokers[node].isolate()
+
+    def heal(self, node: int) -> None:
+        """Undo :meth:`partition`: etcd reachable again (the broker re-registers), requests answered."""
+        proxy = self.etcd_proxies.get(node)
+        if proxy is not None:
+            proxy.heal()
+        if self.brokers[node].alive():
+            self.brokers[node].clear_faults()
+
     def start_broker(self, node: int, timeout: float = 60.0, wait_registered: bool = True) -> BrokerProcess:
         b = self.brokers[node]
         b.start(timeout)
@@ -162,9 +218,11 @@ class ClusterProcess:
             raise ValueError(f"node {node} is already a broker of this cluster")
         own = {**self.settings, **dict(settings or {}), "node.id": node, "metadata": f"etcd://{self.etcd.endpoint}",
                "cluster.name": self.cluster_name}
+        if self.net is not None:
+            self._hosts[node] = max(*self._hosts.values(), self.etcd_host) + 1
         self.brokers[node] = BrokerProcess(self.base_dir / f"broker-{node}", port=port or free_port(), settings=own,
                                            log_path=self.base_dir / f"broker-{node}.log",
-                                           new_session=self.new_session)
+                                           new_session=self.new_session, **self._placed(node))
         return self.start_broker(node, timeout) if start else self.brokers[node]
 
     def restart(self, node: int, timeout: float = 60.0) -> BrokerProcess:

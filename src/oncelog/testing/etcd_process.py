@@ -44,8 +44,12 @@ class EtcdProcess:
 
     def __init__(self, data_dir: Path, client_port: int | None = None, peer_port: int | None = None,
                  log_path: Path | None = None, binary: str | None = None,
-                 extra_args: tuple[str, ...] = ()) -> None:
+                 extra_args: tuple[str, ...] = (), host: str = "127.0.0.1", wrap: list[str] | None = None) -> None:
+        """``host`` and ``wrap`` run it elsewhere, e.g. on a host of an ``oncelog.testing.netns`` network
+        (``host=net.ip(4), wrap=net.host(4).command([])``: its pid is etcd's, so kill and pause reach it)."""
         self.binary = find_etcd(binary)
+        self.host = host
+        self.wrap = list(wrap or [])
         self.data_dir = Path(data_dir)
         self.client_port = client_port or free_port()
         self.peer_port = peer_port or free_port()
@@ -59,16 +63,16 @@ class EtcdProcess:
     @property
     def endpoint(self) -> str:
         """``host:port`` of the client URL (what ``--metadata etcd://...`` names)."""
-        return f"127.0.0.1:{self.client_port}"
+        return f"{self.host}:{self.client_port}"
 
     def start(self, timeout: float = 30.0) -> EtcdProcess:
         if self.alive():
             raise RuntimeError(f"etcd at {self.endpoint} is already running")
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        client = f"http://127.0.0.1:{self.client_port}"
-        peer = f"http://127.0.0.1:{self.peer_port}"
+        client = f"http://{self.host}:{self.client_port}"
+        peer = f"http://{self.host}:{self.peer_port}"
         name = f"oncelog-test-{self.client_port}"
-        cmd = [self.binary, "--name", name, "--data-dir", str(self.data_dir),
+        cmd = [*self.wrap, self.binary, "--name", name, "--data-dir", str(self.data_dir),
                "--listen-client-urls", client, "--advertise-client-urls", client,
                "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
                "--initial-cluster", f"{name}={peer}", "--initial-cluster-state", "new",

@@ -109,12 +109,15 @@ class MemoryMetadataStore:
         self._interleaved.append(action)
 
     def register_broker(self, node_id: int, host: str = "127.0.0.1", port: int = 9092,
-                        rack: str | None = None) -> BrokerInfo:
-        """A broker registers under a new lease; its epoch is the revision that creates the key."""
+                        rack: str | None = None, incarnation: int = -1) -> BrokerInfo:
+        """A broker registers under a new lease; its epoch is the revision that creates the key. ``incarnation``:
+        the epoch of the same process's first registration (it registers again after its lease expired)."""
         if node_id in self._server.brokers:
             raise DuplicateBrokerError(f"broker {node_id} is already registered")
-        info = BrokerInfo(node_id, host, port, rack, epoch=self._server.revision + 1)
-        self._commit(own=False, brokers=MappingProxyType({**self._server.brokers, node_id: info}))
+        info = BrokerInfo(node_id, host, port, rack, epoch=self._server.revision + 1, incarnation=incarnation)
+        departed = {n: i for n, i in self._server.departed.items() if n != node_id}
+        self._commit(own=False, brokers=MappingProxyType({**self._server.brokers, node_id: info}),
+                     departed=MappingProxyType(departed))
         return info
 
     def begin_controlled_shutdown(self, node_id: int) -> None:
@@ -125,8 +128,9 @@ class MemoryMetadataStore:
     def expire_broker(self, node_id: int) -> None:
         """The broker's lease expires (or it deregisters): its key goes."""
         brokers = dict(self._server.brokers)
-        del brokers[node_id]
-        self._commit(own=False, brokers=MappingProxyType(brokers))
+        last = brokers.pop(node_id)
+        self._commit(own=False, brokers=MappingProxyType(brokers),
+                     departed=MappingProxyType({**self._server.departed, node_id: last}))
 
     def elect_controller(self, node_id: int) -> ControllerInfo:
         """``node_id`` wins the election: the controller key is created; its revision is the controller epoch."""

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from oncelog.cluster._etcd import Etcd
-from oncelog.cluster.metadata import EtcdMetadata
+from oncelog.cluster.metadata import EtcdMetadata, Session
 from oncelog.cluster.model import BrokerInfo, PartitionState, TopicMeta
 from oncelog.cluster.store import MetadataUnavailableError, PartitionChange
 from oncelog.testing.broker_process import free_port
@@ -222,6 +222,46 @@ def test_a_broker_cut_off_past_its_lease_registers_again(own_etcd: EtcdProcess) 
         assert watcher.view.brokers[2].epoch == again.epoch and b.controller_epoch == 0
         await b.close()
         await watcher.close()
+        await proxy.close()
+
+    run(main)
+
+
+def test_a_session_comes_back_only_with_a_view_as_new_as_etcd(own_etcd: EtcdProcess) -> None:
+    """A broker cut off from etcd past its lease: meanwhile the controller moved its partition to another leader
+    epoch. When the session comes back (registered again), the view it acts on already holds that move and its new
+    registration: never the view from before the cut (which would make it lead at the old epoch again)."""
+    async def main() -> None:
+        proxy = await Proxy(own_etcd.client_port).start()
+        a = await connect(own_etcd.endpoint, "c")
+        await a.create_topic(TopicMeta("t", uuid.uuid4(), 1), states(1))
+        b = await connect(proxy.endpoint, "c")
+        await b.register(BrokerInfo(1, "127.0.0.1", 9001))
+        at_return: list[tuple[int, int, int]] = []
+
+        def on_session(s: Session) -> None:
+            if s.alive and s.broker is not None:
+                p = b.view.partition("t", 0)
+                own = b.view.brokers.get(1)
+                at_return.append((b.view.revision, p.leader_epoch if p else -1, own.epoch if own else -1))
+
+        b.add_session_listener(on_session)
+        proxy.cut()
+        await wait_for(lambda: not b.session.alive, SESSION_MS / 1000 + 1, "b knows it lost the lease")
+        vp = a.view.partitions[("t", 0)]
+        moved = PartitionState((1, 2), (2,), 2, vp.state.leader_epoch + 1, vp.state.partition_epoch + 1)
+        assert await a.update_partitions([PartitionChange(("t", 0), vp.mod_revision, moved)])
+        written = a.view.revision
+        await wait_for(lambda: 1 not in a.view.brokers, SESSION_MS / 1000 + 3, "b's lease expired in etcd")
+        proxy.restore()
+        await wait_for(lambda: b.session.alive, 15, "b registered again")
+        assert b.session.broker is not None
+        revision, epoch, own = at_return[0]
+        assert revision >= written and epoch == moved.leader_epoch, (revision, written, epoch)
+        assert own == b.session.broker.epoch  # its new registration is in the view it comes back with
+        assert b.session.broker.process_epoch == b.session.broker.incarnation < b.session.broker.epoch
+        await b.close()
+        await a.close()
         await proxy.close()
 
     run(main)

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -16,7 +16,7 @@ from oncelog.client import Admin, Producer
 from oncelog.client.connection import BrokerConnection
 from oncelog.protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchTopic
 from oncelog.protocol.records import iter_batch_headers
-from oncelog.testing.broker_process import BrokerProcess
+from oncelog.testing.pytest_plugin import KafkaBroker
 
 N = 20_000
 PARTITIONS = 3
@@ -105,13 +105,12 @@ def _check_batch_headers(bootstrap: str, topic: str, producer_id: int, epoch: in
 
 
 @pytest.mark.timeout(240)
-def test_broker_sigkill_mid_stream_retries_keep_exactly_once_in_order(tmp_path: Path, topic_name: str,
-                                                                     caplog: pytest.LogCaptureFixture) -> None:
+def test_broker_sigkill_mid_stream_retries_keep_exactly_once_in_order(
+        kafka_broker_factory: Callable[..., KafkaBroker], topic_name: str, caplog: pytest.LogCaptureFixture) -> None:
     """Batches in flight when the broker is SIGKILLed are retried with their sequences after it restarts: no
     duplicate, no gap, no reordering (against oncelog, which restores producer state from its log)."""
     caplog.set_level(logging.DEBUG, logger="oncelog.client.producer.sender")
-    broker = BrokerProcess(tmp_path / "data", settings={"num.partitions": PARTITIONS})
-    broker.start()
+    broker = kafka_broker_factory({"num.partitions": PARTITIONS}, in_process=False)  # a real SIGKILL
     try:
         with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
             admin.create_topics(topic_name, PARTITIONS)

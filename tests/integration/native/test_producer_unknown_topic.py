@@ -5,17 +5,18 @@ the topic is looked up and fail through their delivery callback if it never appe
 from __future__ import annotations
 
 import time
-from pathlib import Path
+from collections.abc import Callable
 
 from oncelog.client import Producer
 from oncelog.client.errors import KafkaError
 from oncelog.client.message import Message
 from oncelog.protocol.errors import ErrorCode
-from oncelog.testing.broker_process import BrokerProcess
+from oncelog.testing.pytest_plugin import KafkaBroker
 
 
-def test_produce_to_a_missing_topic_returns_at_once_and_fails_in_the_callback(tmp_path: Path) -> None:
-    broker = BrokerProcess(tmp_path / "data", settings={"auto.create.topics.enable": "false"}).start()
+def test_produce_to_a_missing_topic_returns_at_once_and_fails_in_the_callback(
+        kafka_broker_factory: Callable[..., KafkaBroker]) -> None:
+    broker = kafka_broker_factory({"auto.create.topics.enable": "false"})
     try:
         reports: list[tuple[KafkaError | None, Message]] = []
         p = Producer({"bootstrap.servers": broker.bootstrap, "topic.metadata.propagation.max.ms": 2000})
@@ -74,10 +75,11 @@ def test_a_transaction_commits_records_produced_before_their_topic_was_known(boo
     assert got == [b"v0", b"v1", b"v2"]
 
 
-def test_a_record_whose_topic_never_appears_makes_the_transaction_abortable(tmp_path: Path) -> None:
+def test_a_record_whose_topic_never_appears_makes_the_transaction_abortable(
+        kafka_broker_factory: Callable[..., KafkaBroker]) -> None:
     """A record of the transaction that fails (its topic does not exist) makes commit_transaction() fail with an
     abortable error instead of committing the transaction without it."""
-    broker = BrokerProcess(tmp_path / "data", settings={"auto.create.topics.enable": "false"}).start()
+    broker = kafka_broker_factory({"auto.create.topics.enable": "false"})
     try:
         p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx-missing",
                       "topic.metadata.propagation.max.ms": 1000})

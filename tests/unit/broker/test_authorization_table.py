@@ -61,6 +61,8 @@ KAFKA_DOCS: dict[int, set[tuple[str, str]]] = {
     61: {("Read", "Topic")},
     65: {("Describe", "TransactionalId")},
     66: {("Describe", "TransactionalId")},
+    68: {("Read", "Group")},
+    69: {("Describe", "Group")},
 }
 
 #: where Kafka's code (KafkaApis.scala, ConfigHelper.scala) differs from its documentation: (added, removed)
@@ -85,6 +87,11 @@ CODE_OVER_DOCS: dict[int, tuple[set[tuple[str, str]], set[tuple[str, str]]]] = {
     43: ({("Alter", "Cluster")}, {("ClusterAction", "Cluster")}),
     # handleDescribeTransactionsRequest: topics shown only with authorize(DESCRIBE, TOPIC)
     65: ({("Describe", "Topic")}, set()),
+    # handleConsumerGroupHeartbeat: filterByAuthorized(DESCRIBE, TOPIC) of the subscribed topic names (and of what
+    # a subscription regex matches, in the group coordinator's TopicRegexResolver)
+    68: ({("Describe", "Topic")}, set()),
+    # handleConsumerGroupDescribe: DESCRIBE on the topics of the described members (TOPIC_AUTHORIZATION_FAILED)
+    69: ({("Describe", "Topic")}, set()),
 }
 
 

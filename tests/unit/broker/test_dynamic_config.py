@@ -174,3 +174,24 @@ def test_new_topic_defaults_reach_every_log_without_an_override(tmp_path: Path) 
         logs.close()
 
     asyncio.run(main())
+
+
+def test_security_settings_are_known_names_and_change_at_run_time_as_in_kafka() -> None:
+    # librdkafka's admin test alters this Kerberos setting on a broker and expects success
+    assert validate({"sasl.kerberos.min.time.before.relogin": "58000"}) == {
+        "sasl.kerberos.min.time.before.relogin": "58000"}
+    cert = {"listener.name.sasl_ssl.ssl.keystore.location": "/etc/kafka/new.pem",
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": "M required;"}
+    assert validate(cert) == cert  # per-listener certificates and SASL options are dynamic
+    e = _refused({"ssl.keystore.location": "/etc/kafka/new.pem"})
+    assert e.code == ErrorCode.INVALID_REQUEST and str(e) == ("These security configs can be dynamically updated "
+                                                              "only per-listener using the listener prefix: "
+                                                              "Set(ssl.keystore.location)")
+    assert _refused({"listener.security.protocol.map": "A:SSL"}).code == ErrorCode.INVALID_REQUEST
+    assert _refused({"ssl.client.auth": "sometimes"}).code == ErrorCode.INVALID_REQUEST
+    static = BrokerConfig.load(None, {"node.id": 1})
+    resolved, sources = effective(static, Layers(cert, {}))
+    assert resolved.for_listener("SASL_SSL", "ssl.keystore.location") == "/etc/kafka/new.pem"
+    assert sources["listener.name.sasl_ssl.ssl.keystore.location"] == DYNAMIC_BROKER_CONFIG
+    entries = {e.key: e for e in broker_entries(static, Layers(cert, {}))}
+    assert entries["sasl.jaas.config"].type == "PASSWORD" and not entries["sasl.kerberos.service.name"].read_only

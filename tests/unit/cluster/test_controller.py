@@ -246,6 +246,22 @@ def test_bounced_broker_is_gone_then_back() -> None:
     assert by_tp(reconcile(None, bounced, CFG)) == out
 
 
+def test_a_process_registered_again_after_its_lease_expired_is_not_a_bounce() -> None:
+    """etcd stalled past the session timeout: every lease expired, every broker registered again with a new broker
+    epoch but the same incarnation. Its log is intact: nothing to re-elect, for the controller that saw the old
+    registrations and for a new one that did not."""
+    view = make_view([1, 2, 3], {("t", 0): ps([1, 2, 3]), ("t", 1): ps([2, 1]), ("t", 2): ps([2, 3])})
+    again = {b: replace(i, epoch=view.revision + 3 + b, incarnation=i.epoch) for b, i in view.brokers.items()}
+    after = replace(view, revision=view.revision + 7, brokers=again)
+    assert all(i.process_epoch == view.brokers[b].process_epoch for b, i in again.items())
+    assert reconcile(view, after, CFG) == []
+    assert reconcile(None, after, CFG) == []
+    # a new process (a restart) has a new incarnation: that is a bounce, as before
+    restarted = replace(after, brokers={**again, 1: replace(again[1], incarnation=-1)})
+    out = by_tp(reconcile(view, restarted, CFG))
+    assert set(out) == {("t", 0), ("t", 1)} and out["t", 0].leader == 2
+
+
 def test_sole_isr_member_bounce_goes_offline_then_returns_with_new_epochs() -> None:
     view = make_view([1, 2], {("t", 0): ps([1, 2], isr=[1], le=7)})
     bounced = replace(view, revision=view.revision + 5,

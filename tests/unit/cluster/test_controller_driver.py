@@ -151,6 +151,40 @@ def test_last_isr_member_lost_then_back() -> None:
     run(main)
 
 
+def test_after_an_etcd_outage_absent_brokers_are_waited_for() -> None:
+    """A stall of etcd expires every lease at once; the brokers register again (same incarnation) within a
+    heartbeat. A controller that saw the outage waits for them instead of moving their leaderships; without that
+    hold (or once it ran out) it moves them, as for any expired lease."""
+    async def main() -> None:
+        store = await cluster()
+        hold_until = [0.0]
+        driver, task = start(store, hold_absent=lambda: hold_until[0])
+        await asyncio.sleep(0.01)
+        before = store.view
+        loop = asyncio.get_running_loop()
+        hold_until[0] = loop.time() + 5.0
+        first = {b: i.epoch for b, i in before.brokers.items()}
+        for b in (1, 2, 3):
+            store.expire_broker(b)
+        await asyncio.sleep(0.05)
+        assert store.view.partitions == before.partitions  # nothing moved while they are away
+        assert set(store.view.departed) == {1, 2, 3}
+        for b in (1, 2, 3):
+            store.register_broker(b, incarnation=first[b])
+        await asyncio.sleep(0.05)
+        assert store.view.partitions == before.partitions and driver.stats.changes == 0
+        # a broker that does not come back: moved off once the hold runs out
+        hold_until[0] = loop.time() + 0.5
+        store.expire_broker(3)
+        await asyncio.sleep(0.05)
+        assert led_by(store.view, 3) == led_by(before, 3) != []
+        await until(store, lambda v: not led_by(v, 3), "broker 3's partitions moved once the hold ran out")
+        assert loop.time() >= hold_until[0]
+        await stop(task)
+
+    run(main)
+
+
 def test_controlled_shutdown() -> None:
     async def main() -> None:
         store = await cluster()

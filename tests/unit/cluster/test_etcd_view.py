@@ -136,6 +136,27 @@ def test_reload_publishes_the_difference_only() -> None:
     assert vs.view.revision == etcd.rev and vs.view.partition("t", 2).leader == 3
 
 
+def test_departed_brokers_keep_their_last_address_while_the_partitions_count_on_them() -> None:
+    """A registration that goes (its lease expired) stays in ``departed``: the data plane still reaches a leader or
+    ISR member at its last address until the controller moves things off it; registering again clears it."""
+    etcd, vs = Etcd(), ViewState(KEYS)
+    vs.apply(etcd.txn({KEYS.topic("t"): topic("t", 2).encode(),
+                       KEYS.partition("t", 0): state(1).encode(),
+                       KEYS.partition("t", 1): PartitionState((1, 2, 3), (1,), -1).encode(),
+                       **{KEYS.broker(b): BrokerInfo(b, "h", 9000 + b).encode() for b in (1, 2, 3, 4)}}), etcd.rev)
+    vs.apply(etcd.txn(deletes=[KEYS.broker(1), KEYS.broker(4)]), etcd.rev)
+    v = vs.view
+    assert set(v.brokers) == {2, 3} and set(v.departed) == {1, 4}
+    assert v.address(1) == BrokerInfo(1, "h", 9001, epoch=2) and v.address(9) is None
+    assert set(v.counted_on) == {1, 2, 3}  # 1 leads t-0; 4 is named nowhere; t-1 has no leader
+    vs.apply(etcd.txn({KEYS.broker(1): BrokerInfo(1, "h", 9001, incarnation=2).encode()}), etcd.rev)
+    assert set(vs.view.departed) == {4} and vs.view.brokers[1].process_epoch == 2
+    # a full reload (after a compaction, or a resync) keeps what it knew of departed brokers
+    etcd.txn(deletes=[KEYS.broker(2)])
+    vs.load(list(etcd.kvs.values()), etcd.rev)
+    assert set(vs.view.brokers) == {1, 3} and set(vs.view.departed) == {2, 4}
+
+
 def test_subscription_coalesces_changes_between_reads() -> None:
     async def main() -> None:
         v0 = ClusterView(revision=1)

@@ -46,6 +46,10 @@ def test_topic_and_broker_round_trip() -> None:
     leaving = BrokerInfo(2, "127.0.0.1", 9093, None, epoch=77, shutting_down=True)
     assert BrokerInfo.decode(leaving.encode(), epoch=77) == leaving
     assert b"shutting_down" not in b.encode()  # a registration without the flag reads the same as before it
+    # a process's first registration is its incarnation; it registers again with the same one
+    assert b.process_epoch == 77 and b"incarnation" not in b.encode()
+    again = BrokerInfo.decode(BrokerInfo(2, "127.0.0.1", 9093, "rack-a", incarnation=77).encode(), epoch=90)
+    assert (again.epoch, again.incarnation, again.process_epoch) == (90, 77, 77)
 
 
 @pytest.mark.parametrize("raw", [b"not json", b"[1]", b'{"replicas": [1]}', b'{"replicas": "x", "isr": [],'
@@ -74,3 +78,13 @@ def test_keys_and_view_lookups() -> None:
     assert view.is_alive(1) and not view.is_alive(2)
     assert view.broker_config(1, "min.insync.replicas") == "2"
     assert view.broker_config(2, "min.insync.replicas") == "1"
+
+
+def test_a_registration_carries_every_listener_and_an_old_one_still_decodes() -> None:
+    info = BrokerInfo(1, "10.0.0.1", 9093, "r1", endpoints=(("PLAINTEXT", "10.0.0.1", 9092),
+                                                            ("SASL_SSL", "broker1.example.com", 9093)))
+    back = BrokerInfo.decode(info.encode(), epoch=7)
+    assert back.endpoint("SASL_SSL") == ("broker1.example.com", 9093) and back.endpoint("SSL") is None
+    assert (back.host, back.port, back.epoch) == ("10.0.0.1", 9093, 7)
+    old = BrokerInfo.decode(b'{"node_id":2,"host":"h","port":9092,"rack":null}')  # written before listeners
+    assert old.endpoints == () and old.endpoint("ANY") == ("h", 9092)

@@ -4,6 +4,7 @@
     protocol, storage  <-  security  <-  broker
     protocol  <-  client   <-  spark
                   client.connection  <-  cluster, broker (the replica fetcher's inter-broker requests)
+                  client.security  <-  broker (its credentials on the inter-broker listener)
 
 ``protocol`` (sans-I/O codecs, record batches) imports nothing of oncelog; ``storage`` only ``protocol``;
 ``coordinator`` (deterministic state machines) only ``storage`` and ``protocol``; ``cluster`` (metadata, replica
@@ -46,8 +47,9 @@ ALLOWED: dict[str, set[str]] = {
     "cluster": {"coordinator", "storage", "protocol", "client.connection"},  # a layer, or one module of a layer
     "client": {"protocol"},
     "spark": {"client"},
+    # client.security: the broker's own TLS/SASL credentials on its connections to other brokers
     "broker": {"cluster", "coordinator", "security", "storage", "protocol", "client.connection", "client.errors",
-               "client.fetch_session"},
+               "client.security", "client.fetch_session"},
     "cli": EVERYTHING,
     "testing": EVERYTHING,
     "__main__": EVERYTHING,  # python -m oncelog: the CLI

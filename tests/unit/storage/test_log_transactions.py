@@ -326,8 +326,15 @@ class TxnLogModel(RuleBasedStateMachine):
         if pid not in self.last:
             return
         b, first, last = self.last[pid]
-        if iter_batch_headers(b).__next__().producer_epoch < self.log_epoch[pid]:
+        header = iter_batch_headers(b).__next__()
+        if header.producer_epoch < self.log_epoch[pid]:
             with pytest.raises(InvalidProducerEpochError):  # fenced by a marker of a newer epoch
+                app(self.log, b)
+            return
+        if header.is_transactional and self.ongoing.get(pid, last + 1) > first:
+            # its transaction has ended (no transaction open, or one that began after it): a reused sequence,
+            # not a retry (the sequence-reuse defence, producer_state.find_duplicate)
+            with pytest.raises(InvalidTxnStateError):
                 app(self.log, b)
             return
         with pytest.raises(DuplicateSequenceError) as ei:

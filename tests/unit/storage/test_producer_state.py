@@ -16,6 +16,7 @@ from oncelog.storage import (
     ProducerFencedError,
     ProducerStateEntry,
     ProducerStateManager,
+    SequenceAfterRefusedBatchError,
     TransactionCoordinatorFencedError,
     UnknownProducerIdError,
 )
@@ -112,6 +113,31 @@ def test_duplicate_within_last_five_returns_original_offsets() -> None:
     assert h.leo == 12
 
 
+def test_a_batch_pipelined_behind_a_refused_one_is_refused_the_same_way_not_out_of_order() -> None:
+    """The broker refused batch 2..3 before appending it (the ISR below min.insync.replicas), then accepts writes
+    again when 4..5, pipelined behind it, arrives: 4..5 gets the same retriable answer (librdkafka would bump its
+    epoch on OUT_OF_ORDER_SEQUENCE_NUMBER and re-send written records), 2..3 then 4..5 are appended in order."""
+    h = Harness()
+    h.append(pbatch(1, 0, 0, 2))
+    h.psm.note_refused(1, 0, 2)
+    with pytest.raises(SequenceAfterRefusedBatchError) as ei:
+        h.append(pbatch(1, 0, 4, 2))
+    assert ei.value.error_code == 19 and "refused before the append" in str(ei.value)
+    with pytest.raises(OutOfOrderSequenceError):  # a rewind is not explained by the refusal
+        h.append(pbatch(1, 0, 1, 1))
+    h.psm.note_refused(1, 0, 4)  # refused too while the ISR was short: the gap still starts at 2
+    with pytest.raises(SequenceAfterRefusedBatchError):
+        h.append(pbatch(1, 0, 6, 2))
+    h.append(pbatch(1, 0, 2, 2))  # the retry of the refused batch clears the note
+    assert 1 not in h.psm.refused
+    h.append(pbatch(1, 0, 4, 2))
+    with pytest.raises(OutOfOrderSequenceError):  # a real gap is out of order again
+        h.append(pbatch(1, 0, 9, 1))
+    h.psm.note_refused(1, 7, 6)  # a refusal at another epoch or not next in sequence leaves no such gap
+    h.psm.note_refused(1, 0, 8)
+    assert 1 not in h.psm.refused
+
+
 def test_duplicate_check_needs_same_epoch() -> None:
     h = Harness()
     h.append(pbatch(1, 0, 0))
@@ -204,6 +230,35 @@ def test_transaction_start_and_invalid_txn_state() -> None:
         h.append(pbatch(1, 0, 3))
     assert ei.value.error_code == 48 and "transaction ongoing since offset 3" in str(ei.value)
     assert h.psm.first_unstable_offset() == 3
+
+
+def test_reused_sequence_of_an_ended_transaction_is_refused() -> None:
+    """A transactional batch is a retry only of a batch of the same, still open transaction; matching a batch of
+    a transaction that has ended (same epoch) it is a reused sequence: INVALID_TXN_STATE, not a duplicate."""
+    h = Harness()
+    h.append(pbatch(1, 0, 0, 2, txn=True))  # 0-1
+    h.append(pbatch(1, 0, 2, 2, txn=True))  # 2-3: written, but its answer never reached the producer
+    with pytest.raises(DuplicateSequenceError) as dup:  # a retry while the transaction is open
+        h.append(pbatch(1, 0, 2, 2, txn=True))
+    assert (dup.value.first_offset, dup.value.last_offset) == (2, 3)
+    h.marker(1, 0, commit=False)  # 4: the producer aborted, and hands sequences 2..3 to its next transaction
+    with pytest.raises(InvalidTxnStateError) as ei:
+        h.append(pbatch(1, 0, 2, 2, txn=True))
+    assert ei.value.error_code == 48 and ei.value.producer_id == 1
+    assert "reused sequence" in str(ei.value) and "offsets 2..3" in str(ei.value)
+    assert h.entry(1).current_txn_first_offset is None and h.leo == 5  # nothing written, no transaction started
+    # the next transaction goes on in sequence; a retry of its own batch is a duplicate again, one of the
+    # ended transaction's batches is not
+    h.append(pbatch(1, 0, 4, txn=True))  # 5
+    assert h.entry(1).current_txn_first_offset == 5
+    with pytest.raises(DuplicateSequenceError):
+        h.append(pbatch(1, 0, 4, txn=True))
+    with pytest.raises(InvalidTxnStateError):
+        h.append(pbatch(1, 0, 0, 2, txn=True))
+    # an idempotent (non-transactional) producer's retries are duplicates as before
+    h.append(pbatch(2, 0, 0, 2))
+    with pytest.raises(DuplicateSequenceError):
+        h.append(pbatch(2, 0, 0, 2))
 
 
 def test_markers_end_transactions_and_lso() -> None:

@@ -9,9 +9,14 @@ the metadata lives in etcd (``oncelog.cluster.metadata``) and a :class:`ClusterN
   is refused: its logs would be deleted as strays, Kafka's ``InconsistentClusterIdException``).
 - **join** (:meth:`ClusterNode.join`): register under a lease once the listener's port is held (a live broker with
   the same node id: :class:`~oncelog.cluster.store.DuplicateBrokerError`, the first one keeps serving); every new
-  view goes to the replica manager (``on_view``, all keys on the first call); a lost session (lease not refreshed
-  in time: etcd unreachable or this process paused) calls ``on_session_lost`` and stops the controller; the view's
-  dynamic broker configs are applied to the settings first (:mod:`oncelog.broker.dynamic_config`).
+  view goes to the replica manager (``on_view``, all keys on the first call); the view's dynamic broker configs are
+  applied to the settings first (:mod:`oncelog.broker.dynamic_config`).
+- **riding out etcd**: a lost session (lease not refreshed in time: etcd unreachable or stalled, this broker cut
+  off from it, or this process paused) stops the controller role only. The replicas keep leading and following the
+  last view, as Kafka's brokers keep their leaderships while the KRaft quorum is unavailable: only the controller
+  moves a leadership, the leader's ISR changes need etcd, and the epochs fence whatever a stale leader still does
+  (docs/design/cluster.md). The session comes back only with a view at least as new as etcd's current revision
+  (``EtcdMetadata`` reads it again first), so nothing older than what etcd holds is acted on after it.
 - **the controller**: campaign; while elected, run :class:`~oncelog.cluster.controller_driver.ControllerDriver`;
   step down when the session is lost, campaign again when it is back.
 - **fast dead-broker detection** (:mod:`oncelog.broker.cluster.liveness`): connections to the controller (from every
@@ -70,10 +75,6 @@ class ReplicaManagerLike(Protocol):
         call): create, lead, follow, stop and delete replicas."""
         ...
 
-    def on_session_lost(self) -> None:
-        """Stop acting as leader everywhere until a newer view says so (the lease may have expired)."""
-        ...
-
     def leader_of(self, topic: str, index: int) -> tuple[int, int] | None:
         """(leader id, leader epoch) of a partition, from the view; None when unknown."""
         ...
@@ -94,17 +95,12 @@ class ViewOnlyReplicaManager:
     def __init__(self, node_id: int) -> None:
         self.node_id = node_id
         self.view = ClusterView()
-        self.session_lost = False
         self.changes = 0
         self._listeners: list[Callable[[str, int, int | None], None]] = []
 
     def on_view(self, change: ViewChange) -> None:
         self.view = change.view
-        self.session_lost = False
         self.changes += 1
-
-    def on_session_lost(self) -> None:
-        self.session_lost = True
 
     def leader_of(self, topic: str, index: int) -> tuple[int, int] | None:
         state = self.view.partition(topic, index)
@@ -171,12 +167,14 @@ class ClusterNode:
     def is_controller(self) -> bool:
         return self.driver is not None and self.driver.is_active()
 
-    async def join(self, replicas: ReplicaManagerLike, host: str, port: int) -> BrokerInfo:
+    async def join(self, replicas: ReplicaManagerLike, host: str, port: int,
+                   endpoints: tuple[tuple[str, str, int], ...] = ()) -> BrokerInfo:
         """Register (call once the listener's port is held: a registration of this node id with this host:port
-        is then a dead predecessor's) and follow the view. Raises :class:`ClusterStartError`."""
+        is then a dead predecessor's) and follow the view. ``host``/``port``: the inter-broker listener's
+        advertised address; ``endpoints``: every listener's. Raises :class:`ClusterStartError`."""
         self._replicas = replicas
         sub = self.store.subscribe()  # before registering: no change between the first view and the loop is lost
-        info = BrokerInfo(self.node_id, host, port, self.config.broker_rack)
+        info = BrokerInfo(self.node_id, host, port, self.config.broker_rack, endpoints=endpoints)
         try:
             self.registration = await self.store.register(info)
         except DuplicateBrokerError as e:
@@ -233,26 +231,26 @@ class ClusterNode:
             if session.broker is not None:
                 self.registration = session.broker
             if not self._session_ok.is_set():
-                log.warning("node %d: session back (%s, broker epoch %d): acting on the view again", self.node_id,
-                            session.reason, session.broker.epoch if session.broker else -1)
+                log.warning("node %d: session back (%s, broker epoch %d) with the view at revision %d", self.node_id,
+                            session.reason, session.broker.epoch if session.broker else -1, self.view.revision)
                 self._session_ok.set()
                 self._session_lost.clear()
-                if self._replicas is not None:
-                    self._deliver(diff(ClusterView(), self.store.view))
             return
         if self._session_ok.is_set():
             self._session_ok.clear()
             self._session_lost.set()
             self.sessions_lost += 1
-            log.error("node %d: session lost (%s): leading nothing and no controller work until etcd confirms "
-                      "this broker again", self.node_id, session.reason)
-            if self._replicas is not None:
-                try:
-                    self._replicas.on_session_lost()
-                except Exception:
-                    log.exception("the replica manager failed to step down after the session was lost")
+            log.error("node %d: session lost (%s): no controller work until etcd confirms this broker again; the "
+                      "replicas keep serving the last view (revision %d)", self.node_id, session.reason,
+                      self.view.revision)
 
     # ------------------------------------------------------------------------------------------- controller
+    def _hold_absent(self) -> float | None:
+        """Until when the controller waits for brokers that are not registered after an outage of etcd: one
+        session timeout after etcd answered this broker again."""
+        ended = self.store.outage_ended_at
+        return None if ended is None else ended + self.config.broker_session_timeout_ms / 1000
+
     async def _controller_loop(self) -> None:
         while not self._leaving:
             try:
@@ -266,7 +264,7 @@ class ClusterNode:
             if self._leaving:
                 return
             driver = ControllerDriver(self.store, elected.epoch, controller_config(self.config),
-                                      stats=self.controller_stats)
+                                      stats=self.controller_stats, hold_absent=self._hold_absent)
             self.driver = driver
             self.elections += 1
             self._liveness.update(self.view)

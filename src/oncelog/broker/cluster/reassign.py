@@ -15,7 +15,7 @@ on (a broker gone or restarted is a change of *its* key, not of the partition's)
 interleave their writes with the controller's reconcile of the same event. On the controller everything about
 partitions is decided in one place, fenced by the controller epoch, so a deposed controller writes nothing.
 
-One more guard than Kafka's: a broker whose registration is newer than the partition's last write restarted since
+One more guard than Kafka's: a broker whose process registered after the partition's last write restarted since
 (it may have come back with an empty log) and is still in the ISR only until the controller has acted on that view
 (:func:`~oncelog.cluster.controller.reconcile` takes it out). A decision that would make such a broker the leader
 is not written: an election answers PREFERRED_LEADER_NOT_AVAILABLE / ELIGIBLE_LEADERS_NOT_AVAILABLE (retriable);
@@ -120,13 +120,13 @@ def _decide_locally(decision: Decision) -> dict[TopicPartition, ApiError]:
 
 # -------------------------------------------------------------------------------------------------- guards
 def _restarted_leader(view: ClusterView, tp: TopicPartition, new: PartitionState) -> bool:
-    """The change makes a leader of a broker registered after the partition's last write (restarted since, maybe
-    with an empty log; the controller takes it out of the ISR once it acts on that view)."""
+    """The change makes a leader of a broker whose process registered after the partition's last write (restarted
+    since, maybe with an empty log; the controller takes it out of the ISR once it acts on that view)."""
     vp = view.partitions.get(tp)
     if vp is None or new.leader == vp.state.leader:
         return False
     info = view.brokers.get(new.leader)
-    return info is not None and info.epoch > vp.mod_revision
+    return info is not None and info.process_epoch > vp.mod_revision
 
 
 def _guarded(view: ClusterView, decision: Decision, refuse: Callable[[TopicPartition], ApiError]) -> Decision:
@@ -235,10 +235,16 @@ async def forward(node: ClusterNode, request: Any, api_version: int, timeout: fl
     if info is None:
         return ApiError(ErrorCode.NOT_CONTROLLER, f"the controller (node {target}) is not registered; retry")
     left = max(1.0, deadline - loop.time())
-    from oncelog.client.connection import BrokerConnection  # the forwarding broker's client, imported on use
+    from oncelog.client.errors import KafkaError  # the forwarding broker's client, imported on use
 
-    conn = BrokerConnection(info.host, info.port, client_id=f"{FORWARDED_CLIENT_PREFIX}{node.node_id}",
-                            node_id=target, request_timeout=left + 5.0, connect_timeout=min(left, 5.0))
+    from ..peer_connections import peer_link
+
+    try:  # to the controller's inter-broker listener, with this broker's credentials
+        conn = peer_link(node.config).connection(info, client_id=f"{FORWARDED_CLIENT_PREFIX}{node.node_id}",
+                                                 node_id=target, request_timeout=left + 5.0,
+                                                 connect_timeout=min(left, 5.0))
+    except KafkaError as e:
+        return ApiError(ErrorCode.NOT_CONTROLLER, f"the controller (node {target}) cannot be reached: {e}")
     try:
         await conn.connect()
         response = await conn.send(request, version=api_version)

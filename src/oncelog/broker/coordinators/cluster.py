@@ -30,7 +30,8 @@ from prometheus_client.registry import Collector
 
 from oncelog.coordinator.transaction import ProducerIdManager
 
-from .groups import OFFSETS_TOPIC, build_group_coordinator
+from ..peer_connections import peer_link
+from .groups import OFFSETS_TOPIC, ClusterTopicImage, build_group_coordinator
 from .internal_log import InternalTopicLog
 from .remote_markers import ClusterMarkerChannel
 from .transactions import TRANSACTION_STATE_TOPIC, Spawn, build_transaction_coordinator
@@ -62,11 +63,13 @@ class ClusterCoordinators:
             topics, clock, OFFSETS_TOPIC,
             offsets_meta.num_partitions if offsets_meta is not None else cfg.offsets_topic_num_partitions, {})
         self.channel = ClusterMarkerChannel(ctx.marker_writer, cfg.node_id, lambda: node.view,
-                                            cfg.request_timeout_ms)
+                                            cfg.request_timeout_ms, peer_link(cfg))
         self._txn = build_transaction_coordinator(
             cfg, clock, self.txn_log, self.channel, ProducerIdManager.from_allocator(node.store.allocate_producer_ids))
         self._groups = build_group_coordinator(cfg, clock, self.offsets_log, self._partition_exists,
-                                               lambda: self._txn.coordinator, clustered=True)
+                                               lambda: self._txn.coordinator, clustered=True,
+                                               topics=ClusterTopicImage(lambda: node.view.topics),
+                                               store=ctx.security_store)
         self.txn = self._txn.coordinator
         self.groups = self._groups.coordinator
         self.loads = 0  # partitions loaded (both coordinators), for metrics and tests

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from oncelog.clock import Clock
-from oncelog.coordinator.transaction import MarkerResults, TxnMarker
+from oncelog.coordinator.transaction.markers import MarkerResults, TxnMarker
 from oncelog.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:

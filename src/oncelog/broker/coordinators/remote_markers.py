@@ -30,7 +30,7 @@ from oncelog.protocol.messages.write_txn_markers_request import (
 from oncelog.protocol.messages.write_txn_markers_response import WriteTxnMarkersResponse
 
 from .markers import LocalMarkerWriter
-from ..peer_connections import PeerConnections
+from ..peer_connections import PeerConnections, PeerLink
 
 __all__ = ["ClusterMarkerChannel"]
 
@@ -41,11 +41,12 @@ class ClusterMarkerChannel:
     """Markers to the current leader of each partition: written here, or sent as WriteTxnMarkers."""
 
     def __init__(self, writer: LocalMarkerWriter, node_id: int, view: Callable[[], ClusterView],
-                 request_timeout_ms: int) -> None:
+                 request_timeout_ms: int, link: PeerLink | None = None) -> None:
         self.writer = writer
         self.local_node = node_id
         self._view = view
-        self._peers = PeerConnections(node_id, lambda n: view().brokers.get(n), request_timeout_ms, "txn-markers")
+        self._peers = PeerConnections(node_id, lambda n: view().address(n), request_timeout_ms, "txn-markers",
+                                      link)
         self.requests_sent = 0
 
     def leader(self, tp: TopicPartition) -> int | None:

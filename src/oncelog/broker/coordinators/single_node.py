@@ -16,18 +16,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from oncelog.coordinator.runtime import LogEntry
+if TYPE_CHECKING:
+    from oncelog.coordinator.runtime import LogEntry
 
-from .internal_log import InternalTopicLog
+    from .internal_log import InternalTopicLog
 
 __all__ = ["LoadOnFirstUse"]
 
 log = logging.getLogger("oncelog.broker.coordinator")
 
 #: loads one partition: (partition, coordinator epoch, the partition's entries in log order)
-LoadPartition = Callable[[int, int, Iterator[LogEntry]], Awaitable[Any]]
+LoadPartition = Callable[[int, int, Iterator["LogEntry"]], Awaitable[Any]]
 
 
 class LoadOnFirstUse:
@@ -69,3 +70,4 @@ class LoadOnFirstUse:
             await self._load(partition, self.epoch, self.log.read(partition))
         log.info("%s %s: %d partition(s) loaded at coordinator epoch %d", self.log.topic,
                  "created on first use" if created else "found", self.log.num_partitions, self.epoch)
+

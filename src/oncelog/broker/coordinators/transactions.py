@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from ..config import BrokerConfig
     from ..topics import TopicRegistry
 
-__all__ = ["TRANSACTION_STATE_TOPIC", "Spawn", "TransactionCoordinatorHandle", "build_transaction_coordinator",
-           "next_coordinator_epoch", "start_single_node_transactions"]
+__all__ = ["TRANSACTION_STATE_TOPIC", "Spawn", "TransactionCoordinatorHandle", "build_single_node_transactions",
+           "build_transaction_coordinator", "next_coordinator_epoch", "start_single_node_transactions"]
 
 #: runs a background job for the broker's lifetime (``Broker.spawn``: cancelled at stop)
 Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any]"]
@@ -98,13 +98,11 @@ def build_transaction_coordinator(cfg: BrokerConfig, clock: Clock, txn_log: Inte
     return TransactionCoordinatorHandle(coordinator, timer)
 
 
-async def start_single_node_transactions(cfg: BrokerConfig, clock: Clock, topics: TopicRegistry,
-                                         marker_writer: LocalMarkerWriter, epoch: int,
-                                         spawn: Spawn) -> TransactionCoordinatorHandle:
-    """A single node: it leads every ``__transaction_state`` partition, at the epoch of this start. The partitions
-    are loaded now when the topic exists (the transactions the previous run left prepared are then finished by a
-    job given to ``spawn``), else on first use (``handle.first_use``, as Kafka creates the topic on the first
-    FindCoordinator for a transactional id). Returns the started handle."""
+def build_single_node_transactions(cfg: BrokerConfig, clock: Clock, topics: TopicRegistry,
+                                   marker_writer: LocalMarkerWriter, epoch: int) -> TransactionCoordinatorHandle:
+    """A single node's transaction coordinator (it leads every ``__transaction_state`` partition, at the epoch of
+    this start), not started, nothing loaded: ``handle.first_use`` loads the partitions (creating the topic when
+    absent)."""
     txn_log = InternalTopicLog(topics, clock, TRANSACTION_STATE_TOPIC, cfg.transaction_state_log_num_partitions,
                                {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)})
     existing = topics.get(TRANSACTION_STATE_TOPIC)
@@ -119,9 +117,21 @@ async def start_single_node_transactions(cfg: BrokerConfig, clock: Clock, topics
         await coordinator.load_partition(partition, epoch, entries, complete_pending=False)
 
     handle.first_use = LoadOnFirstUse(txn_log, epoch, load)
+    return handle
+
+
+async def start_single_node_transactions(cfg: BrokerConfig, clock: Clock, topics: TopicRegistry,
+                                         marker_writer: LocalMarkerWriter, epoch: int,
+                                         spawn: Spawn) -> TransactionCoordinatorHandle:
+    """A single node: it leads every ``__transaction_state`` partition, at the epoch of this start. The partitions
+    are loaded now when the topic exists (the transactions the previous run left prepared are then finished by a
+    job given to ``spawn``), else on first use (``handle.first_use``, as Kafka creates the topic on the first
+    FindCoordinator for a transactional id). Returns the started handle."""
+    handle = build_single_node_transactions(cfg, clock, topics, marker_writer, epoch)
+    assert handle.first_use is not None
     if handle.first_use.exists:
         await handle.first_use.ensure()
-        spawn(_finish_pending(coordinator), "txn-complete-pending")
+        spawn(_finish_pending(handle.coordinator), "txn-complete-pending")
     handle.start()
     return handle
 

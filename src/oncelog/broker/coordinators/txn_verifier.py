@@ -11,7 +11,10 @@ appends. Only the first batch of a transaction on a partition needs it: once the
 ongoing transaction of that producer at that epoch, the coordinator has already said yes.
 
 Requests to one coordinator broker go one at a time, in the order the produce requests arrived, and each produce
-appends in the same step its answer arrives, so pipelined batches of one producer keep their order. Answers a
+appends in the same step its answer arrives; a later produce request of the same transactional id that needs no
+check waits for the earlier ones to be appended (:meth:`RemoteTxnVerifier.in_order`), so pipelined batches of one
+producer keep their order (a request appended ahead of one still being checked would have its sequence numbers
+refused as out of order, which librdkafka takes as fatal). Answers a
 producer can retry (the coordinator moving or loading, the network) become NOT_ENOUGH_REPLICAS, as Kafka maps them
 for the Produce API.
 """
@@ -19,8 +22,9 @@ for the Produce API.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from oncelog.cluster.model import NO_LEADER, ClusterView, TopicPartition
 from oncelog.coordinator.transaction.partitioner import partition_for
@@ -31,7 +35,7 @@ from oncelog.protocol.messages.add_partitions_to_txn_request import (
     AddPartitionsToTxnTransaction,
 )
 
-from ..peer_connections import PeerConnections
+from ..peer_connections import PeerConnections, PeerLink
 
 __all__ = ["RETRIABLE_AS_NOT_ENOUGH_REPLICAS", "RemoteTxnVerifier"]
 
@@ -47,12 +51,35 @@ RETRIABLE_AS_NOT_ENOUGH_REPLICAS = frozenset({
 
 
 class RemoteTxnVerifier:
-    def __init__(self, node_id: int, view: Callable[[], ClusterView], request_timeout_ms: int) -> None:
+    def __init__(self, node_id: int, view: Callable[[], ClusterView], request_timeout_ms: int,
+                 link: PeerLink | None = None) -> None:
         self.node_id = node_id
         self._view = view
-        self._peers = PeerConnections(node_id, lambda n: view().brokers.get(n), request_timeout_ms, "txn-verify")
+        self._peers = PeerConnections(node_id, lambda n: view().address(n), request_timeout_ms, "txn-verify",
+                                      link)
         self._order: dict[int, asyncio.Lock] = {}
+        self._last_append: dict[str, asyncio.Future[None]] = {}  # transactional id -> its latest waiting produce
         self.requests_sent = 0
+
+    def appending_after(self, transactional_id: str) -> asyncio.Future[None] | None:
+        """Done when the latest produce request of ``transactional_id`` still waiting to append has appended;
+        None when none is waiting."""
+        return self._last_append.get(transactional_id)
+
+    @contextlib.contextmanager
+    def in_order(self, transactional_id: str) -> Iterator[asyncio.Future[None] | None]:
+        """Queue a produce request of ``transactional_id`` behind the ones still waiting to append: yields the
+        future of the one before it (await it before appending; None if there is none) and, on leaving, marks this
+        one appended."""
+        before = self._last_append.get(transactional_id)
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._last_append[transactional_id] = mine
+        try:
+            yield before
+        finally:
+            mine.set_result(None)
+            if self._last_append.get(transactional_id) is mine:
+                del self._last_append[transactional_id]
 
     def coordinator_of(self, transactional_id: str) -> int:
         """The broker leading the transactional id's ``__transaction_state`` partition (NO_LEADER if none)."""

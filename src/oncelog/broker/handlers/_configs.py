@@ -17,6 +17,7 @@ from oncelog.storage import TOPIC_CONFIG_KEYS, LogConfig, UnknownTopicError
 from oncelog.security.acl import AclOperation, ResourceType
 
 from ..authorization import CLUSTER_NAME, allowed
+from ..group_configs import GROUP, alter_group_configs
 from ._common import error_for
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from oncelog.broker.cluster.node import ClusterNode
     from oncelog.broker.context import BrokerContext
 
-__all__ = ["TOPIC", "BROKER", "BROKER_LOGGER", "CONFIG_TYPE", "Source", "topic_entries", "apply_topic_overrides",
+__all__ = ["TOPIC", "BROKER", "BROKER_LOGGER", "GROUP", "CONFIG_TYPE", "Source", "topic_entries", "apply_topic_overrides",
            "alter_broker_configs", "check_resource",
            "alter_resources"]
 
@@ -126,6 +127,8 @@ def check_resource(broker: "BrokerContext", resource_type: int, name: str) -> tu
         if name not in ("", str(broker.config.node_id)):
             return ErrorCode.INVALID_REQUEST, f"this is broker {broker.config.node_id}, not {name}"
         return ErrorCode.NONE, None
+    if resource_type == GROUP:  # any group id, existing or not (Kafka 4.0's group configs)
+        return (ErrorCode.NONE, None) if name else (ErrorCode.INVALID_REQUEST, "a group config needs a group id")
     return ErrorCode.INVALID_REQUEST, f"config resource type {resource_type} is not supported"
 
 
@@ -165,7 +168,7 @@ BrokerChange = Callable[[dict[str, str]], dict[str, str]]
 
 #: a config resource type -> the ACL resource it is authorized on (Kafka's ``ConfigHelper``)
 _ACL_RESOURCE = {TOPIC: ResourceType.TOPIC, BROKER: ResourceType.CLUSTER, BROKER_LOGGER: ResourceType.CLUSTER,
-                 16: ResourceType.CLUSTER, 32: ResourceType.GROUP}  # 16: CLIENT_METRICS, 32: GROUP
+                 16: ResourceType.CLUSTER, GROUP: ResourceType.GROUP}  # 16: CLIENT_METRICS
 _REFUSED = {ResourceType.TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED,
             ResourceType.CLUSTER: ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
             ResourceType.GROUP: ErrorCode.GROUP_AUTHORIZATION_FAILED}
@@ -184,7 +187,9 @@ def config_refusal(broker: "BrokerContext", ctx: "RequestContext", op: AclOperat
 async def alter_resources(broker: "BrokerContext", resources: Sequence[R], validate_only: bool,
                           new_topic_set: Callable[[R, dict[str, str]], dict[str, str]],
                           broker_change: Callable[[R], BrokerChange],
-                          ctx: "RequestContext | None" = None) -> list[tuple[int, str | None]]:
+                          ctx: "RequestContext | None" = None,
+                          group_ops: Callable[[R], list[tuple[str, int, str | None]]] | None = None,
+                          ) -> list[tuple[int, str | None]]:
     """Both AlterConfigs APIs: (error code, message) per resource, in order. A TOPIC's new whole set of overrides is
     ``new_topic_set(resource, current overrides)``: in a cluster written to etcd (every replica applies it from the
     view), on a single node applied here. A BROKER resource in a cluster: ``broker_change(resource)`` turns its
@@ -194,12 +199,19 @@ async def alter_resources(broker: "BrokerContext", resources: Sequence[R], valid
     out: list[tuple[int, str | None]] = []
     for res in resources:
         name = res.resource_name
+        if res.resource_type == GROUP and group_ops is None:  # AlterConfigs (33): Kafka's group configs are
+            out.append((ErrorCode.INVALID_REQUEST, "group configs are changed with IncrementalAlterConfigs"))
+            continue
         refused = config_refusal(broker, ctx, AclOperation.ALTER_CONFIGS, res.resource_type, name) \
             if ctx is not None else None
         code, message = refused or check_resource(broker, res.resource_type, name)
         try:
             if code:
                 pass
+            elif res.resource_type == GROUP:
+                assert group_ops is not None
+                code, message = await alter_group_configs(broker.security_store, broker.config, name,
+                                                          group_ops(res), validate_only)
             elif res.resource_type == TOPIC:
                 new = new_topic_set(res, topic_overrides(broker, name))
                 if node is not None:

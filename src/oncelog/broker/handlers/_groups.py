@@ -17,7 +17,9 @@ NOT_AVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
 def coordinator(broker: BrokerContext) -> GroupCoordinator | None:
-    """The broker's GroupCoordinator, or None until the broker has loaded it."""
+    """The broker's GroupCoordinator (built now if it waits for its first use), or None until the broker has loaded
+    it."""
+    broker.load_coordinators()
     return broker.group_coordinator
 
 

@@ -64,6 +64,7 @@ def verify_transaction(broker: "BrokerContext", partition: "Partition", producer
                        transactional_id: str | None, verified: dict[TopicPartition, int] | None) -> int:
     """NONE if the batch may be appended, else the error code to answer (PRODUCER_FENCED for a stale epoch).
     ``verified`` is set when the transaction's coordinator is on another broker: the answers it gave."""
+    broker.load_coordinators()
     coordinator = broker.txn_coordinator
     if coordinator is None:
         return int(ErrorCode.COORDINATOR_NOT_AVAILABLE)

@@ -10,7 +10,7 @@ from oncelog.protocol.messages.describe_cluster_response import DescribeClusterB
 from oncelog.security.acl import AclOperation, ResourceType
 
 from ..authorization import allowed, authorized_operations
-from ._cluster_metadata import controller_id
+from ._cluster_metadata import brokers, controller_id, served_brokers
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
@@ -23,7 +23,7 @@ MAX_VERSION = 1
 
 def handle(broker: "BrokerContext", ctx: "RequestContext",
            request: DescribeClusterRequest) -> DescribeClusterResponse:
-    return _with_authorized_operations(broker, ctx, request, _describe(broker, request))
+    return _with_authorized_operations(broker, ctx, request, _describe(broker, ctx, request))
 
 
 def _with_authorized_operations(broker: "BrokerContext", ctx: "RequestContext", request: DescribeClusterRequest,
@@ -35,15 +35,16 @@ def _with_authorized_operations(broker: "BrokerContext", ctx: "RequestContext", 
     return response
 
 
-def _describe(broker: "BrokerContext", request: DescribeClusterRequest) -> DescribeClusterResponse:
+def _describe(broker: "BrokerContext", ctx: "RequestContext", request: DescribeClusterRequest
+              ) -> DescribeClusterResponse:
     if broker.cluster is not None:
         view = broker.cluster.view
         return DescribeClusterResponse(
             throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=request.endpoint_type,
             cluster_id=view.cluster_id, controller_id=controller_id(view),
             brokers=[DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-                     for b in sorted(view.brokers.values(), key=lambda b: b.node_id)])
-    host, port = broker.config.advertised
+                     for b in brokers(served_brokers(view, broker.cluster.registration), ctx.listener)])
+    host, port = broker.config.advertised_for(ctx.listener)
     node = broker.config.node_id
     return DescribeClusterResponse(throttle_time_ms=0, error_code=0, error_message=None,
                                    endpoint_type=request.endpoint_type, cluster_id=broker.cluster_id,

@@ -1,4 +1,5 @@
-"""DescribeConfigs (32): topic configs (overrides and defaults) and the broker's settings.
+"""DescribeConfigs (32): topic configs (overrides and defaults), the broker's settings and a group's configs
+(``oncelog.broker.group_configs``: source GROUP_CONFIG for the group's own value).
 
 Sources as Kafka reports them: DYNAMIC_TOPIC_CONFIG for a topic override, DYNAMIC_BROKER_CONFIG /
 DYNAMIC_DEFAULT_BROKER_CONFIG for a broker setting changed at run time for this broker / cluster-wide (in a
@@ -26,7 +27,8 @@ from oncelog.protocol.messages.describe_configs_response import (
 from oncelog.broker.dynamic_config import BrokerEntry, Synonym, default_entries
 from oncelog.security.acl import AclOperation
 
-from ._configs import BROKER, CONFIG_TYPE, TOPIC, Source, check_resource, config_refusal, topic_entries
+from ..group_configs import group_entries
+from ._configs import BROKER, CONFIG_TYPE, GROUP, TOPIC, Source, check_resource, config_refusal, topic_entries
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext
@@ -53,6 +55,8 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
         if res.resource_type == TOPIC:
             entries = [BrokerEntry(key, value, source, ktype, doc, False, syns)
                        for key, value, source, ktype, doc, syns in topic_entries(broker, res.resource_name)]
+        elif res.resource_type == GROUP:
+            entries = group_entries(broker.security_store, broker.config, res.resource_name)
         else:
             assert res.resource_type == BROKER
             entries = _broker_entries(broker, res.resource_name)
@@ -62,9 +66,11 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
             synonyms = [DescribeConfigsSynonym(name=s.name, value=s.value, source=s.source)
                         for s in (e.synonyms or (Synonym(e.key, e.value, e.source),))] \
                 if request.include_synonyms else []
+            sensitive = e.type == "PASSWORD"  # Kafka answers a password's value as null
             out.configs.append(DescribeConfigsResourceResult(
-                name=e.key, value=e.value, read_only=e.read_only, is_default=e.source == Source.DEFAULT,
-                config_source=e.source, is_sensitive=False, synonyms=synonyms,
+                name=e.key, value=None if sensitive else e.value, read_only=e.read_only,
+                is_default=e.source == Source.DEFAULT, config_source=e.source, is_sensitive=sensitive,
+                synonyms=[] if sensitive else synonyms,
                 config_type=CONFIG_TYPE.get(e.type, 0),
                 documentation=e.doc if request.include_documentation else None))
     return DescribeConfigsResponse(throttle_time_ms=0, results=results)

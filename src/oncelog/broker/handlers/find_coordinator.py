@@ -54,17 +54,17 @@ def _check(key_type: int, key: str) -> _Answer | None:
     return None
 
 
-def _local(broker: "BrokerContext", key_type: int, key: str) -> _Answer:
+def _local(broker: "BrokerContext", key_type: int, key: str, listener: str) -> _Answer:
     refused = _check(key_type, key)
     if refused is not None:
         return refused
     if not broker.coordinator_available(key_type):
         return _Answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator is loading; retry shortly")
-    host, port = broker.config.advertised
+    host, port = broker.config.advertised_for(listener)  # the address of the listener the client came in on
     return _Answer(ErrorCode.NONE, None, broker.config.node_id, host, port)
 
 
-async def _in_cluster(broker: "BrokerContext", key_type: int, keys: list[str]) -> list[_Answer]:
+async def _in_cluster(broker: "BrokerContext", key_type: int, keys: list[str], listener: str) -> list[_Answer]:
     node, creator = broker.cluster, broker.auto_creator
     assert node is not None and creator is not None
     topic = _TOPIC.get(key_type)
@@ -87,12 +87,13 @@ async def _in_cluster(broker: "BrokerContext", key_type: int, keys: list[str]) -
         index = partition_for(key, meta.num_partitions)
         state = view.partition(topic, index)
         leader = state.leader if state is not None else NO_LEADER
-        info = view.brokers.get(leader) if leader != NO_LEADER else None
-        if info is None:
+        info = view.counted_on.get(leader) if leader != NO_LEADER else None
+        address = info.endpoint(listener) if info is not None else None  # on the client's listener
+        if info is None or address is None:
             answers.append(_Answer(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                   f"{topic}-{index} has no live leader now; retry"))
+                                   f"{topic}-{index} has no live leader with listener {listener} now; retry"))
         else:
-            answers.append(_Answer(ErrorCode.NONE, None, info.node_id, info.host, info.port))
+            answers.append(_Answer(ErrorCode.NONE, None, info.node_id, *address))
     return answers
 
 
@@ -109,7 +110,7 @@ def _response(ctx: "RequestContext", keys: list[str], answers: list[_Answer]) ->
 async def _answer_in_cluster(broker: "BrokerContext", ctx: "RequestContext", key_type: int,
                              keys: list[str], refused: dict[str, _Answer]) -> FindCoordinatorResponse:
     asked = [k for k in keys if k not in refused]
-    found = dict(zip(asked, await _in_cluster(broker, key_type, asked))) if asked else {}
+    found = dict(zip(asked, await _in_cluster(broker, key_type, asked, ctx.listener))) if asked else {}
     return _response(ctx, keys, [refused.get(k) or found[k] for k in keys])
 
 
@@ -133,7 +134,7 @@ async def _answer_once_loaded(broker: "BrokerContext", ctx: "RequestContext", ke
         why = f"{_TOPIC[key_type]} could not be created or loaded; retry"
         return _response(ctx, keys, [refused.get(k) or _check(key_type, k)
                                      or _Answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, why) for k in keys])
-    return _response(ctx, keys, [refused.get(k) or _local(broker, key_type, k) for k in keys])
+    return _response(ctx, keys, [refused.get(k) or _local(broker, key_type, k, ctx.listener) for k in keys])
 
 
 def handle(broker: "BrokerContext", ctx: "RequestContext",
@@ -142,8 +143,9 @@ def handle(broker: "BrokerContext", ctx: "RequestContext",
     refused = _unauthorized(broker, ctx, request.key_type, keys)
     if broker.cluster is not None:
         return _answer_in_cluster(broker, ctx, request.key_type, keys, refused)
+    broker.load_coordinators()  # a fresh single node builds its coordinators on the first request for one
     first_use = broker.internal_topics.get(request.key_type)
     if first_use is not None and not first_use.loaded and any(
             _check(request.key_type, k) is None and k not in refused for k in keys):
         return _answer_once_loaded(broker, ctx, request.key_type, keys, refused)
-    return _response(ctx, keys, [refused.get(k) or _local(broker, request.key_type, k) for k in keys])
+    return _response(ctx, keys, [refused.get(k) or _local(broker, request.key_type, k, ctx.listener) for k in keys])

@@ -1,5 +1,6 @@
-"""IncrementalAlterConfigs (44): SET / DELETE / APPEND / SUBTRACT single config keys of a topic, or (in a
-cluster) of a broker's dynamic configs (name: this broker's node id) or of the cluster-wide default (name "").
+"""IncrementalAlterConfigs (44): SET / DELETE / APPEND / SUBTRACT single config keys of a topic, of a group
+(``oncelog.broker.group_configs``), or (in a cluster) of a broker's dynamic configs (name: this broker's node id) or
+of the cluster-wide default (name "").
 
 On a single node (no etcd) broker settings stay static: a BROKER resource is refused with INVALID_REQUEST, as
 before dynamic configs existed (set them in the TOML file and restart)."""
@@ -97,7 +98,7 @@ def _apply_broker(current: dict[str, str], ops: Sequence[AlterableConfig]) -> di
 async def handle(broker: "BrokerContext", ctx: "RequestContext",
                  request: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
     outcomes = await alter_resources(broker, request.resources, request.validate_only, _topic_ops, _broker_ops,
-                                     ctx)
+                                     ctx, _group_ops)
     return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=[
         AlterConfigsResourceResponse(error_code=code, error_message=message, resource_type=res.resource_type,
                                      resource_name=res.resource_name)
@@ -108,6 +109,10 @@ def _topic_ops(res: AlterConfigsResource, current: dict[str, str]) -> dict[str, 
     for c in res.configs:
         _apply(current, c.name, c.config_operation, c.value)
     return current
+
+
+def _group_ops(res: AlterConfigsResource) -> list[tuple[str, int, str | None]]:
+    return [(c.name, c.config_operation, c.value) for c in res.configs]
 
 
 def _broker_ops(res: AlterConfigsResource) -> BrokerChange:

@@ -104,7 +104,7 @@ def _handle(broker: "BrokerContext", ctx: "RequestContext",
     if broker.cluster is not None:
         return handle_metadata(broker, broker.cluster, ctx, request)
     node = broker.config.node_id
-    host, port = broker.config.advertised
+    host, port = broker.config.advertised_for(ctx.listener)
     topics: list[MetadataResponseTopic] = []
     auto = request.allow_auto_topic_creation if ctx.api_version >= 4 else True
     if request.topics is None or (ctx.api_version == 0 and not request.topics):

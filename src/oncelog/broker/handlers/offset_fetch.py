@@ -47,18 +47,19 @@ def _grouped(offsets: list[FetchedOffset]) -> dict[str, list[FetchedOffset]]:
 
 async def _one(gc: GroupCoordinator | None, group_id: str,
                topics: Sequence[OffsetFetchRequestTopic | OffsetFetchRequestTopics] | None,
-               stable: bool, may: _Check) -> tuple[int, list[FetchedOffset]]:
+               stable: bool, may: _Check, member_id: str | None = None,
+               member_epoch: int = -1) -> tuple[int, list[FetchedOffset]]:
     if not may(ResourceType.GROUP, group_id):
         return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
     if gc is None:
         return NOT_AVAILABLE, []
     if topics is None:  # every committed offset: only of the topics the principal may describe
-        code, offsets = await gc.fetch_offsets(group_id, None, stable)
+        code, offsets = await gc.fetch_offsets(group_id, None, stable, member_id, member_epoch)
         return code, [f for f in offsets if may(ResourceType.TOPIC, f.topic)]
     refused = [FetchedOffset(t.name, p, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                for t in topics if not may(ResourceType.TOPIC, t.name) for p in t.partition_indexes]
     wanted = [(t.name, list(t.partition_indexes)) for t in topics if may(ResourceType.TOPIC, t.name)]
-    code, offsets = await gc.fetch_offsets(group_id, wanted, stable)
+    code, offsets = await gc.fetch_offsets(group_id, wanted, stable, member_id, member_epoch)
     return code, offsets + refused if not code else offsets
 
 
@@ -68,7 +69,9 @@ async def _handle(gc: GroupCoordinator | None, version: int,
     if version >= 8:
         groups = []
         for g in request.groups:
-            code, offs = await _one(gc, g.group_id, g.topics, stable, may)
+            # v9 (KIP-848): a member of a consumer group names itself and its epoch, checked by the coordinator
+            member = (g.member_id, g.member_epoch) if version >= 9 else (None, -1)
+            code, offs = await _one(gc, g.group_id, g.topics, stable, may, *member)
             groups.append(OffsetFetchResponseGroup(group_id=g.group_id, error_code=code, topics=[
                 OffsetFetchResponseTopics(name=t, partitions=[
                     OffsetFetchResponsePartitions(partition_index=f.partition, committed_offset=f.offset,

@@ -26,15 +26,15 @@ from oncelog.protocol.messages.produce_response import (
 )
 from oncelog.protocol.record_decode import keyless_records_in
 from oncelog.protocol.records import (
+    BATCH_HEADER_SIZE,
     BatchHeader,
     CorruptRecordError,
     InvalidRecordError,
     UnsupportedMagicError,
+    parse_batch_header,
     set_max_timestamp_log_append,
     validate_batches,
 )
-
-from oncelog.protocol.record_batch import parse_batch_header
 from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.storage import DuplicateSequenceError, ProducerStateError
 
@@ -92,6 +92,7 @@ def _append_one(broker: "BrokerContext", partition: "Partition", records: memory
                                  f"{partition.index} refused")
             return None
         if code == ErrorCode.NOT_ENOUGH_REPLICAS:
+            note_refused(partition, records)
             out.error_code = code
             out.error_message = (f"the transaction of producer {first.producer_id} could not be checked with its "
                                  f"coordinator now (moving, loading or unreachable); retry")
@@ -158,6 +159,20 @@ def _every_record_has_a_key(partition: "Partition", records: memoryview | bytes,
     return True
 
 
+def note_refused(partition: "Partition", records: object) -> None:
+    """An idempotent batch refused before the append with a retriable error: the batches of that producer
+    pipelined behind it get the same answer, not OUT_OF_ORDER_SEQUENCE_NUMBER, until it is retried
+    (``ProducerStateManager.note_refused``)."""
+    if not isinstance(records, (bytes, bytearray, memoryview)) or len(records) < BATCH_HEADER_SIZE:
+        return
+    try:
+        h = parse_batch_header(records, 0)
+    except Exception:  # noqa: BLE001 - a malformed batch: nothing to note
+        return
+    if h.producer_id >= 0:
+        partition.log.producer_state_manager.note_refused(h.producer_id, h.producer_epoch, h.base_sequence)
+
+
 def _may_append(partition: "Partition", acks: int, out: PartitionProduceResponse) -> bool:
     """In a cluster: this broker leads the partition, and for acks=all the ISR has min.insync.replicas."""
     where = f"{partition.topic}-{partition.index}"
@@ -207,17 +222,25 @@ def handle(broker: "BrokerContext", ctx: "RequestContext", request: ProduceReque
     checks = remote_checks(broker, request)
     if checks is None:  # not transactional, or its coordinator is here (or a single node): checked in the append
         return _append_all(broker, request, None, denied)
-    if not checks[2]:  # the coordinator is on another broker, and every transaction is ongoing here already
-        return _append_all(broker, request, {}, denied)
+    assert broker.txn_verifier is not None and request.transactional_id
+    if not checks[2] and broker.txn_verifier.appending_after(request.transactional_id) is None:
+        return _append_all(broker, request, {}, denied)  # every transaction ongoing here already, nothing before it waits
     return _verified_then_appended(broker, request, checks, denied)
 
 
 async def _verified_then_appended(broker: "BrokerContext", request: ProduceRequest, checks: RemoteChecks,
                                   denied: frozenset[str]) -> object:
-    assert broker.txn_verifier is not None and request.transactional_id
+    """Check the transaction with its coordinator, then append: after every earlier request of the same
+    transactional id, even one that needs no check itself (a pipelined request whose batches follow a batch still
+    being checked must not be appended before it: its sequence numbers would be out of order)."""
+    verifier = broker.txn_verifier
+    assert verifier is not None and request.transactional_id
     pid, epoch, partitions = checks
-    verified = await broker.txn_verifier.verify(request.transactional_id, pid, epoch, partitions)
-    result = _append_all(broker, request, verified, denied)  # in the step the answer arrived: appends keep order
+    with verifier.in_order(request.transactional_id) as before:
+        verified = await verifier.verify(request.transactional_id, pid, epoch, partitions) if partitions else {}
+        if before is not None:
+            await before
+        result = _append_all(broker, request, verified, denied)  # in the step it may: appends keep their order
     if isinstance(result, ProduceResponse) or result is NO_RESPONSE:
         return result
     assert isinstance(result, Awaitable)
@@ -249,6 +272,8 @@ def _append_all(broker: "BrokerContext", request: ProduceRequest,
                 out.error_code, out.error_message = ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not 0, 1 or -1"
                 continue
             if partition.replicated and not _may_append(partition, acks, out):
+                if out.error_code == ErrorCode.NOT_ENOUGH_REPLICAS:
+                    note_refused(partition, pdata.records)
                 continue
             last = _append_one(broker, partition, pdata.records, out, request.transactional_id, verified)
             if last is None or acks != -1:

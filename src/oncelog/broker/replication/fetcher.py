@@ -41,7 +41,7 @@ from oncelog.protocol.messages.offset_for_leader_epoch_request import (
 from oncelog.protocol.record_batch import CorruptRecordError, validate_batches
 from oncelog.storage import UnexpectedAppendOffsetError
 
-from ..peer_connections import PeerConnections
+from ..peer_connections import PeerConnections, PeerLink
 
 if TYPE_CHECKING:
     from oncelog.cluster.model import BrokerInfo
@@ -69,6 +69,7 @@ class FetcherConfig:
     max_bytes: int = 1048576  # per partition
     backoff_ms: int = 1000
     socket_timeout_ms: int = 30_000
+    link: PeerLink = PeerLink()  # the leaders' inter-broker listener, with this broker's credentials
 
 
 def epoch_end_for(entries: list[tuple[int, int]], log_end: int, epoch: int) -> tuple[int, int] | None:
@@ -118,7 +119,7 @@ class ReplicaFetcher:
         self._address = address  # a node id's live registration (also gives this broker's epoch)
         self.partitions: dict[tuple[str, int], _State] = {}
         self._changed = asyncio.Event()
-        self._peers = PeerConnections(config.node_id, address, config.socket_timeout_ms, "replica")
+        self._peers = PeerConnections(config.node_id, address, config.socket_timeout_ms, "replica", config.link)
         self._task: asyncio.Task[None] | None = None
         self.fetches = 0
         self.session = FetchSessionHandler(use_topic_ids=True)  # KIP-227: idle rounds list no partitions
@@ -194,10 +195,15 @@ class ReplicaFetcher:
                 await self._pause(backoff)
 
     async def _pause(self, seconds: float) -> None:
-        """Sleep, but wake early when partitions are handed over (a new view)."""
+        """Sleep, but wake early when partitions are handed over (a new view). asyncio.wait, not wait_for: a
+        cancellation (close()) that meets the wake-up would be swallowed by wait_for (gh-86296) and the loop would
+        run on, holding up the broker's shutdown."""
         self._changed.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), max(seconds, 0.001))
+        waiter = asyncio.ensure_future(self._changed.wait())
+        try:
+            await asyncio.wait({waiter}, timeout=max(seconds, 0.001))
+        finally:
+            waiter.cancel()
 
     async def _truncate(self, conn: BrokerConnection, states: dict[tuple[str, int], _State]) -> None:
         """One OffsetForLeaderEpoch round for the partitions not yet truncated (KIP-101/KIP-279)."""

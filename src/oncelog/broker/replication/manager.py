@@ -12,7 +12,9 @@ replica (docs/design/cluster.md, "A partition's roles on a broker"):
   as a compare-and-swap of the partition key (:func:`oncelog.cluster.partition_change.apply_isr_change`), one in
   flight per partition; the partition takes the new ISR when the view shows it.
 
-A lost session (the lease may have expired) stops every leadership until a view says otherwise.
+A lost session (etcd unreachable or stalled) changes nothing here: the replicas keep leading and following the last
+view until a newer one says otherwise (docs/design/cluster.md, "Riding out etcd"); a leader or follower whose
+registration is gone from the view (its lease expired while it kept running) is still reached at its last address.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from oncelog.storage import InvalidConfigError, LogConfig
 from ..config import BrokerConfig
 from ..metrics import BrokerMetrics
 from ..partition import Partition, Role
+from ..peer_connections import peer_link
 from .fetcher import FetcherConfig, ReplicaFetcherManager
 from ..topics import TopicRegistry
 
@@ -58,7 +61,7 @@ class ReplicaManager:
             FetcherConfig(config.node_id, durable, max_wait_ms=config.replica_fetch_wait_max_ms,
                           min_bytes=config.replica_fetch_min_bytes, max_bytes=config.replica_fetch_max_bytes,
                           backoff_ms=config.replica_fetch_backoff_ms,
-                          socket_timeout_ms=config.replica_socket_timeout_ms),
+                          socket_timeout_ms=config.replica_socket_timeout_ms, link=peer_link(config)),
             self._broker)
         self._listeners: list[Callable[[str, int, int | None], None]] = []
         #: ISR changes waiting for the writer, and those it is writing (Kafka's AlterPartitionManager: one write
@@ -67,7 +70,6 @@ class ReplicaManager:
         self._isr_writing: set[TopicPartition] = set()
         self._isr_writer: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
-        self.session_lost = False
         self.isr_shrinks = 0  # ISR changes this broker wrote as leader
         self.isr_expands = 0
 
@@ -79,7 +81,7 @@ class ReplicaManager:
         return {n: b.epoch for n, b in self.view.brokers.items() if not b.shutting_down}
 
     def _broker(self, node_id: int) -> BrokerInfo | None:
-        return self.view.brokers.get(node_id)
+        return self.view.address(node_id)
 
     def write_isr_change(self, partition: Partition, change: IsrChange) -> None:
         tp = (partition.topic, partition.index)
@@ -136,7 +138,6 @@ class ReplicaManager:
     # ------------------------------------------------------------------------------------------- ReplicaManagerLike
     def on_view(self, change: ViewChange) -> None:
         view = self.view = change.view
-        self.session_lost = False
         names = set(change.topics) | {t for t, _ in change.partitions}
         if change.since == 0:  # the whole view: local topics it does not have are strays
             names |= {v.name for v in self.topics}
@@ -227,16 +228,10 @@ class ReplicaManager:
         if was_leader:
             for cb in self._listeners:
                 cb(tp[0], tp[1], None)
-        if state.leader == NO_LEADER or state.leader not in view.brokers:
+        if state.leader == NO_LEADER or view.address(state.leader) is None:
             self.fetchers.unfollow(tp)
         else:
             self.fetchers.follow(p, state.leader, state.leader_epoch)
-
-    def on_session_lost(self) -> None:
-        self.session_lost = True
-        for p in self.topics.all_partitions():
-            if p.role is Role.LEADER:
-                self._stop(p)
 
     def _stop(self, p: Partition) -> None:
         """Stop serving ``p`` (listeners hear that this broker no longer leads it, if it did)."""

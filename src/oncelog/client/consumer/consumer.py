@@ -30,6 +30,7 @@ from ..topic_partition import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFS
 from ..topic_partition import TopicPartition as TP
 from .buffer import MessageBuffer, decode_chunk
 from .fetcher import Fetcher, TopicPartition
+from .consumer_group import HeartbeatCoordinator
 from .group import ConsumerCoordinator, RebalanceHooks
 from .subscription import SubscriptionMode, SubscriptionState
 
@@ -54,11 +55,11 @@ class AsyncConsumer:
         self.subscription = SubscriptionState()
         self.fetcher = Fetcher(self.cluster, c)
         self.fetcher.paused = self.subscription.paused
-        self.coordinator: ConsumerCoordinator | None = None
+        self.coordinator: ConsumerCoordinator | HeartbeatCoordinator | None = None
         if c.group_id is not None:
-            self.coordinator = ConsumerCoordinator(self.cluster, c, self.subscription,
-                                                   RebalanceHooks(self._revoked, self._lost, self._assigned,
-                                                                  self._before_join))
+            hooks = RebalanceHooks(self._revoked, self._lost, self._assigned, self._before_join)
+            kind = HeartbeatCoordinator if c.group_protocol == "consumer" else ConsumerCoordinator  # KIP-848
+            self.coordinator = kind(self.cluster, c, self.subscription, hooks)
         self._buffer = MessageBuffer()
         self._stored: dict[TopicPartition, int] = {}  # offsets commit() commits (last returned + 1, or stored)
         self._last_committed: dict[TopicPartition, int] = {}
@@ -86,7 +87,7 @@ class AsyncConsumer:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def _group(self, what: str) -> ConsumerCoordinator:
+    def _group(self, what: str) -> ConsumerCoordinator | HeartbeatCoordinator:
         if self.coordinator is None:
             raise ConfigError(f"{what} needs a consumer group: set group.id in the consumer configuration")
         return self.coordinator

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["GroupConfig"]
 
@@ -17,3 +17,10 @@ class GroupConfig:
     offsets_retention_ms: int = 10080 * 60_000  # offsets.retention.minutes
     offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
     offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
+    # consumer groups (KIP-848)
+    consumer_session_timeout_ms: int = 45_000  # group.consumer.session.timeout.ms
+    consumer_heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
+    consumer_max_size: int = 2_147_483_647  # group.consumer.max.size
+    #: group.consumer.assignors: the server-side assignors by name, the first the default
+    consumer_assignors: list[str] = field(default_factory=lambda: ["uniform", "range"])
+    consumer_migration_policy: str = "bidirectional"  # group.consumer.migration.policy

@@ -38,6 +38,9 @@ from oncelog.coordinator.runtime import (
 )
 from oncelog.coordinator.transaction.partitioner import partition_for
 from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.messages import consumer_group_describe_response as cgd
+from oncelog.protocol.messages.consumer_group_heartbeat_request import ConsumerGroupHeartbeatRequest
+from oncelog.protocol.messages.consumer_group_heartbeat_response import ConsumerGroupHeartbeatResponse
 from oncelog.protocol.messages.delete_groups_response import DeletableGroupResult
 from oncelog.protocol.messages.describe_groups_response import DescribedGroup
 from oncelog.protocol.messages.heartbeat_request import HeartbeatRequest
@@ -68,10 +71,11 @@ from .offsets import (
     fetch_offsets,
     txn_commit_error,
     txn_commit_offsets,
+    validate_fetch,
 )
 from .config import GroupConfig
 from .shard import GroupShard
-from .state import GroupState
+from .topic_image import TopicImage
 
 __all__ = ["GroupCoordinator", "TxnVerifier"]
 
@@ -84,11 +88,15 @@ TxnVerifier = Callable[[str, int, int, int], int]
 class GroupCoordinator:
     def __init__(self, group_log: CoordinatorLog, num_partitions: int, clock: Clock,
                  config: GroupConfig | None = None, partition_exists: Callable[[str, int], bool] | None = None,
-                 verify_transaction: TxnVerifier | None = None, write_timeout_ms: int | None = None) -> None:
+                 verify_transaction: TxnVerifier | None = None, write_timeout_ms: int | None = None,
+                 topics: TopicImage | None = None,
+                 group_overrides: Callable[[str], dict[str, str]] | None = None) -> None:
         self.num_partitions = num_partitions
         self.clock = clock
         self.config = config or GroupConfig()
         self.partition_exists = partition_exists
+        self.topics = topics  # what consumer groups (KIP-848) read of the topics
+        self.group_overrides = group_overrides  # a group's dynamic configs (ConfigResource GROUP)
         self.verify_transaction = verify_transaction
         #: told of a timer deadline (monotonic ms) sooner than every other one scheduled (the broker re-arms)
         self.on_timer: Callable[[int], None] | None = None
@@ -96,7 +104,8 @@ class GroupCoordinator:
             group_log, self._make_shard, write_timeout_ms=write_timeout_ms)
 
     def _make_shard(self, partition: int) -> GroupShard:
-        return GroupShard(partition, self.clock, self.config, self.partition_exists, on_timer=self._timer_scheduled)
+        return GroupShard(partition, self.clock, self.config, self.partition_exists, on_timer=self._timer_scheduled,
+                          topics=self.topics, group_overrides=self.group_overrides)
 
     def _timer_scheduled(self, deadline: int) -> None:
         if self.on_timer is not None:
@@ -150,8 +159,7 @@ class GroupCoordinator:
     async def join_group(self, req: JoinGroupRequest, version: int, client_id: str,
                          client_host: str) -> JoinGroupResponse:
         try:
-            fut = await self._run(req.group_id, lambda s: membership.join_group(s.group_manager, req, version, client_id,
-                                                                                 client_host))
+            fut = await self._run(req.group_id, lambda s: s.classic_join(req, version, client_id, client_host))
         except CoordinatorError as e:
             return membership.join_error(e.code, req.member_id)
         # The future is the member's parked JoinGroup, owned by the group: a caller cancelled because its client's
@@ -162,7 +170,7 @@ class GroupCoordinator:
 
     async def sync_group(self, req: SyncGroupRequest, version: int) -> SyncGroupResponse:
         try:
-            fut = await self._run(req.group_id, lambda s: membership.sync_group(s.group_manager, req, version))
+            fut = await self._run(req.group_id, lambda s: s.classic_sync(req, version))
         except CoordinatorError as e:
             return membership.sync_error(e.code)
         return await asyncio.shield(fut)  # the parked SyncGroup: as in join_group
@@ -170,8 +178,8 @@ class GroupCoordinator:
     async def heartbeat(self, req: HeartbeatRequest, version: int) -> HeartbeatResponse:
         instance_id = req.group_instance_id if version >= 3 else None
         try:
-            return await self._run(req.group_id, lambda s: membership.heartbeat(  # type: ignore[no-any-return]
-                s.group_manager, req.group_id, req.generation_id, req.member_id, instance_id), req.member_id)
+            return await self._run(req.group_id, lambda s: s.classic_heartbeat(  # type: ignore[no-any-return]
+                req.group_id, req.generation_id, req.member_id, instance_id), req.member_id)
         except CoordinatorError as e:
             return HeartbeatResponse(error_code=e.code)
 
@@ -179,7 +187,7 @@ class GroupCoordinator:
         members = list(req.members) if version >= 3 else [MemberIdentity(member_id=req.member_id)]
         try:
             return await self._run(req.group_id,  # type: ignore[no-any-return]
-                                   lambda s: membership.leave_group(s.group_manager, req.group_id, members))
+                                   lambda s: s.classic_leave(req.group_id, members))
         except CoordinatorError as e:
             return LeaveGroupResponse(error_code=e.code)
 
@@ -194,14 +202,19 @@ class GroupCoordinator:
                 for p in t.partitions]) for t in req.topics])
 
     async def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
-                            require_stable: bool) -> tuple[int, list[FetchedOffset]]:
-        """(group error code, offsets). Served from memory once the partition is loaded."""
+                            require_stable: bool, member_id: str | None = None,
+                            member_epoch: int = -1) -> tuple[int, list[FetchedOffset]]:
+        """(group error code, offsets). Served from memory once the partition is loaded. ``member_id`` /
+        ``member_epoch`` (OffsetFetch v9+) are checked against a consumer group's member."""
         partition = self.partition_for(group_id)
         shard = self.runtime.shard(partition)
         if shard is None:
             code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self.runtime.is_loading(partition) \
                 else ErrorCode.NOT_COORDINATOR
             return code, []
+        refused = validate_fetch(shard.offset_manager, group_id, member_id, member_epoch)
+        if refused:
+            return refused, []
         return ErrorCode.NONE, fetch_offsets(shard.offset_manager, group_id, topics, require_stable)
 
     async def delete_offsets(self, req: OffsetDeleteRequest) -> OffsetDeleteResponse:
@@ -265,17 +278,41 @@ class GroupCoordinator:
         return shard.describe(group_id)
 
     def list_groups(self, states: list[str] | None = None, types: list[str] | None = None) -> list[ListedGroup]:
-        wanted: set[GroupState] | None = None
-        if states:
-            wanted = {s for s in (GroupState.from_name(n) for n in states) if s is not None}
-        if types and "classic" not in {t.lower() for t in types}:
-            return []
+        """Groups of both types (ListGroups v4 states filter, v5 types filter: case-insensitive)."""
+        wanted = {n.strip().lower() for n in states} if states else None
+        kinds = {t.strip().lower() for t in types} if types else None
         out: list[ListedGroup] = []
         for _, shard in sorted(self.runtime.shards().items()):
-            out += shard.list_groups(wanted)
+            out += shard.list_groups(wanted, kinds)
         return out
 
+    # ------------------------------------------------------------------ consumer groups (KIP-848)
+    async def consumer_group_heartbeat(self, req: ConsumerGroupHeartbeatRequest, version: int, client_id: str,
+                                       client_host: str, describable: Callable[[str], bool] | None = None,
+                                       ) -> ConsumerGroupHeartbeatResponse:
+        """ConsumerGroupHeartbeat. ``describable(topic)``: may the member describe the topic (regex matches)."""
+        partition = self.partition_for(req.group_id)
+        try:
+            return await self.runtime.run(partition, lambda s: s.consumer_heartbeat(
+                req, version, client_id, client_host, describable))
+        except CoordinatorError as e:
+            return ConsumerGroupHeartbeatResponse(error_code=e.code)
+
+    def consumer_group_describe(self, group_id: str) -> cgd.DescribedGroup:
+        """ConsumerGroupDescribe of one group, from memory once its partition is loaded."""
+        partition = self.partition_for(group_id)
+        shard = self.runtime.shard(partition)
+        if shard is None:
+            code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self.runtime.is_loading(partition) \
+                else ErrorCode.NOT_COORDINATOR
+            return cgd.DescribedGroup(group_id=group_id, error_code=code)
+        if not group_id:
+            return cgd.DescribedGroup(group_id=group_id, error_code=ErrorCode.INVALID_GROUP_ID)
+        return shard.consumer_group_describe(group_id)
+
     def group(self, group_id: str) -> Any:
-        """The in-memory group (tests, diagnostics)."""
+        """The in-memory group, classic or consumer (tests, diagnostics)."""
         shard = self.runtime.shard(self.partition_for(group_id))
-        return None if shard is None else shard.groups.get(group_id)
+        if shard is None:
+            return None
+        return shard.groups.get(group_id) or shard.consumer_groups.get(group_id)

@@ -50,7 +50,9 @@ __all__ = [
     "join_group",
     "leave_group",
     "on_assignment_durable",
+    "prepare_rebalance",
     "remove_member",
+    "resolved",
     "sync_error",
     "sync_group",
 ]
@@ -117,6 +119,11 @@ class GroupMetadataManager:
 
 def _future() -> asyncio.Future[Any]:
     return asyncio.get_running_loop().create_future()
+
+
+def resolved(value: Any) -> asyncio.Future[Any]:
+    """A future that already holds ``value`` (an answer known at once)."""
+    return _resolved(value)
 
 
 def _resolved(value: Any) -> asyncio.Future[Any]:
@@ -343,6 +350,11 @@ def _rebalance_or_complete_join(manager: GroupMetadataManager, group: ClassicGro
     if group.can_rebalance():
         return _prepare_rebalance(manager, group)
     return _maybe_complete_join(manager, group)
+
+
+def prepare_rebalance(manager: GroupMetadataManager, group: ClassicGroup) -> list[Record]:
+    """Start a rebalance of a Stable/CompletingRebalance/Empty group (Kafka's prepareRebalance)."""
+    return _prepare_rebalance(manager, group)
 
 
 def _prepare_rebalance(manager: GroupMetadataManager, group: ClassicGroup) -> list[Record]:

@@ -38,7 +38,9 @@ from oncelog.protocol.messages.txn_offset_commit_response import (
     TxnOffsetCommitResponseTopic,
 )
 
+from . import consumer_admin
 from .config import GroupConfig
+from .consumer_group import ConsumerGroup, GroupError
 from .group import ClassicGroup
 from .records import offset_record, offset_tombstone
 from .state import GroupState
@@ -54,6 +56,7 @@ __all__ = [
     "fetch_offsets",
     "txn_commit_error",
     "txn_commit_offsets",
+    "validate_fetch",
 ]
 
 TP = tuple[str, int]
@@ -136,8 +139,10 @@ class OffsetMetadataManager:
     (looked up, never added or removed here), the broker's settings, the clock, and whether a partition exists."""
 
     def __init__(self, groups: Mapping[str, ClassicGroup], clock: Clock, config: GroupConfig,
-                 partition_exists: Callable[[str, int], bool] | None = None) -> None:
+                 partition_exists: Callable[[str, int], bool] | None = None,
+                 consumer_groups: Mapping[str, ConsumerGroup] | None = None) -> None:
         self.groups = groups
+        self.consumer_groups: Mapping[str, ConsumerGroup] = consumer_groups if consumer_groups is not None else {}
         self.clock = clock
         self.config = config
         self.partition_exists = partition_exists
@@ -197,12 +202,31 @@ def _partition_error(manager: OffsetMetadataManager, topic: str, partition: int,
     return ErrorCode.NONE
 
 
+def _validate_consumer_commit(group: ConsumerGroup, member_id: str, instance_id: str | None, epoch: int,
+                              transactional: bool, version: int, partitions: list[tuple[str, int]]) -> int:
+    try:
+        consumer_admin.validate_offset_commit(group, member_id, instance_id, epoch, transactional, version,
+                                              partitions)
+    except GroupError as e:
+        return e.code
+    return ErrorCode.NONE
+
+
 def commit_offsets(manager: OffsetMetadataManager, req: OffsetCommitRequest, version: int) -> CoordinatorResult[Any]:
     gid = req.group_id
     instance_id = req.group_instance_id if version >= 7 else None
     group = manager.groups.get(gid)
-    code = ErrorCode.INVALID_GROUP_ID if not gid else \
-        _validate_commit(group, req.generation_id_or_member_epoch, req.member_id, instance_id)
+    cgroup = manager.consumer_groups.get(gid)
+    epoch = req.generation_id_or_member_epoch
+    if not gid:
+        code: int = ErrorCode.INVALID_GROUP_ID
+    elif cgroup is not None:
+        code = _validate_consumer_commit(cgroup, req.member_id, instance_id, epoch, False, version,
+                                         [(t.name, p.partition_index) for t in req.topics for p in t.partitions])
+    elif group is None and epoch >= 0 and version >= 9:
+        code = ErrorCode.GROUP_ID_NOT_FOUND  # Kafka: v9+ (usable by both protocols) says the group is not there
+    else:
+        code = _validate_commit(group, epoch, req.member_id, instance_id)
     wall = manager.clock.wall_ms()
     retention = req.retention_time_ms if 2 <= version <= 4 else -1
     records: list[Record] = []
@@ -234,8 +258,12 @@ def txn_commit_offsets(manager: OffsetMetadataManager, req: TxnOffsetCommitReque
     member_id = req.member_id if version >= 3 else ""
     generation = req.generation_id if version >= 3 else -1
     instance_id = req.group_instance_id if version >= 3 else None
+    cgroup = manager.consumer_groups.get(gid)
     if not gid:
         code = ErrorCode.INVALID_GROUP_ID
+    elif cgroup is not None:
+        code = _validate_consumer_commit(cgroup, member_id, instance_id, generation, True, version,
+                                         [(t.name, p.partition_index) for t in req.topics for p in t.partitions])
     elif group is not None:
         if group.state is GroupState.DEAD:
             code = ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -281,6 +309,22 @@ class FetchedOffset:
     error_code: int = 0
 
 
+def validate_fetch(manager: OffsetMetadataManager, group_id: str, member_id: str | None, member_epoch: int) -> int:
+    """OffsetFetch v9+ from a member of a consumer group: its member epoch must be current (Kafka's
+    validateOffsetFetch: STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID). Any other group answers what it has (no group:
+    no offsets, as Kafka's fetchOffsets)."""
+    if member_id is None and member_epoch < 0:
+        return ErrorCode.NONE
+    cgroup = manager.consumer_groups.get(group_id)
+    if cgroup is None:
+        return ErrorCode.NONE
+    try:
+        consumer_admin.validate_offset_fetch(cgroup, member_id, member_epoch)
+    except GroupError as e:
+        return e.code
+    return ErrorCode.NONE
+
+
 def fetch_offsets(manager: OffsetMetadataManager, group_id: str, topics: list[tuple[str, list[int]]] | None,
                   require_stable: bool) -> list[FetchedOffset]:
     """Committed offsets of ``group_id`` (all of them when ``topics`` is None). Pending transactional offsets
@@ -312,12 +356,15 @@ def delete_offsets(manager: OffsetMetadataManager, req: OffsetDeleteRequest) -> 
     none of its members subscribes to (GROUP_SUBSCRIBED_TO_TOPIC)."""
     gid = req.group_id
     group = manager.groups.get(gid)
+    cgroup = manager.consumer_groups.get(gid)
     if not gid:
         return CoordinatorResult([], OffsetDeleteResponse(error_code=ErrorCode.INVALID_GROUP_ID))
-    if group is None or group.state is GroupState.DEAD:
-        return CoordinatorResult([], OffsetDeleteResponse(error_code=ErrorCode.GROUP_ID_NOT_FOUND))
     subscribed: set[str] | None = set()
-    if group.state is not GroupState.EMPTY:
+    if cgroup is not None:
+        subscribed = consumer_subscribed_topics(cgroup)
+    elif group is None or group.state is GroupState.DEAD:
+        return CoordinatorResult([], OffsetDeleteResponse(error_code=ErrorCode.GROUP_ID_NOT_FOUND))
+    elif group.state is not GroupState.EMPTY:
         if group.protocol_type != "consumer":
             return CoordinatorResult([], OffsetDeleteResponse(error_code=ErrorCode.NON_EMPTY_GROUP))
         subscribed = group.subscribed_topics()
@@ -337,16 +384,30 @@ def delete_offsets(manager: OffsetMetadataManager, req: OffsetDeleteRequest) -> 
     return CoordinatorResult(records, OffsetDeleteResponse(error_code=0, topics=topics))
 
 
+def consumer_subscribed_topics(group: ConsumerGroup) -> set[str]:
+    """Every topic a member of the consumer group subscribes to (Kafka's isSubscribedToTopic)."""
+    topics: set[str] = set()
+    for m in group.members.values():
+        topics |= group.member_topics(m)
+    return topics
+
+
 # -------------------------------------------------------------------------------------------------------- retention
 def expired_offset_records(manager: OffsetMetadataManager, group_id: str, now_wall: int) -> tuple[list[Record], bool]:
     """Tombstones for the offsets of ``group_id`` past retention (Kafka's ClassicGroup.offsetExpirationCondition
     and OffsetMetadataManager.cleanupExpiredOffsets). Returns (records, every offset of the group expired)."""
     store = manager.store
     group = manager.groups.get(group_id)
+    cgroup = manager.consumer_groups.get(group_id)
     retention_ms = manager.config.offsets_retention_ms
     offsets = store.group_offsets(group_id)
     subscribed: set[str] | None = None
-    if group is None or not group.protocol_type:
+    if cgroup is not None:
+        # Kafka's ConsumerGroup.offsetExpirationCondition: from each commit, topics no member subscribes to
+        subscribed = consumer_subscribed_topics(cgroup)
+        group = None
+        base_from_state = False
+    elif group is None or not group.protocol_type:
         base_from_state = False  # a simple group: counted from each commit
     elif group.state is GroupState.EMPTY:
         base_from_state = True  # counted from when the group became Empty
