@@ -28,7 +28,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from brokers import Broker, BrokerUnavailable, make_broker
+from brokers import Broker, BrokerUnavailable, make_broker  # noqa: E402 - bench/ is on the path first
 
 ALL_SCENARIOS = ["produce", "idempotent", "consume", "latency", "txn1000", "txn10"]
 ALL_BROKERS = ["oncelog", "tansu"]
