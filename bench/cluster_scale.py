@@ -38,8 +38,9 @@ from oncelog.testing.cluster import ClusterProcess
 
 TOPIC = "bench-scale"  # topics bench-scale-0, -1, ... of CHUNK partitions each
 METADATA_VERSION = 12
-#: partitions per topic: creating a partition costs each broker a few fsyncs on its event loop (~5-10 ms here), so a
-#: topic of thousands would stall every broker past its etcd session timeout (see docs/benchmarks.md)
+#: partitions per topic: each broker opens a new partition's log on its event loop (with an fsync per file, before
+#: new logs deferred them to their first flush: ~5-10 ms a partition here), so a topic of thousands would stall every
+#: broker past its etcd session timeout
 CHUNK = 250
 
 
