@@ -121,6 +121,7 @@ class ReplicaFetcher:
         self._changed = asyncio.Event()
         self._peers = PeerConnections(config.node_id, address, config.socket_timeout_ms, "replica", config.link)
         self._task: asyncio.Task[None] | None = None
+        self._closing = False  # close() was called: the loop ends even if a cancellation was swallowed
         self.fetches = 0
         self.session = FetchSessionHandler(use_topic_ids=True)  # KIP-227: idle rounds list no partitions
         #: the partitions the last round wanted, and their key in the session (topic id, partition)
@@ -153,6 +154,10 @@ class ReplicaFetcher:
     async def close(self) -> None:
         task, self._task = self._task, None
         if task is not None:
+            # the flag, not only the cancellation: before Python 3.12 wait_for (conn.send's timeout) returns the
+            # answer and drops a cancellation that meets it (gh-86296), and the loop would fetch on, holding up
+            # the broker's shutdown (seen: a controlled shutdown waiting 60 s for its fetcher)
+            self._closing = True
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
@@ -162,7 +167,7 @@ class ReplicaFetcher:
     async def _run(self) -> None:
         backoff = self.config.backoff_ms / 1000
         loop = asyncio.get_running_loop()
-        while True:
+        while not self._closing:
             now = loop.time()
             active = {k: s for k, s in self.partitions.items() if s.delayed_until <= now}
             if not active:
