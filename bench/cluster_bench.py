@@ -35,7 +35,11 @@ Memory (``--memory``): the resident set size of each broker process when idle, a
 partition ``id % 1000``): what a broker holds per partition (segment and index files are mapped, not read in) and per
 producer id (one entry in the partition's producer state, forgotten after ``producer.id.expiration.ms``).
 
-``--sections`` runs a subset (``throughput,latency,failover,txn``; all by default). Output: a markdown table
+Scale (``--partitions N``, the ``scale`` section, alone unless ``--sections`` names others): one topic of N
+partitions at RF=3: creation, idle CPU and RSS per broker, Metadata size and time, leader failover of every
+partition of a SIGKILLed broker, its start-up, controlled shutdown; see ``bench/cluster_scale.py``.
+
+``--sections`` runs a subset (``throughput,latency,failover,txn`` by default, ``scale``). Output: a markdown table
 (medians with min-max) and the exact command; ``--json`` writes every sample.
 """
 
@@ -44,6 +48,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -58,13 +63,15 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+import cluster_scale
 from oncelog.coordinator.transaction.partitioner import partition_for
 from oncelog.testing.broker_process import BrokerProcess
 from oncelog.testing.cluster import ClusterProcess
 
 PARTITIONS = 3
 TXN_TOPIC = "__transaction_state"
-SECTIONS = ("throughput", "latency", "failover", "txn")
+SECTIONS = ("throughput", "latency", "failover", "txn", "scale")
+DEFAULT_SECTIONS = ("throughput", "latency", "failover", "txn")
 TXN_RECORDS = 10  # per transaction, in the throughput rounds
 TXN_LINGER_MS = 35  # the latency rounds' linger.ms (librdkafka's 0055_producer_latency)
 SLOW_DELIVERY_MS = 100  # a delivery over this (linger + 65 ms) is counted
@@ -74,11 +81,12 @@ def log(msg: str) -> None:
     print(f"[cluster-bench] {msg}", file=sys.stderr, flush=True)
 
 
-def create(boot: str, topic: str, partitions: int, rf: int, configs: dict[str, str] | None = None) -> None:
+def create(boot: str, topic: str, partitions: int, rf: int, configs: dict[str, str] | None = None,
+           timeout: float = 30) -> None:
     admin = AdminClient({"bootstrap.servers": boot})
     for f in admin.create_topics([NewTopic(topic, partitions, rf, config=configs or {})],
-                                 operation_timeout=30).values():
-        f.result(30)
+                                 operation_timeout=timeout, request_timeout=timeout).values():
+        f.result(timeout)
 
 
 def producer_conf(boot: str, **extra: Any) -> dict[str, Any]:
@@ -153,9 +161,9 @@ def latency(boot: str, topic: str, samples: int) -> dict[str, float]:
     return {"p50_ms": out[len(out) // 2], "p99_ms": out[int(len(out) * 0.99)], "max_ms": out[-1]}
 
 
-def wait_isr(cluster: ClusterProcess, topic: str) -> None:
+def wait_isr(cluster: ClusterProcess, topic: str, timeout: float = 120) -> None:
     cluster.wait_for(lambda v: all(len(s.isr) == len(s.replicas) and s.leader in v.brokers
-                                   for _, s in v.topic_partitions(topic)), 120, f"{topic} fully in sync")
+                                   for _, s in v.topic_partitions(topic)), timeout, f"{topic} fully in sync")
 
 
 def leader_failover(cluster: ClusterProcess, topic: str) -> float:
@@ -389,12 +397,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--txn-rounds", type=int, default=3, help="transaction rounds per side (RF=3, single broker)")
     ap.add_argument("--transactions", type=int, default=500, help="transactions of 10 records per round")
     ap.add_argument("--txn-latency-samples", type=int, default=200, help="one-record transactions per round")
-    ap.add_argument("--sections", default=",".join(SECTIONS), help=f"a subset of {','.join(SECTIONS)}")
+    ap.add_argument("--sections", help=f"a subset of {','.join(SECTIONS)} (default: {','.join(DEFAULT_SECTIONS)}; "
+                    "only scale with --partitions)")
+    ap.add_argument("--partitions", type=int, help="the scale section's partition count (default 10,000)")
+    ap.add_argument("--idle-seconds", type=float, default=30.0, help="the scale section's idle CPU sample")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--memory", action="store_true", help="also measure RSS with 1,000 partitions and 10,000 "
                     "producer ids (after the other rounds)")
     a = ap.parse_args(argv)
-    sections = {x.strip() for x in a.sections.split(",") if x.strip()}
+    chosen = a.sections or ("scale" if a.partitions else ",".join(DEFAULT_SECTIONS))
+    sections = {x.strip() for x in chosen.split(",") if x.strip()}
     if not sections <= set(SECTIONS):
         ap.error(f"--sections: unknown {', '.join(sorted(sections - set(SECTIONS)))}; choose from {', '.join(SECTIONS)}")
 
@@ -407,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         *(f"{m}_{kind}" for m in ("txn_s", "txn_delivery_ms", "txn_commit_ms") for kind in ("rf3", "single")))}
     lat: dict[str, float] = {}
     mem: dict[str, dict[int, float]] = {}
+    scaled: dict[str, Any] = {}
     try:
         boot = cluster.bootstrap
         for r in range(a.rounds if "throughput" in sections else 0):
@@ -439,13 +452,22 @@ def main(argv: list[str] | None = None) -> int:
                 s = coordinator_failover(cluster, "bench-failover", f"bench-txn-{i}")
                 samples["coordinator_failover_s"].append(s)
                 log(f"coordinator failover {i}: {s:.2f} s")
+        if "scale" in sections:
+            scaled = cluster_scale.run(
+                cluster, a.partitions or 10_000, a.idle_seconds,
+                lambda topic, n, rf: create(boot, topic, n, rf, timeout=max(60.0, n / 50)),
+                lambda topic, timeout: wait_isr(cluster, topic, timeout), log)
         if a.memory:
             mem = memory(cluster)
             log(f"RSS MB per broker: {mem}")
+    except BaseException:
+        log(f"the brokers' and etcd's logs and data are kept in {base}")
+        raise
     finally:
         if single is not None and single.alive():
             single.stop()
         cluster.stop()
+    shutil.rmtree(base, ignore_errors=True)  # the scale section leaves ~0.5 GB at 10,000 partitions
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                          cwd=Path(__file__).resolve().parent).stdout.strip()
     rows: list[tuple[str, str]] = []
@@ -485,14 +507,19 @@ def main(argv: list[str] | None = None) -> int:
     for stage, per_broker in mem.items():
         rows.append((f"RSS per broker, {stage.replace('_', ' ')}, MB",
                      " / ".join(f"{v:.0f}" for _, v in sorted(per_broker.items()))))
+    if scaled:
+        rows += cluster_scale.rows(scaled)
     cmd = "python bench/cluster_bench.py " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:]))
-    print(f"\n`{cmd.strip()}` (git {rev}, {a.rounds} rounds of {a.messages} x {a.value_size} B, {a.txn_rounds} "
-          f"transaction rounds of {a.transactions} + {a.txn_latency_samples}, medians with min-max)\n")
+    if sections == {"scale"}:
+        print(f"\n`{cmd.strip()}` (git {rev})\n")
+    else:
+        print(f"\n`{cmd.strip()}` (git {rev}, {a.rounds} rounds of {a.messages} x {a.value_size} B, {a.txn_rounds} "
+              f"transaction rounds of {a.transactions} + {a.txn_latency_samples}, medians with min-max)\n")
     print("| measure | value |\n|---|---|")
     for name, value in rows:
         print(f"| {name} | {value} |")
     if a.json:
-        a.json.write_text(json.dumps({"samples": samples, "latency": lat, "memory": mem, "git": rev,
+        a.json.write_text(json.dumps({"samples": samples, "latency": lat, "memory": mem, "scale": scaled, "git": rev,
                                       "command": cmd}, indent=1))
     return 0
 

@@ -168,6 +168,7 @@ class BrokerConfig(SecuritySettings):
     transaction_state_log_min_isr: int = 2
     replica_lag_time_max_ms: int = 30_000
     replica_fetch_wait_max_ms: int = 500
+    max_incremental_fetch_session_cache_slots: int = 1000
     replica_fetch_max_bytes: int = 1048576
     replica_fetch_min_bytes: int = 1
     replica_fetch_backoff_ms: int = 1000
@@ -599,6 +600,8 @@ _SETTINGS: list[Setting] = [
             "`min.insync.replicas` of `__transaction_state`.", at_least(1)),
     Setting("replica.lag.time.max.ms", "replica_lag_time_max_ms", "LONG", _int, "A follower not caught up for "
             "this long leaves the ISR.", at_least(1), _MS),
+    Setting("max.incremental.fetch.session.cache.slots", "max_incremental_fetch_session_cache_slots", "INT", _int,
+            "Incremental fetch sessions (KIP-227) the broker keeps; 0 turns them off.", at_least(0)),
     Setting("replica.fetch.wait.max.ms", "replica_fetch_wait_max_ms", "INT", _int, "Longest wait of a "
             "follower's fetch for new records.", at_least(0), _MS),
     Setting("replica.fetch.max.bytes", "replica_fetch_max_bytes", "INT", _int, "Bytes a follower asks for per "

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from oncelog.clock import Clock
 
 from .coordinators.txn_order import AppendOrder
+from .fetch_session import FetchSessionCache
 
 if TYPE_CHECKING:
     from oncelog.coordinator.group.coordinator import GroupCoordinator
@@ -67,6 +68,8 @@ class BrokerContext:
     #: a single node: the internal topic of each coordinator (GROUP, TRANSACTION), created on first use
     internal_topics: Mapping[int, LoadOnFirstUse] = field(default_factory=dict)
     quotas: ClientQuotaManager | None = None  # client quotas: the connection and the Fetch handler charge requests
+    #: incremental fetch sessions (KIP-227), ``max.incremental.fetch.session.cache.slots`` of them
+    fetch_sessions: FetchSessionCache = field(init=False)
     auth: BrokerAuth | None = None  # the listeners' TLS and SASL, the credentials they check (auth.py)
     #: a single node on a fresh data folder: builds the coordinators (and sets the fields above) when a request
     #: first needs one (``coordinators/local.py``); None once called, and in a cluster
@@ -78,6 +81,10 @@ class BrokerContext:
         if build is not None:
             self.coordinators_on_first_use = None
             build()
+
+    def __post_init__(self) -> None:
+        self.fetch_sessions = FetchSessionCache(self.config.max_incremental_fetch_session_cache_slots,
+                                                self.clock.monotonic_ms)
 
     @property
     def log_defaults(self) -> LogConfig:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from oncelog.coordinator.group.coordinator import GroupCoordinator
 
     from .durability import GroupCommitFlusher
+    from .fetch_session import FetchSessionCache
     from .topics import TopicRegistry
 
 __all__ = ["LATENCY_BUCKETS", "BrokerMetrics", "Count", "ErrorCounts", "LabelledCount"]
@@ -186,6 +187,16 @@ class BrokerMetrics:
             from .metrics_export import FlusherCollector
 
             registry.register(FlusherCollector(flusher))
+
+        self._when_exported(register)
+
+    def watch_fetch_sessions(self, cache: FetchSessionCache) -> None:
+        """Incremental fetch sessions (KIP-227): sessions and partitions held, evictions, partitions listed and
+        answered by fetcher."""
+        def register(registry: Any) -> None:
+            from .metrics_export import FetchSessionCollector
+
+            registry.register(FetchSessionCollector(cache))
 
         self._when_exported(register)
 

@@ -16,9 +16,10 @@ from oncelog.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from .durability import GroupCommitFlusher
+    from .fetch_session import FetchSessionCache
     from .topics import TopicRegistry
 
-__all__ = ["FlusherCollector", "PartitionCollector", "build_registry", "serve"]
+__all__ = ["FetchSessionCollector", "FlusherCollector", "PartitionCollector", "build_registry", "serve"]
 
 log = logging.getLogger("oncelog.broker.metrics")
 
@@ -64,6 +65,29 @@ class FlusherCollector(Collector):
         stalls.add_metric([], f.inline_stalls)
         yield rounds
         yield stalls
+
+
+class FetchSessionCollector(Collector):
+    """Kafka's NumIncrementalFetchSessions, NumIncrementalFetchPartitionsCached, IncrementalFetchSessionEvictions,
+    and the partitions fetch requests listed and answers carried (what sessions save)."""
+
+    def __init__(self, cache: FetchSessionCache) -> None:
+        self.cache = cache
+
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        c = self.cache
+        yield GaugeMetricFamily("oncelog_fetch_sessions", "Incremental fetch sessions held (KIP-227)", value=len(c))
+        yield GaugeMetricFamily("oncelog_fetch_session_partitions", "Partitions held by the fetch sessions",
+                                value=c.partitions_cached)
+        yield CounterMetricFamily("oncelog_fetch_session_evictions", "Fetch sessions evicted for a new one",
+                                  value=c.evictions)
+        for name, what, counts in (("requested", "listed in Fetch requests", c.requested),
+                                   ("answered", "carried in Fetch answers", c.answered)):
+            fam = CounterMetricFamily(f"oncelog_fetch_partitions_{name}", f"Partitions {what}, by fetcher",
+                                      labels=["fetcher"])
+            for kind, n in counts.items():
+                fam.add_metric([kind], n)
+            yield fam
 
 
 class _BrokerCollector(Collector):

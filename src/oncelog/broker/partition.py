@@ -95,6 +95,7 @@ class Partition:
         self._hw_future: asyncio.Future[None] | None = None
         self._end_future: asyncio.Future[None] | None = None
         self._hw_waiters: list[tuple[int, asyncio.Future[int]]] = []  # acks=all in a cluster: (last offset, ...)
+        self._sessions: dict[int, Callable[[], bool]] = {}  # fetch sessions holding it: session id -> poke
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.index})"
@@ -134,7 +135,19 @@ class Partition:
         self._appended(CONTROL_BATCH_SIZE)
         return result
 
+    def watch_session(self, session_id: int, poke: Callable[[], bool]) -> None:
+        """A fetch session (KIP-227) holds this partition: ``poke()`` at every append, high watermark move, log start
+        move and role change, so its next fetch visits it; a poke that returns False is not called again."""
+        self._sessions[session_id] = poke
+
+    def _poke_sessions(self) -> None:
+        if self._sessions:
+            gone = [sid for sid, poke in self._sessions.items() if not poke()]
+            for sid in gone:
+                del self._sessions[sid]
+
     def _appended(self, nbytes: int, lazy: bool = False) -> None:
+        self._poke_sessions()
         fut = self._end_future
         if fut is not None:  # replica fetches long-poll on the log end
             self._end_future = None
@@ -174,6 +187,7 @@ class Partition:
                 self._release_hw_waiters(hw)
 
     def notify_readers(self) -> None:
+        self._poke_sessions()
         fut = self._hw_future
         if fut is not None:
             self._hw_future = None
@@ -225,6 +239,7 @@ class Partition:
         self.role = Role.LEADER
         self._notified_hw = self.log.high_watermark
         self.maybe_advance_high_watermark()
+        self._poke_sessions()
         return True
 
     def make_follower(self, leader: int, leader_epoch: int) -> None:
@@ -236,6 +251,7 @@ class Partition:
         self.leader_id = leader
         self.leader_epoch = leader_epoch
         self.leader_replicas = None
+        self._poke_sessions()
 
     def stop_replica(self) -> None:
         """Not a replica any more (or the view is not trusted: the session was lost)."""
@@ -245,6 +261,7 @@ class Partition:
         self.role = Role.NONE
         self.leader_id = NO_LEADER
         self.leader_replicas = None
+        self._poke_sessions()
 
     def on_replica_fetch(self, node_id: int, fetch_offset: int, log_start_offset: int, broker_epoch: int) -> bool:
         """A follower fetched at ``fetch_offset`` (its end offset): record it, maybe expand the ISR, maybe move
@@ -328,6 +345,7 @@ class Partition:
     def reset_after_truncation(self) -> None:
         """After DeleteRecords/retention the log start moved (the log keeps the high watermark at or above it)."""
         self._notified_hw = max(self._notified_hw, self.log.high_watermark)
+        self._poke_sessions()
 
     def fail_waiters(self, exc: BaseException) -> None:
         self._fail_hw_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)

@@ -220,6 +220,7 @@ class Broker:
                                                     cfg.allow_everyone_if_no_acl_found)
         self.metrics.watch_partitions(self._topics)
         self.metrics.watch_flusher(self.flusher)
+        self.metrics.watch_fetch_sessions(context.fetch_sessions)
         self.flusher.start()
         if self.cluster is None:  # loaded now if the folder holds their topics, else built on first use
             self._single_node_coordinators = SingleNodeCoordinators(cfg, self.clock, self._topics, writer, context,

@@ -63,6 +63,7 @@ class LeaderEpochCache:
         self._starts: list[int] = []
         #: the newest epoch with an entry, None if none (read-only outside: a plain attribute, read on appends)
         self.latest_epoch: int | None = None
+        self._unsynced = False  # the file was last written without fsync (``assign(durable=False)``)
         for e in entries or ():
             self._assign(e.epoch, e.start_offset)
 
@@ -88,10 +89,16 @@ class LeaderEpochCache:
                 raise LeaderEpochCheckpointError(f"{path}: entries {a} and {b} are not increasing")
         return cls(path, name, entries)
 
-    def _write(self) -> None:
+    def _write(self, durable: bool = True) -> None:
         lines = [str(_VERSION), str(len(self._epochs))]
         lines += [f"{e} {s}" for e, s in zip(self._epochs, self._starts)]
-        write_atomic(self.path, ("\n".join(lines) + "\n").encode())
+        write_atomic(self.path, ("\n".join(lines) + "\n").encode(), durable=durable)
+        self._unsynced = not durable
+
+    def sync(self) -> None:
+        """Make a file written without fsync durable (the log does it before its recovery point moves on)."""
+        if self._unsynced:
+            self._write()
 
     # ---------------------------------------------------------------- reads
     def entries(self) -> list[EpochEntry]:
@@ -135,20 +142,22 @@ class LeaderEpochCache:
         return len(self._epochs)
 
     # ---------------------------------------------------------------- changes (each persisted)
-    def assign(self, epoch: int, start_offset: int) -> bool:
+    def assign(self, epoch: int, start_offset: int, *, durable: bool = True) -> bool:
         """Record that the leader of ``epoch`` wrote from ``start_offset`` on (Kafka's assign): a no-op if
         ``epoch`` is the latest and starts at or before ``start_offset``; otherwise entries with an epoch >=
         ``epoch`` or a start >= ``start_offset`` are dropped first (they conflict), and the file is rewritten.
-        True if the cache changed."""
+        ``durable=False``: without fsync, until :meth:`sync` (an entry no record is durable under yet may be lost
+        in a power cut: the log's records carry their epoch and recovery reads it back). True if the cache
+        changed."""
         if epoch < 0 or start_offset < 0:
             raise ValueError(f"invalid leader epoch entry ({epoch}, {start_offset}) for {self.name}")
         if self._epochs and self._epochs[-1] == epoch and self._starts[-1] <= start_offset:
             return False
         self._assign(epoch, start_offset)
-        self._write()
+        self._write(durable)
         return True
 
-    def assign_all(self, entries: list[EpochEntry], *, persist: bool = False) -> bool:
+    def assign_all(self, entries: list[EpochEntry], *, persist: bool = False, durable: bool = True) -> bool:
         """Assign each entry in order and rewrite the file once if anything changed (or ``persist``)."""
         changed = False
         for e in entries:
@@ -158,7 +167,7 @@ class LeaderEpochCache:
                 self._assign(e.epoch, e.start_offset)
                 changed = True
         if changed or persist:
-            self._write()
+            self._write(durable)
         return changed
 
     def _assign(self, epoch: int, start_offset: int) -> None:

@@ -88,6 +88,9 @@ class LoadedLog:
     checkpoint: tuple[int, int] | None  # what partition.checkpoint held
     replayed: bool  # producer state was replayed from the log: a new snapshot saves the next open that work
     epochs: LeaderEpochCache
+    #: a new log whose folder and files were created without fsync (``load(defer_sync=True)``): the log's first
+    #: flush makes them durable
+    unsynced: bool = False
 
 
 class LogLoader:
@@ -99,11 +102,14 @@ class LogLoader:
         self.psm = psm
         self._opened: list[Segment] = []
 
-    def load(self, clean_shutdown: bool) -> LoadedLog:
-        """Load (and after an unclean shutdown recover) the log; on failure every file it opened is closed."""
+    def load(self, clean_shutdown: bool, defer_sync: bool = False) -> LoadedLog:
+        """Load (and after an unclean shutdown recover) the log; on failure every file it opened is closed.
+        ``defer_sync``: a log created here (its folder did not exist) is created without fsync, for its first
+        flush to make durable; a new topic's thousands of partitions cost no fsyncs up front (a power cut before
+        that flush leaves an empty partition, or none: it is created again, empty, at the next start)."""
         self._opened = []
         try:
-            return self._load(clean_shutdown)
+            return self._load(clean_shutdown, defer_sync)
         except BaseException:
             for s in self._opened:
                 try:
@@ -117,11 +123,12 @@ class LogLoader:
         self._opened.append(seg)
         return seg
 
-    def _load(self, clean_shutdown: bool) -> LoadedLog:
+    def _load(self, clean_shutdown: bool, defer_sync: bool) -> LoadedLog:
         d = self.directory
         created = not d.exists()
+        unsynced = created and defer_sync
         d.mkdir(parents=True, exist_ok=True)
-        if created:
+        if created and not unsynced:
             fsync_dir(d.parent)
         else:
             recover_cleaner_files(d)  # finish or roll back a cleaner swap interrupted by a crash
@@ -147,19 +154,20 @@ class LogLoader:
             if TXN_INDEX_SUFFIX not in s.companions:
                 self._attach_txn_index(s, rebuild)
         replayed = rebuild_producer_state(self.name, self.psm, segments, lso, rebuild)
-        epochs = self._load_epochs(segments, recovered, lso)
+        epochs = self._load_epochs(segments, recovered, lso, durable=not unsynced)
         for s in recovered:  # what recovery kept is now made durable, so durable_offset = log end is true
             os.fdatasync(s.fd)
             s.flush_indexes()
+            s.close_index_files()
         trace_fsync(recovered)
         for s in segments:
             if s.base_offset in rebuild:
                 for c in s.companions.values():
                     c.flush()
-        if recovered or rebuild or dir_dirty:
+        if (recovered or rebuild or dir_dirty) and not unsynced:
             fsync_dir(d)
         # never past the active segment's base: it is scanned after every unclean shutdown anyway
-        return LoadedLog(segments, lso, segments[-1].base_offset, checkpoint, replayed, epochs)
+        return LoadedLog(segments, lso, segments[-1].base_offset, checkpoint, replayed, epochs, unsynced)
 
     def _segment_bases(self) -> list[int]:
         """Base offsets of the ``.log`` files; deletes ``.tmp`` leftovers and index files without a segment."""
@@ -215,7 +223,8 @@ class LogLoader:
                 break
         return segments, recovered
 
-    def _load_epochs(self, segments: list[Segment], recovered: list[Segment], log_start: int) -> LeaderEpochCache:
+    def _load_epochs(self, segments: list[Segment], recovered: list[Segment], log_start: int, *,
+                     durable: bool = True) -> LeaderEpochCache:
         """The leader-epoch cache: the checkpoint file, plus the epochs of recovered segments' batches (Kafka's
         LogSegment.recover; only batches at or after the log start); rebuilt from every batch header when the
         file is missing or unusable (a log written before leader epochs were kept: a one-time scan). Then
@@ -240,7 +249,7 @@ class LogLoader:
                 if epoch >= 0 and h.last_offset >= log_start and (latest is None or epoch > latest):
                     found.append(EpochEntry(epoch, max(h.base_offset, log_start)))
                     latest = epoch
-        epochs.assign_all(found, persist=rebuilt)
+        epochs.assign_all(found, persist=rebuilt, durable=durable)
         epochs.truncate_from_end(segments[-1].next_offset)
         epochs.truncate_from_start(log_start)
         return epochs

@@ -99,7 +99,7 @@ def open_segment(directory: Path, base: int, config: LogConfig, created_ms: int)
 
 class LocalLog:
     def __init__(self, directory: Path, name: str, config: LogConfig, clock: Clock, lock: threading.RLock,
-                 segments: list[Segment], *, recovery_point: int) -> None:
+                 segments: list[Segment], *, recovery_point: int, unsynced: bool = False) -> None:
         if not segments:
             raise ValueError(f"the log of {name} needs at least one segment")
         self.directory = directory
@@ -116,7 +116,10 @@ class LocalLog:
         self._durable = self.log_end_offset  # a loaded log is durable to its end (the loader made it so)
         self._recovery_point = recovery_point
         self._dirty: list[Segment] = []
-        self._dir_dirty = False
+        self._dir_dirty = unsynced
+        #: a new log whose folder was created without fsync (the loader's ``defer_sync``): the first flush syncs its
+        #: entry in the data folder, and the folder's own entries, before any of its records counts as durable
+        self._parent_dirty = unsynced
         self._retired: list[tuple[int, Segment]] = []  # (monotonic ms, segment) replaced by the cleaner
         self.last_flush_ms = clock.wall_ms()
         self.closed = False
@@ -249,6 +252,7 @@ class LocalLog:
                     jobs.append((os.dup(s.fd), idx_fds))
                 sizes = [(s.log_path, s.size) for s in segs] if _fsync_trace else []
                 dir_dirty, self._dir_dirty = self._dir_dirty, False
+                parent_dirty, self._parent_dirty = self._parent_dirty, False
                 rp = active.base_offset
             try:
                 if _fsync_delay_s:
@@ -259,11 +263,14 @@ class LocalLog:
                         os.fsync(i)
                 if dir_dirty:
                     fsync_dir(self.directory)
+                if parent_dirty:
+                    fsync_dir(self.directory.parent)
                 if sizes:
                     _trace_sizes(sizes)
             except OSError as e:
                 with self._lock:
                     self._dir_dirty = self._dir_dirty or dir_dirty
+                    self._parent_dirty = self._parent_dirty or parent_dirty
                 raise KafkaStorageError(f"fsync of {self.name} failed: {e}; data above offset "
                                         f"{self._durable} is not durable") from e
             finally:

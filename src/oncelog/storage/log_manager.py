@@ -203,7 +203,7 @@ class LogManager:
             info = self.catalog.create(name, num_partitions, overrides, topic_id=topic_id)
             for p in range(num_partitions):
                 self._logs[(name, p)] = _partition_log().open(self._dir_of(name, p), name, p, cfg, self.clock,
-                                                          clean_shutdown=True)
+                                                          clean_shutdown=True, defer_sync=True)
             return info
 
     def delete_topic(self, name: str) -> None:
@@ -234,7 +234,7 @@ class LogManager:
             for p in range(info.num_partitions, new_total):
                 shutil.rmtree(self._dir_of(name, p), ignore_errors=True)
                 self._logs[(name, p)] = _partition_log().open(self._dir_of(name, p), name, p, cfg, self.clock,
-                                                          clean_shutdown=True)
+                                                          clean_shutdown=True, defer_sync=True)
             return self.catalog.add_partitions(name, new_total)
 
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:

@@ -314,6 +314,12 @@ class Segment:
         for c in self.companions.values():
             c.flush()
 
+    def close_index_files(self) -> None:
+        """Close the indexes' file descriptors (each reopens on its next write): after recovery, a broker loading
+        thousands of partitions would otherwise hold three descriptors per partition instead of one."""
+        self.offset_index.close()
+        self.time_index.close()
+
     def close(self) -> None:
         if self.closed:
             return

@@ -112,3 +112,38 @@ def test_a_stale_isr_proposal_is_dropped_not_written(tmp_path: Path) -> None:
 def test_min_insync_replicas_of_the_broker_is_the_topic_default() -> None:
     assert log_defaults(BrokerConfig.load(None, {"min.insync.replicas": 2})).min_insync_replicas == 2
     assert log_defaults(BrokerConfig.load(None, {})).min_insync_replicas == 1
+
+
+def test_closing_a_fetcher_ends_its_loop_even_when_a_cancellation_is_swallowed(tmp_path: Path) -> None:
+    """Before Python 3.12, wait_for (the fetcher's request timeout) returns an answer and drops the cancellation
+    that met it (gh-86296): close() must still end the fetcher's loop, or a broker's shutdown waits on it."""
+    async def main() -> None:
+        store = MemoryMetadataStore()
+        for n in (1, 2):
+            store.register_broker(n, port=1)  # nothing listens there: the follower's fetches fail and it pauses
+        topics = _registry(tmp_path)
+        meta = TopicMeta("t", uuid.uuid4(), 1, MappingProxyType({}))
+        await store.create_topic(meta, [PartitionState((2, 1), (2, 1), 2, leader_epoch=1, partition_epoch=1)])
+        config = BrokerConfig.load(None, {"node.id": 1, "replica.fetch.backoff.ms": 20})
+        rm = ReplicaManager(config, topics, store, lambda: 0, durable=False)
+        rm.on_view(diff(ClusterView(), store.view))
+        fetcher = rm.fetchers.fetchers[2]
+        swallowed: list[float] = []
+
+        async def pause(seconds: float) -> None:
+            try:
+                await asyncio.sleep(seconds)
+            except asyncio.CancelledError:
+                if swallowed:
+                    raise
+                swallowed.append(seconds)  # the first one, as wait_for drops one that meets a result
+
+        fetcher._pause = pause  # type: ignore[method-assign]
+        await asyncio.sleep(0.2)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await asyncio.wait_for(rm.fetchers.close(), 5)  # without the fix: the loop runs on until this times out
+        assert swallowed, "the fetcher was not pausing when it was closed"
+        assert loop.time() - start < 2
+
+    asyncio.run(main())

@@ -7,7 +7,7 @@ import asyncio
 import uuid
 from pathlib import Path
 
-from oncelog.broker.handlers.fetch import _replica_fetch
+from oncelog.broker.handlers._fetch_read import _replica_fetch
 from oncelog.broker.partition import Partition, Role
 from oncelog.broker.replication.fetcher import epoch_end_for, truncation_of
 from oncelog.cluster.replica import IsrChange

@@ -347,10 +347,19 @@ def test_requests_through_apply_and_a_reassignment_to_the_end() -> None:
 def test_large_failover_is_written_in_batches() -> None:
     async def main() -> None:
         store = await cluster(partitions=300)
-        victim_led = len(led_by(store.view, 2))
+        led = set(led_by(store.view, 2))
+        victim_led = len(led)
         driver, task = start(store, max_changes_per_write=40)
         await asyncio.sleep(0.01)
-        calls = store.update_calls
+        writes = driver.stats.writes
+        calls: list[list[PartitionChange]] = []
+        apply = store.apply_partition_changes
+
+        async def spy(changes: Any, **kw: Any) -> Any:
+            calls.append(list(changes))
+            return await apply(changes, **kw)
+
+        store.apply_partition_changes = spy  # type: ignore[method-assign]
         last = max(store.view.partitions)
         for _ in range(3):  # leaders keep writing one of the partitions: smaller batches get through
             store.interleave(lambda: store.put_partition(last, store.latest.partitions[last].state))
@@ -358,8 +367,11 @@ def test_large_failover_is_written_in_batches() -> None:
         view = await until(store, lambda v: all(2 not in vp.state.isr for vp in v.partitions.values()),
                            "broker 2 out of every ISR")
         assert victim_led == 100 and all_valid(view)
-        assert store.update_calls - calls >= 300 // 40  # 300 partitions changed, at most 40 per write
+        assert driver.stats.writes - writes >= 300 // 40  # 300 partitions changed, at most 40 per write
         assert driver.stats.lost_races >= 1
+        # the elections of the partitions broker 2 led come first: the first calls hold only those
+        first = [c for call in calls[:100 // 40] for c in call]
+        assert len(first) == 80 and all(c.state.leader != 2 and c.tp in led for c in first)
         await stop(task)
 
     run(main)

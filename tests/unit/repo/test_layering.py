@@ -13,7 +13,8 @@ and controller decisions) those three and, for inter-broker requests, ``client.c
 (principals, ACLs, credentials, quotas: decisions and their records) only ``protocol`` and ``storage``; ``spark`` only ``client``
 (it reaches the protocol through the client's public API); ``broker`` anything below it; ``cli`` and
 ``python -m oncelog`` are on top (``broker``'s replica fetcher also uses ``client.connection`` and the errors
-it raises, ``client.errors``, for the follower's Fetch and OffsetForLeaderEpoch); ``testing`` (test harness:
+it raises, ``client.errors``, for the follower's Fetch and OffsetForLeaderEpoch, and ``client.fetch_session``, the
+fetcher's side of KIP-227 sessions, as Kafka's ReplicaFetcherThread uses the clients' FetchSessionHandler); ``testing`` (test harness:
 broker processes, power cuts) may import anything.
 ``clock`` is a shared leaf (the injected clock): anyone may import it and it imports nothing of oncelog.
 
@@ -48,7 +49,7 @@ ALLOWED: dict[str, set[str]] = {
     "spark": {"client"},
     # client.security: the broker's own TLS/SASL credentials on its connections to other brokers
     "broker": {"cluster", "coordinator", "security", "storage", "protocol", "client.connection", "client.errors",
-               "client.security"},
+               "client.security", "client.fetch_session"},
     "cli": EVERYTHING,
     "testing": EVERYTHING,
     "__main__": EVERYTHING,  # python -m oncelog: the CLI

@@ -106,3 +106,31 @@ def test_epoch_for_offset_and_assign_all(tmp_path: Path) -> None:
     assert [c.epoch_for_offset(o) for o in (0, 8, 9, 100)] == [1, 1, 3, 3]
     assert c.latest_entry == EpochEntry(3, 9) and c.earliest_entry == EpochEntry(1, 0)
     assert pairs(LeaderEpochCache.load(c.path, "t-0")) == [(1, 0), (3, 9)]
+
+
+def test_a_new_leaders_epoch_is_fsynced_by_the_next_flush(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """KAFKA-15046: a broker taking over many partitions does not fsync each epoch file as it does; the log's next
+    flush does, before the recovery point can pass a record of that epoch."""
+    import os
+
+    from oncelog.clock import SystemClock
+    from oncelog.storage import LogConfig
+    from oncelog.storage.log import PartitionLog
+
+    plog = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(), SystemClock(), clean_shutdown=True)
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    plog.assign_leader_epoch(3, 0)
+    assert synced == [] and pairs(LeaderEpochCache.load(tmp_path / "t-0" / LEADER_EPOCH_CHECKPOINT, "t-0")) == [(3, 0)]
+    plog.flush()
+    assert any(LEADER_EPOCH_CHECKPOINT in p for p in synced)  # written to a .tmp, fsynced, renamed
+    synced.clear()
+    plog.flush()  # once
+    assert not any(LEADER_EPOCH_CHECKPOINT in p for p in synced)
+    plog.close()

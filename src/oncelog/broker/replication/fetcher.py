@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING
 
 from oncelog.client.connection import BrokerConnection
 from oncelog.client.errors import KafkaError
+from oncelog.client.fetch_session import FetchSessionHandler
 from oncelog.cluster.truncation import UNDEFINED_EPOCH, Truncation, truncation_for
 from oncelog.protocol.errors import ErrorCode
-from oncelog.protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchTopic, ReplicaState
+from oncelog.protocol.messages.fetch_request import FetchPartition, FetchRequest, ReplicaState
 from oncelog.protocol.messages.offset_for_leader_epoch_request import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderPartition,
@@ -55,6 +56,8 @@ FETCH_VERSION = 15  # last_fetched_epoch and diverging_epoch (v12), topic ids (v
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 #: seconds before a partition answered UNKNOWN_LEADER_EPOCH is fetched again (its leader's view is a little behind)
 UNKNOWN_EPOCH_RETRY_S = 0.05
+#: every partition's fetch parameters are compared at least this often (else only those this fetcher moved)
+FULL_CHECK_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +107,7 @@ class _State:
     truncating: bool = True
     delayed_until: float = 0.0  # after an error: not fetched before this (loop time)
     errors: int = 0  # in a row
+    sent: FetchPartition | None = None  # the parameters last fetched with (reused while nothing moves)
 
 
 class ReplicaFetcher:
@@ -117,7 +121,14 @@ class ReplicaFetcher:
         self._changed = asyncio.Event()
         self._peers = PeerConnections(config.node_id, address, config.socket_timeout_ms, "replica", config.link)
         self._task: asyncio.Task[None] | None = None
+        self._closing = False  # close() was called: the loop ends even if a cancellation was swallowed
         self.fetches = 0
+        self.session = FetchSessionHandler(use_topic_ids=True)  # KIP-227: idle rounds list no partitions
+        #: the partitions the last round wanted, and their key in the session (topic id, partition)
+        self._listed: dict[tuple[str, int], tuple[uuid.UUID | str, int]] = {}
+        self._touched: set[tuple[str, int]] = set()  # whose fetch parameters may have moved since
+        self._names: dict[uuid.UUID, str] = {}
+        self._full_check_at = 0.0  # loop time of the next check of every partition's parameters
 
     # ------------------------------------------------------------------------------------------- membership
     def add(self, p: Partition, leader_epoch: int) -> None:
@@ -126,6 +137,8 @@ class ReplicaFetcher:
         if old is not None and old.partition is p and old.leader_epoch == leader_epoch:
             return
         self.partitions[key] = _State(p, leader_epoch)
+        self._names[p.topic_id] = p.topic
+        self._touched.add(key)
         self._changed.set()
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.leader}")
@@ -141,6 +154,10 @@ class ReplicaFetcher:
     async def close(self) -> None:
         task, self._task = self._task, None
         if task is not None:
+            # the flag, not only the cancellation: before Python 3.12 wait_for (conn.send's timeout) returns the
+            # answer and drops a cancellation that meets it (gh-86296), and the loop would fetch on, holding up
+            # the broker's shutdown (seen: a controlled shutdown waiting 60 s for its fetcher)
+            self._closing = True
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
@@ -150,7 +167,7 @@ class ReplicaFetcher:
     async def _run(self) -> None:
         backoff = self.config.backoff_ms / 1000
         loop = asyncio.get_running_loop()
-        while True:
+        while not self._closing:
             now = loop.time()
             active = {k: s for k, s in self.partitions.items() if s.delayed_until <= now}
             if not active:
@@ -172,11 +189,13 @@ class ReplicaFetcher:
             except (KafkaError, OSError) as e:
                 log.info("replica fetcher of node %d from leader %d: %s; retrying in %.1f s", self.config.node_id,
                          self.leader, e, backoff)
+                self.session.reset()
                 await self._peers.drop(self.leader)
                 await self._pause(backoff)
             except Exception:
                 log.exception("replica fetcher of node %d from leader %d failed; retrying in %.1f s",
                               self.config.node_id, self.leader, backoff)
+                self.session.reset()
                 await self._peers.drop(self.leader)
                 await self._pause(backoff)
 
@@ -225,6 +244,7 @@ class ReplicaFetcher:
                              self.leader, got.leader_epoch, p.log.log_end_offset)
 
     async def _truncate_to(self, p: Partition, offset: int) -> None:
+        self._touched.add((p.topic, p.index))
         end = p.log.log_end_offset
         # On the event loop, not a thread: nothing else (an election making this replica the leader, an append) may
         # run in the middle of it; truncations are rare and cost an fsync or two. Called at the log end too: an epoch
@@ -251,24 +271,55 @@ class ReplicaFetcher:
 
     async def _fetch(self, conn: BrokerConnection, states: dict[tuple[str, int], _State]) -> None:
         cfg = self.config
-        topics: dict[uuid.UUID, list[FetchPartition]] = {}
-        names: dict[uuid.UUID, str] = {}
-        for (topic, index), st in states.items():
+        now = asyncio.get_running_loop().time()
+        if now >= self._full_check_at:  # a safety net: whatever moved a log without passing through here
+            touched: set[tuple[str, int]] = set(states)
+            self._full_check_at = now + FULL_CHECK_S
+        else:
+            touched = self._touched & states.keys()
+        self._touched = set()
+        listed = self._listed
+        changed: dict[tuple[uuid.UUID | str, int], tuple[str, uuid.UUID, FetchPartition] | None] = {
+            listed.pop(k): None for k in listed.keys() - states.keys()}
+        for key in (states.keys() - listed.keys()) | touched:
+            st = states[key]
+            skey = (st.partition.topic_id, key[1])
+            old = listed.get(key)
+            if old is not None and old != skey:  # the topic was deleted and created again
+                changed[old] = None
+            listed[key] = skey
             plog = st.partition.log
             latest = plog.latest_epoch
-            names[st.partition.topic_id] = topic
-            topics.setdefault(st.partition.topic_id, []).append(FetchPartition(
-                partition=index, current_leader_epoch=st.leader_epoch, fetch_offset=plog.log_end_offset,
-                last_fetched_epoch=UNDEFINED_EPOCH if latest is None else latest,
-                log_start_offset=plog.log_start_offset, partition_max_bytes=cfg.max_bytes))
+            latest = UNDEFINED_EPOCH if latest is None else latest
+            end, start = plog.log_end_offset, plog.log_start_offset
+            fp = st.sent
+            if fp is None or fp.fetch_offset != end or fp.log_start_offset != start \
+                    or fp.last_fetched_epoch != latest or fp.current_leader_epoch != st.leader_epoch:
+                fp = st.sent = FetchPartition(partition=key[1], current_leader_epoch=st.leader_epoch,
+                                              fetch_offset=end, last_fetched_epoch=latest, log_start_offset=start,
+                                              partition_max_bytes=cfg.max_bytes)
+            changed[skey] = (key[0], st.partition.topic_id, fp)
+        names = self._names
         me = self._address(cfg.node_id)
+        # an incremental fetch (KIP-227) lists only the partitions whose fetch offset or epochs moved
+        sent = self.session.build_changes(changed)
         req = FetchRequest(replica_state=ReplicaState(cfg.node_id, -1 if me is None else me.epoch),
                            max_wait_ms=cfg.max_wait_ms, min_bytes=cfg.min_bytes,
-                           max_bytes=max(cfg.max_bytes, 1) * 16, isolation_level=0, session_id=0, session_epoch=-1,
-                           topics=[FetchTopic(topic_id=t, partitions=ps) for t, ps in topics.items()])
+                           max_bytes=max(cfg.max_bytes, 1) * 16, isolation_level=0, session_id=sent.session_id,
+                           session_epoch=sent.session_epoch, topics=sent.topics,
+                           forgotten_topics_data=sent.forgotten)
         timeout = cfg.socket_timeout_ms / 1000 + cfg.max_wait_ms / 1000
-        resp = await conn.send(req, version=FETCH_VERSION, timeout=timeout)
+        try:
+            resp = await conn.send(req, version=FETCH_VERSION, timeout=timeout)
+        except BaseException:
+            self.session.reset()  # the leader may or may not have moved the session on
+            raise
         self.fetches += 1
+        if not self.session.handle_response(sent, resp):
+            # evicted, or the leader restarted, or an answer was lost: start again at once with a full fetch
+            log.info("replica fetcher of node %d from leader %d: fetch session %d answered %s; fetching in full",
+                     cfg.node_id, self.leader, sent.session_id, _name(resp.error_code))
+            return
         if resp.error_code:
             raise KafkaError(resp.error_code, f"fetch from leader {self.leader} failed")
         appended: list[Partition] = []
@@ -307,9 +358,11 @@ class ReplicaFetcher:
                         log.warning("%s-%d: %s", p.topic, p.index, e)
                         continue
                     appended.append(p)
+                    self._touched.add(key)
                 if 0 <= r.log_start_offset <= p.log.log_end_offset and r.log_start_offset > p.log.log_start_offset:
                     p.log.delete_records_before(r.log_start_offset)
                     p.reset_after_truncation()
+                    self._touched.add(key)
                 if r.high_watermark >= 0:
                     p.log.update_high_watermark(min(r.high_watermark, p.log.log_end_offset))
         if appended and cfg.durable:  # the next fetch offset is the durable end
@@ -321,6 +374,7 @@ class ReplicaFetcher:
                     log.warning("replica fetcher of node %d: fsync failed: %s", cfg.node_id, res)
 
     async def _out_of_range(self, p: Partition, st: _State, leader_log_start: int) -> None:
+        self._touched.add((p.topic, p.index))
         end = p.log.log_end_offset
         if 0 <= leader_log_start and end < leader_log_start:
             log.info("%s-%d: the leader's log starts at %d, past this end %d: restarting the log there", p.topic,

@@ -64,7 +64,11 @@ class ReplicaManager:
                           socket_timeout_ms=config.replica_socket_timeout_ms, link=peer_link(config)),
             self._broker)
         self._listeners: list[Callable[[str, int, int | None], None]] = []
-        self._isr_writes: dict[TopicPartition, asyncio.Task[None]] = {}
+        #: ISR changes waiting for the writer, and those it is writing (Kafka's AlterPartitionManager: one write
+        #: in flight carries every pending change)
+        self._isr_pending: dict[TopicPartition, tuple[Partition, IsrChange]] = {}
+        self._isr_writing: set[TopicPartition] = set()
+        self._isr_writer: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self.isr_shrinks = 0  # ISR changes this broker wrote as leader
         self.isr_expands = 0
@@ -81,35 +85,55 @@ class ReplicaManager:
 
     def write_isr_change(self, partition: Partition, change: IsrChange) -> None:
         tp = (partition.topic, partition.index)
-        if tp in self._isr_writes:
+        if tp in self._isr_pending or tp in self._isr_writing:
             if partition.leader_replicas is not None:
                 partition.leader_replicas.change_failed()
             return
-        task = asyncio.get_running_loop().create_task(self._write_isr(partition, change), name=f"isr-{tp}")
-        self._isr_writes[tp] = task
-        task.add_done_callback(lambda _t: self._isr_writes.pop(tp, None))
+        self._isr_pending[tp] = (partition, change)
+        if self._isr_writer is None or self._isr_writer.done():
+            self._isr_writer = asyncio.get_running_loop().create_task(self._write_isr(), name="isr-writer")
 
-    async def _write_isr(self, partition: Partition, change: IsrChange) -> None:
-        tp = (partition.topic, partition.index)
-        ok = False
-        try:
-            vp = self.store.view.partitions.get(tp)
-            new = None if vp is None else apply_isr_change(vp.state, self.node_id, partition.leader_epoch,
-                                                           change.partition_epoch, change.isr)
-            if vp is not None and new is not None and new is not vp.state:
-                ok = await self.store.update_partitions([PartitionChange(tp, vp.mod_revision, new)])
-                if ok and len(new.isr) < len(vp.state.isr):
+    async def _write_isr(self) -> None:
+        """Write every pending ISR change, in as few etcd transactions as they fit (``apply_partition_changes``:
+        each change applied or lost on its own), until none is pending. A broker returning to a cluster of
+        thousands of partitions makes its leaders expand thousands of ISRs at once: one transaction and one view
+        wait each kept every broker's event loop busy past its etcd session timeout."""
+        while self._isr_pending:
+            batch, self._isr_pending = self._isr_pending, {}
+            self._isr_writing = set(batch)
+            todo: dict[TopicPartition, tuple[Partition, IsrChange, PartitionChange, int]] = {}
+            for tp, (partition, change) in batch.items():
+                vp = self.store.view.partitions.get(tp)
+                new = None if vp is None else apply_isr_change(vp.state, self.node_id, partition.leader_epoch,
+                                                               change.partition_epoch, change.isr)
+                if vp is not None and new is not None and new is not vp.state:
+                    todo[tp] = (partition, change, PartitionChange(tp, vp.mod_revision, new), len(vp.state.isr))
+                elif partition.leader_replicas is not None and partition.leader_replicas.pending == change:
+                    partition.leader_replicas.change_failed()
+            applied: frozenset[TopicPartition] = frozenset()
+            try:
+                if todo:
+                    result = await self.store.apply_partition_changes([t[2] for t in todo.values()])
+                    applied = result.applied
+            except MetadataUnavailableError as e:
+                log.warning("%d ISR change(s) not written: %s", len(todo), e)
+            except Exception:
+                log.exception("%d ISR change(s) failed", len(todo))
+            for tp, (partition, change, pc, old_size) in todo.items():
+                ok = tp in applied
+                if ok and len(pc.state.isr) < old_size:
                     self.isr_shrinks += 1
                 elif ok:
                     self.isr_expands += 1
-                log.info("%s-%d: ISR %s -> %s at leader epoch %d: %s", tp[0], tp[1], list(vp.state.isr),
-                         list(new.isr), partition.leader_epoch, "written" if ok else "lost a race")
-        except MetadataUnavailableError as e:
-            log.warning("%s-%d: ISR change %s not written: %s", tp[0], tp[1], list(change.isr), e)
-        except Exception:
-            log.exception("%s-%d: ISR change %s failed", tp[0], tp[1], list(change.isr))
-        if not ok and partition.leader_replicas is not None and partition.leader_replicas.pending == change:
-            partition.leader_replicas.change_failed()
+                log.debug("%s-%d: ISR -> %s at leader epoch %d: %s", tp[0], tp[1], list(pc.state.isr),
+                          partition.leader_epoch, "written" if ok else "lost a race")
+                if not ok and partition.leader_replicas is not None and partition.leader_replicas.pending == change:
+                    partition.leader_replicas.change_failed()
+            if todo:
+                log.info("ISR changes: %d written, %d lost a race (%s)", len(applied), len(todo) - len(applied),
+                         ", ".join(f"{tp[0]}-{tp[1]} -> {list(t[2].state.isr)}" for tp, t in list(todo.items())[:3])
+                         + (", ..." if len(todo) > 3 else ""))
+            self._isr_writing = set()
 
     # ------------------------------------------------------------------------------------------- ReplicaManagerLike
     def on_view(self, change: ViewChange) -> None:
@@ -248,8 +272,8 @@ class ReplicaManager:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        for task in list(self._isr_writes.values()):
-            task.cancel()
+        if self._isr_writer is not None:
+            self._isr_writer.cancel()
         await self.fetchers.close()
 
 

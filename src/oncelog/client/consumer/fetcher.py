@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from oncelog.protocol import compression as _compression
 from oncelog.protocol.errors import ErrorCode
-from oncelog.protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchTopic
+from oncelog.protocol.messages.fetch_request import FetchPartition, FetchRequest
 from oncelog.protocol.messages.list_offsets_request import (
     ListOffsetsPartition,
     ListOffsetsRequest,
@@ -41,6 +41,7 @@ from oncelog.protocol.records import (
 from ..cluster import Cluster
 from ..config import ConsumerConfig
 from ..errors import KafkaError
+from ..fetch_session import FetchSessionHandler
 from ..message import Message
 from .txn_filter import AbortedTransactionFilter
 
@@ -177,6 +178,7 @@ class Fetcher:
         self.high_watermarks: dict[TopicPartition, int] = {}
         #: not fetched while paused (the consumer shares its SubscriptionState's set here)
         self.paused: set[TopicPartition] = set()
+        self.sessions: dict[int, FetchSessionHandler] = {}  # KIP-227, one per broker
 
     def assign(self, tp: TopicPartition, offset: int | None) -> None:
         """``offset`` >= 0: start there; -2 earliest; -1 latest; None: ``auto.offset.reset``."""
@@ -289,19 +291,29 @@ class Fetcher:
         conn = await self.cluster.connection(node)
         version = conn.version_for(1)
         c = self.config
-        by_topic: dict[str, list[FetchPartition]] = defaultdict(list)
         sent = {tp: self.positions[tp] for tp in tps if tp in self.positions}  # a rebalance may have run
         if not sent:
             return
-        for (t, p), offset in sent.items():
-            by_topic[t].append(FetchPartition(partition=p, fetch_offset=offset,
-                                              partition_max_bytes=c.max_partition_fetch_bytes))
+        session = self.sessions.get(node)
+        if session is None or session.use_topic_ids != (version >= 13):
+            session = self.sessions[node] = FetchSessionHandler(use_topic_ids=version >= 13)
+        # an incremental fetch (KIP-227) lists only the partitions whose position moved
+        wanted = [(t, self.cluster.topic_id(t), FetchPartition(partition=p, fetch_offset=offset,
+                                                             partition_max_bytes=c.max_partition_fetch_bytes))
+                  for (t, p), offset in sent.items()]
+        request = session.build(wanted)
         req = FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=c.fetch_min_bytes,
-                           max_bytes=c.fetch_max_bytes, isolation_level=c.isolation_level, session_id=0,
-                           session_epoch=-1, forgotten_topics_data=[],
-                           topics=[FetchTopic(topic=t, topic_id=self.cluster.topic_id(t), partitions=ps)
-                                   for t, ps in by_topic.items()])
-        resp = await conn.send(req, timeout=conn.request_timeout + max_wait_ms / 1000)
+                           max_bytes=c.fetch_max_bytes, isolation_level=c.isolation_level,
+                           session_id=request.session_id, session_epoch=request.session_epoch,
+                           topics=request.topics, forgotten_topics_data=request.forgotten)
+        try:
+            resp = await conn.send(req, timeout=conn.request_timeout + max_wait_ms / 1000)
+        except BaseException:
+            session.reset()
+            raise
+        if not session.handle_response(request, resp):
+            log.debug("fetch session with node %d answered %s; fetching in full", node, resp.error_code)
+            return
         if resp.error_code:
             raise KafkaError(resp.error_code, f"fetch from node {node} failed")
         for rt in resp.responses:
