@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from _rawclient import FETCH, RawClient, build_batch
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchTopic, ForgottenTopic
+
+from helpers.rawclient import FETCH, RawClient, build_batch
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
