@@ -29,7 +29,7 @@ from oncelog.testing.cluster import ClusterProcess
 
 from helpers.checker import ABORT, COMMIT, OK, History, Send, TxnEnd, check
 from helpers.copiers import CONSUMER_GROUP_SETTINGS, run_copy
-from eos.test_random_workload import PARTITIONS, TOPIC, Workload
+from helpers.workload import PARTITIONS, TOPIC, Workload
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

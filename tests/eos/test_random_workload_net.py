@@ -32,12 +32,7 @@ from oncelog.testing.broker_process import BrokerProcess
 from oncelog.testing.netns import CLIENT, Drop, Network, require_netns
 
 from helpers.checker import ABORT, COMMIT, OK, History, Send, check
-
-from .test_random_workload import (
-    PARTITIONS,
-    TOPIC,
-    Workload,
-)
+from helpers.workload import PARTITIONS, TOPIC, Workload
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

@@ -8,6 +8,7 @@ import mode puts ``tests/`` on ``sys.path`` for ``tests/conftest.py`` (``tests/`
 - ``topics``: ``make_topic`` / ``make_topics`` with confluent-kafka's admin client
 - ``checker``: the Jepsen-style history checker of the exactly-once tests (its own tests: tests/checker)
 - ``copiers``: the exactly-once copy's copier processes (tests/eos/copier.py), its input and its check
+- ``workload``: the randomized exactly-once workload (transactional and idempotent writers, live readers)
 - ``spark_sink``: the Spark sink's read-back and the crash tests' streaming pipeline
 - ``doc_blocks``: the runnable blocks of the README and docs/
 
