@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 NULL = b"null"
 
+#: what the command imports when it runs (``oncelog.cli.main.load``)
+RUNTIME = ("oncelog.client.consumer", "oncelog.client.message", "oncelog.client.topic_partition")
+
 
 def _json_field(out: dict[str, Any], name: str, b: bytes | None) -> None:
     """``name``: the text, or base64 with ``name_encoding: "base64"`` when it is not UTF-8; null for None."""

@@ -7,6 +7,7 @@ request failed, 2 for a usage error, 130 when interrupted.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 from collections.abc import Callable
@@ -100,6 +101,18 @@ LAZY: dict[str, tuple[Callable[[], click.Command], str]] = {
     "txn": (_txn, "Inspect transactions and abort hanging ones (like kafka-transactions.sh)."),
     "user": (_user, "Add, list and remove SCRAM users (SASL SCRAM-SHA-256 / SCRAM-SHA-512)."),
 }
+
+
+def load(argv: list[str]) -> None:
+    """Import what the command named in ``argv`` runs on (its module, and the modules it lists in ``RUNTIME``), so
+    that :func:`oncelog.cli.run` can do it while a Ctrl-C in the middle of an import is held to its end."""
+    name = next((a for a in argv if a in LAZY), None)
+    if name is None:
+        return
+    command = LAZY[name][0]()
+    module = sys.modules.get(command.callback.__module__ if command.callback is not None else "")
+    for dependency in getattr(module, "RUNTIME", ()):
+        importlib.import_module(dependency)
 
 
 class _LazyGroup(click.Group):

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from oncelog.client.producer import Producer
 
 _PROGRESS_MIN_BYTES = 1 << 20
+#: what the command imports when it runs (``oncelog.cli.main.load``)
+RUNTIME = ("oncelog.client.producer", "oncelog.client.message", "oncelog.client.errors")
 
 
 @click.command(context_settings=CONTEXT)
