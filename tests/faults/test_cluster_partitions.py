@@ -246,6 +246,7 @@ def test_process_faults(netcluster: tuple[Network, ClusterProcess], tmp_path: Pa
         assert rep.stats["txns"]["commit"] >= 3, rep.stats
 
 
+@pytest.mark.timeout(180 + 2 * float(os.environ.get("ONCELOG_NEMESIS_SECONDS") or 0))  # the module's 180 s is for short tests
 def test_random_schedule(netcluster: tuple[Network, ClusterProcess], tmp_path: Path) -> None:
     """Faults of every kind above, one after the other, at random moments for random durations (1-8 s, a heal of
     1-4 s between two), for ``ONCELOG_NEMESIS_SECONDS``, under the transactional load; then the checker, and
