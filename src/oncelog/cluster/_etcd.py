@@ -397,6 +397,8 @@ class WatchStream:
             self.cancel()
             if _own_cancellation(e):
                 raise
+            if isinstance(e, rpc.AioRpcError) and e.code() == rpc.StatusCode.INTERNAL:
+                await self._why_refused()
             raise self._unavailable(_map_error(e, "watch", self._etcd.endpoint)) from None
         if not isinstance(resp, rpc.WatchResponse) or not resp.created:
             self.cancel()
@@ -404,6 +406,21 @@ class WatchStream:
         if resp.compact_revision:
             self.cancel()
             raise EtcdCompacted(int(resp.compact_revision))
+
+    async def _why_refused(self) -> None:
+        """The member ended the stream as it opened (a member without a leader refuses it at once) before the
+        create request was written: gRPC's core then reports only "Internal error from Core" for the write, not the
+        member's status. A one-key read, which requires a leader too, raises the member's own reason
+        (EtcdUnavailable "no leader"); if it answers, the caller reports the write's failure."""
+        if self._channel is not self._etcd._channel:
+            return
+        endpoint = self._etcd.endpoint
+        try:
+            await self._etcd.range(self._prefix, limit=1, timeout=min(self._etcd.timeout, 1.0))
+        except EtcdUnavailable as e:
+            reason = str(e).split(": ", 2)[-1]
+            raise EtcdUnavailable(f"etcd at {endpoint}: watch: refused as it opened; a read says: "
+                                  f"{reason}") from None
 
     async def next(self) -> WatchBatch:
         """The next response; raises EtcdCompacted when etcd cancels the watch for compaction, EtcdUnavailable
