@@ -174,5 +174,5 @@ def test_exactly_once_copy_on_a_cluster_with_the_consumer_group_protocol(make_cl
     rnd = random.Random(int(os.environ.get("EOS_SEED", int.from_bytes(os.urandom(4), "big"))))
     target = _GroupCoordinatorOf(cluster, rnd, "kip848-copy-group")
     run_copy(target, tmp_path, "confluent", 2, 3, replication=3, extra=("--group-protocol", "consumer"),  # type: ignore[arg-type]
-             run="kip848-copy", chaos_seconds=30)
+             run="kip848-copy")
     assert len(target.victims) == 1

@@ -281,7 +281,10 @@ def test_broker_going_away_is_reported_once_with_the_real_cause(tmp_path: Path) 
     """Finding 6: while the broker was down, produce printed the same warning hundreds of times and its last hint
     pointed at the topic instead of the broker."""
     broker = BrokerProcess(tmp_path / "data", port=free_port()).start()
-    proc = subprocess.Popen([*ONCELOG, "produce", "t", "--bootstrap-server", broker.bootstrap],
+    config = tmp_path / "client.properties"  # half the CLI's 30 s delivery timeout, still more than one 10 s window
+    config.write_text("delivery.timeout.ms=15000\n")
+    proc = subprocess.Popen([*ONCELOG, "produce", "t", "--bootstrap-server", broker.bootstrap,
+                             "--command-config", str(config)],
                             stdin=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "300"})
     assert proc.stdin is not None and proc.stderr is not None
     proc.stdin.write(b"before\n")
@@ -293,13 +296,15 @@ def test_broker_going_away_is_reported_once_with_the_real_cause(tmp_path: Path) 
         proc.stdin.flush()
         time.sleep(0.25)
     proc.stdin.close()
+    closed = time.monotonic()
     err = proc.stderr.read().decode()
     assert proc.wait(120) == 1
+    assert time.monotonic() - closed < 15 + 10, err
     lines = err.splitlines()
-    # the client retries about 10 times a second for the 30 s of delivery.timeout.ms: its warning is printed once,
-    # then at most once per 10 s with how many were held back
+    # the client's warnings are printed once, then at most once per 10 s with how many were held back (a unit test
+    # of RepeatFilter holds the counting); the records expire 15 s after they were queued, not at flush's 60 s
     warnings = [x for x in lines if x.startswith("warning: ")]
-    assert len(warnings) <= 5 and len(lines) == len(warnings) + 2, err
+    assert len(warnings) <= 3 and len(lines) == len(warnings) + 2, err
     assert all("more like it in the last" in x for x in warnings[1:]), err
     assert lines[-2].startswith("error: 20 record(s) failed, 1 of 21 record(s) written"), err
     assert lines[-1].startswith("hint: is a broker running at") and "topic describe" not in err

@@ -93,9 +93,11 @@ def test_static_member_gets_its_partitions_back_without_rebalance(any_bootstrap:
         a = Consumer({**base, "group.instance.id": "static-a", "client.id": "a2"})
         a.subscribe([topic_name])
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and a.assignment() != before_a:
+        while time.monotonic() < deadline and a.assignment() != before_a \
+                and b.consumer_group_metadata().generation_id == generation:  # a rebalance fails at once
             a.poll(0.1)
             b.poll(0.1)
+        assert b.consumer_group_metadata().generation_id == generation, "the group rebalanced"
         assert a.assignment() == before_a
         for _ in range(10):
             b.poll(0.1)

@@ -138,3 +138,33 @@ def test_broker_sigkill_mid_stream_retries_keep_exactly_once_in_order(
             assert values == list(range(part, n, PARTITIONS)), f"partition {part}: not exactly once in order"
     finally:
         broker.stop()
+
+
+def test_records_queued_while_no_broker_answers_fail_at_their_delivery_timeout(
+        kafka_broker_factory: Callable[..., KafkaBroker], topic_name: str) -> None:
+    """delivery.timeout.ms bounds the wait for every record's report, even when the broker is gone: the first
+    batch gives up after its retries, and the idempotent producer then waits for a new epoch (KIP-360), sending
+    nothing; the batches queued behind it expire at their own delivery timeout (Kafka's
+    RecordAccumulator.expiredBatches), not at flush()'s timeout. A cancelled epoch bump ends at close()."""
+    broker = kafka_broker_factory()
+    timeout_ms = 2000
+    p = Producer({"bootstrap.servers": broker.bootstrap, "delivery.timeout.ms": timeout_ms, "linger.ms": 5})
+    try:
+        p.produce(topic_name, b"before")
+        assert p.flush(10) == 0
+        broker.kill()
+        t0 = time.monotonic()
+        reports: list[tuple[float, float, str]] = []  # (produced at, reported at, error)
+        for i in range(10):
+            p.produce(topic_name, b"%d" % i, on_delivery=lambda err, msg, at=time.monotonic() - t0: reports.append(
+                (at, time.monotonic() - t0, err.name() if err else "ok")))
+            time.sleep(0.3)
+        assert p.flush(20) == 0
+        assert time.monotonic() - t0 < 3 + timeout_ms / 1000 + 2, "flush() waited past the delivery timeouts"
+        assert [r[2] for r in reports] == ["_TIMED_OUT"] * 10, reports
+        # a record's batch may be older than the record (the timeout counts from the batch's creation)
+        assert all(reported - at <= timeout_ms / 1000 + 1.5 for at, reported, _ in reports), reports
+    finally:
+        t1 = time.monotonic()
+        p.close(5)
+        assert time.monotonic() - t1 < 5

@@ -339,6 +339,18 @@ class RecordAccumulator:
         with self._lock:
             self.pending_records -= batch.record_count
 
+    def expire(self, now: float, delivery_timeout: float) -> list[ProducerBatch]:
+        """Take the queued batches created ``delivery_timeout`` or more before ``now``, from the head of each
+        partition's queue (Kafka's RecordAccumulator.expiredBatches): for when nothing can be sent to fail them."""
+        out = []
+        with self._lock:
+            for q in self._batches.values():
+                while q and now - q[0].created >= delivery_timeout:
+                    b = q.popleft()
+                    b.closed = True
+                    out.append(b)
+        return out
+
     def abort_all(self) -> list[ProducerBatch]:
         with self._lock:
             out = [b for q in self._batches.values() for b in q]

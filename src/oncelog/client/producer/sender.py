@@ -90,6 +90,7 @@ class Sender:
                 if txn.has_error:
                     self.fail_queued(txn.current_error())
                 elif txn.bump_requested:
+                    self._expire_queued()
                     if not self._requests:
                         await self._bump_epoch(txn)
                     else:
@@ -122,6 +123,20 @@ class Sender:
             if txn.has_error:
                 return
             await asyncio.sleep(self._backoff)
+
+    def _expire_queued(self) -> None:
+        """Nothing is sent while the producer waits for a new epoch: the queued batches past delivery.timeout.ms
+        fail here, as they would after their last attempt (its bound holds even if no broker can be reached)."""
+        reports: Reports = []
+        for b in self.acc.expire(self._monotonic(), self._delivery_timeout):
+            err = KafkaTimeoutError(f"expiring {b.record_count} record(s) for {b.tp[0]}[{b.tp[1]}]: "
+                                    f"{self.config.delivery_timeout_ms} ms has passed since batch creation "
+                                    f"(delivery.timeout.ms) while the producer waited for a new epoch")
+            reports += self._finish(b, -1, -1, err)
+            if self.txn is not None and b.base_sequence >= 0:
+                self.txn.batch_failed(err, unresolved_sequence=True)
+        if reports:
+            self._deliver(reports)
 
     def fail_queued(self, err: KafkaError) -> None:
         reports: Reports = []
@@ -316,5 +331,11 @@ class Sender:
             t.cancel()
         if self._requests:
             await asyncio.gather(*self._requests, return_exceptions=True)
+        # a cancellation can be lost (asyncio.wait_for before Python 3.12, CPython gh-86296: a connection refused
+        # at the moment it came), and the loop would go on retrying an epoch bump: cancel until it ends
+        while pending := [t for t in tasks if not t.done()]:
+            for t in pending:
+                t.cancel()
+            await asyncio.wait(pending, timeout=0.5)
         await asyncio.gather(*tasks, return_exceptions=True)
         self._task = None
