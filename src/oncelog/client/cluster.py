@@ -167,6 +167,8 @@ class Cluster:
         task = self._connecting.get(node_id)
         if task is None:
             task = asyncio.get_running_loop().create_task(self._connect_node(node_id))
+            # its callers may all be cancelled (shielded from it) before it fails: its error is then nobody's
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
             self._connecting[node_id] = task
         try:
             return await asyncio.shield(task)
