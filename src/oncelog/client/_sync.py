@@ -55,6 +55,9 @@ class LoopThread:
         except concurrent.futures.TimeoutError:
             fut.cancel()
             raise KafkaTimeoutError(f"operation did not finish within {timeout:g} s") from None
+        except BaseException:  # KeyboardInterrupt while waiting: the call ends with the caller
+            fut.cancel()
+            raise
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         self.loop.call_soon_threadsafe(fn, *args)
@@ -98,6 +101,10 @@ async def _cancel_pending(name: str) -> None:
         return
     log.debug("%s: cancelling %d task(s) left at shutdown: %s", name, len(tasks),
               ", ".join(sorted(t.get_name() for t in tasks)))
-    for t in tasks:
-        t.cancel()
+    # again until each ends: a cancellation can be lost (asyncio.wait_for before Python 3.12, CPython gh-86296,
+    # when what it waits for completes at the same moment, e.g. a refused connection)
+    while pending := [t for t in tasks if not t.done()]:
+        for t in pending:
+            t.cancel()
+        await asyncio.wait(pending, timeout=0.2)
     await asyncio.gather(*tasks, return_exceptions=True)
