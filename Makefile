@@ -60,7 +60,7 @@ gen: $(BASE)
 	$(BIN)/python tools/gen_protocol.py
 
 lint: $(FULL)
-	$(BIN)/ruff check src tests tools
+	$(BIN)/ruff check src tests tools bench examples
 	$(BIN)/mypy
 
 docs: $(BASE)
