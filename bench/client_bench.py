@@ -16,6 +16,9 @@ process with a hard time cap, on a fresh 3-partition topic:
 * consume: the topic is preloaded by confluent-kafka (not timed); the client assigns all partitions from offset 0
   and is timed until it has received every record.
 
+``oncelog@REV`` (and ``oncelog-columnar@REV``) is that client at git revision REV (its ``src/``, extracted once
+for the run), for a before/after comparison in one run, rounds alternating with the working tree's.
+
 ``oncelog-columnar`` is oncelog's bulk paths: ``Producer.produce_batch()`` of a ready Arrow binary column of
 65,536 values at a time (no partition: the sticky partition, moving on after each full batch of
 message.max.bytes), and
@@ -35,6 +38,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -285,6 +289,8 @@ def consume_aiokafka(bootstrap: str, topic: str, n: int) -> float:
 
 
 def child(a: argparse.Namespace) -> int:
+    if a.src:  # oncelog@REV: that revision's client
+        sys.path.insert(0, a.src)
     try:
         vals = values(a.value_size)
         create_topic(a.bootstrap, a.topic)
@@ -306,11 +312,28 @@ def child(a: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------- parent: the run
 
 
-def run_round(a: argparse.Namespace, bootstrap: str, client: str, scenario: str, rnd: int) -> dict[str, Any]:
-    topic = f"cbench-{scenario}-{client}-r{rnd}-{uuid.uuid4().hex[:6]}"
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--client", client, "--scenario", scenario,
+def checkout(rev: str, into: Path) -> str:
+    """``src/`` of git revision ``rev`` extracted under ``into`` (the working tree is untouched)."""
+    dest = into / rev
+    if not dest.exists():
+        dest.mkdir(parents=True)
+        archive = subprocess.run(["git", "-C", str(HERE.parent), "archive", "--format=tar", rev, "src"],
+                                 capture_output=True, timeout=60, check=False)
+        if archive.returncode != 0:
+            raise SystemExit(f"error: oncelog@{rev}: git archive failed: {archive.stderr.decode().strip()}")
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True, timeout=60)
+    return str(dest / "src")
+
+
+def run_round(a: argparse.Namespace, bootstrap: str, client: str, scenario: str, rnd: int,
+              revs: Path) -> dict[str, Any]:
+    topic = f"cbench-{scenario}-{client.replace('@', '-')}-r{rnd}-{uuid.uuid4().hex[:6]}"
+    base, _, rev = client.partition("@")
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--client", base, "--scenario", scenario,
            "--bootstrap", bootstrap, "--topic", topic, "--messages", str(a.messages),
            "--value-size", str(a.value_size)]
+    if rev:
+        cmd += ["--src", checkout(rev, revs)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout, stdin=subprocess.DEVNULL,
                               check=False)
@@ -366,9 +389,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--client", help=argparse.SUPPRESS)
     ap.add_argument("--scenario", help=argparse.SUPPRESS)
     ap.add_argument("--topic", help=argparse.SUPPRESS)
+    ap.add_argument("--src", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
-    for bad in set(a.clients) - set(CLIENTS):
-        ap.error(f"unknown client {bad!r}; choose from {','.join(CLIENTS)}")
+    for bad in {c for c in a.clients if c.partition("@")[0] not in CLIENTS or c.startswith(("confluent@", "aiokafka@"))}:
+        ap.error(f"unknown client {bad!r}; choose from {','.join(CLIENTS)}, oncelog@GIT_REV, oncelog-columnar@GIT_REV")
     for bad in set(a.scenarios) - set(SCENARIOS):
         ap.error(f"unknown scenario {bad!r}; choose from {','.join(SCENARIOS)}")
     return a
@@ -388,17 +412,19 @@ def main(argv: list[str] | None = None) -> int:
         bootstrap = broker.bootstrap
         log(f"oncelog broker ({broker.version}) on {bootstrap}")
     results: list[dict[str, Any]] = []
+    revs = tempfile.TemporaryDirectory(prefix="client-bench-revs-")
     try:
         for rnd in range(a.rounds):
             order = a.clients[rnd % len(a.clients):] + a.clients[:rnd % len(a.clients)]
             for sc in a.scenarios:
                 for cl in order:
-                    r = run_round(a, bootstrap, cl, sc, rnd)
+                    r = run_round(a, bootstrap, cl, sc, rnd, Path(revs.name))
                     results.append(r)
                     log(f"round {rnd + 1}/{a.rounds} {sc:8s} {cl:10s} "
                         + (f"{a.messages / r['seconds']:,.0f} msg/s ({r['seconds']:.2f}s)" if r.get("ok")
                            else f"FAILED: {r['error']}"))
     finally:
+        revs.cleanup()
         if broker is not None:
             broker.cleanup()
     if a.json:

@@ -11,7 +11,6 @@ with ``bytes.join``, about twice as fast as encoding record by record, into the 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import chain, repeat
 from typing import cast
 
 from . import varint as _varint
@@ -81,7 +80,14 @@ def encode_keyless(keys: Sequence[bytes | None], values: Sequence[bytes | None],
         lengths = [table[fixed + len(t) + len(o)] for t, o in zip(ts_parts, od_parts, strict=True)]
         tails = [tail_of.get(p) or tail_of.setdefault(p, b"\x00" + p + b"\x00") for p in lengths]
         first = tails[0][1:]
-    tails = tails[1:]
-    tails.append(b"\x00")
-    return b"".join(chain((first,), chain.from_iterable(zip(ts_parts, od_parts, repeat(b"\x01" + value_len),
-                                                            cast("Sequence[bytes]", values), tails))))
+    # the pieces in order: the first length, then five a record (timestamp delta, offset delta, null key and value
+    # length, value, tail), set column by column by slice assignment: the join of a list
+    # made so is several times faster than a join over a chain of zipped columns
+    parts: list[bytes] = [b"\x01" + value_len] * (5 * n + 1)
+    parts[0] = first
+    parts[1::5] = ts_parts
+    parts[2::5] = od_parts
+    parts[4::5] = cast("Sequence[bytes]", values)
+    parts[5:-1:5] = tails[1:]
+    parts[-1] = b"\x00"
+    return b"".join(parts)

@@ -106,6 +106,27 @@ def test_accumulator_append_value_counts_the_exact_batch_size() -> None:
     assert got == sent
 
 
+def test_keyed_records_between_keyless_ones_keep_their_keys() -> None:
+    """A keyless record adds nothing to the key column (it ends at the last keyed record): the built batch and the
+    delivery reports still give each record its own key, through both ways of appending."""
+    acc = RecordAccumulator(batch_size=1_000_000, linger_ms=0, compression=0)
+    tp = ("t", 0)
+    keys = [None, None, b"k2", None, b"k4", None, None]
+    reports: list[bytes | None] = []
+    acc.append(tp, 1, None, b"v0", [], lambda e, m: reports.append(m.key()))
+    for i, key in enumerate(keys[1:], 1):
+        batch = acc.open_batch(tp)
+        if key is not None or batch is None or acc.append_value(batch, 1 + i, b"v%d" % i,
+                                                                lambda e, m: reports.append(m.key())) is None:
+            acc.append(tp, 1 + i, key, b"v%d" % i, [], lambda e, m: reports.append(m.key()))
+    (b,) = acc.drain([tp])
+    assert b.keys == [None, None, b"k2", None, b"k4"]  # nothing for the two keyless records at the end
+    assert [r.key for r in decode_records(b.build())] == keys
+    for cb, err, msg in b.complete(100, -1, None):
+        cb(err, msg)
+    assert reports == keys
+
+
 def test_a_batch_aborted_while_open_takes_no_more_records() -> None:
     """abort_all() (abort_transaction(), close()) takes the open batch away: the shortcut that held it appends no
     record to it any more (it would never be sent)."""

@@ -21,6 +21,7 @@ import collections
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from time import time_ns as _time_ns
 from typing import Any, Self
 
 from oncelog.protocol.errors import ErrorCode
@@ -156,7 +157,7 @@ class AsyncProducer:
                 partition = self.partitioner.partition(topic, k, parts, cached[2])
         elif partition not in info.partitions:
             raise KafkaError(3, f"partition {partition} of {topic!r} does not exist (it has {len(parts)})")
-        ts = int(time.time() * 1000) if timestamp is None else timestamp
+        ts = _time_ns() // 1_000_000 if timestamp is None else timestamp
         full, new = self.accumulator.append((topic, partition), ts, k, v, hs, on_complete)
         if sticky:
             batch = self.accumulator.open_batch((topic, partition))
@@ -416,22 +417,21 @@ class Producer:
         """Queue one record (confluent-kafka's arguments: ``partition`` -1 or None: by key, ``timestamp`` 0 or None:
         now). ``on_delivery(err, msg)`` (or ``callback=``, or the ``on_delivery`` configuration) runs in a later
         ``poll()``/``flush()`` call."""
-        if self._closed:
-            raise ConfigError("producer is closed")
-        if on_delivery is None:
-            on_delivery = callback or self._default_cb
+        on_delivery = on_delivery if on_delivery is not None else callback or self._default_cb
         if key is None and value.__class__ is bytes and (partition is None or partition < 0) and not timestamp \
-                and not headers and not self._waiting:  # the common case: into the sticky partition's open batch
+                and not headers and not self._waiting:  # the common call: into the sticky partition's open batch
             batch = self._sticky_batches.get(topic)
-            if batch is not None and len(value) <= self._max_bytes:
+            if batch is not None and len(value) <= self._max_bytes and not self._closed:
                 fsm = self._txn_fsm
                 if fsm is not None and fsm.state is not self._sending_state and self._async.txn is not None:
                     self._async.txn.check_can_send()
-                full = self._append_value(batch, int(time.time() * 1000), value, on_delivery)
+                full = self._append_value(batch, _time_ns() // 1_000_000, value, on_delivery)
                 if full is not None:
                     if full:
                         self._wake_sender()
                     return
+        if self._closed:
+            raise ConfigError("producer is closed")
         a = self._async
         if partition is not None and partition < 0:
             partition = None
