@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import pytest
 
 from oncelog.broker.config import BrokerConfig, ConfigError
-from oncelog.broker.connection_quotas import ConnectionQuotas, parse_overrides
+from oncelog.broker.config_values import parse_overrides
+from oncelog.broker.connection_quotas import ConnectionQuotas
 from oncelog.broker.quota_manager import ClientQuotaManager
 from oncelog.broker.request import RequestContext
 from oncelog.protocol.messages.fetch_request import FetchRequest
