@@ -26,7 +26,7 @@ from typing import Protocol
 from oncelog.clock import Clock
 from oncelog.security.quotas import RateSensor, normalize_ip
 
-from .config_values import parse_overrides
+from .settings.values import parse_overrides
 
 __all__ = ["Admission", "ConnectionLimits", "ConnectionQuotas", "UNLIMITED"]
 
@@ -37,7 +37,7 @@ UNLIMITED = 2**31 - 1
 
 
 class ConnectionLimits(Protocol):
-    """The settings read here (the broker's live :class:`~oncelog.broker.config.BrokerConfig`)."""
+    """The settings read here (the broker's live :class:`~oncelog.broker.settings.config.BrokerConfig`)."""
 
     max_connections: int
     max_connections_per_ip: int

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .auth import BrokerAuth
     from .cluster.node import ClusterNode
     from .cluster.topic_admin import AutoCreator
-    from .config import BrokerConfig
+    from .settings.config import BrokerConfig
     from .coordinators.markers import LocalMarkerWriter
     from .coordinators.single_node import LoadOnFirstUse
     from .metrics import BrokerMetrics

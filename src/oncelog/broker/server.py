@@ -30,7 +30,7 @@ from oncelog.storage import KafkaStorageError, LogConfig, LogManager
 
 from .acceptor import Acceptor
 from .auth import BrokerAuth
-from .config import BrokerConfig
+from .settings.config import BrokerConfig
 from .connection import Connection
 from .connection_quotas import ConnectionQuotas
 from .context import BrokerContext

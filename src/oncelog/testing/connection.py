@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from oncelog.broker.config import BrokerConfig
+from oncelog.broker.settings.config import BrokerConfig
 from oncelog.broker.connection import Connection
 from oncelog.broker.context import BrokerContext
 from oncelog.broker.coordinators.markers import LocalMarkerWriter

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from oncelog.broker.config import BrokerConfig, ConfigError
-from oncelog.broker.config_values import parse_overrides
+from oncelog.broker.settings.config import BrokerConfig, ConfigError
+from oncelog.broker.settings.values import parse_overrides
 from oncelog.broker.connection_quotas import ConnectionQuotas
 from oncelog.broker.quota_manager import ClientQuotaManager
 from oncelog.broker.request import RequestContext

@@ -34,7 +34,7 @@ from oncelog.cluster.replica import IsrChange
 from oncelog.cluster.store import MetadataStore, MetadataUnavailableError, PartitionChange
 from oncelog.storage import InvalidConfigError, LogConfig
 
-from ..config import BrokerConfig
+from ..settings.config import BrokerConfig
 from ..metrics import BrokerMetrics
 from ..partition import Partition, Role
 from ..peer_connections import peer_link

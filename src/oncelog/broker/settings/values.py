@@ -1,6 +1,6 @@
-"""Parsing and checking of broker setting values (``broker/config.py``'s table uses them): Kafka's value types and
-the checks a value must pass (the listeners' are in ``listeners.py``, the security settings' in
-``security_settings.py``). Each raises ValueError (or returns the problem) with what is expected."""
+"""Parsing and checking of broker setting values (``config.py``'s table uses them): Kafka's value types and the
+checks a value must pass (the listeners' are in ``listeners.py``, the security settings' in ``security.py``). Each
+raises ValueError (or returns the problem) with what is expected."""
 
 from __future__ import annotations
 
