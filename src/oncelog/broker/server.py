@@ -29,7 +29,7 @@ from oncelog.security.tls import TlsError
 from oncelog.storage import KafkaStorageError, LogConfig, LogManager
 
 from .acceptor import Acceptor
-from .auth import BrokerAuth
+from .security.authentication import BrokerAuth
 from .settings.config import BrokerConfig
 from .connection import Connection
 from .connection_quotas import ConnectionQuotas
@@ -40,7 +40,7 @@ from .durability import GroupCommitFlusher
 from .faults import CONTROL_ENV, FaultInjector, serve_control
 from .metrics import BrokerMetrics
 from .partition import Partition
-from .quota_manager import ClientQuotaManager
+from .security.quotas import ClientQuotaManager
 from .router import Router
 from .topics import TopicRegistry
 

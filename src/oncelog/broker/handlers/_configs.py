@@ -16,7 +16,7 @@ from oncelog.protocol.errors import ErrorCode
 from oncelog.storage import TOPIC_CONFIG_KEYS, LogConfig, UnknownTopicError
 from oncelog.security.acl import AclOperation, ResourceType
 
-from ..authorization import CLUSTER_NAME, allowed
+from ..security.authorization import CLUSTER_NAME, allowed
 from ..settings.group_configs import GROUP, alter_group_configs
 from ._common import error_for
 

@@ -63,7 +63,8 @@ DYNAMIC: frozenset[str] = frozenset({
     "sasl.kerberos.min.time.before.relogin", "sasl.kerberos.principal.to.local.rules",
     "sasl.login.refresh.window.factor", "sasl.login.refresh.window.jitter", "sasl.login.refresh.min.period.seconds",
     "sasl.login.refresh.buffer.seconds",
-    # TLS: a listener's context is built again when they change (auth.py), for new connections
+    # TLS: a listener's context is built again when they change, for new connections
+    # (broker/security/authentication.py)
     "ssl.protocol", "ssl.cipher.suites", "ssl.enabled.protocols", "ssl.client.auth",
     "ssl.endpoint.identification.algorithm", "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm",
     "ssl.secure.random.implementation", "ssl.provider",

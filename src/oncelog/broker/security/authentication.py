@@ -33,10 +33,10 @@ from oncelog.security.store import SCRAM, SecurityStore
 from oncelog.security.tls import TlsError, TlsOptions, server_context, subject_of
 
 from .oauth import JwksSource, oauth_server
-from .settings.security_checks import enabled_mechanisms
+from ..settings.security_checks import enabled_mechanisms
 
 if TYPE_CHECKING:
-    from .settings.config import BrokerConfig
+    from ..settings.config import BrokerConfig
 
 __all__ = ["AuthMetrics", "BrokerAuth", "ListenerSecurity", "RELOAD_CHECK_S"]
 
