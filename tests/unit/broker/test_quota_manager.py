@@ -10,7 +10,7 @@ import pytest
 
 from oncelog.broker.settings.config import BrokerConfig, ConfigError
 from oncelog.broker.settings.values import parse_overrides
-from oncelog.broker.connection_quotas import ConnectionQuotas
+from oncelog.broker.network.connection_quotas import ConnectionQuotas
 from oncelog.broker.security.quotas import ClientQuotaManager
 from oncelog.broker.request import RequestContext
 from oncelog.protocol.messages.fetch_request import FetchRequest

@@ -30,7 +30,7 @@ from prometheus_client.registry import Collector
 
 from oncelog.coordinator.transaction import ProducerIdManager
 
-from ..peer_connections import peer_link
+from ..network.peer_connections import peer_link
 from .groups import OFFSETS_TOPIC, ClusterTopicImage, build_group_coordinator
 from .internal_log import InternalTopicLog
 from .remote_markers import ClusterMarkerChannel

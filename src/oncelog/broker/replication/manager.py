@@ -37,7 +37,7 @@ from oncelog.storage import InvalidConfigError, LogConfig
 from ..settings.config import BrokerConfig
 from ..metrics import BrokerMetrics
 from ..partition import Partition, Role
-from ..peer_connections import peer_link
+from ..network.peer_connections import peer_link
 from .fetcher import FetcherConfig, ReplicaFetcherManager
 from ..topics import TopicRegistry
 

@@ -29,14 +29,14 @@ from oncelog.protocol.messages.sasl_handshake_response import SaslHandshakeRespo
 from oncelog.security.authenticator import SASL_AUTHENTICATE, SASL_HANDSHAKE, AuthFailure, SaslServerAuthenticator, State
 from oncelog.security.principal_mapping import NoMatchingRule
 
-from .security.authorization import audit_failed_login
-from .request import ANONYMOUS, NO_RESPONSE, KafkaPrincipal, RequestContext
-from .router import Route, Router
+from ..security.authorization import audit_failed_login
+from ..request import ANONYMOUS, NO_RESPONSE, KafkaPrincipal, RequestContext
+from ..router import Route, Router
 
 if TYPE_CHECKING:
-    from .security.authentication import ListenerSecurity
-    from .context import BrokerContext
-    from .security.quotas import Charge
+    from ..security.authentication import ListenerSecurity
+    from ..context import BrokerContext
+    from ..security.quotas import Charge
 
 __all__ = ["Connection"]
 

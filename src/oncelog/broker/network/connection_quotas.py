@@ -26,7 +26,7 @@ from typing import Protocol
 from oncelog.clock import Clock
 from oncelog.security.quotas import RateSensor, normalize_ip
 
-from .settings.values import parse_overrides
+from ..settings.values import parse_overrides
 
 __all__ = ["Admission", "ConnectionLimits", "ConnectionQuotas", "UNLIMITED"]
 
