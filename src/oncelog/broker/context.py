@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from .settings.config import BrokerConfig
     from .coordinators.markers import LocalMarkerWriter
     from .coordinators.single_node import LoadOnFirstUse
-    from .metrics import BrokerMetrics
+    from .metrics.counts import BrokerMetrics
     from .security.quotas import ClientQuotaManager
     from .topics import TopicRegistry
     from .coordinators.txn_verifier import RemoteTxnVerifier

@@ -38,7 +38,7 @@ from .coordinators.local import SingleNodeCoordinators
 from .coordinators.markers import LocalMarkerWriter
 from .durability import GroupCommitFlusher
 from .faults import CONTROL_ENV, FaultInjector, serve_control
-from .metrics import BrokerMetrics
+from .metrics.counts import BrokerMetrics
 from .partition import Partition
 from .security.quotas import ClientQuotaManager
 from .router import Router

@@ -20,7 +20,7 @@ from oncelog.broker.settings.config import BrokerConfig
 from oncelog.broker.network.connection import Connection
 from oncelog.broker.context import BrokerContext
 from oncelog.broker.coordinators.markers import LocalMarkerWriter
-from oncelog.broker.metrics import BrokerMetrics
+from oncelog.broker.metrics.counts import BrokerMetrics
 from oncelog.broker.router import Router
 from oncelog.broker.server import log_defaults
 from oncelog.broker.topics import TopicRegistry

@@ -49,7 +49,7 @@ from ..settings.config import BrokerConfig
 from ..settings.dynamic import DynamicBrokerConfig
 from .controller_config import controller_config
 from .liveness import Liveness
-from ..metrics import BrokerMetrics
+from ..metrics.counts import BrokerMetrics
 
 __all__ = ["ClusterNode", "ClusterStartError", "ReplicaManagerLike", "ViewOnlyReplicaManager"]
 

@@ -39,7 +39,7 @@ from .transactions import TRANSACTION_STATE_TOPIC, Spawn, build_transaction_coor
 if TYPE_CHECKING:
     from ..cluster.node import ClusterNode
     from ..context import BrokerContext
-    from ..metrics import BrokerMetrics
+    from ..metrics.counts import BrokerMetrics
 
 __all__ = ["ClusterCoordinators"]
 

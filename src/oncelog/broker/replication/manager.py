@@ -35,7 +35,7 @@ from oncelog.cluster.store import MetadataStore, MetadataUnavailableError, Parti
 from oncelog.storage import InvalidConfigError, LogConfig
 
 from ..settings.config import BrokerConfig
-from ..metrics import BrokerMetrics
+from ..metrics.counts import BrokerMetrics
 from ..partition import Partition, Role
 from ..network.peer_connections import peer_link
 from .fetcher import FetcherConfig, ReplicaFetcherManager

@@ -36,7 +36,7 @@ from oncelog.security.acl import (
 
 if TYPE_CHECKING:
     from ..context import BrokerContext
-    from ..metrics import BrokerMetrics
+    from ..metrics.counts import BrokerMetrics
     from ..request import RequestContext
 
 __all__ = ["API_ACLS", "CLUSTER_NAME", "allowed", "allowed_any", "allowed_names", "audit_failed_login",
