@@ -82,7 +82,7 @@ def start(port):
 
 
 def start_by_hand(port):
-    from oncelog.broker.config import BrokerConfig
+    from oncelog.broker.settings.config import BrokerConfig
     from oncelog.broker.server import Broker
 
     folder = tempfile.mkdtemp(dir="/dev/shm" if memory else work)

@@ -30,14 +30,14 @@ if TYPE_CHECKING:
     from oncelog.security.store import SecurityStore
     from oncelog.storage import LogConfig
 
-    from .auth import BrokerAuth
+    from .security.authentication import BrokerAuth
     from .cluster.node import ClusterNode
     from .cluster.topic_admin import AutoCreator
-    from .config import BrokerConfig
+    from .settings.config import BrokerConfig
     from .coordinators.markers import LocalMarkerWriter
     from .coordinators.single_node import LoadOnFirstUse
-    from .metrics import BrokerMetrics
-    from .quota_manager import ClientQuotaManager
+    from .metrics.counts import BrokerMetrics
+    from .security.quotas import ClientQuotaManager
     from .topics import TopicRegistry
     from .coordinators.txn_verifier import RemoteTxnVerifier
 
@@ -70,7 +70,7 @@ class BrokerContext:
     quotas: ClientQuotaManager | None = None  # client quotas: the connection and the Fetch handler charge requests
     #: incremental fetch sessions (KIP-227), ``max.incremental.fetch.session.cache.slots`` of them
     fetch_sessions: FetchSessionCache = field(init=False)
-    auth: BrokerAuth | None = None  # the listeners' TLS and SASL, the credentials they check (auth.py)
+    auth: BrokerAuth | None = None  # TLS, SASL and the credentials they check: security/authentication.py
     #: a single node on a fresh data folder: builds the coordinators (and sets the fields above) when a request
     #: first needs one (``coordinators/local.py``); None once called, and in a cluster
     coordinators_on_first_use: Callable[[], None] | None = None

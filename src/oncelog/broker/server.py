@@ -28,19 +28,19 @@ from oncelog.security.store import FileSecurityStore, SecurityStoreError
 from oncelog.security.tls import TlsError
 from oncelog.storage import KafkaStorageError, LogConfig, LogManager
 
-from .acceptor import Acceptor
-from .auth import BrokerAuth
-from .config import BrokerConfig
-from .connection import Connection
-from .connection_quotas import ConnectionQuotas
+from .network.acceptor import Acceptor
+from .security.authentication import BrokerAuth
+from .settings.config import BrokerConfig
+from .network.connection import Connection
+from .network.connection_quotas import ConnectionQuotas
 from .context import BrokerContext
 from .coordinators.local import SingleNodeCoordinators
 from .coordinators.markers import LocalMarkerWriter
 from .durability import GroupCommitFlusher
 from .faults import CONTROL_ENV, FaultInjector, serve_control
-from .metrics import BrokerMetrics
+from .metrics.counts import BrokerMetrics
 from .partition import Partition
-from .quota_manager import ClientQuotaManager
+from .security.quotas import ClientQuotaManager
 from .router import Router
 from .topics import TopicRegistry
 
@@ -176,7 +176,7 @@ class Broker:
                 self.cluster = await ClusterNode.connect(cfg)
             except ClusterStartError as e:
                 raise StartupError(str(e)) from None
-            from .peer_connections import peer_link, refused_by_peers
+            from .network.peer_connections import peer_link, refused_by_peers
 
             peers = [b for n, b in sorted(self.cluster.view.brokers.items()) if n != cfg.node_id]
             refused = await refused_by_peers(peer_link(cfg), peers, 5.0)
@@ -230,7 +230,7 @@ class Broker:
             from .cluster.topic_admin import AutoCreator
             from .coordinators.cluster import ClusterCoordinators
             from .coordinators.txn_verifier import RemoteTxnVerifier
-            from .peer_connections import peer_link
+            from .network.peer_connections import peer_link
             from .replication.manager import ReplicaManager
 
             context.cluster = self.cluster

@@ -165,7 +165,7 @@ def serve(data_dir: Path | None, listen: str | None, config_file: Path | None, s
           log_level: str, node_id: int | None, metadata: str | None) -> None:
     """Start a broker and serve until SIGTERM or Ctrl-C, which shut it down cleanly: one node, or with --node-id
     and --metadata one broker of a cluster."""
-    from oncelog.broker.config import BrokerConfig, ConfigError
+    from oncelog.broker.settings.config import BrokerConfig, ConfigError
 
     overrides: dict[str, object] = {}
     for item in settings:

@@ -32,7 +32,7 @@ log = logging.getLogger("oncelog.security.store")
 
 ACLS, SCRAM, QUOTAS = "acls", "scram", "quotas"
 #: not security, but dynamic configs that must reach every broker the same way: a consumer group's own configs
-#: (ConfigResource GROUP; ``oncelog.broker.group_configs``)
+#: (ConfigResource GROUP; ``oncelog.broker.settings.group_configs``)
 GROUP_CONFIGS = "group_configs"
 KINDS = (ACLS, SCRAM, QUOTAS, GROUP_CONFIGS)
 _EMPTY: Mapping[str, bytes] = MappingProxyType({})

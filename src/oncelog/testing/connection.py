@@ -1,5 +1,5 @@
-"""A broker connection without a socket: drive ``oncelog.broker.connection.Connection`` with bytes and read back
-what it wrote, whether it paused reading, and whether it closed.
+"""A broker connection without a socket: drive ``oncelog.broker.network.connection.Connection`` with bytes and read
+back what it wrote, whether it paused reading, and whether it closed.
 
 ``FakeTransport`` stands in for the asyncio transport (it records writes and flow control, and delivers
 ``connection_lost`` on close as the event loop does); ``ConnectionHarness`` speaks the client side of the protocol
@@ -16,11 +16,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from oncelog.broker.config import BrokerConfig
-from oncelog.broker.connection import Connection
+from oncelog.broker.settings.config import BrokerConfig
+from oncelog.broker.network.connection import Connection
 from oncelog.broker.context import BrokerContext
 from oncelog.broker.coordinators.markers import LocalMarkerWriter
-from oncelog.broker.metrics import BrokerMetrics
+from oncelog.broker.metrics.counts import BrokerMetrics
 from oncelog.broker.router import Router
 from oncelog.broker.server import log_defaults
 from oncelog.broker.topics import TopicRegistry

@@ -131,7 +131,7 @@ class InProcessBroker(BrokerFaults):
             self._loop = None
 
     async def _serve(self, ready: Future[None]) -> None:
-        from oncelog.broker.config import BrokerConfig, ConfigError
+        from oncelog.broker.settings.config import BrokerConfig, ConfigError
         from oncelog.broker.server import Broker, StartupError
 
         try:

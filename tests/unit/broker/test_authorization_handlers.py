@@ -232,7 +232,7 @@ def test_without_an_authorizer_nothing_is_checked(context: BrokerContext) -> Non
 
 
 def test_a_failed_login_is_audited_and_counted(context: BrokerContext, caplog: pytest.LogCaptureFixture) -> None:
-    from oncelog.broker.authorization import audit_failed_login
+    from oncelog.broker.security.authorization import audit_failed_login
 
     with caplog.at_level(logging.INFO, logger="oncelog.security.audit"):
         audit_failed_login(context.metrics, "User:eve", "10.0.0.9", "SASL_PLAINTEXT", "SCRAM-SHA-256",

@@ -1,11 +1,11 @@
-"""What each API checks (``broker/authorization.py``'s table) is Kafka's documentation table "Operations and
-Resources on Protocols" (docs/security.html, #operations_resources_and_protocols), except where Kafka's broker code
-(``KafkaApis.scala``) does otherwise: each such difference is listed here with the code that shows it. Every API the
-broker serves has a row."""
+"""What each API checks (``broker/security/authorization.py``'s table) is Kafka's documentation table "Operations
+and Resources on Protocols" (docs/security.html, #operations_resources_and_protocols), except where Kafka's broker
+code (``KafkaApis.scala``) does otherwise: each such difference is listed here with the code that shows it. Every
+API the broker serves has a row."""
 
 from __future__ import annotations
 
-from oncelog.broker.authorization import API_ACLS
+from oncelog.broker.security.authorization import API_ACLS
 from oncelog.broker.router import Router
 from oncelog.security.acl import AclOperation, ResourceType
 

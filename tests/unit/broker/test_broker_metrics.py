@@ -6,7 +6,7 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from oncelog.broker.metrics import LATENCY_BUCKETS, BrokerMetrics
+from oncelog.broker.metrics.counts import LATENCY_BUCKETS, BrokerMetrics
 
 
 def samples(m: BrokerMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

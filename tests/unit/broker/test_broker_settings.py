@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from oncelog.broker.config import (
+from oncelog.broker.settings.config import (
     DEFAULT_CONFIG,
     SETTINGS,
     STATIC_BROKER_CONFIG,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from oncelog.broker.config import BrokerConfig, ConfigError
+from oncelog.broker.settings.config import BrokerConfig, ConfigError
 
 
 def test_defaults_are_kafkas() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from oncelog.broker.connection import Connection, _Slot
+from oncelog.broker.network.connection import Connection, _Slot
 from oncelog.broker.context import BrokerContext
 from oncelog.broker.router import Router
 from oncelog.protocol.api import RequestHeader

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from oncelog.broker.connection import MAX_PENDING
+from oncelog.broker.network.connection import MAX_PENDING
 from oncelog.broker.context import BrokerContext
 from oncelog.broker.request import NO_RESPONSE, RequestContext
 from oncelog.broker.router import Route, Router

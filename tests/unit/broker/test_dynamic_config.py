@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from oncelog.broker.config import DEFAULT_CONFIG, STATIC_BROKER_CONFIG, BrokerConfig
-from oncelog.broker.dynamic_config import (
+from oncelog.broker.settings.config import DEFAULT_CONFIG, STATIC_BROKER_CONFIG, BrokerConfig
+from oncelog.broker.settings.dynamic import (
     DYNAMIC,
     DYNAMIC_BROKER_CONFIG,
     DYNAMIC_DEFAULT_BROKER_CONFIG,

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from oncelog.broker.config import BrokerConfig, ConfigError
-from oncelog.broker.connection_quotas import ConnectionQuotas, parse_overrides
-from oncelog.broker.quota_manager import ClientQuotaManager
+from oncelog.broker.settings.config import BrokerConfig, ConfigError
+from oncelog.broker.settings.values import parse_overrides
+from oncelog.broker.network.connection_quotas import ConnectionQuotas
+from oncelog.broker.security.quotas import ClientQuotaManager
 from oncelog.broker.request import RequestContext
 from oncelog.protocol.messages.fetch_request import FetchRequest
 from oncelog.protocol.messages.fetch_response import FetchableTopicResponse, FetchResponse, PartitionData

@@ -8,7 +8,7 @@ import uuid
 from pathlib import Path
 from types import MappingProxyType
 
-from oncelog.broker.config import BrokerConfig
+from oncelog.broker.settings.config import BrokerConfig
 from oncelog.broker.partition import Role
 from oncelog.broker.replication.manager import ReplicaManager
 from oncelog.broker.server import log_defaults

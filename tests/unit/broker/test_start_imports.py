@@ -16,7 +16,7 @@ from oncelog.broker.coordinators.transactions import TRANSACTION_STATE_TOPIC
 
 START = """
 import asyncio, sys
-from oncelog.broker.config import BrokerConfig
+from oncelog.broker.settings.config import BrokerConfig
 from oncelog.broker.server import Broker
 
 async def main():

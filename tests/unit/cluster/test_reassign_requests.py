@@ -11,7 +11,7 @@ from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
 from oncelog.broker.cluster.reassign import alter, elect, list_ongoing
-from oncelog.broker.config import BrokerConfig
+from oncelog.broker.settings.config import BrokerConfig
 from oncelog.cluster.controller import ControllerConfig, ElectionType, elect_leaders
 from oncelog.cluster.controller_driver import ControllerDriver
 from oncelog.cluster.model import PartitionState, TopicMeta

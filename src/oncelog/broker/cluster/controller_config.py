@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from oncelog.cluster.controller import ControllerConfig
 
-from ..config import BrokerConfig
+from ..settings.config import BrokerConfig
 
 __all__ = ["controller_config"]
 

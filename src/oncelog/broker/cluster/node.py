@@ -10,7 +10,7 @@ the metadata lives in etcd (``oncelog.cluster.metadata``) and a :class:`ClusterN
 - **join** (:meth:`ClusterNode.join`): register under a lease once the listener's port is held (a live broker with
   the same node id: :class:`~oncelog.cluster.store.DuplicateBrokerError`, the first one keeps serving); every new
   view goes to the replica manager (``on_view``, all keys on the first call); the view's dynamic broker configs are
-  applied to the settings first (:mod:`oncelog.broker.dynamic_config`).
+  applied to the settings first (:mod:`oncelog.broker.settings.dynamic`).
 - **riding out etcd**: a lost session (lease not refreshed in time: etcd unreachable or stalled, this broker cut
   off from it, or this process paused) stops the controller role only. The replicas keep leading and following the
   last view, as Kafka's brokers keep their leaderships while the KRaft quorum is unavailable: only the controller
@@ -45,11 +45,11 @@ from oncelog.cluster.metadata import EtcdMetadata, EtcdUnreachableError, Session
 from oncelog.cluster.model import NO_LEADER, BrokerInfo, ClusterView
 from oncelog.cluster.store import DuplicateBrokerError, MetadataUnavailableError
 
-from ..config import BrokerConfig
-from ..dynamic_config import DynamicBrokerConfig
+from ..settings.config import BrokerConfig
+from ..settings.dynamic import DynamicBrokerConfig
 from .controller_config import controller_config
 from .liveness import Liveness
-from ..metrics import BrokerMetrics
+from ..metrics.counts import BrokerMetrics
 
 __all__ = ["ClusterNode", "ClusterStartError", "ReplicaManagerLike", "ViewOnlyReplicaManager"]
 

@@ -237,7 +237,7 @@ async def forward(node: ClusterNode, request: Any, api_version: int, timeout: fl
     left = max(1.0, deadline - loop.time())
     from oncelog.client.errors import KafkaError  # the forwarding broker's client, imported on use
 
-    from ..peer_connections import peer_link
+    from ..network.peer_connections import peer_link
 
     try:  # to the controller's inter-broker listener, with this broker's credentials
         conn = peer_link(node.config).connection(info, client_id=f"{FORWARDED_CLIENT_PREFIX}{node.node_id}",

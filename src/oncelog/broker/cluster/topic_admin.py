@@ -36,7 +36,7 @@ from oncelog.protocol.errors import ErrorCode
 from oncelog.storage import InvalidConfigError, InvalidTopicError, LogConfig, validate_topic_name
 
 from .node import ClusterNode
-from ..config import BrokerConfig
+from ..settings.config import BrokerConfig
 
 __all__ = ["AutoCreator", "NewTopic", "auto_create_spec", "create_partitions", "create_topic", "delete_topic"]
 

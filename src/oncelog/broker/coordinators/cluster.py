@@ -30,7 +30,7 @@ from prometheus_client.registry import Collector
 
 from oncelog.coordinator.transaction import ProducerIdManager
 
-from ..peer_connections import peer_link
+from ..network.peer_connections import peer_link
 from .groups import OFFSETS_TOPIC, ClusterTopicImage, build_group_coordinator
 from .internal_log import InternalTopicLog
 from .remote_markers import ClusterMarkerChannel
@@ -39,7 +39,7 @@ from .transactions import TRANSACTION_STATE_TOPIC, Spawn, build_transaction_coor
 if TYPE_CHECKING:
     from ..cluster.node import ClusterNode
     from ..context import BrokerContext
-    from ..metrics import BrokerMetrics
+    from ..metrics.counts import BrokerMetrics
 
 __all__ = ["ClusterCoordinators"]
 

@@ -29,7 +29,7 @@ from oncelog.coordinator.group.topic_image import TopicImage, TopicInfo
 from oncelog.protocol.errors import ErrorCode
 from oncelog.security.store import SecurityStore
 
-from ..group_configs import GroupOverrides
+from ..settings.group_configs import GroupOverrides
 
 from .internal_log import InternalTopicLog
 from .single_node import LoadOnFirstUse
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from oncelog.cluster.model import TopicMeta
     from oncelog.coordinator.transaction import TransactionCoordinator
 
-    from ..config import BrokerConfig
+    from ..settings.config import BrokerConfig
     from ..topics import TopicRegistry
 
 __all__ = ["OFFSETS_TOPIC", "ClusterTopicImage", "GroupCoordinatorHandle", "RegistryTopicImage",

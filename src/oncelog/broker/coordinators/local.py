@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Union
 if TYPE_CHECKING:
     from oncelog.clock import Clock
 
-    from ..config import BrokerConfig
+    from ..settings.config import BrokerConfig
     from ..context import BrokerContext
     from ..topics import TopicRegistry
     from .groups import GroupCoordinatorHandle

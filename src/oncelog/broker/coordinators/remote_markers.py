@@ -30,7 +30,7 @@ from oncelog.protocol.messages.write_txn_markers_request import (
 from oncelog.protocol.messages.write_txn_markers_response import WriteTxnMarkersResponse
 
 from .markers import LocalMarkerWriter
-from ..peer_connections import PeerConnections, PeerLink
+from ..network.peer_connections import PeerConnections, PeerLink
 
 __all__ = ["ClusterMarkerChannel"]
 

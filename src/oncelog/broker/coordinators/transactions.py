@@ -39,7 +39,7 @@ from .single_node import LoadOnFirstUse
 from .timers import DeadlineDriver
 
 if TYPE_CHECKING:
-    from ..config import BrokerConfig
+    from ..settings.config import BrokerConfig
     from ..topics import TopicRegistry
 
 __all__ = ["TRANSACTION_STATE_TOPIC", "Spawn", "TransactionCoordinatorHandle", "build_single_node_transactions",

@@ -36,7 +36,7 @@ from oncelog.protocol.messages.add_partitions_to_txn_request import (
     AddPartitionsToTxnTransaction,
 )
 
-from ..peer_connections import PeerConnections, PeerLink
+from ..network.peer_connections import PeerConnections, PeerLink
 
 __all__ = ["RETRIABLE_AS_NOT_ENOUGH_REPLICAS", "RemoteTxnVerifier"]
 

@@ -9,7 +9,7 @@ from oncelog.protocol.errors import ErrorCode
 from oncelog.security.acl import AclBinding, AclBindingFilter, AclOperation, AclPermissionType, PatternType, ResourceType
 from oncelog.security.store import SecurityStoreError
 
-from ..authorization import allowed
+from ..security.authorization import allowed
 
 if TYPE_CHECKING:
     from typing import Any

@@ -1,4 +1,5 @@
-"""Small helpers for the authorization lines of handlers (what each API checks is ``broker/authorization.py``'s)."""
+"""Small helpers for the authorization lines of handlers (what each API checks is
+``broker/security/authorization.py``'s)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Topic and broker config resources shared by DescribeConfigs, AlterConfigs and IncrementalAlterConfigs.
 
-In a cluster, BROKER resources are the dynamic broker configs in etcd (:mod:`oncelog.broker.dynamic_config`): a
+In a cluster, BROKER resources are the dynamic broker configs in etcd (:mod:`oncelog.broker.settings.dynamic`): a
 change is validated here and written through the metadata store; every broker applies it when its view shows it.
 """
 
@@ -9,15 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from oncelog.broker.config import TOPIC_DEFAULTS
-from oncelog.broker.dynamic_config import DynamicConfigError, Synonym, synonyms, validate
+from oncelog.broker.settings.config import TOPIC_DEFAULTS
+from oncelog.broker.settings.dynamic import DynamicConfigError, Synonym, synonyms, validate
 from oncelog.cluster.store import MetadataUnavailableError
 from oncelog.protocol.errors import ErrorCode
 from oncelog.storage import TOPIC_CONFIG_KEYS, LogConfig, UnknownTopicError
 from oncelog.security.acl import AclOperation, ResourceType
 
-from ..authorization import CLUSTER_NAME, allowed
-from ..group_configs import GROUP, alter_group_configs
+from ..security.authorization import CLUSTER_NAME, allowed
+from ..settings.group_configs import GROUP, alter_group_configs
 from ._common import error_for
 
 if TYPE_CHECKING:

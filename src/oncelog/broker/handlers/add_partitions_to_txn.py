@@ -18,7 +18,7 @@ from oncelog.protocol.messages.add_partitions_to_txn_response import (
 from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.broker.topics import INTERNAL_TOPICS
 
-from ..authorization import allowed, allowed_names
+from ..security.authorization import allowed, allowed_names
 from ._txn import coordinator_or_error
 
 if TYPE_CHECKING:

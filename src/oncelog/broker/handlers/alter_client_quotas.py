@@ -25,7 +25,7 @@ from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.security.quotas import IP, USER, Alteration, alter, is_ip_literal, parse_records
 from oncelog.security.store import QUOTAS, SecurityStoreError
 
-from ..authorization import allowed
+from ..security.authorization import allowed
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from oncelog.broker.dynamic_config import DynamicConfigError
+from oncelog.broker.settings.dynamic import DynamicConfigError
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.alter_configs_request import AlterConfigsRequest, AlterConfigsResource
 from oncelog.protocol.messages.alter_configs_response import AlterConfigsResourceResponse, AlterConfigsResponse

@@ -16,7 +16,7 @@ from oncelog.protocol.messages.alter_partition_reassignments_response import (
 from oncelog.protocol.errors import ErrorCode
 from oncelog.security.acl import AclOperation, ResourceType
 
-from ..authorization import allowed
+from ..security.authorization import allowed
 from ..cluster.reassign import alter, by_topic, forward, is_forwarded, request_timeout
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from oncelog.protocol.messages.consumer_group_describe_response import (
 )
 from oncelog.security.acl import AclOperation, ResourceType
 
-from ..authorization import allowed, allowed_names, authorized_operations
+from ..security.authorization import allowed, allowed_names, authorized_operations
 from ._groups import NOT_AVAILABLE, coordinator
 
 if TYPE_CHECKING:

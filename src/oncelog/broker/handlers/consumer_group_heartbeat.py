@@ -15,7 +15,7 @@ from oncelog.protocol.messages.consumer_group_heartbeat_request import ConsumerG
 from oncelog.protocol.messages.consumer_group_heartbeat_response import ConsumerGroupHeartbeatResponse
 from oncelog.security.acl import AclOperation, ResourceType
 
-from ..authorization import allowed, allowed_names
+from ..security.authorization import allowed, allowed_names
 from ._groups import NOT_AVAILABLE, client_host, coordinator
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from oncelog.protocol.messages.create_partitions_response import (
 from oncelog.security.acl import AclOperation, ResourceType
 from dataclasses import replace
 
-from ..authorization import allowed_names
+from ..security.authorization import allowed_names
 from ._authz import then
 from ._common import error_for
 

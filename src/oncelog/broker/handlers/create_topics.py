@@ -13,7 +13,7 @@ from oncelog.storage import LogConfig, validate_topic_name
 from oncelog.security.acl import AclOperation, ResourceType
 from dataclasses import replace
 
-from ..authorization import allowed, allowed_names
+from ..security.authorization import allowed, allowed_names
 from ._authz import then
 from ._common import error_for
 

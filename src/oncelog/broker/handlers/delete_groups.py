@@ -10,7 +10,7 @@ from oncelog.protocol.messages.delete_groups_response import DeletableGroupResul
 from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.protocol.errors import ErrorCode
 
-from ..authorization import allowed_names
+from ..security.authorization import allowed_names
 from ._groups import NOT_AVAILABLE, coordinator
 
 if TYPE_CHECKING:

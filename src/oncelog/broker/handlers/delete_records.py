@@ -13,7 +13,7 @@ from oncelog.protocol.messages.delete_records_response import (
 )
 from oncelog.security.acl import AclOperation, ResourceType
 
-from ..authorization import allowed_names
+from ..security.authorization import allowed_names
 from ._common import error_for, missing_partition_error
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from oncelog.protocol.messages.delete_topics_response import DeletableTopicResul
 from oncelog.security.acl import AclOperation, ResourceType
 from dataclasses import replace
 
-from ..authorization import allowed
+from ..security.authorization import allowed
 from ..topics import INTERNAL_TOPICS
 from ._authz import then
 

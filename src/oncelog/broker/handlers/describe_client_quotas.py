@@ -21,7 +21,7 @@ from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.security.quotas import USER, FilterComponent, QuotaError, describe, parse_records
 from oncelog.security.store import QUOTAS
 
-from ..authorization import allowed
+from ..security.authorization import allowed
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext

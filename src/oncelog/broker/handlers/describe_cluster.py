@@ -9,7 +9,7 @@ from oncelog.protocol.messages.describe_cluster_request import DescribeClusterRe
 from oncelog.protocol.messages.describe_cluster_response import DescribeClusterBroker, DescribeClusterResponse
 from oncelog.security.acl import AclOperation, ResourceType
 
-from ..authorization import allowed, authorized_operations
+from ..security.authorization import allowed, authorized_operations
 from ._cluster_metadata import brokers, controller_id, served_brokers
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """DescribeConfigs (32): topic configs (overrides and defaults), the broker's settings and a group's configs
-(``oncelog.broker.group_configs``: source GROUP_CONFIG for the group's own value).
+(``oncelog.broker.settings.group_configs``: source GROUP_CONFIG for the group's own value).
 
 Sources as Kafka reports them: DYNAMIC_TOPIC_CONFIG for a topic override, DYNAMIC_BROKER_CONFIG /
 DYNAMIC_DEFAULT_BROKER_CONFIG for a broker setting changed at run time for this broker / cluster-wide (in a
@@ -24,10 +24,10 @@ from oncelog.protocol.messages.describe_configs_response import (
     DescribeConfigsSynonym,
 )
 
-from oncelog.broker.dynamic_config import BrokerEntry, Synonym, default_entries
+from oncelog.broker.settings.dynamic import BrokerEntry, Synonym, default_entries
 from oncelog.security.acl import AclOperation
 
-from ..group_configs import group_entries
+from ..settings.group_configs import group_entries
 from ._configs import BROKER, CONFIG_TYPE, GROUP, TOPIC, Source, check_resource, config_refusal, topic_entries
 
 if TYPE_CHECKING:

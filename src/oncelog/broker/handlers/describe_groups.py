@@ -9,7 +9,7 @@ from oncelog.protocol.messages.describe_groups_response import DescribedGroup, D
 from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.protocol.errors import ErrorCode
 
-from ..authorization import allowed, authorized_operations
+from ..security.authorization import allowed, authorized_operations
 from ._groups import NOT_AVAILABLE, coordinator
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from oncelog.protocol.messages.describe_log_dirs_response import (
 
 from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.protocol.errors import ErrorCode
-from ..authorization import allowed
+from ..security.authorization import allowed
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext

@@ -14,7 +14,7 @@ from oncelog.protocol.messages.describe_producers_response import (
 )
 
 from oncelog.security.acl import AclOperation, ResourceType
-from ..authorization import allowed_names
+from ..security.authorization import allowed_names
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext

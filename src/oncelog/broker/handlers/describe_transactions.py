@@ -13,7 +13,7 @@ from oncelog.protocol.messages.describe_transactions_response import (
 from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.protocol.errors import ErrorCode
 
-from ..authorization import allowed_names
+from ..security.authorization import allowed_names
 from ._txn import coordinator_or_error
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from oncelog.protocol.messages.elect_leaders_response import (
 )
 from oncelog.security.acl import AclOperation, ResourceType
 
-from ..authorization import allowed
+from ..security.authorization import allowed
 from ..cluster.reassign import Outcome, by_topic, elect, forward, is_forwarded, request_timeout
 
 if TYPE_CHECKING:

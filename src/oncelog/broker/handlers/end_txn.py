@@ -14,7 +14,7 @@ from oncelog.protocol.messages.end_txn_response import EndTxnResponse
 from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.protocol.errors import ErrorCode
 
-from ..authorization import allowed
+from ..security.authorization import allowed
 from ._txn import coordinator_or_error
 
 if TYPE_CHECKING:

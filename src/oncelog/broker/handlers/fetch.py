@@ -34,7 +34,7 @@ from oncelog.protocol.messages.fetch_response import (
 )
 from oncelog.security.acl import AclOperation, ResourceType
 
-from ..authorization import allowed
+from ..security.authorization import allowed
 from ..fetch_session import FetchContext, new_context
 from . import _fetch_incremental
 from ._fetch_read import Want, plan, read, replica_id_of

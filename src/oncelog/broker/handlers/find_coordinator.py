@@ -23,7 +23,7 @@ from oncelog.protocol.messages.find_coordinator_request import FindCoordinatorRe
 from oncelog.protocol.messages.find_coordinator_response import Coordinator, FindCoordinatorResponse
 
 from oncelog.security.acl import AclOperation, ResourceType
-from ..authorization import allowed
+from ..security.authorization import allowed
 
 if TYPE_CHECKING:
     from oncelog.broker.context import BrokerContext

@@ -10,7 +10,7 @@ from oncelog.protocol.messages.heartbeat_response import HeartbeatResponse
 from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.protocol.errors import ErrorCode
 
-from ..authorization import allowed
+from ..security.authorization import allowed
 from ._groups import NOT_AVAILABLE, coordinator
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """IncrementalAlterConfigs (44): SET / DELETE / APPEND / SUBTRACT single config keys of a topic, of a group
-(``oncelog.broker.group_configs``), or (in a cluster) of a broker's dynamic configs (name: this broker's node id) or
-of the cluster-wide default (name "").
+(``oncelog.broker.settings.group_configs``), or (in a cluster) of a broker's dynamic configs (name: this broker's
+node id) or of the cluster-wide default (name "").
 
 On a single node (no etcd) broker settings stay static: a BROKER resource is refused with INVALID_REQUEST, as
 before dynamic configs existed (set them in the TOML file and restart)."""
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from oncelog.broker.config import SETTINGS, BrokerConfig
-from oncelog.broker.dynamic_config import DynamicConfigError
+from oncelog.broker.settings.config import SETTINGS, BrokerConfig
+from oncelog.broker.settings.dynamic import DynamicConfigError
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.incremental_alter_configs_request import (
     AlterableConfig,

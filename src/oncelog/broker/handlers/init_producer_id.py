@@ -11,7 +11,7 @@ from oncelog.protocol.messages.init_producer_id_response import InitProducerIdRe
 from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.protocol.errors import ErrorCode
 
-from ..authorization import allowed, allowed_any
+from ..security.authorization import allowed, allowed_any
 from ._txn import coordinator_or_error
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from oncelog.protocol.messages.join_group_response import JoinGroupResponse
 from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.protocol.errors import ErrorCode
 
-from ..authorization import allowed
+from ..security.authorization import allowed
 from ._groups import NOT_AVAILABLE, client_host, coordinator
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from oncelog.protocol.messages.list_groups_request import ListGroupsRequest
 from oncelog.protocol.messages.list_groups_response import ListGroupsResponse
 from oncelog.security.acl import AclOperation, ResourceType
 
-from ..authorization import allowed, allowed_names
+from ..security.authorization import allowed, allowed_names
 from ._groups import NOT_AVAILABLE, coordinator
 
 if TYPE_CHECKING:

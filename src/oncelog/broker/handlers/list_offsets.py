@@ -14,7 +14,7 @@ from oncelog.protocol.messages.list_offsets_response import (
 )
 from oncelog.security.acl import AclOperation, ResourceType
 
-from ..authorization import allowed_names
+from ..security.authorization import allowed_names
 from ._common import leadership_error, missing_partition_error
 
 if TYPE_CHECKING:

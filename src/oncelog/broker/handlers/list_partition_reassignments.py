@@ -14,7 +14,7 @@ from oncelog.protocol.messages.list_partition_reassignments_response import (
 from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.protocol.errors import ErrorCode
 
-from ..authorization import allowed
+from ..security.authorization import allowed
 from ..cluster.reassign import by_topic, list_ongoing
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from oncelog.protocol.messages.list_transactions_request import ListTransactions
 from oncelog.protocol.messages.list_transactions_response import ListTransactionsResponse, TransactionState
 from oncelog.security.acl import AclOperation, ResourceType
 
-from ..authorization import allowed_names
+from ..security.authorization import allowed_names
 from ._txn import coordinator_or_error
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from oncelog.protocol.messages.metadata_response import (
 from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.broker.topics import INTERNAL_TOPICS
 
-from ..authorization import allowed, allowed_names, authorized_operations
+from ..security.authorization import allowed, allowed_names, authorized_operations
 from ._cluster_metadata import handle_metadata
 from ._authz import then
 from ._common import lookup_or_create

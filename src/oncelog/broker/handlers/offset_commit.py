@@ -15,7 +15,7 @@ from oncelog.protocol.messages.offset_commit_response import (
 from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.protocol.errors import ErrorCode
 
-from ..authorization import allowed, allowed_names
+from ..security.authorization import allowed, allowed_names
 from ._authz import then
 from ._groups import NOT_AVAILABLE, coordinator
 

@@ -12,7 +12,7 @@ from oncelog.protocol.errors import ErrorCode
 from dataclasses import replace
 from oncelog.protocol.messages.offset_delete_response import OffsetDeleteResponsePartition, OffsetDeleteResponseTopic
 
-from ..authorization import allowed, allowed_names
+from ..security.authorization import allowed, allowed_names
 from ._authz import then
 from ._groups import NOT_AVAILABLE, coordinator
 

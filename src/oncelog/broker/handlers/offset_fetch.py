@@ -23,7 +23,7 @@ from oncelog.protocol.messages.offset_fetch_response import (
 from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.protocol.errors import ErrorCode
 
-from ..authorization import allowed
+from ..security.authorization import allowed
 from ._groups import NOT_AVAILABLE, coordinator
 
 _Check = Callable[[ResourceType, str], bool]

@@ -16,7 +16,7 @@ from oncelog.protocol.messages.offset_for_leader_epoch_response import (
 )
 from oncelog.security.acl import AclOperation, ResourceType
 
-from ..authorization import allowed, allowed_names
+from ..security.authorization import allowed, allowed_names
 from ._common import missing_partition_error
 
 if TYPE_CHECKING:

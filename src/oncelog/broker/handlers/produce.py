@@ -38,7 +38,7 @@ from oncelog.protocol.records import (
 from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.storage import DuplicateSequenceError, ProducerStateError
 
-from ..authorization import allowed, allowed_names
+from ..security.authorization import allowed, allowed_names
 from ..request import NO_RESPONSE
 from ._common import error_for, missing_partition_error
 from ._txn_verify import TxnChecks, add_to_transaction, transaction_checks, verify_transaction

@@ -21,7 +21,7 @@ from oncelog.protocol.errors import ErrorCode
 from dataclasses import replace
 from typing import Any
 
-from ..authorization import allowed, allowed_names
+from ..security.authorization import allowed, allowed_names
 from ._authz import then
 from ._groups import NOT_AVAILABLE, coordinator
 from ._txn_verify import add_to_transaction, coordinator_is_remote

@@ -41,7 +41,7 @@ from oncelog.protocol.messages.offset_for_leader_epoch_request import (
 from oncelog.protocol.record_batch import CorruptRecordError, validate_batches
 from oncelog.storage import UnexpectedAppendOffsetError
 
-from ..peer_connections import PeerConnections, PeerLink
+from ..network.peer_connections import PeerConnections, PeerLink
 
 if TYPE_CHECKING:
     from oncelog.cluster.model import BrokerInfo

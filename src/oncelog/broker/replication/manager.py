@@ -34,10 +34,10 @@ from oncelog.cluster.replica import IsrChange
 from oncelog.cluster.store import MetadataStore, MetadataUnavailableError, PartitionChange
 from oncelog.storage import InvalidConfigError, LogConfig
 
-from ..config import BrokerConfig
-from ..metrics import BrokerMetrics
+from ..settings.config import BrokerConfig
+from ..metrics.counts import BrokerMetrics
 from ..partition import Partition, Role
-from ..peer_connections import peer_link
+from ..network.peer_connections import peer_link
 from .fetcher import FetcherConfig, ReplicaFetcherManager
 from ..topics import TopicRegistry
 

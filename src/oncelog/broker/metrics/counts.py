@@ -2,9 +2,9 @@
 
 Each broker owns its own numbers (tests run several brokers in one process). They are plain numbers updated on the
 event loop (every request pays for them, so no locks and no prometheus_client objects on the request path); the
-Prometheus registry that exports them (:mod:`.metrics_export`) is built on first use, when ``metrics.listen`` is
-set or a test reads :attr:`BrokerMetrics.registry`, so a broker starts without importing prometheus_client.
-Per-partition gauges are collected at scrape time from the live partitions.
+Prometheus registry that exports them (:mod:`.export`) is built on first use, when ``metrics.listen`` is set or a
+test reads :attr:`BrokerMetrics.registry`, so a broker starts without importing prometheus_client. Per-partition
+gauges are collected at scrape time from the live partitions.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from oncelog.coordinator.group.coordinator import GroupCoordinator
 
-    from .durability import GroupCommitFlusher
-    from .fetch_session import FetchSessionCache
-    from .topics import TopicRegistry
+    from ..durability import GroupCommitFlusher
+    from ..fetch_session import FetchSessionCache
+    from ..topics import TopicRegistry
 
 __all__ = ["LATENCY_BUCKETS", "BrokerMetrics", "Count", "ErrorCounts", "LabelledCount"]
 
@@ -125,7 +125,7 @@ class BrokerMetrics:
         """The Prometheus ``CollectorRegistry`` exporting these numbers and every watched part (built, and
         prometheus_client imported, on first use)."""
         if self._registry is None:
-            from .metrics_export import build_registry
+            from .export import build_registry
 
             self._registry = build_registry(self, LATENCY_BUCKETS)
             for register in self._pending:
@@ -167,16 +167,16 @@ class BrokerMetrics:
 
     def watch_partitions(self, topics: TopicRegistry) -> None:
         def register(registry: Any) -> None:
-            from .metrics_export import PartitionCollector
+            from .export import PartitionCollector
 
             registry.register(PartitionCollector(topics))
 
         self._when_exported(register)
 
     def watch_operator_view(self, topics: TopicRegistry, groups: Callable[[], GroupCoordinator | None]) -> None:
-        """Consumer-group lag and open transactions (see :mod:`.operator_metrics`)."""
+        """Consumer-group lag and open transactions (see :mod:`.lag`)."""
         def register(registry: Any) -> None:
-            from .operator_metrics import register
+            from .lag import register
 
             register(topics, groups, registry)
 
@@ -184,7 +184,7 @@ class BrokerMetrics:
 
     def watch_flusher(self, flusher: GroupCommitFlusher) -> None:
         def register(registry: Any) -> None:
-            from .metrics_export import FlusherCollector
+            from .export import FlusherCollector
 
             registry.register(FlusherCollector(flusher))
 
@@ -194,13 +194,13 @@ class BrokerMetrics:
         """Incremental fetch sessions (KIP-227): sessions and partitions held, evictions, partitions listed and
         answered by fetcher."""
         def register(registry: Any) -> None:
-            from .metrics_export import FetchSessionCollector
+            from .export import FetchSessionCollector
 
             registry.register(FetchSessionCollector(cache))
 
         self._when_exported(register)
 
     def serve(self, listen: str) -> None:
-        from .metrics_export import serve
+        from .export import serve
 
         serve(self.registry, listen)

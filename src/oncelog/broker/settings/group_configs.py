@@ -22,7 +22,7 @@ from oncelog.protocol.errors import ErrorCode
 from oncelog.security.store import GROUP_CONFIGS, SecurityStore, SecurityStoreError
 
 from .config import BrokerConfig
-from .dynamic_config import BrokerEntry, DynamicConfigError
+from .dynamic import BrokerEntry, DynamicConfigError
 
 __all__ = ["GROUP", "GROUP_CONFIG_SOURCE", "KEYS", "GroupOverrides", "alter_group_configs", "group_entries"]
 

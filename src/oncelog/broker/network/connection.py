@@ -4,10 +4,10 @@ Requests are pipelined: a handler that has to wait (acks=all fsync, long-poll fe
 from being read and started, but responses always leave in the order their requests arrived. Anything a client
 sends that cannot be understood closes this connection only; the broker and other connections go on.
 
-Security belongs to the connection, before routing (``ListenerSecurity`` of its listener, ``auth.py``): on a TLS
-listener the server completed the TLS handshake before the connection is made (a client certificate gives the
-principal on an SSL listener); on a SASL listener the requests go to a
-:class:`~oncelog.security.authenticator.SaslServerAuthenticator` until it completes, and handlers see only
+Security belongs to the connection, before routing (``ListenerSecurity`` of its listener,
+``broker/security/authentication.py``): on a TLS listener the server completed the TLS handshake before the
+connection is made (a client certificate gives the principal on an SSL listener); on a SASL listener the requests
+go to a :class:`~oncelog.security.authenticator.SaslServerAuthenticator` until it completes, and handlers see only
 authenticated requests, with their principal. A failed authentication is answered and the connection closed after
 ``connection.failed.authentication.delay.ms`` (reading stops meanwhile: no CPU is spent on the client).
 """
@@ -29,14 +29,14 @@ from oncelog.protocol.messages.sasl_handshake_response import SaslHandshakeRespo
 from oncelog.security.authenticator import SASL_AUTHENTICATE, SASL_HANDSHAKE, AuthFailure, SaslServerAuthenticator, State
 from oncelog.security.principal_mapping import NoMatchingRule
 
-from .authorization import audit_failed_login
-from .request import ANONYMOUS, NO_RESPONSE, KafkaPrincipal, RequestContext
-from .router import Route, Router
+from ..security.authorization import audit_failed_login
+from ..request import ANONYMOUS, NO_RESPONSE, KafkaPrincipal, RequestContext
+from ..router import Route, Router
 
 if TYPE_CHECKING:
-    from .auth import ListenerSecurity
-    from .context import BrokerContext
-    from .quota_manager import Charge
+    from ..security.authentication import ListenerSecurity
+    from ..context import BrokerContext
+    from ..security.quotas import Charge
 
 __all__ = ["Connection"]
 
@@ -55,7 +55,7 @@ class _Slot:
         self.response: Any = None
         self.ready = False
         self.started = started
-        self.charge: Charge | None = None  # what the response owes the client quotas (quota_manager.py)
+        self.charge: Charge | None = None  # what the response owes the client quotas (broker/security/quotas.py)
 
 
 class Connection(asyncio.Protocol):

@@ -2,9 +2,9 @@
 the authentication timers, with Kafka's names and defaults (``BrokerSecurityConfigs``, ``SslConfigs``,
 ``SaslConfigs``, ``SocketServerConfigs``).
 
-The rows here join :data:`oncelog.broker.config.SETTINGS` (one table for every broker setting: the settings
+The rows here join :data:`oncelog.broker.settings.config.SETTINGS` (one table for every broker setting: the settings
 reference, DescribeConfigs and the dynamic configs read it); :class:`SecuritySettings` holds their values and is a
-base of :class:`~oncelog.broker.config.BrokerConfig`.
+base of :class:`~oncelog.broker.settings.config.BrokerConfig`.
 
 Several settings can be given per listener, as in Kafka, with the prefix ``listener.name.<listener>.`` (the name in
 lower case): ``listener.name.sasl_ssl.ssl.keystore.location``; the SASL settings of one mechanism with

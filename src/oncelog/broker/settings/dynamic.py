@@ -12,14 +12,14 @@ topic config, ``log.retention.ms`` but not ``log.retention.hours``; ``DynamicPro
 that oncelog applies at run time (:data:`DYNAMIC`). Every other name is refused with Kafka's INVALID_REQUEST
 "Cannot update these configs dynamically: Set(...)"; the few Kafka changes at run time but oncelog reads only at
 start (:data:`START_ONLY`: the listeners, the flush settings that choose the durability mode, the cleaner's
-backoff) say so in the same message. A value is checked with the same :data:`~oncelog.broker.config.SETTINGS`
-table as at start (a bad one: INVALID_REQUEST, as Kafka's KAFKA-13609 behaviour); an unknown name is
-INVALID_CONFIG (Kafka's "Unknown config name").
+backoff) say so in the same message. A value is checked with the same
+:data:`~oncelog.broker.settings.config.SETTINGS` table as at start (a bad one: INVALID_REQUEST, as Kafka's
+KAFKA-13609 behaviour); an unknown name is INVALID_CONFIG (Kafka's "Unknown config name").
 
 The pure part (validation, resolution, DescribeConfigs entries) is here; :class:`DynamicBrokerConfig` applies the
-resolved values to the broker's live :class:`~oncelog.broker.config.BrokerConfig` (read where they are used:
-``topic_defaults()`` for the topic defaults, ``producer_id_expiration_ms`` by the retention loop), and the replica
-manager hands the new topic defaults to every log.
+resolved values to the broker's live :class:`~oncelog.broker.settings.config.BrokerConfig` (read where they are
+used: ``topic_defaults()`` for the topic defaults, ``producer_id_expiration_ms`` by the retention loop), and the
+replica manager hands the new topic defaults to every log.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any
 from oncelog.protocol.errors import ErrorCode
 
 from .config import ALIASES, DEFAULT_CONFIG, SETTINGS, STATIC_BROKER_CONFIG, BrokerConfig, ConfigError
-from .security_settings import listener_key
+from .security import listener_key
 
 __all__ = ["DYNAMIC", "DYNAMIC_BROKER_CONFIG", "DYNAMIC_DEFAULT_BROKER_CONFIG", "START_ONLY", "BrokerEntry",
            "DynamicBrokerConfig", "DynamicConfigError", "Layers", "Synonym", "broker_entries", "default_entries",
@@ -63,7 +63,8 @@ DYNAMIC: frozenset[str] = frozenset({
     "sasl.kerberos.min.time.before.relogin", "sasl.kerberos.principal.to.local.rules",
     "sasl.login.refresh.window.factor", "sasl.login.refresh.window.jitter", "sasl.login.refresh.min.period.seconds",
     "sasl.login.refresh.buffer.seconds",
-    # TLS: a listener's context is built again when they change (auth.py), for new connections
+    # TLS: a listener's context is built again when they change, for new connections
+    # (broker/security/authentication.py)
     "ssl.protocol", "ssl.cipher.suites", "ssl.enabled.protocols", "ssl.client.auth",
     "ssl.endpoint.identification.algorithm", "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm",
     "ssl.secure.random.implementation", "ssl.provider",

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from oncelog.security.oauthbearer import JwtValidator, OAuthBearerServer
 
 if TYPE_CHECKING:
-    from .config import BrokerConfig
+    from ..settings.config import BrokerConfig
 
 __all__ = ["JwksSource", "oauth_server"]
 

@@ -46,7 +46,7 @@ from oncelog.security.store import QUOTAS
 if TYPE_CHECKING:
     from oncelog.security.store import SecurityStore
 
-    from .request import RequestContext
+    from ..request import RequestContext
 
 __all__ = ["ClientQuotaManager", "Charge"]
 

@@ -35,9 +35,9 @@ from oncelog.security.acl import (
 )
 
 if TYPE_CHECKING:
-    from .context import BrokerContext
-    from .metrics import BrokerMetrics
-    from .request import RequestContext
+    from ..context import BrokerContext
+    from ..metrics.counts import BrokerMetrics
+    from ..request import RequestContext
 
 __all__ = ["API_ACLS", "CLUSTER_NAME", "allowed", "allowed_any", "allowed_names", "audit_failed_login",
            "authorized_operations"]
@@ -105,7 +105,7 @@ API_ACLS: dict[int, frozenset[tuple[AclOperation, ResourceType]]] = {k: frozense
 def _check_table(ctx: RequestContext, op: AclOperation, resource_type: ResourceType) -> None:
     if (op, resource_type) not in API_ACLS.get(ctx.api_key, ()):
         raise RuntimeError(f"API key {ctx.api_key} checks {op.name} on {resource_type.name}, which "
-                           f"broker/authorization.py's table does not list for it")
+                           f"broker/security/authorization.py's table does not list for it")
 
 
 def _api_name(api_key: int) -> str:

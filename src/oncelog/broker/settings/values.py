@@ -1,6 +1,6 @@
-"""Parsing and checking of broker setting values (``broker/config.py``'s table uses them): Kafka's value types and
-the checks a value must pass (the listeners' are in ``listeners.py``, the security settings' in
-``security_settings.py``). Each raises ValueError (or returns the problem) with what is expected."""
+"""Parsing and checking of broker setting values (``config.py``'s table uses them): Kafka's value types and the
+checks a value must pass (the listeners' are in ``listeners.py``, the security settings' in ``security.py``). Each
+raises ValueError (or returns the problem) with what is expected."""
 
 from __future__ import annotations
 
@@ -71,9 +71,20 @@ def _listen(v: str) -> str | None:
     return None if sep and port.isdigit() and 0 <= int(port) <= 65535 else "expected HOST:PORT (empty: off)"
 
 
-def _overrides(v: str) -> str | None:
-    from .connection_quotas import parse_overrides
+def parse_overrides(text: str) -> dict[str, int]:
+    """``max.connections.per.ip.overrides``: ``host:count,host:count`` -> {host: count}. Raises ValueError."""
+    out: dict[str, int] = {}
+    for item in (s.strip() for s in text.split(",")):
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        if not sep or not host.strip() or not count.strip().isdigit():
+            raise ValueError(f"{item!r} is not HOST:COUNT (e.g. 127.0.0.1:200)")
+        out[host.strip().strip("[]")] = int(count)
+    return out
 
+
+def _overrides(v: str) -> str | None:
     try:
         parse_overrides(v)
     except ValueError as e:

@@ -1,5 +1,5 @@
 """Metrics a Kafka operator looks for first: consumer-group lag, open transactions holding back the last stable
-offset (requests by error code, Kafka's ``RequestMetrics ErrorsPerSec``, are counted in :mod:`.metrics`).
+offset (requests by error code, Kafka's ``RequestMetrics ErrorsPerSec``, are counted in :mod:`.counts`).
 
 Collected when Prometheus scrapes (on the HTTP server's thread), from the broker's live state: the request path
 pays only for counting error codes. The coordinator's and the topics' dicts change on the event loop meanwhile, so
@@ -22,8 +22,8 @@ from oncelog.protocol.record_batch import parse_batch_header
 if TYPE_CHECKING:
     from oncelog.coordinator.group.coordinator import GroupCoordinator
 
-    from .partition import Partition
-    from .topics import TopicRegistry
+    from ..partition import Partition
+    from ..topics import TopicRegistry
 
 __all__ = ["GroupLagCollector", "OpenTxnCollector", "register"]
 

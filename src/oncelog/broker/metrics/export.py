@@ -1,4 +1,4 @@
-"""The Prometheus side of :mod:`.metrics`: the registry that exports a broker's plain numbers, the scrape-time
+"""The Prometheus side of :mod:`.counts`: the registry that exports a broker's plain numbers, the scrape-time
 collectors of its partitions and flusher, and the ``/metrics`` HTTP server. Imported (with prometheus_client) only
 when a broker's registry is first used."""
 
@@ -15,9 +15,9 @@ from prometheus_client.registry import Collector
 from oncelog.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from .durability import GroupCommitFlusher
-    from .fetch_session import FetchSessionCache
-    from .topics import TopicRegistry
+    from ..durability import GroupCommitFlusher
+    from ..fetch_session import FetchSessionCache
+    from ..topics import TopicRegistry
 
 __all__ = ["FetchSessionCollector", "FlusherCollector", "PartitionCollector", "build_registry", "serve"]
 
@@ -91,8 +91,8 @@ class FetchSessionCollector(Collector):
 
 
 class _BrokerCollector(Collector):
-    """The broker's own numbers (a :class:`~oncelog.broker.metrics.BrokerMetrics`): requests and their latency,
-    error codes, bytes and records per topic, open connections."""
+    """The broker's own numbers (a :class:`~oncelog.broker.metrics.counts.BrokerMetrics`): requests and their
+    latency, error codes, bytes and records per topic, open connections."""
 
     def __init__(self, metrics: Any, latency_buckets: Sequence[float]) -> None:
         self.metrics = metrics
@@ -140,8 +140,8 @@ class _BrokerCollector(Collector):
 
 
 def build_registry(metrics: Any, latency_buckets: Sequence[float]) -> CollectorRegistry:
-    """A registry exporting ``metrics`` (a :class:`~oncelog.broker.metrics.BrokerMetrics`; not imported here:
-    that module imports this one when asked for its registry) and the process's CPU, memory and files."""
+    """A registry exporting ``metrics`` (a :class:`~oncelog.broker.metrics.counts.BrokerMetrics`; not imported
+    here: that module imports this one when asked for its registry) and the process's CPU, memory and files."""
     registry = CollectorRegistry(auto_describe=True)
     registry.register(_BrokerCollector(metrics, latency_buckets))
     ProcessCollector(registry=registry)  # process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds

@@ -12,7 +12,7 @@ from typing import Protocol
 
 from oncelog.protocol.jaas import JaasEntry, parse_jaas
 
-from .security_settings import PROTOCOLS, SASL_MECHANISMS, SecuritySettings, parse_protocol_map
+from .security import PROTOCOLS, SASL_MECHANISMS, SecuritySettings, parse_protocol_map
 
 __all__ = ["check_inter_broker", "check_listeners", "enabled_mechanisms", "jaas_for"]
 

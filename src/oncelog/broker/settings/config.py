@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .config_values import (
+from .values import (
     _assignors,
     consumer_group_problem,
     Check,
@@ -51,7 +51,7 @@ from .config_values import (
 )
 from .listeners import Endpoint, Listeners, parse_listeners, parse_port
 from .security_checks import check_inter_broker, check_listeners
-from .security_settings import SECURITY_ROWS, SecuritySettings, listener_key, parse_protocol_map
+from .security import SECURITY_ROWS, SecuritySettings, listener_key, parse_protocol_map
 
 __all__ = ["ALIASES", "BrokerConfig", "ConfigEntry", "ConfigError", "DEFAULT_CONFIG", "Endpoint", "Listeners",
            "SETTINGS", "STATIC_BROKER_CONFIG", "Setting", "TOPIC_DEFAULTS", "reference_markdown"]
@@ -94,7 +94,7 @@ _WEEK_MS = 7 * 24 * _HOUR_MS
 @dataclass
 class BrokerConfig(SecuritySettings):
     """Every broker setting as a typed attribute; :data:`SETTINGS` maps Kafka's names onto these (the security
-    settings' attributes are :class:`~oncelog.broker.security_settings.SecuritySettings`')."""
+    settings' attributes are :class:`~oncelog.broker.settings.security.SecuritySettings`')."""
 
     data_dir: Path = Path("./data")
     listeners: Listeners = Listeners((Endpoint("127.0.0.1", 9092),))

@@ -26,7 +26,9 @@ from typing import Protocol
 from oncelog.clock import Clock
 from oncelog.security.quotas import RateSensor, normalize_ip
 
-__all__ = ["Admission", "ConnectionLimits", "ConnectionQuotas", "UNLIMITED", "parse_overrides"]
+from ..settings.values import parse_overrides
+
+__all__ = ["Admission", "ConnectionLimits", "ConnectionQuotas", "UNLIMITED"]
 
 log = logging.getLogger("oncelog.broker.connection_quotas")
 
@@ -34,21 +36,8 @@ log = logging.getLogger("oncelog.broker.connection_quotas")
 UNLIMITED = 2**31 - 1
 
 
-def parse_overrides(text: str) -> dict[str, int]:
-    """``max.connections.per.ip.overrides``: ``host:count,host:count`` -> {host: count}. Raises ValueError."""
-    out: dict[str, int] = {}
-    for item in (s.strip() for s in text.split(",")):
-        if not item:
-            continue
-        host, sep, count = item.rpartition(":")
-        if not sep or not host.strip() or not count.strip().isdigit():
-            raise ValueError(f"{item!r} is not HOST:COUNT (e.g. 127.0.0.1:200)")
-        out[host.strip().strip("[]")] = int(count)
-    return out
-
-
 class ConnectionLimits(Protocol):
-    """The settings read here (the broker's live :class:`~oncelog.broker.config.BrokerConfig`)."""
+    """The settings read here (the broker's live :class:`~oncelog.broker.settings.config.BrokerConfig`)."""
 
     max_connections: int
     max_connections_per_ip: int

@@ -24,10 +24,10 @@ from oncelog.client.security import PLAINTEXT, ClientSecurity, parse_security
 from oncelog.cluster.model import NO_LEADER, BrokerInfo
 from oncelog.protocol.errors import ErrorCode
 
-from .security_checks import jaas_for
+from ..settings.security_checks import jaas_for
 
 if TYPE_CHECKING:
-    from .config import BrokerConfig
+    from ..settings.config import BrokerConfig
 
 __all__ = ["PeerConnections", "PeerLink", "peer_link", "refused_by_peers"]
 

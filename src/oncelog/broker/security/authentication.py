@@ -2,10 +2,10 @@
 from the settings, the credentials the mechanisms check (PLAIN users of the JAAS config, SCRAM credentials of the
 security store, OAUTHBEARER keys), the metrics, and a renewed certificate taken without a restart.
 
-The connection (``connection.py``) asks its listener for a TLS context (for each new connection: the current one)
-and, on a SASL listener, for a :class:`~oncelog.security.authenticator.SaslServerAuthenticator`. Settings are read
-when a connection starts, so a dynamic change (in a cluster: AlterConfigs of ``sasl.enabled.mechanisms``,
-``listener.name.<l>.ssl.keystore.location``, ...) applies to the next connection.
+The connection (``broker/network/connection.py``) asks its listener for a TLS context (for each new connection: the
+current one) and, on a SASL listener, for a :class:`~oncelog.security.authenticator.SaslServerAuthenticator`.
+Settings are read when a connection starts, so a dynamic change (in a cluster: AlterConfigs of
+``sasl.enabled.mechanisms``, ``listener.name.<l>.ssl.keystore.location``, ...) applies to the next connection.
 
 A certificate is renewed by replacing its files: every :data:`RELOAD_CHECK_S` the keystore and truststore files (and
 the settings naming them) are compared with those the context was built from, and changed ones are read into the
@@ -33,10 +33,10 @@ from oncelog.security.store import SCRAM, SecurityStore
 from oncelog.security.tls import TlsError, TlsOptions, server_context, subject_of
 
 from .oauth import JwksSource, oauth_server
-from .security_checks import enabled_mechanisms
+from ..settings.security_checks import enabled_mechanisms
 
 if TYPE_CHECKING:
-    from .config import BrokerConfig
+    from ..settings.config import BrokerConfig
 
 __all__ = ["AuthMetrics", "BrokerAuth", "ListenerSecurity", "RELOAD_CHECK_S"]
 
