@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
 import oncelog.client as ck
+import oncelog.client.admin  # noqa: F401  (ck.admin, as confluent_kafka.admin: a submodule imported by name)
 from secure_helpers import JAAS_PLAIN, Certs, SecureBroker
 from oncelog.client.config import parse_producer_config
 from oncelog.protocol.errors import ErrorCode
