@@ -11,6 +11,7 @@ and unload their partitions as this broker gains and loses the leadership of the
 from __future__ import annotations
 
 import asyncio
+import functools
 import contextlib
 import errno
 import io
@@ -442,7 +443,9 @@ class Broker:
             self._context.txn_verifier = None
         await self.flusher.close()
         if self.logs is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self.logs.close if clean else self.logs.abandon)
+            threads = self.config.num_recovery_threads_per_data_dir
+            await asyncio.get_running_loop().run_in_executor(
+                None, functools.partial(self.logs.close, threads) if clean else self.logs.abandon)
             log.info("oncelog broker stopped %s", "cleanly" if clean else "as if killed (no clean-shutdown marker)")
 
 

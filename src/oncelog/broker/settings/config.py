@@ -30,25 +30,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .values import (
-    _assignors,
-    consumer_group_problem,
-    Check,
-    _authorizer,
-    _bool,
-    _cluster_name,
-    _int,
-    _listen,
-    _metadata,
-    _overrides,
-    _path,
-    _policy,
-    _rack,
-    _str,
-    _super_users,
-    at_least,
-    one_of,
-)
+from .values import (Check, _assignors, _authorizer, _bool, _cluster_name, _int, _listen, _metadata, _overrides, _path,
+                     _policy, _rack, _str, _super_users, at_least, consumer_group_problem, one_of)
 from .listeners import Endpoint, Listeners, parse_listeners, parse_port
 from .security_checks import check_inter_broker, check_listeners
 from .security import SECURITY_ROWS, SecuritySettings, listener_key, parse_protocol_map
@@ -127,6 +110,7 @@ class BrokerConfig(SecuritySettings):
     log_message_timestamp_type: str = "CreateTime"
     log_cleaner_enable: bool = True
     log_cleaner_backoff_ms: int = 15_000
+    num_recovery_threads_per_data_dir: int = 2
 
     transaction_state_log_num_partitions: int = 50
     transaction_max_timeout_ms: int = 900_000
@@ -503,6 +487,9 @@ _SETTINGS: list[Setting] = [
             "`cleanup.policy` includes `compact`."),
     Setting("log.cleaner.backoff.ms", "log_cleaner_backoff_ms", "LONG", _int, "Pause between log cleaner "
             "passes.", at_least(0), _MS),
+    Setting("num.recovery.threads.per.data.dir", "num_recovery_threads_per_data_dir", "INT", _int, "Partition logs "
+            "flushed and closed at once at shutdown (a few fsyncs each; Kafka recovers logs at start-up with these "
+            "threads too, oncelog does not yet).", at_least(1)),
     # -- transactions
     Setting("transaction.state.log.num.partitions", "transaction_state_log_num_partitions", "INT", _int,
             "Partitions of `__transaction_state` (fixed once the topic exists).", at_least(1)),
