@@ -1,4 +1,6 @@
-"""Shared fixtures: one real broker process per test session (integration tests), fresh ones where a test kills."""
+"""Shared fixtures: one real broker process per test session (the oncelog pytest plugin's session broker); a test
+that needs a broker of its own (settings, a kill) takes the plugin's ``kafka_broker_factory`` or, shared by a
+module's tests, ``kafka_module_broker_factory`` (docs/testing.md)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.cluster.model import ClusterView
-from oncelog.testing.broker_process import BrokerProcess, free_port
+from oncelog.testing.broker_process import free_port
+from oncelog.testing.pytest_plugin import KafkaBroker
 from oncelog.testing.cluster import ClusterProcess
 
 TIMEOUT = 30
@@ -76,9 +77,9 @@ def test_settings_errors_are_one_line(tmp_path: Path) -> None:
     assert "'metadata'" in line and "notaport" in line
 
 
-def test_a_single_nodes_data_folder_is_refused_by_a_cluster(cluster: ClusterProcess, tmp_path: Path) -> None:
-    single = BrokerProcess(tmp_path / "data")
-    single.start()
+def test_a_single_nodes_data_folder_is_refused_by_a_cluster(
+        cluster: ClusterProcess, kafka_broker_factory: Callable[..., KafkaBroker], tmp_path: Path) -> None:
+    single = kafka_broker_factory(data_dir=tmp_path / "data")
     create(single.bootstrap, "single-node-topic", 1, 1)
     assert single.stop() == 0
     out = serve("--node-id", "9", "--metadata", f"etcd://{cluster.etcd.endpoint}", "--set",

@@ -15,12 +15,12 @@ import struct
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from oncelog.protocol.records import parse_batch_header
-from oncelog.testing.broker_process import BrokerProcess
+from oncelog.testing.pytest_plugin import KafkaBroker
 
 from helpers.rawclient import LATEST, ConnectionClosed, RawClient, build_batch
 
@@ -31,10 +31,10 @@ SEGMENT_BYTES = 256 * 1024
 
 
 @pytest.fixture
-def kbroker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path / "data", settings={"num.partitions": PARTITIONS,
-                                                      "log.segment.bytes": SEGMENT_BYTES})
-    proc.start()
+def kbroker(kafka_broker_factory: Callable[..., KafkaBroker]) -> Iterator[KafkaBroker]:
+    # a process on a disk folder: the tests SIGKILL it and recover what it wrote
+    proc = kafka_broker_factory({"num.partitions": PARTITIONS, "log.segment.bytes": SEGMENT_BYTES},
+                                in_process=False, memory=False)
     yield proc
     proc.kill()
 
@@ -84,7 +84,7 @@ def consume_all_confluent(bootstrap: str, topic: str, expect: dict[int, int]) ->
 
 # -- real client, random kill --------------------------------------------------------------------------------------
 
-def test_sigkill_mid_stream_confluent(kbroker: BrokerProcess) -> None:
+def test_sigkill_mid_stream_confluent(kbroker: KafkaBroker) -> None:
     from confluent_kafka import Producer
 
     topic = "crash"
@@ -229,7 +229,7 @@ def damage(path: Path, how: str, rnd: random.Random) -> int | None:
 
 
 @pytest.mark.parametrize("how", DAMAGES)
-def test_sigkill_then_torn_tail(kbroker: BrokerProcess, how: str) -> None:
+def test_sigkill_then_torn_tail(kbroker: KafkaBroker, how: str) -> None:
     topic = "torn"
     with RawClient(kbroker.bootstrap) as c:
         assert c.create_topic(topic, PARTITIONS) == 0
@@ -274,7 +274,7 @@ def test_sigkill_then_torn_tail(kbroker: BrokerProcess, how: str) -> None:
                           {p: len(read_partition(kbroker.bootstrap, topic, p)) for p in range(PARTITIONS)})
 
 
-def test_sigkill_during_segment_rolls_and_idle_restart(kbroker: BrokerProcess) -> None:
+def test_sigkill_during_segment_rolls_and_idle_restart(kbroker: KafkaBroker) -> None:
     """Kill right after many rolls, restart twice without writing in between: nothing changes across idle
     restarts (recovery is idempotent) and a clean stop after recovery keeps everything too."""
     topic = "rolls"

@@ -25,11 +25,11 @@ import select
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from oncelog.testing.broker_process import BrokerProcess
+from oncelog.testing.pytest_plugin import KafkaBroker
 
 from helpers.rawclient import read_frame
 from helpers.txn_raw import (
@@ -57,11 +57,11 @@ PAD = b"." * 300
 
 
 @pytest.fixture(scope="module")
-def cbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path_factory.mktemp("txn-crash") / "data",
-                         settings={"num.partitions": PARTITIONS,
-                                   "transaction.abort.timed.out.transaction.cleanup.interval.ms": 300})
-    proc.start()
+def cbroker(kafka_module_broker_factory: Callable[..., KafkaBroker]) -> Iterator[KafkaBroker]:
+    # a process on a disk folder: the tests SIGKILL it and recover what it wrote
+    proc = kafka_module_broker_factory({"num.partitions": PARTITIONS,
+                                        "transaction.abort.timed.out.transaction.cleanup.interval.ms": 300},
+                                       in_process=False, memory=False)
     yield proc
     proc.kill()
 
@@ -179,7 +179,7 @@ def assert_ongoing(c: TxnClient, txn: Txn) -> None:
     assert {(t.topic, p) for t in d.topics for p in t.partitions} == set(txn.tps)
 
 
-def crash_restart(proc: BrokerProcess) -> None:
+def crash_restart(proc: KafkaBroker) -> None:
     proc.kill()
     proc.start()
 
@@ -208,7 +208,7 @@ def crash_topics(bootstrap: str, base: str, n: int = 2) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------- tests
-def test_kill_after_add_partitions(cbroker: BrokerProcess, topic_name: str) -> None:
+def test_kill_after_add_partitions(cbroker: KafkaBroker, topic_name: str) -> None:
     ledger = Ledger()
     with TxnClient(cbroker.bootstrap) as c:
         t1, t2 = crash_topics(cbroker.bootstrap, topic_name)
@@ -236,7 +236,7 @@ def test_kill_after_add_partitions(cbroker: BrokerProcess, topic_name: str) -> N
         check_log(c, ledger)
 
 
-def test_kill_after_produce(cbroker: BrokerProcess, topic_name: str) -> None:
+def test_kill_after_produce(cbroker: KafkaBroker, topic_name: str) -> None:
     ledger = Ledger()
     with TxnClient(cbroker.bootstrap) as c:
         t1, t2 = crash_topics(cbroker.bootstrap, topic_name)
@@ -306,13 +306,13 @@ def _spin(seconds: float) -> None:
         pass
 
 
-def _broker_log_since(proc: BrokerProcess, pos: int) -> str:
+def _broker_log_since(proc: KafkaBroker, pos: int) -> str:
     with open(proc.log_path, "rb") as f:
         f.seek(pos)
         return f.read().decode(errors="replace")
 
 
-def test_kill_racing_end_txn(cbroker: BrokerProcess, topic_name: str) -> None:
+def test_kill_racing_end_txn(cbroker: KafkaBroker, topic_name: str) -> None:
     """EndTxn(commit) sent for several transactions at staggered times (0-1 ms apart) and the broker SIGKILLed
     right after, without waiting (an EndTxn takes a few ms here): each transaction is committed on all its
     partitions or on none, committed if PrepareCommit was durable (or the commit was answered), else aborted.
@@ -421,7 +421,7 @@ def _cut_complete_records(data_dir: Path, tids: set[str]) -> int:
 
 
 @pytest.mark.parametrize("power_cut", [False, True], ids=["kill", "kill+power-cut"])
-def test_kill_after_end_txn_answered(cbroker: BrokerProcess, topic_name: str, power_cut: bool) -> None:
+def test_kill_after_end_txn_answered(cbroker: KafkaBroker, topic_name: str, power_cut: bool) -> None:
     """The outcome of an answered EndTxn stands. ``power_cut``: CompleteCommit/CompleteAbort are applied without
     waiting for their own fsync (EndTxn answers once the markers are durable), so they are also cut from the log,
     as a power cut could lose them: the restart finds PrepareCommit/PrepareAbort and completes both transactions
@@ -459,7 +459,7 @@ def test_kill_after_end_txn_answered(cbroker: BrokerProcess, topic_name: str, po
         check_log(c, ledger)
 
 
-def test_clean_restart_with_open_transaction(cbroker: BrokerProcess, topic_name: str) -> None:
+def test_clean_restart_with_open_transaction(cbroker: KafkaBroker, topic_name: str) -> None:
     """The clean-shutdown path (producer state from the snapshot taken at close): same guarantees."""
     ledger = Ledger()
     with TxnClient(cbroker.bootstrap) as c:

@@ -29,12 +29,13 @@ import random
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from oncelog.testing.broker_process import BrokerProcess
+from oncelog.testing.pytest_plugin import KafkaBroker
 
 from helpers.checker import History
 from helpers.copiers import CONSUMER_GROUP_SETTINGS, Copiers, group_committed, run_copy, seed_input, stop_and_check
@@ -82,11 +83,12 @@ pytestmark = [
 
 
 @pytest.fixture
-def cbroker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path / "data", settings={
+def cbroker(kafka_broker_factory: Callable[..., KafkaBroker]) -> Iterator[KafkaBroker]:
+    # a process on a disk folder: the kill-burst test SIGKILLs it and the copiers' load runs apart from it
+    proc = kafka_broker_factory({
         "num.partitions": 1, "group.initial.rebalance.delay.ms": 0,
-        "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500, **CONSUMER_GROUP_SETTINGS})
-    proc.start()
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500, **CONSUMER_GROUP_SETTINGS},
+        in_process=False, memory=False)
     yield proc
     proc.kill()
 
@@ -100,12 +102,12 @@ _PAIRS = [(c, shape) for c in ("confluent", "kafka-python", "oncelog") for shape
 
 
 @pytest.mark.parametrize("client,shape", _PAIRS, ids=[f"{shape}-{c}" for c, shape in _PAIRS])
-def test_exactly_once_copy(cbroker: BrokerProcess, tmp_path: Path, client: str, shape: str) -> None:
+def test_exactly_once_copy(cbroker: KafkaBroker, tmp_path: Path, client: str, shape: str) -> None:
     run_copy(cbroker, tmp_path, client, *_SHAPES[shape])
 
 
 @pytest.mark.parametrize("client", ["confluent", "oncelog"])
-def test_exactly_once_copy_with_the_consumer_group_protocol(cbroker: BrokerProcess, tmp_path: Path,
+def test_exactly_once_copy_with_the_consumer_group_protocol(cbroker: KafkaBroker, tmp_path: Path,
                                                             client: str) -> None:
     """The same copy with copiers in a KIP-848 consumer group (group.protocol=consumer; librdkafka's or oncelog's
     client): their transactional offset commits carry member epochs, and members SIGKILLed and restarted rejoin."""
@@ -126,7 +128,7 @@ BURST_COPIERS = 4
 LIVENESS_S = 60  # after the last fault: a few session timeouts (6 s) and rebalances, and the rest of the copy
 
 
-def run_copy_kill_burst(broker: BrokerProcess, tmp: Path) -> None:
+def run_copy_kill_burst(broker: KafkaBroker, tmp: Path) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     seed = int(os.environ.get("EOS_SEED", int.from_bytes(os.urandom(4), "big")))
@@ -212,6 +214,6 @@ def run_copy_kill_burst(broker: BrokerProcess, tmp: Path) -> None:
 
 
 @pytest.mark.timeout(240)
-def test_exactly_once_copy_members_killed_during_rebalance_and_broker_restart(cbroker: BrokerProcess,
+def test_exactly_once_copy_members_killed_during_rebalance_and_broker_restart(cbroker: KafkaBroker,
                                                                               tmp_path: Path) -> None:
     run_copy_kill_burst(cbroker, tmp_path)

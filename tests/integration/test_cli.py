@@ -10,13 +10,14 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 
 import oncelog as oncelog_package
 from oncelog.client.admin import Admin
-from oncelog.testing.broker_process import BrokerProcess, free_port
+from oncelog.testing.pytest_plugin import KafkaBroker
 
 from helpers.cli import ONCELOG, oncelog
 
@@ -126,16 +127,14 @@ def test_produce_creates_a_topic_the_broker_would_auto_create(bootstrap: str, to
         assert len(admin.describe_topic(topic_name).partitions) == 3  # the shared broker's num.partitions
 
 
-def test_produce_without_auto_create_says_how_to_create(tmp_path: Path) -> None:
-    broker = BrokerProcess(tmp_path / "data", settings={"auto.create.topics.enable": "false"}).start()
-    try:
-        started = time.monotonic()
-        r = oncelog("produce", "nope", "--value", "x", "--bootstrap-server", broker.bootstrap)
-        assert r.exit_code == 1 and time.monotonic() - started < 30
-        assert "'nope' does not exist" in r.stderr and "oncelog topic create nope" in r.stderr
-        assert "Traceback" not in r.stderr and len(r.stderr.splitlines()) == 2
-    finally:
-        broker.stop()
+def test_produce_without_auto_create_says_how_to_create(
+        kafka_broker_factory: Callable[..., KafkaBroker]) -> None:
+    broker = kafka_broker_factory({"auto.create.topics.enable": "false"})
+    started = time.monotonic()
+    r = oncelog("produce", "nope", "--value", "x", "--bootstrap-server", broker.bootstrap)
+    assert r.exit_code == 1 and time.monotonic() - started < 30
+    assert "'nope' does not exist" in r.stderr and "oncelog topic create nope" in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.splitlines()) == 2
 
 
 def test_errors_speak_to_the_user(bootstrap: str, topic_name: str) -> None:
@@ -278,10 +277,11 @@ def test_ctrl_c_at_any_moment_of_the_start_up_is_one_line(bootstrap: str, topic_
     assert "interrupted" in seen[0], seen  # the first Ctrl-C came while the modules loaded
 
 
-def test_broker_going_away_is_reported_once_with_the_real_cause(tmp_path: Path) -> None:
+def test_broker_going_away_is_reported_once_with_the_real_cause(
+        kafka_broker_factory: Callable[..., KafkaBroker], tmp_path: Path) -> None:
     """Finding 6: while the broker was down, produce printed the same warning hundreds of times and its last hint
     pointed at the topic instead of the broker."""
-    broker = BrokerProcess(tmp_path / "data", port=free_port()).start()
+    broker = kafka_broker_factory(in_process=False)  # SIGKILLed
     config = tmp_path / "client.properties"  # half the CLI's 30 s delivery timeout, still more than one 10 s window
     config.write_text("delivery.timeout.ms=15000\n")
     proc = subprocess.Popen([*ONCELOG, "produce", "t", "--bootstrap-server", broker.bootstrap,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -22,7 +22,7 @@ from oncelog.protocol.messages.alter_client_quotas_request import (
     OpData,
 )
 from oncelog.protocol.messages.api_versions_request import ApiVersionsRequest
-from oncelog.testing.broker_process import BrokerProcess
+from oncelog.testing.pytest_plugin import KafkaBroker
 
 from helpers.rawclient import ConnectionClosed, RawClient, read_frame
 
@@ -30,7 +30,7 @@ API_VERSIONS, ALTER_CLIENT_QUOTAS = 18, 49
 PER_IP, MAX = 4, 8
 
 
-def connect(broker: BrokerProcess, source: str = "127.0.0.1") -> socket.socket:
+def connect(broker: KafkaBroker, source: str = "127.0.0.1") -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind((source, 0))
     sock.settimeout(5)
@@ -53,11 +53,11 @@ def answers(sock: socket.socket, timeout: float = 5.0) -> bool:
 
 
 @pytest.fixture(scope="module")
-def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path_factory.mktemp("limited-broker") / "data", settings={
+def limited(kafka_module_broker_factory: Callable[..., KafkaBroker]) -> Iterator[KafkaBroker]:
+    # a process: a connection flood must not take it down, and the teardown sees whether it did
+    proc = kafka_module_broker_factory({
         "max.connections.per.ip": PER_IP, "max.connections.per.ip.overrides": "127.0.0.2:100",
-        "max.connections": MAX})
-    proc.start()
+        "max.connections": MAX}, in_process=False)
     time.sleep(0.2)  # the readiness probe's connection is released
     yield proc
     assert proc.alive(), f"the broker died under a connection flood; log:\n{proc.log_tail()}"
@@ -66,7 +66,7 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]
 
 
 def test_a_flood_past_max_connections_per_ip_is_closed_and_another_address_is_served(
-        limited: BrokerProcess) -> None:
+        limited: KafkaBroker) -> None:
     with contextlib.ExitStack() as stack:
         flood = [stack.enter_context(connect(limited)) for _ in range(3 * PER_IP)]
         served = [answers(s) for s in flood]
@@ -79,7 +79,7 @@ def test_a_flood_past_max_connections_per_ip_is_closed_and_another_address_is_se
         assert answers(again)
 
 
-def test_past_max_connections_a_new_connection_waits_until_another_closes(limited: BrokerProcess) -> None:
+def test_past_max_connections_a_new_connection_waits_until_another_closes(limited: KafkaBroker) -> None:
     with contextlib.ExitStack() as stack:
         held = [stack.enter_context(connect(limited, "127.0.0.2")) for _ in range(MAX)]
         assert all(answers(s) for s in held)
@@ -93,17 +93,17 @@ def test_past_max_connections_a_new_connection_waits_until_another_closes(limite
 
 
 @pytest.fixture(scope="module")
-def rated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path_factory.mktemp("rated-broker") / "data", settings={
-        "max.connection.creation.rate": 10, "quota.window.num": 2})
-    proc.start()
+def rated(kafka_module_broker_factory: Callable[..., KafkaBroker]) -> Iterator[KafkaBroker]:
+    # a process: connections the creation rate accepts late are timed on the broker, apart from the test
+    proc = kafka_module_broker_factory({"max.connection.creation.rate": 10, "quota.window.num": 2},
+                                       in_process=False)
     yield proc
     rc = proc.stop()
     assert rc == 0, f"broker did not shut down cleanly (exit {rc}):\n{proc.log_tail()}"
 
 
 def test_an_ip_past_its_quota_is_closed_and_connections_past_the_creation_rate_are_accepted_late(
-        rated: BrokerProcess) -> None:
+        rated: KafkaBroker) -> None:
     with RawClient(rated.bootstrap) as admin:
         resp = admin.request(ALTER_CLIENT_QUOTAS, 1, AlterClientQuotasRequest(entries=[EntryData(
             entity=[EntityData(entity_type="ip", entity_name="127.0.0.2")],

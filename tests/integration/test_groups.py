@@ -17,15 +17,14 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from oncelog.testing.broker_process import BrokerProcess, free_port
+from oncelog.testing.pytest_plugin import KafkaBroker
 
 from helpers.topics import make_topic
 
@@ -37,10 +36,8 @@ PARTITIONS = 6
 
 
 @pytest.fixture(scope="module")
-def gbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    base = tmp_path_factory.mktemp("group-broker")
-    proc = BrokerProcess(base / "data", port=free_port(), settings=SETTINGS)
-    proc.start()
+def gbroker(kafka_module_broker_factory: Callable[..., KafkaBroker]) -> Iterator[KafkaBroker]:
+    proc = kafka_module_broker_factory(SETTINGS, in_process=False)  # group timing: the clients' load apart
     yield proc
     rc = proc.stop()
     assert rc == 0, f"broker did not shut down cleanly (exit {rc}); log:\n{proc.log_tail()}"
@@ -133,7 +130,7 @@ def exactly_once_owned(members: list[Member], topic: str) -> bool:
 
 
 @pytest.mark.parametrize("strategy", ["range", "roundrobin", "cooperative-sticky"])
-def test_confluent_group_of_three(gbroker: BrokerProcess, topic_name: str, strategy: str) -> None:
+def test_confluent_group_of_three(gbroker: KafkaBroker, topic_name: str, strategy: str) -> None:
     bs = gbroker.bootstrap
     make_topic(bs, topic_name, PARTITIONS)
     produce(bs, topic_name, 0, 300)
@@ -173,7 +170,7 @@ CRASHER = textwrap.dedent("""
 """)
 
 
-def test_crashed_member_times_out_and_partitions_move(gbroker: BrokerProcess, topic_name: str) -> None:
+def test_crashed_member_times_out_and_partitions_move(gbroker: KafkaBroker, topic_name: str) -> None:
     bs = gbroker.bootstrap
     make_topic(bs, topic_name, PARTITIONS)
     group = f"g-{topic_name}"
@@ -228,7 +225,7 @@ def _unstick_kafka_python(c: Any) -> bool:
     return False
 
 
-def test_kafka_python_group(gbroker: BrokerProcess, topic_name: str) -> None:
+def test_kafka_python_group(gbroker: KafkaBroker, topic_name: str) -> None:
     """Two kafka-python consumers, each driven by its own thread (as an application would: one consumer's
     blocking rejoin must not starve the other's)."""
     import threading
@@ -296,7 +293,7 @@ def test_kafka_python_group(gbroker: BrokerProcess, topic_name: str) -> None:
             t.join(20)
 
 
-def test_aiokafka_group(gbroker: BrokerProcess, topic_name: str) -> None:
+def test_aiokafka_group(gbroker: KafkaBroker, topic_name: str) -> None:
     from aiokafka import AIOKafkaConsumer
 
     bs = gbroker.bootstrap
@@ -330,35 +327,32 @@ def test_aiokafka_group(gbroker: BrokerProcess, topic_name: str) -> None:
     asyncio.run(asyncio.wait_for(main(), 60))
 
 
-def test_offsets_survive_restart_and_admin_view(tmp_path: Path, topic_name: str) -> None:
-    proc = BrokerProcess(tmp_path / "data", settings=SETTINGS)
+def test_offsets_survive_restart_and_admin_view(kafka_broker_factory: Callable[..., KafkaBroker],
+                                                 topic_name: str) -> None:
+    proc = kafka_broker_factory(SETTINGS)
+    bs = proc.bootstrap
+    make_topic(bs, topic_name, PARTITIONS)
+    produce(bs, topic_name, 0, 60)
+    group = f"g-{topic_name}"
+    seen: list[int] = []
+    m = Member(consumer(bs, group, "range"), "m", seen)
+    m.c.subscribe([topic_name])
+    poll_until([m], lambda: len(seen) >= 60)
+    a = AdminClient({"bootstrap.servers": bs})
+    listed = a.list_consumer_groups().result(10)
+    assert group in {g.group_id for g in listed.valid}
+    desc = a.describe_consumer_groups([group])[group].result(10)
+    assert str(desc.state).endswith("STABLE") and len(desc.members) == 1
+    m.c.close()
+    assert proc.stop() == 0
     proc.start()
-    try:
-        bs = proc.bootstrap
-        make_topic(bs, topic_name, PARTITIONS)
-        produce(bs, topic_name, 0, 60)
-        group = f"g-{topic_name}"
-        seen: list[int] = []
-        m = Member(consumer(bs, group, "range"), "m", seen)
-        m.c.subscribe([topic_name])
-        poll_until([m], lambda: len(seen) >= 60)
-        a = AdminClient({"bootstrap.servers": bs})
-        listed = a.list_consumer_groups().result(10)
-        assert group in {g.group_id for g in listed.valid}
-        desc = a.describe_consumer_groups([group])[group].result(10)
-        assert str(desc.state).endswith("STABLE") and len(desc.members) == 1
-        m.c.close()
-        assert proc.stop() == 0
-        proc.start()
-        c = consumer(proc.bootstrap, group, "range")
-        committed = c.committed([TopicPartition(topic_name, p) for p in range(PARTITIONS)], timeout=15)
-        assert sum(tp.offset for tp in committed) == 60
-        c.close()
-        a = AdminClient({"bootstrap.servers": proc.bootstrap})
-        a.delete_consumer_groups([group])[group].result(10)  # Empty after the close: deletable
-        assert group not in {g.group_id for g in a.list_consumer_groups().result(10).valid}
-    finally:
-        proc.stop()
+    c = consumer(proc.bootstrap, group, "range")
+    committed = c.committed([TopicPartition(topic_name, p) for p in range(PARTITIONS)], timeout=15)
+    assert sum(tp.offset for tp in committed) == 60
+    c.close()
+    a = AdminClient({"bootstrap.servers": proc.bootstrap})
+    a.delete_consumer_groups([group])[group].result(10)  # Empty after the close: deletable
+    assert group not in {g.group_id for g in a.list_consumer_groups().result(10).valid}
 
 
 # A member that dies while its JoinGroup is parked (hardening issue, defect 1): a raw client process joins as a new
@@ -395,7 +389,7 @@ PARKED_JOINER = textwrap.dedent("""
 """)
 
 
-def test_member_killed_while_its_join_is_parked_does_not_stall_the_group(gbroker: BrokerProcess,
+def test_member_killed_while_its_join_is_parked_does_not_stall_the_group(gbroker: KafkaBroker,
                                                                           topic_name: str) -> None:
     bs = gbroker.bootstrap
     make_topic(bs, topic_name, PARTITIONS)

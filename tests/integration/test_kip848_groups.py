@@ -42,7 +42,7 @@ from oncelog.protocol.messages.offset_commit_request import (
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
 )
-from oncelog.testing.broker_process import BrokerProcess, free_port
+from oncelog.testing.pytest_plugin import KafkaBroker
 
 from helpers.rawclient import RawClient
 from helpers.topics import make_topic
@@ -56,9 +56,8 @@ PARTITIONS = 6
 
 
 @pytest.fixture(scope="module")
-def kbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path_factory.mktemp("kip848-broker") / "data", port=free_port(), settings=SETTINGS)
-    proc.start()
+def kbroker(kafka_module_broker_factory: Callable[..., KafkaBroker]) -> Iterator[KafkaBroker]:
+    proc = kafka_module_broker_factory(SETTINGS, in_process=False)  # group timing: the clients' load apart
     yield proc
     rc = proc.stop()
     assert rc == 0, f"broker did not shut down cleanly (exit {rc}); log:\n{proc.log_tail()}"
@@ -153,7 +152,7 @@ def describe(bootstrap: str, group: str) -> Any:
         return raw.request(69, 0, ConsumerGroupDescribeRequest(group_ids=[group])).groups[0]
 
 
-def test_apiversions_serves_the_protocol_and_group_version(kbroker: BrokerProcess) -> None:
+def test_apiversions_serves_the_protocol_and_group_version(kbroker: KafkaBroker) -> None:
     with RawClient(kbroker.bootstrap) as raw:
         r = raw.request(18, 3, ApiVersionsRequest(client_software_name="t", client_software_version="1"))
     keys = {k.api_key: (k.min_version, k.max_version) for k in r.api_keys}
@@ -180,7 +179,7 @@ CHILD = textwrap.dedent("""
 
 
 @CLIENTS
-def test_join_leave_and_crash_move_only_what_must_move(kbroker: BrokerProcess, client: str) -> None:
+def test_join_leave_and_crash_move_only_what_must_move(kbroker: KafkaBroker, client: str) -> None:
     bs = kbroker.bootstrap
     topic = f"kip848-{uuid.uuid4().hex[:8]}"
     group = f"g-{topic}"
@@ -227,7 +226,7 @@ def test_join_leave_and_crash_move_only_what_must_move(kbroker: BrokerProcess, c
 
 
 @CLIENTS
-def test_commits_are_checked_against_the_member_epoch(kbroker: BrokerProcess, client: str) -> None:
+def test_commits_are_checked_against_the_member_epoch(kbroker: KafkaBroker, client: str) -> None:
     bs = kbroker.bootstrap
     topic = f"kip848-{uuid.uuid4().hex[:8]}"
     group = f"g-{topic}"
@@ -264,7 +263,7 @@ def test_commits_are_checked_against_the_member_epoch(kbroker: BrokerProcess, cl
 
 
 @CLIENTS
-def test_regex_subscription_is_resolved_by_the_broker(kbroker: BrokerProcess, client: str) -> None:
+def test_regex_subscription_is_resolved_by_the_broker(kbroker: KafkaBroker, client: str) -> None:
     bs = kbroker.bootstrap
     base = f"rx{uuid.uuid4().hex[:6]}"
     for name in (f"{base}-a", f"{base}-b", f"other-{base}"):
@@ -285,7 +284,8 @@ def test_regex_subscription_is_resolved_by_the_broker(kbroker: BrokerProcess, cl
 
 
 @CLIENTS
-def test_static_member_returns_to_its_partitions_without_a_rebalance(kbroker: BrokerProcess, client: str) -> None:
+def test_static_member_returns_to_its_partitions_without_a_rebalance(kbroker: KafkaBroker,
+                                                                    client: str) -> None:
     bs = kbroker.bootstrap
     topic = f"kip848-{uuid.uuid4().hex[:8]}"
     group = f"g-{topic}"
@@ -309,7 +309,7 @@ def test_static_member_returns_to_its_partitions_without_a_rebalance(kbroker: Br
     b.c.close()
 
 
-def test_a_member_that_stops_polling_leaves_and_rejoins_at_its_next_poll(kbroker: BrokerProcess) -> None:
+def test_a_member_that_stops_polling_leaves_and_rejoins_at_its_next_poll(kbroker: KafkaBroker) -> None:
     """max.poll.interval.ms without poll(): the member leaves the group and stays out (Kafka's stale member) until
     the application polls again; that poll reports the partitions lost and rejoins."""
     bs = kbroker.bootstrap
@@ -329,7 +329,7 @@ def test_a_member_that_stops_polling_leaves_and_rejoins_at_its_next_poll(kbroker
     m.c.close()
 
 
-def test_admin_lists_and_describes_consumer_groups(kbroker: BrokerProcess) -> None:
+def test_admin_lists_and_describes_consumer_groups(kbroker: KafkaBroker) -> None:
     bs = kbroker.bootstrap
     topic = f"kip848-{uuid.uuid4().hex[:8]}"
     group = f"g-{topic}"
@@ -358,7 +358,7 @@ def classic_consumer(bootstrap: str, group: str) -> Consumer:
                      "partition.assignment.strategy": "cooperative-sticky"})
 
 
-def test_a_classic_group_migrates_online_to_the_consumer_protocol_and_back(kbroker: BrokerProcess) -> None:
+def test_a_classic_group_migrates_online_to_the_consumer_protocol_and_back(kbroker: KafkaBroker) -> None:
     """KIP-848's upgrade path: classic members keep consuming while a member of the consumer protocol joins (the
     group becomes a consumer group, the classic members rejoin it with JoinGroup) and leaves again (the group goes
     back to the classic protocol); every record is consumed once across both moves."""
@@ -396,7 +396,7 @@ def test_a_classic_group_migrates_online_to_the_consumer_protocol_and_back(kbrok
         m.c.close()
 
 
-def test_group_configs_are_described_altered_and_obeyed(kbroker: BrokerProcess) -> None:
+def test_group_configs_are_described_altered_and_obeyed(kbroker: KafkaBroker) -> None:
     """Kafka 4.0's group configs (ConfigResource GROUP): DescribeConfigs shows the broker's values for a group
     without its own, IncrementalAlterConfigs sets and deletes the group's, out-of-range values are refused, and the
     group's members are given its heartbeat interval."""

@@ -12,7 +12,7 @@ import struct
 import time
 import uuid
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,7 +23,7 @@ from oncelog.protocol.api import RequestHeader
 from oncelog.protocol.messages.api_versions_request import ApiVersionsRequest
 from oncelog.protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
 from oncelog.protocol.records import CRC_OFFSET, MAGIC_OFFSET
-from oncelog.testing.broker_process import BrokerProcess
+from oncelog.testing.pytest_plugin import KafkaBroker
 
 from helpers.rawclient import EARLIEST, LATEST, RawClient, build_batch, read_frame, recv_exact, wait_closed
 
@@ -35,10 +35,10 @@ REQUEST_MAX = 1024 * 1024  # socket.request.max.bytes of the dedicated broker
 
 
 @pytest.fixture(scope="module")
-def mbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    base = tmp_path_factory.mktemp("malformed-broker")
-    proc = BrokerProcess(base / "data", settings={"num.partitions": 1, "socket.request.max.bytes": REQUEST_MAX})
-    proc.start()
+def mbroker(kafka_module_broker_factory: Callable[..., KafkaBroker]) -> Iterator[KafkaBroker]:
+    # a process: malformed input must not take it down, and the teardown sees whether it did (its exit code)
+    proc = kafka_module_broker_factory({"num.partitions": 1, "socket.request.max.bytes": REQUEST_MAX},
+                                       in_process=False)
     yield proc
     assert proc.alive(), f"broker died during malformed-input tests; log:\n{proc.log_tail()}"
     rc = proc.stop()
@@ -46,14 +46,14 @@ def mbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]
 
 
 @pytest.fixture(scope="module")
-def health_topic(mbroker: BrokerProcess) -> str:
+def health_topic(mbroker: KafkaBroker) -> str:
     name = "health"
     with RawClient(mbroker.bootstrap) as c:
         assert c.create_topic(name, 1) == 0
     return name
 
 
-def assert_serving(broker: BrokerProcess, topic: str) -> None:
+def assert_serving(broker: KafkaBroker, topic: str) -> None:
     """The broker is alive and a fresh connection can produce a record and fetch it back."""
     assert broker.alive(), f"broker process died; log:\n{broker.log_tail()}"
     marker = uuid.uuid4().hex.encode()
@@ -68,7 +68,7 @@ def assert_serving(broker: BrokerProcess, topic: str) -> None:
         assert recs and recs[0].value == marker, "health record not read back"
 
 
-def connect(broker: BrokerProcess, timeout: float = 10.0) -> socket.socket:
+def connect(broker: KafkaBroker, timeout: float = 10.0) -> socket.socket:
     s = socket.create_connection(("127.0.0.1", broker.port), timeout=timeout)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return s
@@ -84,7 +84,7 @@ def request_bytes(api_key: int, version: int, msg: object, corr: int = 1, client
 
 # -- framing -------------------------------------------------------------------------------------------------------
 
-def test_random_bytes(mbroker: BrokerProcess, health_topic: str) -> None:
+def test_random_bytes(mbroker: KafkaBroker, health_topic: str) -> None:
     rnd = os.urandom
     for n in (1, 3, 4, 7, 64, 4096, 100_000):
         with connect(mbroker) as s:
@@ -94,7 +94,7 @@ def test_random_bytes(mbroker: BrokerProcess, health_topic: str) -> None:
     assert_serving(mbroker, health_topic)
 
 
-def test_negative_size_prefix_closes(mbroker: BrokerProcess, health_topic: str) -> None:
+def test_negative_size_prefix_closes(mbroker: KafkaBroker, health_topic: str) -> None:
     for size in (-1, -2, -(2**31)):
         with connect(mbroker) as s:
             s.sendall(struct.pack(">i", size) + b"\x00" * 16)
@@ -102,7 +102,7 @@ def test_negative_size_prefix_closes(mbroker: BrokerProcess, health_topic: str) 
     assert_serving(mbroker, health_topic)
 
 
-def test_huge_size_prefix_closes_without_body(mbroker: BrokerProcess, health_topic: str) -> None:
+def test_huge_size_prefix_closes_without_body(mbroker: KafkaBroker, health_topic: str) -> None:
     for size in (REQUEST_MAX + 1, 2**31 - 1):
         with connect(mbroker) as s:
             s.sendall(struct.pack(">i", size) + b"\x00\x12\x00\x00")
@@ -112,7 +112,7 @@ def test_huge_size_prefix_closes_without_body(mbroker: BrokerProcess, health_top
     assert_serving(mbroker, health_topic)
 
 
-def test_frame_at_limit_is_read(mbroker: BrokerProcess, health_topic: str) -> None:
+def test_frame_at_limit_is_read(mbroker: KafkaBroker, health_topic: str) -> None:
     """A frame just under socket.request.max.bytes is accepted (answered), not cut off."""
     big = build_batch([(b"k", os.urandom(REQUEST_MAX // 2))])
     with RawClient(mbroker.bootstrap) as c:
@@ -122,7 +122,7 @@ def test_frame_at_limit_is_read(mbroker: BrokerProcess, health_topic: str) -> No
 
 
 @pytest.mark.parametrize("cut", [1, 2, 3, 4, 6, 10, 20])
-def test_truncated_frame_then_close(mbroker: BrokerProcess, health_topic: str, cut: int) -> None:
+def test_truncated_frame_then_close(mbroker: KafkaBroker, health_topic: str, cut: int) -> None:
     full = request_bytes(18, 3, ApiVersionsRequest(client_software_name="x", client_software_version="1"))
     assert cut < len(full)
     with connect(mbroker) as s:
@@ -146,7 +146,7 @@ def test_truncated_frame_then_close(mbroker: BrokerProcess, health_topic: str, c
 
 # -- request level -------------------------------------------------------------------------------------------------
 
-def test_unknown_api_key_closes(mbroker: BrokerProcess, health_topic: str) -> None:
+def test_unknown_api_key_closes(mbroker: KafkaBroker, health_topic: str) -> None:
     for api_key in (999, 32767, -1, 92):
         hdr = struct.pack(">hhi", api_key, 0, 7) + struct.pack(">h", 3) + b"mal"
         with connect(mbroker) as s:
@@ -155,7 +155,7 @@ def test_unknown_api_key_closes(mbroker: BrokerProcess, health_topic: str) -> No
     assert_serving(mbroker, health_topic)
 
 
-def test_api_versions_unsupported_version_gets_v0_answer(mbroker: BrokerProcess, health_topic: str) -> None:
+def test_api_versions_unsupported_version_gets_v0_answer(mbroker: KafkaBroker, health_topic: str) -> None:
     # header v2 (flexible): api_key, version, corr id, client id, empty tagged fields; then an unknown body
     payload = struct.pack(">hhi", 18, 99, 4242) + struct.pack(">h", 3) + b"mal" + b"\x00" + b"\x02x\x021\x00"
     with connect(mbroker) as s:
@@ -174,7 +174,7 @@ def test_api_versions_unsupported_version_gets_v0_answer(mbroker: BrokerProcess,
     assert_serving(mbroker, health_topic)
 
 
-def test_unsupported_version_of_other_api(mbroker: BrokerProcess, health_topic: str) -> None:
+def test_unsupported_version_of_other_api(mbroker: KafkaBroker, health_topic: str) -> None:
     """Produce v0 (below the served minimum) is refused: no answer in a v0 format, the connection is closed."""
     payload = struct.pack(">hhi", 0, 0, 5) + struct.pack(">h", 3) + b"mal" + b"\x00\x01" + b"\x00\x00\x03\xe8" + \
         b"\x00\x00\x00\x00"
@@ -184,7 +184,7 @@ def test_unsupported_version_of_other_api(mbroker: BrokerProcess, health_topic: 
     assert_serving(mbroker, health_topic)
 
 
-def test_garbage_body_of_known_request(mbroker: BrokerProcess, health_topic: str) -> None:
+def test_garbage_body_of_known_request(mbroker: KafkaBroker, health_topic: str) -> None:
     """A valid header followed by a body that does not decode (Metadata v12 with absurd array length)."""
     payload = struct.pack(">hhi", 3, 12, 9) + struct.pack(">h", 3) + b"mal" + b"\x00" + b"\xff\xff\xff\xff\x0f"
     with connect(mbroker) as s:
@@ -199,7 +199,7 @@ def _latest(c: RawClient, topic: str) -> int:
     return off
 
 
-def test_bad_crc_is_corrupt_message_and_log_unchanged(mbroker: BrokerProcess, health_topic: str) -> None:
+def test_bad_crc_is_corrupt_message_and_log_unchanged(mbroker: KafkaBroker, health_topic: str) -> None:
     topic = f"crc-{uuid.uuid4().hex[:6]}"
     with RawClient(mbroker.bootstrap) as c:
         assert c.create_topic(topic, 1) == 0
@@ -231,7 +231,7 @@ def magic_v1_message_set(key: bytes, value: bytes) -> bytes:
     return struct.pack(">qi", 0, len(msg)) + msg
 
 
-def test_magic_v1_batch_rejected(mbroker: BrokerProcess, health_topic: str) -> None:
+def test_magic_v1_batch_rejected(mbroker: KafkaBroker, health_topic: str) -> None:
     topic = f"magic-{uuid.uuid4().hex[:6]}"
     with RawClient(mbroker.bootstrap) as c:
         assert c.create_topic(topic, 1) == 0
@@ -251,7 +251,7 @@ def test_magic_v1_batch_rejected(mbroker: BrokerProcess, health_topic: str) -> N
     assert_serving(mbroker, health_topic)
 
 
-def test_invalid_batch_fields_rejected(mbroker: BrokerProcess, health_topic: str) -> None:
+def test_invalid_batch_fields_rejected(mbroker: KafkaBroker, health_topic: str) -> None:
     """Batch-level rule violations with a correct CRC (record count mismatch, length past the buffer)."""
     import crc32c
 
@@ -274,7 +274,7 @@ def test_invalid_batch_fields_rejected(mbroker: BrokerProcess, health_topic: str
 
 # -- stalls --------------------------------------------------------------------------------------------------------
 
-def test_stalled_connection_does_not_block_others(mbroker: BrokerProcess, health_topic: str) -> None:
+def test_stalled_connection_does_not_block_others(mbroker: KafkaBroker, health_topic: str) -> None:
     full = request_bytes(3, 12, MetadataRequest(topics=None))
     stalled = []
     try:
@@ -300,7 +300,7 @@ def test_stalled_connection_does_not_block_others(mbroker: BrokerProcess, health
     assert_serving(mbroker, health_topic)
 
 
-def test_pipelined_requests_answered_in_order(mbroker: BrokerProcess, health_topic: str) -> None:
+def test_pipelined_requests_answered_in_order(mbroker: KafkaBroker, health_topic: str) -> None:
     with connect(mbroker) as s:
         reqs = b"".join(request_bytes(18, 3, ApiVersionsRequest(client_software_name="x",
                                                                 client_software_version="1"), corr=i)
@@ -372,7 +372,7 @@ def fuzz_payloads(draw: st.DrawFn) -> bytes:
     return frame(bytes(seed))
 
 
-def test_fuzz_frames_keep_broker_up(mbroker: BrokerProcess, health_topic: str) -> None:
+def test_fuzz_frames_keep_broker_up(mbroker: KafkaBroker, health_topic: str) -> None:
     with RawClient(mbroker.bootstrap) as c:
         assert c.create_topic("fuzz", 1) == 0
     count: list[int] = []
@@ -401,7 +401,7 @@ def test_fuzz_frames_keep_broker_up(mbroker: BrokerProcess, health_topic: str) -
         assert resp.error_code == 0
 
 
-def test_broker_logged_no_crash(mbroker: BrokerProcess) -> None:
+def test_broker_logged_no_crash(mbroker: KafkaBroker) -> None:
     """No handler blew up with an unexpected exception on any of the inputs above (malformed input must be
     answered with an error code or a closed connection, never an internal error)."""
     text = Path(mbroker.log_path).read_text(errors="replace")

@@ -63,6 +63,25 @@ def test_factory_brokers_are_fresh_and_apart(kafka_broker_factory):
     consumer = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "g"})
     assert topic not in consumer.list_topics(timeout=10).topics
     consumer.close()
+    assert "in-process" in a.log_tail()  # its log is this process's logging
+
+
+@pytest.fixture(scope="module")
+def shared(kafka_module_broker_factory):
+    return kafka_module_broker_factory({"num.partitions": 2}, in_process=False)
+
+
+@pytest.mark.parametrize("n", range(2))
+def test_module_broker_is_shared_and_keeps_its_data_across_stop_and_start(shared, n):
+    _note("module", shared.bootstrap)
+    topic = shared.topic(f"kept-{n}")
+    producer = Producer({"bootstrap.servers": shared.bootstrap})
+    producer.produce(topic, b"kept")
+    assert producer.flush(10) == 0
+    assert shared.stop() == 0
+    shared.start()
+    shared.assert_exactly_once(topic, [b"kept"])
+    assert "stopped cleanly" in shared.log_tail()
 
 
 @pytest.mark.asyncio
@@ -116,7 +135,7 @@ def test_fixtures_under_xdist_each_worker_its_own_broker(project: Path) -> None:
     r = _pytest(project, "-n", "2", env={"PLUGIN_TEST_OUT": str(project / "out"),
                                          "ONCELOG_ETCD_BIN": str(project / "no-etcd")})
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "7 passed, 1 skipped" in r.stdout, r.stdout
+    assert "9 passed, 1 skipped" in r.stdout, r.stdout
     assert "kafka_cluster needs etcd:" in r.stdout  # the one-line reason of the skip
     seen = {f.name.split("-")[0]: set(f.read_text().split()) for f in (project / "out").glob("*-bootstrap")}
     topics = [line for f in (project / "out").glob("*-topic") for line in f.read_text().split()]
@@ -124,6 +143,8 @@ def test_fixtures_under_xdist_each_worker_its_own_broker(project: Path) -> None:
     bootstraps = [b for bs in seen.values() for b in bs]
     assert all(len(bs) == 1 for bs in seen.values()), seen  # one session broker per worker ...
     assert len(bootstraps) == len(set(bootstraps)), seen  # ... and never another worker's
+    shared = {f.name: set(f.read_text().split()) for f in (project / "out").glob("*-module")}
+    assert shared and all(len(bs) == 1 for bs in shared.values()), shared  # a module's tests share its broker
 
 
 def test_plugin_import_loads_no_broker(project: Path) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -21,7 +21,7 @@ from kafka.admin import KafkaAdminClient
 from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest
 
 from oncelog.protocol.messages.metadata_request import MetadataRequest
-from oncelog.testing.broker_process import BrokerProcess
+from oncelog.testing.pytest_plugin import KafkaBroker
 
 from helpers.cli import oncelog
 from helpers.rawclient import RawClient
@@ -33,17 +33,16 @@ MESSAGE = 10_000
 
 
 @pytest.fixture(scope="module")
-def qbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path_factory.mktemp("quota-broker") / "data",
-                         settings={"num.partitions": 1, "quota.window.num": 2})
-    proc.start()
+def qbroker(kafka_module_broker_factory: Callable[..., KafkaBroker]) -> Iterator[KafkaBroker]:
+    # a process: throttle times are measured against the broker's clock, apart from the clients' load
+    proc = kafka_module_broker_factory({"num.partitions": 1, "quota.window.num": 2}, in_process=False)
     yield proc
     rc = proc.stop()
     assert rc == 0, f"broker did not shut down cleanly (exit {rc}):\n{proc.log_tail()}"
 
 
 @pytest.fixture(scope="module")
-def admin(qbroker: BrokerProcess) -> Iterator[KafkaAdminClient]:
+def admin(qbroker: KafkaBroker) -> Iterator[KafkaAdminClient]:
     client = KafkaAdminClient(bootstrap_servers=qbroker.bootstrap, client_id="quota-admin")
     yield client
     client.close()
@@ -151,7 +150,7 @@ def test_alter_and_describe_round_trip_with_kafkas_validation(admin: KafkaAdminC
 
 
 def test_a_producer_over_its_byte_rate_is_throttled_and_another_client_id_is_not(
-        qbroker: BrokerProcess, admin: KafkaAdminClient) -> None:
+        qbroker: KafkaBroker, admin: KafkaAdminClient) -> None:
     topic = f"produce-{uuid.uuid4().hex[:8]}"
     assert alter(admin, [({"client-id": "slow-producer"}, {"producer_byte_rate": QUOTA})])[0][1] == 0
     total = 4 * QUOTA
@@ -164,7 +163,7 @@ def test_a_producer_over_its_byte_rate_is_throttled_and_another_client_id_is_not
 
 
 def test_a_consumer_over_its_byte_rate_is_throttled_and_another_client_id_is_not(
-        qbroker: BrokerProcess, admin: KafkaAdminClient) -> None:
+        qbroker: KafkaBroker, admin: KafkaAdminClient) -> None:
     topic = f"consume-{uuid.uuid4().hex[:8]}"
     total = 4 * QUOTA
     produce(qbroker.bootstrap, topic, "filler", total)
@@ -178,7 +177,7 @@ def test_a_consumer_over_its_byte_rate_is_throttled_and_another_client_id_is_not
 
 
 def test_a_client_over_its_request_percentage_is_muted_for_the_throttle_time(
-        qbroker: BrokerProcess, admin: KafkaAdminClient) -> None:
+        qbroker: KafkaBroker, admin: KafkaAdminClient) -> None:
     # the default user with this client id: a tiny share of the broker's time
     assert alter(admin, [({"user": None, "client-id": "busy"}, {"request_percentage": 0.0001})])[0][1] == 0
     with RawClient(qbroker.bootstrap, client_id="busy") as busy, RawClient(qbroker.bootstrap, client_id="idle") as idle:
@@ -192,7 +191,7 @@ def test_a_client_over_its_request_percentage_is_muted_for_the_throttle_time(
     alter(admin, [({"user": None, "client-id": "busy"}, {"request_percentage": None})])
 
 
-def test_the_cli_sets_lists_and_removes_quotas(qbroker: BrokerProcess) -> None:
+def test_the_cli_sets_lists_and_removes_quotas(qbroker: KafkaBroker) -> None:
     b = ["-b", qbroker.bootstrap]
     app = f"cli-{uuid.uuid4().hex[:6]}"
     r = oncelog("quota", "set", "--client-id", app, "--user-default", "producer_byte_rate=1048576",

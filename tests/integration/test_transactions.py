@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from oncelog.testing.broker_process import BrokerProcess
+from oncelog.testing.pytest_plugin import KafkaBroker
 
 from helpers.txn_raw import (
     END_TXN,
@@ -580,17 +580,17 @@ def test_read_committed_long_poll_wakes_on_commit(bootstrap: str, topic_name: st
 
 # ---------------------------------------------------------------------------------------- timeouts
 @pytest.fixture(scope="module")
-def fast_abort_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path_factory.mktemp("txn-timeout") / "data",
-                         settings={"num.partitions": 1,
-                                   "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500,
-                                   "producer.id.expiration.ms": 1000, "log.retention.check.interval.ms": 300})
-    proc.start()
+def fast_abort_broker(kafka_module_broker_factory: Callable[..., KafkaBroker]) -> Iterator[KafkaBroker]:
+    # a process: the transaction timeouts the tests wait out run on the broker's clock, apart from the clients
+    proc = kafka_module_broker_factory({"num.partitions": 1,
+                                        "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500,
+                                        "producer.id.expiration.ms": 1000,
+                                        "log.retention.check.interval.ms": 300}, in_process=False)
     yield proc
     assert proc.stop() == 0
 
 
-def test_timeout_aborts(fast_abort_broker: BrokerProcess, topic_name: str) -> None:
+def test_timeout_aborts(fast_abort_broker: KafkaBroker, topic_name: str) -> None:
     """A confluent-kafka producer (transaction.timeout.ms=3000) and a raw one (2000) never commit: the
     coordinator aborts both, the LSO moves on past them to later non-transactional records, and their late
     commits are refused as fenced."""
@@ -636,7 +636,7 @@ def test_timeout_aborts(fast_abort_broker: BrokerProcess, topic_name: str) -> No
         assert pid2 == pid and ep2 > ep
 
 
-def test_idle_producer_with_open_transaction_is_kept(fast_abort_broker: BrokerProcess, topic_name: str) -> None:
+def test_idle_producer_with_open_transaction_is_kept(fast_abort_broker: KafkaBroker, topic_name: str) -> None:
     """Producer-id expiry (1 s here) must spare a producer whose transaction is open: the LSO stays at its
     first offset, a retry of its batch is still a duplicate, and its commit still works."""
     bs = fast_abort_broker.bootstrap

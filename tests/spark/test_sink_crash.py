@@ -11,12 +11,12 @@ import os
 import random
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from oncelog.testing.broker_process import BrokerProcess
+from oncelog.testing.pytest_plugin import KafkaBroker
 
 from helpers.spark_sink import BUDGET_S, N, PER_TRIGGER, Pipeline
 
@@ -24,19 +24,18 @@ pytestmark = pytest.mark.timeout(BUDGET_S + 60)
 
 
 @pytest.fixture(scope="module")
-def crash_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """2PC enabled, and a coordinator that aborts timed-out transactions within 200 ms of their timeout."""
-    base = tmp_path_factory.mktemp("sink-crash-broker")
-    proc = BrokerProcess(base / "data", settings={
+def crash_broker(kafka_module_broker_factory: Callable[..., KafkaBroker]) -> Iterator[KafkaBroker]:
+    """2PC enabled, and a coordinator that aborts timed-out transactions within 200 ms of their timeout (a process:
+    its timeouts run apart from the Spark driver and workers)."""
+    proc = kafka_module_broker_factory({
         "num.partitions": 3, "transaction.two.phase.commit.enable": "true",
-        "transaction.abort.timed.out.transaction.cleanup.interval.ms": 200})
-    proc.start()
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": 200}, in_process=False)
     yield proc
     proc.stop()
 
 
 @pytest.fixture
-def pipeline(crash_broker: BrokerProcess, tmp_path: Path) -> Pipeline:
+def pipeline(crash_broker: KafkaBroker, tmp_path: Path) -> Pipeline:
     return Pipeline(crash_broker.bootstrap, tmp_path)
 
 
@@ -60,7 +59,7 @@ def test_killed_worker_then_driver_killed_after_the_decision_outliving_the_trans
     pipeline.check_exactly_once()
 
 
-def test_kill_while_executors_write_then_at_random_points(crash_broker: BrokerProcess, tmp_path: Path) -> None:
+def test_kill_while_executors_write_then_at_random_points(crash_broker: KafkaBroker, tmp_path: Path) -> None:
     """(b) SIGKILL the driver while the query's transactions are open at the broker (tasks writing, slowed by the
     sleep-in-write hook); then (c) SIGKILLs at random points (0-1.5 s after a random number of committed
     micro-batches; 15 in all): three, ONCELOG_SPARK_KILLS=N for more (up to 11); a restart from the checkpoint after

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import confluent_kafka as ck
@@ -21,7 +21,7 @@ from oncelog.protocol.murmur2 import partition_for_key
 from oncelog.spark.sink import SinkCommitMessage, SinkCommitter, parse_sink_options
 from oncelog.spark.sink_rows import SinkRowError
 from oncelog.spark.sink_txn import StagingTxn, make_txn_id, parse_txn_batch, txn_prefix
-from oncelog.testing.broker_process import BrokerProcess
+from oncelog.testing.pytest_plugin import KafkaBroker
 
 from helpers.spark_sink import open_txns, read_committed
 
@@ -154,31 +154,32 @@ def test_a_completion_interrupted_after_keep_prepared_is_finished_by_the_next_on
     assert sorted(read_committed(bs, topic, expect=60)) == sorted(_values("bumped", 60))
 
 
-def test_a_decided_batch_outlives_the_transaction_timeout(tmp_path: Path, spark_topic: str) -> None:
+def test_a_decided_batch_outlives_the_transaction_timeout(kafka_broker_factory: Callable[..., KafkaBroker],
+                                                          spark_topic: str) -> None:
     """The same wait aborts a plain transaction (control) but not a staged 2PC one."""
-    with BrokerProcess(tmp_path / "data", settings={
-            "transaction.two.phase.commit.enable": "true",
-            "transaction.abort.timed.out.transaction.cleanup.interval.ms": 200}).start() as b:
-        with Admin({"bootstrap.servers": b.bootstrap}) as a:
-            a.create_topics(spark_topic, 1)
-        opts = {"kafka.bootstrap.servers": b.bootstrap, "topic": spark_topic, "kafka.transaction.timeout.ms": "1000"}
-        sink = f"q-{uuid.uuid4().hex[:8]}"
-        plain = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": f"plain-{sink}",
-                          "transaction.timeout.ms": 1000})
-        plain.init_transactions()
-        plain.begin_transaction()
-        plain.produce(spark_topic, b"plain")
-        plain.flush()
-        msgs = [_stage(opts, sink, 0, 0, 0, _values("staged", 30))]
-        time.sleep(3.0)  # > transaction.timeout.ms + the coordinator's abort interval
-        with Admin({"bootstrap.servers": b.bootstrap}) as a:
-            states = {d.transactional_id: d.state for d in
-                      a.describe_transactions([f"plain-{sink}", msgs[0].txn.transactional_id if msgs[0].txn else ""]
-                                              ).values()}
-        assert states[f"plain-{sink}"] in ("CompleteAbort", "PrepareAbort"), states
-        plain.close(1)
-        SinkCommitter(parse_sink_options(opts)).commit(sink, 0, msgs)
-        assert sorted(read_committed(b.bootstrap, spark_topic, expect=30)) == sorted(_values("staged", 30))
+    # a process: its transaction timeouts run apart from the test's load
+    b = kafka_broker_factory({"transaction.two.phase.commit.enable": "true",
+                              "transaction.abort.timed.out.transaction.cleanup.interval.ms": 200}, in_process=False)
+    with Admin({"bootstrap.servers": b.bootstrap}) as a:
+        a.create_topics(spark_topic, 1)
+    opts = {"kafka.bootstrap.servers": b.bootstrap, "topic": spark_topic, "kafka.transaction.timeout.ms": "1000"}
+    sink = f"q-{uuid.uuid4().hex[:8]}"
+    plain = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": f"plain-{sink}",
+                      "transaction.timeout.ms": 1000})
+    plain.init_transactions()
+    plain.begin_transaction()
+    plain.produce(spark_topic, b"plain")
+    plain.flush()
+    msgs = [_stage(opts, sink, 0, 0, 0, _values("staged", 30))]
+    time.sleep(3.0)  # > transaction.timeout.ms + the coordinator's abort interval
+    with Admin({"bootstrap.servers": b.bootstrap}) as a:
+        states = {d.transactional_id: d.state for d in
+                  a.describe_transactions([f"plain-{sink}", msgs[0].txn.transactional_id if msgs[0].txn else ""]
+                                          ).values()}
+    assert states[f"plain-{sink}"] in ("CompleteAbort", "PrepareAbort"), states
+    plain.close(1)
+    SinkCommitter(parse_sink_options(opts)).commit(sink, 0, msgs)
+    assert sorted(read_committed(b.bootstrap, spark_topic, expect=30)) == sorted(_values("staged", 30))
 
 
 def test_decisions_of_finished_batches_are_tombstoned(opts: dict[str, str]) -> None:

@@ -11,6 +11,7 @@ Fixtures:
 - ``kafka_bootstrap``: ``kafka_broker.bootstrap`` (``host:port`` for ``bootstrap.servers``).
 - ``kafka_broker_factory``: ``make(settings=None, **options)`` starts a fresh broker for the test (in this process
   by default: ~10 ms) and stops it after.
+- ``kafka_module_broker_factory``: the same for a module-scoped fixture: its brokers stop after the module.
 - ``kafka_cluster``: etcd and three broker processes (session); skipped with the reason when etcd is not on PATH.
 
 The session broker is a child process (its own interpreter, so it neither shares the GIL with the tests nor dies
@@ -89,7 +90,7 @@ def _in_process(config: pytest.Config) -> bool:
     return bool(option) if option is not None else bool(config.getini("kafka_in_process"))
 
 
-def _prefix(node: pytest.Item) -> str:
+def _prefix(node: pytest.Item | pytest.Collector) -> str:
     """A name prefix of one test: its name made legal for Kafka (letters, digits, '.', '_', '-') and a random tag
     (the same test may run twice on a broker: reruns, --count)."""
     name = re.sub(r"[^a-zA-Z0-9._-]+", "-", node.name).strip("-")[:60]
@@ -154,6 +155,12 @@ class KafkaBroker:
 
         return open_transactions(self.bootstrap)
 
+    def log_tail(self, n: int = 60) -> str:
+        """The last ``n`` lines of a broker process's log (for a failure's message); an in-process broker logs
+        through this process's ``logging``, which pytest shows with a failure."""
+        tail = getattr(self.handle, "log_tail", None)
+        return str(tail(n)) if tail is not None else "(an in-process broker: its log is in the test's log output)"
+
     def __repr__(self) -> str:
         return f"KafkaBroker({self.bootstrap}, prefix={self.prefix!r})"
 
@@ -202,25 +209,47 @@ def kafka_session_broker(request: pytest.FixtureRequest, tmp_path_factory: pytes
     _stop(handle)
 
 
+class _Factory:
+    """``make(settings=None, *, in_process=True, memory=True, data_dir=None, port=None)`` of the factory fixtures:
+    each broker it makes is stopped at :meth:`close` (and its data folder removed, unless given)."""
+
+    def __init__(self, defaults: Mapping[str, object], prefix: str) -> None:
+        self.defaults = dict(defaults)
+        self.prefix = prefix
+        self.made: list[tuple[Handle, Path | None]] = []
+
+    def __call__(self, settings: Mapping[str, object] | None = None, *, in_process: bool = True,
+                 memory: bool = True, data_dir: Path | str | None = None, port: int | None = None) -> KafkaBroker:
+        handle = _start({**self.defaults, **dict(settings or {})}, in_process=in_process, memory=memory,
+                        data_dir=Path(data_dir) if data_dir is not None else None, port=port)
+        self.made.append((handle, None if data_dir is not None else handle.data_dir))
+        return KafkaBroker(handle, self.prefix)
+
+    def close(self) -> None:
+        for handle, remove in reversed(self.made):
+            _stop(handle, remove)
+        self.made.clear()
+
+
 @pytest.fixture
 def kafka_broker_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., KafkaBroker]]:
     """``make(settings=None, *, in_process=True, memory=True, data_dir=None, port=None)``: a fresh broker for this
     test, stopped (and its data folder removed, unless given) after it. ``settings`` (Kafka's names) go over the
     ini file's ``kafka_settings`` and the test's ``kafka_settings`` marker."""
-    defaults = {**_ini_settings(request.config), **_settings_of(request.node.get_closest_marker(MARKER))}
-    made: list[tuple[Handle, Path | None]] = []
-    prefix = _prefix(request.node)
+    factory = _Factory({**_ini_settings(request.config), **_settings_of(request.node.get_closest_marker(MARKER))},
+                       _prefix(request.node))
+    yield factory
+    factory.close()
 
-    def make(settings: Mapping[str, object] | None = None, *, in_process: bool = True, memory: bool = True,
-             data_dir: Path | str | None = None, port: int | None = None) -> KafkaBroker:
-        handle = _start({**defaults, **dict(settings or {})}, in_process=in_process, memory=memory,
-                        data_dir=Path(data_dir) if data_dir is not None else None, port=port)
-        made.append((handle, None if data_dir is not None else handle.data_dir))
-        return KafkaBroker(handle, prefix)
 
-    yield make
-    for handle, remove in reversed(made):
-        _stop(handle, remove)
+@pytest.fixture(scope="module")
+def kafka_module_broker_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., KafkaBroker]]:
+    """``kafka_broker_factory`` for a module-scoped fixture: a broker the tests of one module share, stopped after
+    the module's last test. ``settings`` go over the ini file's ``kafka_settings`` (a test's marker does not apply);
+    the names' prefix is the module's."""
+    factory = _Factory(_ini_settings(request.config), _prefix(request.node))
+    yield factory
+    factory.close()
 
 
 @pytest.fixture

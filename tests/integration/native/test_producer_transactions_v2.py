@@ -6,12 +6,12 @@ reports; records and transactional offsets land as the transactions decided. Aga
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from oncelog.client import Admin, Consumer, Producer, TopicPartition
-from oncelog.testing.broker_process import BrokerProcess
+from oncelog.testing.pytest_plugin import KafkaBroker
 
 from test_producer_transactions import read_values
 
@@ -67,14 +67,14 @@ def test_every_transaction_gets_the_next_epoch(bootstrap: str, topic_name: str) 
 
 
 @pytest.fixture(scope="module")
-def tv1_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path_factory.mktemp("tv1") / "data", settings={"transaction.version": 1})
-    proc.start()
+def tv1_broker(kafka_module_broker_factory: Callable[..., KafkaBroker]) -> Iterator[KafkaBroker]:
+    proc = kafka_module_broker_factory({"transaction.version": 1})
     yield proc
     assert proc.stop() == 0, proc.log_tail()
 
 
-def test_transactions_v1_where_the_broker_does_not_finalize_v2(tv1_broker: BrokerProcess, topic_name: str) -> None:
+def test_transactions_v1_where_the_broker_does_not_finalize_v2(tv1_broker: KafkaBroker,
+                                                               topic_name: str) -> None:
     with Admin({"bootstrap.servers": tv1_broker.bootstrap}) as admin:
         admin.create_topics(topic_name, 3)
     seen = run_three_transactions(tv1_broker.bootstrap, topic_name, f"g-{uuid.uuid4().hex[:8]}")

@@ -15,7 +15,7 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +23,7 @@ from test_producer_transactions import read_values
 
 from oncelog.client import Admin, KafkaError, PreparedTxnState, Producer
 from oncelog.client.producer import TxnState
-from oncelog.testing.broker_process import BrokerProcess
+from oncelog.testing.pytest_plugin import KafkaBroker
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 T = 20.0
@@ -48,17 +48,17 @@ _PRODUCER_A = textwrap.dedent("""
 
 
 @pytest.fixture(scope="module")
-def twopc_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path_factory.mktemp("twopc") / "data",
-                         settings={"num.partitions": 3, "transaction.two.phase.commit.enable": "true",
-                                   "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500})
-    proc.start()
+def twopc_broker(kafka_module_broker_factory: Callable[..., KafkaBroker]) -> Iterator[KafkaBroker]:
+    # a process: the transaction timeouts the tests wait out run on the broker's clock, apart from the clients
+    proc = kafka_module_broker_factory({"num.partitions": 3, "transaction.two.phase.commit.enable": "true",
+                                        "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500},
+                                       in_process=False)
     yield proc
     proc.stop()
 
 
 @pytest.fixture
-def topic(twopc_broker: BrokerProcess, topic_name: str) -> str:
+def topic(twopc_broker: KafkaBroker, topic_name: str) -> str:
     with Admin({"bootstrap.servers": twopc_broker.bootstrap}) as admin:
         admin.create_topics(topic_name, 3)
     return topic_name
@@ -82,7 +82,7 @@ def producer_b(bootstrap: str, txn_id: str) -> Producer:
 
 @pytest.mark.parametrize("ending", ["close", "kill"])
 def test_prepared_transaction_is_kept_and_committed_by_a_new_producer(
-        twopc_broker: BrokerProcess, topic: str, ending: str) -> None:
+        twopc_broker: KafkaBroker, topic: str, ending: str) -> None:
     bootstrap = twopc_broker.bootstrap
     txn_id = f"2pc-{uuid.uuid4().hex}"
     state = prepare_in_subprocess(bootstrap, txn_id, topic, 30, ending)
@@ -101,7 +101,7 @@ def test_prepared_transaction_is_kept_and_committed_by_a_new_producer(
     assert sorted(got) == sorted([f"2pc-{i}".encode() for i in range(30)] + [b"next"])
 
 
-def test_mismatching_state_aborts_the_prepared_transaction(twopc_broker: BrokerProcess, topic: str) -> None:
+def test_mismatching_state_aborts_the_prepared_transaction(twopc_broker: KafkaBroker, topic: str) -> None:
     bootstrap = twopc_broker.bootstrap
     txn_id = f"2pc-{uuid.uuid4().hex}"
     state = prepare_in_subprocess(bootstrap, txn_id, topic, 20, "kill")
@@ -115,7 +115,7 @@ def test_mismatching_state_aborts_the_prepared_transaction(twopc_broker: BrokerP
     assert len(read_values(bootstrap, [topic], 20, "read_uncommitted")) == 20  # written, then aborted
 
 
-def test_plain_init_aborts_a_prepared_transaction(twopc_broker: BrokerProcess, topic: str) -> None:
+def test_plain_init_aborts_a_prepared_transaction(twopc_broker: KafkaBroker, topic: str) -> None:
     bootstrap = twopc_broker.bootstrap
     txn_id = f"2pc-{uuid.uuid4().hex}"
     prepare_in_subprocess(bootstrap, txn_id, topic, 10, "close")
@@ -125,7 +125,7 @@ def test_plain_init_aborts_a_prepared_transaction(twopc_broker: BrokerProcess, t
     assert read_values(bootstrap, [topic], 0, "read_committed", settle=1.5) == []
 
 
-def test_prepared_transaction_outlives_the_transaction_timeout(twopc_broker: BrokerProcess, topic: str) -> None:
+def test_prepared_transaction_outlives_the_transaction_timeout(twopc_broker: KafkaBroker, topic: str) -> None:
     bootstrap = twopc_broker.bootstrap
     txn_id = f"2pc-{uuid.uuid4().hex}"
     state = prepare_in_subprocess(bootstrap, txn_id, topic, 15, "kill")  # transaction.timeout.ms=2000 in A
@@ -137,7 +137,7 @@ def test_prepared_transaction_outlives_the_transaction_timeout(twopc_broker: Bro
     assert len(read_values(bootstrap, [topic], 15, "read_committed")) == 15
 
 
-def test_coordinator_aborts_a_timed_out_transaction(twopc_broker: BrokerProcess, topic: str) -> None:
+def test_coordinator_aborts_a_timed_out_transaction(twopc_broker: KafkaBroker, topic: str) -> None:
     bootstrap = twopc_broker.bootstrap
     with Producer({"bootstrap.servers": bootstrap, "transactional.id": f"to-{uuid.uuid4().hex}",
                    "transaction.timeout.ms": 3000}) as p:
@@ -154,7 +154,7 @@ def test_coordinator_aborts_a_timed_out_transaction(twopc_broker: BrokerProcess,
     assert len(read_values(bootstrap, [topic], 10, "read_uncommitted")) == 10
 
 
-def test_close_in_transaction_leaves_a_2pc_transaction_open(twopc_broker: BrokerProcess, topic: str) -> None:
+def test_close_in_transaction_leaves_a_2pc_transaction_open(twopc_broker: KafkaBroker, topic: str) -> None:
     """close() in IN_TRANSACTION does not abort: the next instance can still keep (and commit) it."""
     bootstrap = twopc_broker.bootstrap
     txn_id = f"2pc-{uuid.uuid4().hex}"
@@ -173,7 +173,7 @@ def test_close_in_transaction_leaves_a_2pc_transaction_open(twopc_broker: Broker
     assert len(read_values(bootstrap, [topic], 5, "read_committed")) == 5
 
 
-def test_keep_prepared_needs_the_two_phase_setting(twopc_broker: BrokerProcess) -> None:
+def test_keep_prepared_needs_the_two_phase_setting(twopc_broker: KafkaBroker) -> None:
     with Producer({"bootstrap.servers": twopc_broker.bootstrap, "transactional.id": "no-2pc"}) as p, \
             pytest.raises(KafkaError, match="transaction.two.phase.commit.enable"):
         p.init_transactions(T, keep_prepared_txn=True)

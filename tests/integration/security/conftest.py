@@ -8,12 +8,13 @@ config, SCRAM users are created by the tests through the PLAINTEXT listener.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from secure_helpers import Certs, SecureBroker, secure_settings
 
-from oncelog.testing.broker_process import BrokerProcess, free_port
+from oncelog.testing.broker_process import free_port
+from oncelog.testing.pytest_plugin import KafkaBroker
 
 
 @pytest.fixture(scope="session")
@@ -32,11 +33,9 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 
 
 @pytest.fixture(scope="module")
-def secure(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterator[SecureBroker]:
+def secure(kafka_module_broker_factory: Callable[..., KafkaBroker], certs: Certs) -> Iterator[SecureBroker]:
     ports = {name: free_port() for name in ("PLAINTEXT", "SSL", "SASL_SSL", "SASL_PLAINTEXT")}
-    proc = BrokerProcess(tmp_path_factory.mktemp("secure") / "data", port=ports["PLAINTEXT"],
-                         settings=secure_settings(certs, ports))
-    proc.start()
+    proc = kafka_module_broker_factory(secure_settings(certs, ports), port=ports["PLAINTEXT"], in_process=False)
     yield SecureBroker(proc, ports, certs)
     rc = proc.stop()
     assert rc == 0, f"secure broker did not stop cleanly (exit {rc}); log:\n{proc.log_tail()}"

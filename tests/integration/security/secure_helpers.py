@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from oncelog.testing.broker_process import BrokerProcess
+from oncelog.testing.pytest_plugin import KafkaBroker
 
 PLAIN_USERS = {"alice": "alice-secret", "admin": "admin-secret"}
 JAAS_PLAIN = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
@@ -28,7 +28,7 @@ class Certs:
 
 @dataclass(frozen=True)
 class SecureBroker:
-    proc: BrokerProcess
+    proc: KafkaBroker
     ports: dict[str, int]  # listener name -> port
     certs: Certs
 
@@ -61,4 +61,5 @@ def secure_settings(certs: Certs, ports: dict[str, int]) -> dict[str, object]:
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS_PLAIN,
         "transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3,
         "group.initial.rebalance.delay.ms": 0,
+        "num.partitions": 1,  # Kafka's default (the ini file's kafka_settings give the plugin's brokers 3)
     }

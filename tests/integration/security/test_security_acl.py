@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from confluent_kafka import KafkaError, Producer
@@ -23,13 +23,15 @@ from confluent_kafka.admin import (
 )
 
 from secure_helpers import JAAS_PLAIN, Certs
-from oncelog.testing.broker_process import BrokerProcess, free_port
+from oncelog.testing.broker_process import free_port
+from oncelog.testing.pytest_plugin import KafkaBroker
 
 AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
 
 @pytest.fixture(scope="module")
-def authz(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterator[tuple[BrokerProcess, dict[str, int]]]:
+def authz(kafka_module_broker_factory: Callable[..., KafkaBroker],
+          certs: Certs) -> Iterator[tuple[KafkaBroker, dict[str, int]]]:
     ports = {n: free_port() for n in ("SASL_PLAINTEXT", "SSL")}
     settings = {
         "listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
@@ -40,8 +42,7 @@ def authz(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterator[tu
         "ssl.principal.mapping.rules": "RULE:^CN=([^,]*),.*$/$1/",
         "authorizer.class.name": AUTHORIZER, "super.users": "User:admin",
     }
-    proc = BrokerProcess(tmp_path_factory.mktemp("authz") / "data", port=ports["SASL_PLAINTEXT"],
-                         settings=settings).start()
+    proc = kafka_module_broker_factory(settings, port=ports["SASL_PLAINTEXT"], in_process=False)
     yield proc, ports
     assert proc.stop() == 0, proc.log_tail()
 
@@ -60,7 +61,7 @@ def _delivered(conf: dict[str, object], topic: str) -> KafkaError | None:
     return results[0] if results else KafkaError(KafkaError._TIMED_OUT)
 
 
-def test_acls_name_the_authenticated_principals(authz: tuple[BrokerProcess, dict[str, int]], certs: Certs) -> None:
+def test_acls_name_the_authenticated_principals(authz: tuple[KafkaBroker, dict[str, int]], certs: Certs) -> None:
     _, ports = authz
     topic = f"authz-{uuid.uuid4().hex[:8]}"
     admin = AdminClient(_sasl(ports, "admin", "admin-secret"))  # a super user

@@ -8,6 +8,7 @@ import socket
 import ssl
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from types import ModuleType
@@ -18,7 +19,8 @@ from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient
 
 from secure_helpers import Certs, SecureBroker
-from oncelog.testing.broker_process import BrokerProcess, free_port
+from oncelog.testing.broker_process import free_port
+from oncelog.testing.pytest_plugin import KafkaBroker
 
 
 def _topic() -> str:
@@ -119,29 +121,30 @@ def test_a_plaintext_client_on_a_tls_listener_and_a_tls_client_on_a_plaintext_on
     assert secure.proc.alive()
 
 
-def test_a_renewed_certificate_is_taken_without_a_restart(tmp_path: Path, certs: Certs) -> None:
+def test_a_renewed_certificate_is_taken_without_a_restart(
+        tmp_path: Path, certs: Certs, kafka_broker_factory: Callable[..., KafkaBroker]) -> None:
     import trustme
 
     keystore = tmp_path / "broker.pem"
     keystore.write_bytes(certs.server.read_bytes())
     port = free_port()
     settings = {"listeners": f"SSL://127.0.0.1:{port}", "ssl.keystore.type": "PEM", "ssl.keystore.location": keystore}
-    with BrokerProcess(tmp_path / "data", port=port, settings=settings).start():
-        conf = {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SSL"}
-        assert roundtrip({**conf, "ssl.ca.location": str(certs.ca)}, _topic(), n=2) == expected(2)
-        new_ca = trustme.CA()  # the renewed certificate comes from another CA: clients that trust it only
-        new_ca.cert_pem.write_to_path(str(tmp_path / "new-ca.pem"))
-        renewed = tmp_path / "renewed.pem"
-        new_ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(renewed))
-        renewed.replace(keystore)  # as a certificate manager renews it: a new file in place
-        deadline = time.monotonic() + 15
-        while True:
-            with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
-                ctx = ssl.create_default_context(cafile=str(tmp_path / "new-ca.pem"))
-                try:
-                    with ctx.wrap_socket(raw, server_hostname="127.0.0.1"):
-                        break
-                except ssl.SSLCertVerificationError:
-                    assert time.monotonic() < deadline, "the renewed certificate was not taken"
-                    time.sleep(0.5)
-        assert roundtrip({**conf, "ssl.ca.location": str(tmp_path / "new-ca.pem")}, _topic(), n=2) == expected(2)
+    kafka_broker_factory(settings, port=port, in_process=False)
+    conf = {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SSL"}
+    assert roundtrip({**conf, "ssl.ca.location": str(certs.ca)}, _topic(), n=2) == expected(2)
+    new_ca = trustme.CA()  # the renewed certificate comes from another CA: clients that trust it only
+    new_ca.cert_pem.write_to_path(str(tmp_path / "new-ca.pem"))
+    renewed = tmp_path / "renewed.pem"
+    new_ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(renewed))
+    renewed.replace(keystore)  # as a certificate manager renews it: a new file in place
+    deadline = time.monotonic() + 15
+    while True:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+            ctx = ssl.create_default_context(cafile=str(tmp_path / "new-ca.pem"))
+            try:
+                with ctx.wrap_socket(raw, server_hostname="127.0.0.1"):
+                    break
+            except ssl.SSLCertVerificationError:
+                assert time.monotonic() < deadline, "the renewed certificate was not taken"
+                time.sleep(0.5)
+    assert roundtrip({**conf, "ssl.ca.location": str(tmp_path / "new-ca.pem")}, _topic(), n=2) == expected(2)

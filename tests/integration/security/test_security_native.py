@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
@@ -16,7 +17,8 @@ import oncelog.client.admin  # noqa: F401  (ck.admin, as confluent_kafka.admin: 
 from secure_helpers import JAAS_PLAIN, Certs, SecureBroker
 from oncelog.client.config import parse_producer_config
 from oncelog.protocol.errors import ErrorCode
-from oncelog.testing.broker_process import BrokerProcess, free_port
+from oncelog.testing.broker_process import free_port
+from oncelog.testing.pytest_plugin import KafkaBroker
 from test_security_listeners import expected, roundtrip
 
 
@@ -86,29 +88,28 @@ def test_clear_errors(secure: SecureBroker, certs: Certs) -> None:
         ck.Producer({"bootstrap.servers": secure.bootstrap(), "security.protocol": "TLS"})
 
 
-def test_native_connections_reauthenticate_before_the_broker_closes_them(tmp_path: object, certs: Certs) -> None:
-    from pathlib import Path
-
+def test_native_connections_reauthenticate_before_the_broker_closes_them(
+        kafka_broker_factory: Callable[..., KafkaBroker]) -> None:
     port = free_port()
     settings = {"listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}", "sasl.enabled.mechanisms": "PLAIN",
                 "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS_PLAIN,
                 "connections.max.reauth.ms": 1000}
-    with BrokerProcess(Path(str(tmp_path)) / "data", port=port, settings=settings).start() as proc:
-        conf = {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_PLAINTEXT",
-                "sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": "alice-secret"}
-        p = ck.Producer({**conf, "linger.ms": 0})
-        topic = _topic()
-        end = time.monotonic() + 4
-        n = 0
-        while time.monotonic() < end:
-            p.produce(topic, b"x")
-            p.poll(0.1)
-            n += 1
-        assert p.flush(15) == 0
-        p.close()
-        log = proc.log_path.read_text()
-        assert "SASL session expired" not in log  # the broker never had to close one of its connections
-        assert "failed re-authentication" not in log
+    proc = kafka_broker_factory(settings, port=port, in_process=False)
+    conf = {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": "alice-secret"}
+    p = ck.Producer({**conf, "linger.ms": 0})
+    topic = _topic()
+    end = time.monotonic() + 4
+    n = 0
+    while time.monotonic() < end:
+        p.produce(topic, b"x")
+        p.poll(0.1)
+        n += 1
+    assert p.flush(15) == 0
+    p.close()
+    log = proc.log_path.read_text()
+    assert "SASL session expired" not in log  # the broker never had to close one of its connections
+    assert "failed re-authentication" not in log
 
 
 def test_spark_passes_kafka_security_options_through() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,8 @@ from _raw_sasl import METADATA, Raw
 from secure_helpers import Certs
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.metadata_request import MetadataRequest
-from oncelog.testing.broker_process import BrokerProcess, free_port
+from oncelog.testing.broker_process import free_port
+from oncelog.testing.pytest_plugin import KafkaBroker
 from test_security_listeners import expected, roundtrip
 
 ISSUER, AUDIENCE = "https://idp.example.test", "kafka-cluster"
@@ -56,7 +57,7 @@ class Idp:
 
 @dataclass
 class OAuthBroker:
-    proc: BrokerProcess
+    proc: KafkaBroker
     ports: dict[str, int]
     idp: Idp
     certs: Certs
@@ -69,7 +70,8 @@ class OAuthBroker:
 
 
 @pytest.fixture(scope="module")
-def oauth(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterator[OAuthBroker]:
+def oauth(tmp_path_factory: pytest.TempPathFactory, kafka_module_broker_factory: Callable[..., KafkaBroker],
+          certs: Certs) -> Iterator[OAuthBroker]:
     base = tmp_path_factory.mktemp("oauth")
     idp = Idp(base / "jwks.json", {k: rsa.generate_private_key(public_exponent=65537, key_size=2048)
                                    for k in ("k1", "k2", "rogue")})
@@ -86,7 +88,7 @@ def oauth(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterator[OA
         "transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3,
         "group.initial.rebalance.delay.ms": 0,
     }
-    proc = BrokerProcess(base / "data", port=ports["PLAINTEXT"], settings=settings).start()
+    proc = kafka_module_broker_factory(settings, port=ports["PLAINTEXT"], in_process=False)
     yield OAuthBroker(proc, ports, idp, certs)
     assert proc.stop() == 0, proc.log_tail()
 

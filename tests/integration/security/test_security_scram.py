@@ -10,6 +10,7 @@ import ssl
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -22,7 +23,8 @@ from confluent_kafka.admin import (
 )
 
 from secure_helpers import SecureBroker, secure_settings
-from oncelog.testing.broker_process import BrokerProcess, free_port
+from oncelog.testing.broker_process import free_port
+from oncelog.testing.pytest_plugin import KafkaBroker
 from test_security_listeners import expected, roundtrip
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -88,7 +90,7 @@ def test_oncelog_user_adds_lists_and_removes_through_a_broker(secure: SecureBrok
 
 
 def test_a_first_user_written_before_the_first_start_logs_in_to_a_sasl_only_broker(
-        tmp_path: object, certs: object) -> None:
+        tmp_path: object, certs: object, kafka_broker_factory: Callable[..., KafkaBroker]) -> None:
     from pathlib import Path
 
     from secure_helpers import Certs
@@ -99,14 +101,14 @@ def test_a_first_user_written_before_the_first_start_logs_in_to_a_sasl_only_brok
     assert r.returncode == 0, r.stderr
     port = free_port()
     settings = {**secure_settings(certs, {"SASL_SSL": port}), "sasl.enabled.mechanisms": "SCRAM-SHA-512"}
-    with BrokerProcess(data, port=port, settings=settings).start() as proc:
-        conf = {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_SSL",
-                "ssl.ca.location": str(certs.ca), "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "admin",
-                "sasl.password": "admin-pw"}
-        assert roundtrip(conf, _topic(), n=3) == expected(3)
-        r = oncelog("user", "add", "late", "--data-dir", str(data), "--password-file", "-", stdin="pw")
-        assert r.returncode == 1 and "a broker is running on" in r.stderr
-        assert proc.alive()
+    proc = kafka_broker_factory(settings, data_dir=data, port=port, in_process=False)
+    conf = {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_SSL",
+            "ssl.ca.location": str(certs.ca), "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "admin",
+            "sasl.password": "admin-pw"}
+    assert roundtrip(conf, _topic(), n=3) == expected(3)
+    r = oncelog("user", "add", "late", "--data-dir", str(data), "--password-file", "-", stdin="pw")
+    assert r.returncode == 1 and "a broker is running on" in r.stderr
+    assert proc.alive()
 
 
 def _kafka_python_roundtrip(conf: dict[str, object], topic: str) -> list[bytes]:

@@ -11,7 +11,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,14 +23,15 @@ from _raw_sasl import METADATA, Closed, Raw
 from secure_helpers import JAAS_PLAIN, Certs
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.messages.metadata_request import MetadataRequest
-from oncelog.testing.broker_process import BrokerProcess, free_port
+from oncelog.testing.broker_process import free_port
+from oncelog.testing.pytest_plugin import KafkaBroker
 from test_security_listeners import expected, roundtrip
 
 REAUTH_MS = 1500
 
 
 class Sessions:
-    def __init__(self, proc: BrokerProcess, ports: dict[str, int], metrics_port: int, certs: Certs) -> None:
+    def __init__(self, proc: KafkaBroker, ports: dict[str, int], metrics_port: int, certs: Certs) -> None:
         self.proc, self.ports, self.metrics_port, self.certs = proc, ports, metrics_port, certs
 
     def metric(self, name: str, **labels: str) -> float:
@@ -49,7 +50,7 @@ class Sessions:
 
 
 @pytest.fixture(scope="module")
-def sessions(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterator[Sessions]:
+def sessions(kafka_module_broker_factory: Callable[..., KafkaBroker], certs: Certs) -> Iterator[Sessions]:
     ports = {name: free_port() for name in ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "STRICT")}
     mport = free_port()
     settings = {
@@ -66,8 +67,7 @@ def sessions(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterator
         "transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3,
         "group.initial.rebalance.delay.ms": 0,
     }
-    proc = BrokerProcess(tmp_path_factory.mktemp("sessions") / "data", port=ports["PLAINTEXT"], settings=settings)
-    proc.start()
+    proc = kafka_module_broker_factory(settings, port=ports["PLAINTEXT"], in_process=False)
     yield Sessions(proc, ports, mport, certs)
     assert proc.stop() == 0, proc.log_tail()
 
