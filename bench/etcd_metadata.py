@@ -4,6 +4,13 @@ write, and the memory and CPU of a view of 10,000 partitions.
 
     python bench/etcd_metadata.py                  # starts its own etcd (etcd on PATH), prints a markdown table
     python bench/etcd_metadata.py --rounds 500 --partitions 10000
+    python bench/etcd_metadata.py --partition-changes 10000   # the controller's writes after a broker loss
+
+Two stores in one process and event loop (separate gRPC channels): the writer and a follower. The 10,000-partition
+view is measured in a child process that only connects and loads it. ``--partition-changes N``: N partitions, then
+rounds of what the controller writes when a broker dies (a third of them elected again, the others' ISR shrunk; the
+elections in a call of their own first), ``apply_partition_changes`` with 1 transaction in flight (back to back)
+and with more, alternating in the same run.
 
 Two stores in one process and event loop (separate gRPC channels): the writer and a follower. The 10,000-partition
 view is measured in a child process that only connects and loads it.
@@ -24,10 +31,11 @@ import tracemalloc
 import uuid
 from pathlib import Path
 
+from oncelog.cluster import metadata
 from oncelog.cluster._etcd import Cmp, Etcd, Put
 from oncelog.cluster._etcd_view import PartitionMap
 from oncelog.cluster.metadata import EtcdMetadata
-from oncelog.cluster.model import PartitionState, TopicMeta
+from oncelog.cluster.model import BrokerInfo, PartitionState, TopicMeta
 from oncelog.cluster.store import PartitionChange
 from oncelog.testing.etcd_process import EtcdProcess
 
@@ -142,14 +150,70 @@ def measure_view(endpoint: str, cluster: str) -> dict[str, float]:
     return asyncio.run(main())
 
 
+async def failover_writes(endpoint: str, partitions: int, rounds: int, in_flight: list[int]) -> dict[str, str]:
+    """The controller's writes after a broker loss, timed per ``_TXNS_IN_FLIGHT`` setting (alternating)."""
+    await fill(endpoint, "failover", partitions)
+    store = await EtcdMetadata.connect(endpoint, "failover", 30)
+    await store.register(BrokerInfo(1, "127.0.0.1", 9))
+    epoch = (await store.campaign()).epoch
+    times: dict[int, list[tuple[float, float, float]]] = {k: [] for k in in_flight}
+    for r in range(rounds):
+        for k in in_flight if r % 2 == 0 else in_flight[::-1]:
+            metadata._TXNS_IN_FLIGHT = k
+            view = store.view
+            elections, shrinks = [], []
+            for i, (tp, vp) in enumerate(sorted(view.partitions.items())):
+                s = vp.state
+                if i % 3 == 0:  # led by the lost broker: a new leader among the others
+                    leader = next(b for b in s.replicas if b != s.leader)
+                    elections.append(PartitionChange(tp, vp.mod_revision, s.with_leader(leader, s.replicas)))
+                else:  # the lost broker leaves the ISR (and returns to it in the next round)
+                    isr = s.replicas if len(s.isr) < len(s.replicas) else s.isr[:-1]
+                    shrinks.append(PartitionChange(tp, vp.mod_revision, s.with_isr(isr)))
+            cpu0, t0 = time.process_time(), time.perf_counter()
+            res = await store.apply_partition_changes(elections, controller_epoch=epoch)
+            t1 = time.perf_counter()
+            res2 = await store.apply_partition_changes(shrinks, controller_epoch=epoch)
+            t2, cpu = time.perf_counter(), time.process_time() - cpu0
+            assert len(res.applied) + len(res2.applied) == partitions, (res, res2)
+            times[k].append((t1 - t0, t2 - t0, cpu))
+    await store.close()
+    out = {}
+    for k, xs in times.items():
+        el = statistics.median(x[0] for x in xs)
+        tot = statistics.median(x[1] for x in xs)
+        cpu = statistics.median(x[2] for x in xs)
+        out[f"{k} txn(s) in flight: elections / all written and in the own view, CPU"] = \
+            f"{el:.2f} / {tot:.2f} s, {cpu:.2f} s (rounds: {', '.join(f'{x[1]:.2f}' for x in xs)})"
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--partition-changes", type=int, default=0, metavar="N",
+                    help="time the controller's writes after a broker loss among N partitions instead")
+    ap.add_argument("--in-flight", default="1,4,8", help="with --partition-changes: transactions in flight to try")
     ap.add_argument("--rounds", type=int, default=500)
     ap.add_argument("--partitions", type=int, default=10_000)
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(measure_view(*args.child)))
+        return
+    if args.partition_changes:
+        with tempfile.TemporaryDirectory() as d:
+            etcd = EtcdProcess(Path(d) / "etcd").start()
+            try:
+                kinds = [int(k) for k in args.in_flight.split(",")]
+                rows = asyncio.run(failover_writes(etcd.endpoint, args.partition_changes, args.rounds, kinds))
+            finally:
+                etcd.stop()
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; medians of {args.rounds} rounds\n")
+        print("| measure | value |\n|---|---|")
+        for k, val in rows.items():
+            print(f"| {k} | {val} |")
+        print(f"\n`python bench/etcd_metadata.py --partition-changes {args.partition_changes} --rounds {args.rounds} "
+              f"--in-flight {args.in_flight}`")
         return
     with tempfile.TemporaryDirectory() as d:
         etcd = EtcdProcess(Path(d) / "etcd").start()

@@ -356,6 +356,35 @@ def test_partition_writes_all_or_nothing_and_independent(etcd: EtcdProcess, clus
     run(main)
 
 
+def test_pipelined_partition_writes_report_exactly_the_races_lost(etcd: EtcdProcess, cluster_name: str) -> None:
+    async def main() -> None:
+        a = await connect(etcd, cluster_name)
+        b = await connect(etcd, cluster_name)
+        await a.register(BrokerInfo(1, "127.0.0.1", 9711))
+        epoch = (await a.campaign()).epoch
+        n = 700  # 6 transactions of 127 changes (+ the fence), all in flight at once
+        await a.create_topic(TopicMeta("r", uuid.uuid4(), n), states(n))
+        parts = {i: a.view.partitions[("r", i)] for i in range(n)}
+        # another writer (a leader shrinking its ISR) wins the race on three partitions of the third transaction
+        raced = [260, 300, 380]
+        assert await b.update_partitions([PartitionChange(("r", i), parts[i].mod_revision,
+                                                          parts[i].state.with_isr((1, 2))) for i in raced])
+        res = await a.apply_partition_changes(
+            [PartitionChange(("r", i), parts[i].mod_revision, parts[i].state.with_leader(2, (2, 3)))
+             for i in range(n)], controller_epoch=epoch)
+        lost = {("r", i) for i in raced}
+        assert res.conflicts == lost and not res.fenced
+        assert res.applied == {("r", i) for i in range(n)} - lost
+        # the view shows every applied change once the call returns; the lost ones keep the winner's state
+        for i in range(n):
+            s = a.view.partitions[("r", i)].state
+            assert (s.leader, s.isr) == ((1, (1, 2)) if i in raced else (2, (2, 3))), i
+        await b.close()
+        await a.close()
+
+    run(main)
+
+
 def test_topic_lifecycle_is_seen_by_another_store(etcd: EtcdProcess, cluster_name: str) -> None:
     async def main() -> None:
         a = await connect(etcd, cluster_name)

@@ -29,7 +29,7 @@ import base64
 import logging
 import math
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ._etcd import KV, Cmp, Delete, Etcd, EtcdUnavailable, Get, Put, TxnResult, stop_task
@@ -56,6 +56,7 @@ log = logging.getLogger("oncelog.cluster.metadata")
 DEFAULT_SESSION_TIMEOUT_MS = 9000  # Kafka's broker.session.timeout.ms
 DEFAULT_HEARTBEAT_INTERVAL_MS = 2000  # Kafka's broker.heartbeat.interval.ms
 ETCD_MAX_TXN_OPS = 128  # etcd's --max-txn-ops default
+_TXNS_IN_FLIGHT = 8  # apply_partition_changes: transactions in flight at once (etcd batches them in raft)
 _MAX_PRODUCER_ID = (1 << 63) - 1
 
 
@@ -550,9 +551,12 @@ class EtcdMetadata:
 
     async def apply_partition_changes(self, changes: Sequence[PartitionChange], *,
                                       controller_epoch: int | None = None) -> PartitionWriteResult:
-        """Each change applied or not, in transactions of up to ``--max-txn-ops`` changes: a transaction that
-        fails reads the keys it compared in the same step, drops the changes that lost their race, and is
-        retried with the others. MetadataUnavailableError midway: some changes may have been applied (each is
+        """Each change applied or not, in transactions of up to ``--max-txn-ops`` changes, up to
+        ``_TXNS_IN_FLIGHT`` of them at once (etcd commits concurrent proposals in one raft round and fsync: after a
+        broker loss 10,000 changes go out in ~80 transactions), started in the order of ``changes``: a transaction
+        that fails reads the keys it compared in the same step, drops the changes that lost their race, and is
+        retried with the others; a fenced one stops the write (no transaction is started after it, and those in
+        flight fail on the same fence). MetadataUnavailableError midway: some changes may have been applied (each is
         visible in the view once the watch delivers it); decide again from a newer view."""
         _unique(changes)
         key = self._keys.partition
@@ -561,9 +565,11 @@ class EtcdMetadata:
         applied: set[tuple[str, int]] = set()
         conflicts: set[tuple[str, int]] = set()
         last = 0
-        for start in range(0, len(changes), size):
-            todo = list(changes[start:start + size])
-            while todo:
+        fenced = False
+
+        async def write(todo: list[PartitionChange]) -> None:
+            nonlocal last, fenced
+            while todo and not fenced:
                 res = await self._etcd.txn(
                     [Cmp.mod_is(key(*c.tp), c.expected_mod_revision) for c in todo] + fence,
                     [Put(key(*c.tp), c.state.encode()) for c in todo],
@@ -572,18 +578,28 @@ class EtcdMetadata:
                 if res.succeeded:
                     last = max(last, res.revision)
                     applied.update(c.tp for c in todo)
-                    break
+                    return
                 last = max(last, _newest(res))
                 if fence and (not res.gets[-1] or res.gets[-1][0].create_revision != controller_epoch):
-                    await self._watch.seen(last, self._etcd.timeout)
-                    return PartitionWriteResult(frozenset(applied), frozenset(conflicts), fenced=True)
+                    fenced = True
+                    return
                 lost = {c.tp for c, got in zip(todo, res.gets)
                         if (got[0].mod_revision if got else 0) != c.expected_mod_revision}
-                conflicts |= lost or {c.tp for c in todo}  # (lost is never empty when the fence held)
+                conflicts.update(lost or {c.tp for c in todo})  # (lost is never empty when the fence held)
                 todo = [c for c in todo if c.tp not in lost]
+
+        chunks = iter([list(changes[start:start + size]) for start in range(0, len(changes), size)])
+
+        async def sender() -> None:
+            for todo in chunks:  # one iterator shared by the senders: transactions start in order
+                if fenced:
+                    return
+                await write(todo)
+
+        await _all_or_first_error([sender() for _ in range(min(_TXNS_IN_FLIGHT, -(-len(changes) // size)))])
         if last:
             await self._watch.seen(last, self._etcd.timeout)
-        return PartitionWriteResult(frozenset(applied), frozenset(conflicts))
+        return PartitionWriteResult(frozenset(applied), frozenset(conflicts), fenced)
 
     # ================================================================== topics (cluster._topics)
     async def create_topic(self, meta: TopicMeta, states: Sequence[PartitionState]) -> None:
@@ -639,6 +655,23 @@ class EtcdMetadata:
             res = await self._etcd.txn([cmp], [Put(key, str(start + block_size).encode("ascii"))])
             if res.succeeded:
                 return start
+
+
+async def _all_or_first_error(coros: Sequence[Coroutine[object, object, None]]) -> None:
+    """Run ``coros`` at once; the first exception cancels the others (and waits for them) and is raised."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    if not tasks:
+        return
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for t in done:
+            exc = None if t.cancelled() else t.exception()
+            if exc is not None:
+                raise exc
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _newest(res: TxnResult) -> int:

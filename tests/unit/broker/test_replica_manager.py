@@ -147,3 +147,58 @@ def test_closing_a_fetcher_ends_its_loop_even_when_a_cancellation_is_swallowed(t
         assert loop.time() - start < 2
 
     asyncio.run(main())
+
+
+def test_partition_changes_reconcile_those_partitions_and_their_topic_only_when_needed(tmp_path: Path) -> None:
+    """After a broker loss thousands of partitions change one etcd transaction at a time: each view change
+    reconciles the partitions it names, not every partition of their topics, unless the local log must follow."""
+
+    class Recording(ReplicaManager):
+        reconciled: list[tuple[str, int]] = []
+
+        def _reconcile_partition(self, view: ClusterView, tp: tuple[str, int]) -> None:
+            self.reconciled.append(tp)
+            super()._reconcile_partition(view, tp)
+
+    async def main() -> None:
+        store = MemoryMetadataStore()
+        for n in (1, 2, 3):
+            store.register_broker(n, port=1)
+        topics = _registry(tmp_path)
+        await store.create_topic(TopicMeta("big", uuid.uuid4(), 300),
+                                 [PartitionState((1, 2, 3), (1, 2, 3), 1 + i % 3, leader_epoch=1, partition_epoch=1)
+                                  for i in range(300)])
+        await store.create_topic(TopicMeta("elsewhere", uuid.uuid4(), 2),
+                                 [PartitionState((2, 3), (2, 3), 2, leader_epoch=1, partition_epoch=1)] * 2)
+        rm = Recording(BrokerConfig.load(None, {"node.id": 1}), topics, store, lambda: 0, durable=False)
+        seen = store.view
+        rm.on_view(diff(ClusterView(), seen))
+        assert len(rm.reconciled) == 302 and topics.get("elsewhere") is None  # (no local log of "elsewhere")
+        # broker 2 is lost: this broker leads two of its partitions, and leaves the ISR of a third
+        rm.reconciled.clear()
+        for i, state in ((1, PartitionState((1, 2, 3), (1, 3), 1, leader_epoch=2, partition_epoch=2)),
+                         (4, PartitionState((1, 2, 3), (1, 3), 1, leader_epoch=2, partition_epoch=2)),
+                         (0, PartitionState((1, 2, 3), (1, 3), 1, leader_epoch=1, partition_epoch=2))):
+            store.put_partition(("big", i), state)
+        rm.on_view(diff(seen, store.view))
+        seen = store.view
+        assert sorted(rm.reconciled) == [("big", 0), ("big", 1), ("big", 4)]
+        big = topics.get("big")
+        assert big is not None and [big.partitions[i].role for i in (1, 2, 4)] == [Role.LEADER, Role.FOLLOWER,
+                                                                                     Role.LEADER]
+        assert big.partitions[0].leader_replicas is not None and big.partitions[0].leader_replicas.isr == {1, 3}
+        # a reassignment onto this broker, by a partition change only: its topic gets a local log here
+        store.put_partition(("elsewhere", 1), PartitionState((2, 3, 1), (2, 3), 2, leader_epoch=1,
+                                                             partition_epoch=2, adding=(1,)))
+        rm.on_view(diff(seen, store.view))
+        seen = store.view
+        other = topics.get("elsewhere")
+        assert other is not None and other.partitions[1].role is Role.FOLLOWER
+        # ... and moved off again: the local log goes
+        store.put_partition(("elsewhere", 1), PartitionState((2, 3), (2, 3), 2, leader_epoch=1, partition_epoch=3))
+        rm.on_view(diff(seen, store.view))
+        assert topics.get("elsewhere") is None
+        await rm.stop()
+        topics.logs.close()
+
+    asyncio.run(main())

@@ -138,10 +138,19 @@ class ReplicaManager:
     # ------------------------------------------------------------------------------------------- ReplicaManagerLike
     def on_view(self, change: ViewChange) -> None:
         view = self.view = change.view
-        names = set(change.topics) | {t for t, _ in change.partitions}
+        names = set(change.topics)
         if change.since == 0:  # the whole view: local topics it does not have are strays
             names |= {v.name for v in self.topics}
         touched: set[TopicPartition] = set(change.partitions)
+        # a topic only some of whose partitions changed is reconciled as a whole (every partition) only when its
+        # local log may have to be created, grown or dropped: after a broker loss thousands of elections and ISR
+        # shrinks arrive one etcd transaction at a time, and each reconciled whole topics (250 partitions each in
+        # bench/cluster_scale.py) for a few changed partitions
+        by_topic: dict[str, list[int]] = {}
+        for t, i in change.partitions:
+            if t not in names:
+                by_topic.setdefault(t, []).append(i)
+        names |= {name for name, indexes in by_topic.items() if self._topic_may_change(view, name, indexes)}
         if change.broker_configs and self._refresh_topic_defaults():  # min.insync.replicas reaches the leaders
             touched |= {(p.topic, p.index) for p in self.topics.all_partitions()}
         for name in sorted(names):  # one topic's failure (a disk error, a name colliding) spares the others
@@ -160,6 +169,20 @@ class ReplicaManager:
             for p in self.topics.all_partitions():
                 if p.role is Role.LEADER:
                     p.maybe_advance_high_watermark()
+
+    def _topic_may_change(self, view: ClusterView, name: str, changed: list[int]) -> bool:
+        """Whether partition changes of ``name`` (its topic key unchanged) may create, grow or drop its local
+        log: it has none yet, it differs from the view's topic, or a changed partition has no replica here."""
+        local = self.topics.get(name)
+        meta = view.topics.get(name)
+        if local is None or meta is None or meta.deleting or local.topic_id != meta.topic_id \
+                or len(local.partitions) < meta.num_partitions:
+            return True
+        for i in changed:
+            state = view.partition(name, i)
+            if state is None or self.node_id not in state.replicas:
+                return True
+        return False
 
     def _refresh_topic_defaults(self) -> bool:
         """The topic defaults from the broker's settings, which the dynamic broker configs may have changed
