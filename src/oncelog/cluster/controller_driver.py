@@ -75,6 +75,11 @@ class ControllerStats:
         self.election_seconds += seconds
 
 
+#: changes that fit one etcd transaction (``--max-txn-ops`` 128 by default: a compare and a put per change, and the
+#: controller-epoch compare)
+_ONE_TRANSACTION = 127
+
+
 def _absent(view: ClusterView) -> set[int]:
     """Brokers that lead a partition, or are in the ISR of a partition with a leader, but are not registered."""
     named = {r for vp in view.partitions.values() if vp.state.leader != NO_LEADER
@@ -257,8 +262,13 @@ class ControllerDriver:
                      if (vp := view.partitions.get(c.tp)) is None or c.state.leader != vp.state.leader]
         chosen = {c.tp for c in elections}
         others = [c for c in changes if c.tp not in chosen]
-        chunks = [group[start:start + self._max_batch] for group in (elections, others)
-                  for start in range(0, len(group), self._max_batch)]
+        if len(changes) <= _ONE_TRANSACTION:
+            # one etcd transaction holds them all: written together, a broker in controlled shutdown sees its
+            # leaderships and its ISR places go at once (it leaves as soon as it leads nothing)
+            chunks = [elections + others] if changes else []
+        else:
+            chunks = [group[start:start + self._max_batch] for group in (elections, others)
+                      for start in range(0, len(group), self._max_batch)]
         complete = True
         for chunk in chunks:
             try:
