@@ -253,8 +253,9 @@ class ControllerDriver:
         """Write ``changes`` (each of one partition, independent of the others) with the store's
         ``apply_partition_changes``: it sends transactions of ``--max-txn-ops`` several at once and waits for the
         view once, instead of once per transaction (after a broker loss every partition changes: 10,000 partitions
-        took 30 s one transaction and view update at a time). Leader elections go first, in calls of their own, so
-        the partitions the lost broker led are led again before the ISR shrinks of the others are sent. At most
+        took 30 s one transaction and view update at a time). Leader elections go first (in calls of their own when
+        the changes need more than one transaction), so the partitions the lost broker led are led again before the
+        ISR shrinks of the others are sent. At most
         ``max_changes_per_write`` changes per call; a call with changes that lost a race does not stop the others
         (each change compares its own partition), a fenced one does. True if all were written; False if some lost
         a race or the epoch was fenced (the others are written); None if the metadata service is unavailable."""
