@@ -16,7 +16,7 @@ from __future__ import annotations
 from urllib.parse import unquote
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
 from typing import TypeVar
@@ -35,98 +35,14 @@ from .model import (
     VersionedPartition,
     decode_configs,
 )
+from .partition_map import PartitionMap
 
 __all__ = ["PartitionMap", "ViewState"]
 
 log = logging.getLogger("oncelog.cluster.metadata")
 
-_BUCKET_BITS = 8
-
-_Bucket = tuple[str, int]
 K = TypeVar("K")
 V = TypeVar("V")
-
-
-def _bucket(tp: TopicPartition) -> _Bucket:
-    return tp[0], tp[1] >> _BUCKET_BITS
-
-
-class PartitionMap(Mapping[TopicPartition, VersionedPartition]):
-    """An immutable mapping (topic, index) -> VersionedPartition whose updates share untouched buckets."""
-
-    __slots__ = ("_buckets", "_len")
-
-    def __init__(self, buckets: dict[_Bucket, dict[TopicPartition, VersionedPartition]] | None = None,
-                 length: int = 0) -> None:
-        self._buckets: dict[_Bucket, dict[TopicPartition, VersionedPartition]] = buckets or {}
-        self._len = length
-
-    @classmethod
-    def build(cls, items: Iterable[tuple[TopicPartition, VersionedPartition]]) -> PartitionMap:
-        buckets: dict[_Bucket, dict[TopicPartition, VersionedPartition]] = {}
-        n = 0
-        for tp, vp in items:
-            b = buckets.setdefault(_bucket(tp), {})
-            n += tp not in b
-            b[tp] = vp
-        return cls(buckets, n)
-
-    def __getitem__(self, tp: TopicPartition) -> VersionedPartition:
-        return self._buckets[_bucket(tp)][tp]
-
-    def get(self, tp: TopicPartition, default: VersionedPartition | None = None  # type: ignore[override]
-            ) -> VersionedPartition | None:
-        b = self._buckets.get(_bucket(tp))
-        return default if b is None else b.get(tp, default)
-
-    def __contains__(self, tp: object) -> bool:
-        if not (isinstance(tp, tuple) and len(tp) == 2 and isinstance(tp[0], str) and isinstance(tp[1], int)):
-            return False
-        b = self._buckets.get(_bucket(tp))
-        return b is not None and tp in b
-
-    def __iter__(self) -> Iterator[TopicPartition]:
-        for b in self._buckets.values():
-            yield from b
-
-    def __len__(self) -> int:
-        return self._len
-
-    def items(self) -> Iterator[tuple[TopicPartition, VersionedPartition]]:  # type: ignore[override]
-        for b in self._buckets.values():
-            yield from b.items()
-
-    def values(self) -> Iterator[VersionedPartition]:  # type: ignore[override]
-        for b in self._buckets.values():
-            yield from b.values()
-
-    def updated(self, puts: Mapping[TopicPartition, VersionedPartition],
-                deletes: Iterable[TopicPartition]) -> PartitionMap:
-        """A new map with ``puts`` set and ``deletes`` removed; this one is unchanged."""
-        buckets = dict(self._buckets)
-        copied: set[_Bucket] = set()
-        n = self._len
-
-        def writable(bk: _Bucket) -> dict[TopicPartition, VersionedPartition]:
-            if bk not in copied:
-                copied.add(bk)
-                buckets[bk] = dict(buckets.get(bk, ()))
-            return buckets[bk]
-
-        for tp in deletes:
-            bk = _bucket(tp)
-            if bk in buckets and tp in buckets[bk]:
-                b = writable(bk)
-                del b[tp]
-                n -= 1
-                if not b:
-                    del buckets[bk]
-                    copied.discard(bk)
-        for tp, vp in puts.items():
-            b = writable(_bucket(tp))
-            n += tp not in b
-            b[tp] = vp
-        return PartitionMap(buckets, n)
 
 
 def _frozen(d: Mapping[K, V]) -> Mapping[K, V]:

@@ -28,6 +28,7 @@ from types import MappingProxyType
 from ..protocol.errors import ErrorCode
 from .api_error import NO_ERROR, ApiError
 from .model import NO_LEADER, ClusterView, PartitionState, TopicPartition
+from .partition_map import changed_since
 from .partition_change import Election, change_partition, reassignment_replicas, revert_reassignment
 from .placement import validate_manual_assignment
 from .store import PartitionChange
@@ -401,7 +402,11 @@ def reconcile(prev: ClusterView | None, view: ClusterView, config: ControllerCon
         touched = gone | restarted | leaving
         leaderless_concerned = bool(arrived) or _configs_changed(prev, view)
         concerned = []
-        for tp, vp in view.partitions.items():
+        # only partitions changed since ``prev`` can be concerned when no broker came, went or bounced: the
+        # controller looks at those after each write of its own, not at all 10,000 (copy-on-write views share the rest)
+        candidates = (view.partitions.items() if touched or leaderless_concerned
+                      else changed_since(prev.partitions, view.partitions))
+        for tp, vp in candidates:
             state = vp.state
             old = prev.partitions.get(tp)
             if ((state.leader in touched or not touched.isdisjoint(state.isr))

@@ -8,7 +8,9 @@ end as it takes over. A follower asks the leader for the end offset of its lates
 answered by :meth:`LeaderEpochCache.end_offset_for`) and truncates its log there, so it never keeps a divergent
 tail (KIP-101), even after several leader changes in a row (KIP-279).
 
-The file is Kafka's text format, replaced atomically and durably on every change (``write_atomic``)::
+The file is Kafka's text format, replaced atomically and durably on every change (``write_atomic``), except an
+epoch a new leader records at its log end, which is written at the log's next flush (see :meth:`LeaderEpochCache.
+assign`)::
 
     0                 version
     2                 number of entries
@@ -63,7 +65,7 @@ class LeaderEpochCache:
         self._starts: list[int] = []
         #: the newest epoch with an entry, None if none (read-only outside: a plain attribute, read on appends)
         self.latest_epoch: int | None = None
-        self._unsynced = False  # the file was last written without fsync (``assign(durable=False)``)
+        self._stale = False  # the file is not yet written, or not fsynced, with the latest entries (``durable=False``)
         for e in entries or ():
             self._assign(e.epoch, e.start_offset)
 
@@ -93,11 +95,12 @@ class LeaderEpochCache:
         lines = [str(_VERSION), str(len(self._epochs))]
         lines += [f"{e} {s}" for e, s in zip(self._epochs, self._starts)]
         write_atomic(self.path, ("\n".join(lines) + "\n").encode(), durable=durable)
-        self._unsynced = not durable
+        self._stale = not durable
 
     def sync(self) -> None:
-        """Make a file written without fsync durable (the log does it before its recovery point moves on)."""
-        if self._unsynced:
+        """Write the entries assigned with ``durable=False`` and make the file durable (the log does it before its
+        recovery point moves on)."""
+        if self._stale:
             self._write()
 
     # ---------------------------------------------------------------- reads
@@ -146,15 +149,20 @@ class LeaderEpochCache:
         """Record that the leader of ``epoch`` wrote from ``start_offset`` on (Kafka's assign): a no-op if
         ``epoch`` is the latest and starts at or before ``start_offset``; otherwise entries with an epoch >=
         ``epoch`` or a start >= ``start_offset`` are dropped first (they conflict), and the file is rewritten.
-        ``durable=False``: without fsync, until :meth:`sync` (an entry no record is durable under yet may be lost
-        in a power cut: the log's records carry their epoch and recovery reads it back). True if the cache
-        changed."""
+        ``durable=False``: the file is written (and fsynced) at the next :meth:`sync`, which the log calls before
+        anything written after the entry counts as flushed: an entry no record is durable under yet may be lost in
+        a crash or a power cut, and recovery reads the epochs of the batches past the recovery point back from
+        their headers (a broker taking over thousands of leaderships at once writes no file for each). True if
+        the cache changed."""
         if epoch < 0 or start_offset < 0:
             raise ValueError(f"invalid leader epoch entry ({epoch}, {start_offset}) for {self.name}")
         if self._epochs and self._epochs[-1] == epoch and self._starts[-1] <= start_offset:
             return False
         self._assign(epoch, start_offset)
-        self._write(durable)
+        if durable:
+            self._write()
+        else:
+            self._stale = True
         return True
 
     def assign_all(self, entries: list[EpochEntry], *, persist: bool = False, durable: bool = True) -> bool:

@@ -436,8 +436,9 @@ class PartitionLog:
     def assign_leader_epoch(self, epoch: int, start_offset: int) -> None:
         """Record that the leader of ``epoch`` writes from ``start_offset`` on (a new leader does it at its log
         end as it takes over, Kafka's maybeAssignEpochStartOffset); a no-op if already known. The checkpoint file
-        is written without fsync and made durable by the next flush (KAFKA-15046): a broker taking over thousands
-        of partitions at once does not wait for two fsyncs each (10,000 partitions: ~5 s of a failover)."""
+        is written and made durable by the next flush (KAFKA-15046 takes the fsync off this path in Kafka): a broker
+        taking over thousands of partitions at once neither waits for two fsyncs each (10,000 partitions: ~5 s of
+        a failover) nor writes a file each (~0.4 ms a partition on its event loop)."""
         with self._lock:
             self._epochs.assign(epoch, start_offset, durable=False)
 

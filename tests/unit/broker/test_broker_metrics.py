@@ -47,3 +47,26 @@ def test_topic_counters_are_the_labelled_ones() -> None:
     assert s[("oncelog_bytes_in_total", (("topic", "t"),))] == 100
     assert s[("oncelog_records_in_total", (("topic", "t"),))] == 3
     assert s[("oncelog_bytes_out_total", (("topic", "t"),))] == 7
+
+
+def test_error_counts_walk_nested_structures_not_lists_of_ids() -> None:
+    """Every error code of an answer is counted, at any depth; lists of plain values (a Metadata answer's 30,000
+    replica lists at 10,000 partitions) are not walked."""
+    from oncelog.broker.metrics.counts import ErrorCounts
+    from oncelog.protocol.messages.metadata_response import (
+        MetadataResponse,
+        MetadataResponsePartition,
+        MetadataResponseTopic,
+    )
+
+    answer = MetadataResponse(topics=[
+        MetadataResponseTopic(error_code=3, name="gone"),
+        MetadataResponseTopic(name="t", partitions=[
+            MetadataResponsePartition(error_code=5, partition_index=0, replica_nodes=[1, 2, 3]),
+            MetadataResponsePartition(error_code=5, partition_index=1, isr_nodes=[1]),
+            MetadataResponsePartition(partition_index=2)])])
+    errors = ErrorCounts()
+    errors.add("metadata", answer)
+    assert errors.counts == {("metadata", 3): 1, ("metadata", 5): 2}
+    assert errors._plan(MetadataResponsePartition) == (("error_code",), ())
+    assert errors._plan(MetadataResponse) == ((), ("brokers", "topics"))

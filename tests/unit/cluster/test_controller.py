@@ -20,8 +20,9 @@ from oncelog.cluster.controller import (
     reconcile,
     unclean_election_enabled,
 )
-from oncelog.cluster.model import NO_LEADER, ClusterView, ControllerInfo, PartitionState
+from oncelog.cluster.model import NO_LEADER, ClusterView, ControllerInfo, PartitionState, VersionedPartition
 from oncelog.cluster.partition_change import expand_isr
+from oncelog.cluster.partition_map import PartitionMap
 from oncelog.cluster.store import PartitionChange
 from oncelog.protocol.errors import ErrorCode
 
@@ -297,3 +298,21 @@ def test_bounced_last_isr_member_of_an_offline_partition_is_elected() -> None:
     for prev in (view, None):
         (c,) = reconcile(prev, back, CFG)
         assert (c.state.leader, c.state.isr, c.state.leader_epoch) == (1, (1,), 4)
+
+
+def test_reconcile_after_its_own_writes_looks_at_changed_buckets_only_and_decides_the_same() -> None:
+    """With copy-on-write partition maps the controller skips buckets a new view shares with the last one it acted
+    on; it must decide exactly what a look at every partition decides (here: ISR writes by leaders, one re-adding
+    a broker that is gone, among 1,000 partitions)."""
+    parts = {("t", i): ps([1, 2, 3], leader=1 + i % 2) for i in range(1000)}
+    full = make_view([1, 2], parts)
+    cow = replace(full, partitions=PartitionMap.build(full.partitions.items()))
+    writes = [PartitionChange(("t", 7), 107, ps([1, 2, 3], isr=[2, 3], leader=2, pe=2)),   # 3 is gone: out again
+              PartitionChange(("t", 900), 1000, ps([1, 2, 3], isr=[1, 2], leader=1, pe=2))]
+    after_full = apply(full, writes)
+    rev = after_full.revision
+    after_cow = replace(after_full, partitions=cow.partitions.updated(  # type: ignore[attr-defined]
+        {c.tp: VersionedPartition(c.state, rev) for c in writes}, []))
+    expected = reconcile(full, after_full, CFG)
+    assert [c.tp for c in expected] == [("t", 7)] and expected[0].state.isr == (2,)
+    assert reconcile(cow, after_cow, CFG) == expected

@@ -7,7 +7,8 @@ import asyncio
 import uuid
 
 from oncelog.cluster._etcd import KV, WatchEvent
-from oncelog.cluster._etcd_view import PartitionMap, ViewState
+from oncelog.cluster._etcd_view import ViewState
+from oncelog.cluster.partition_map import PartitionMap, changed_since
 from oncelog.cluster.changes import ViewChange, ViewSubscription
 from oncelog.cluster.model import (
     BrokerInfo,
@@ -63,6 +64,17 @@ def test_partition_map_updates_share_untouched_buckets() -> None:
     assert sorted(shared) == [("t", 1), ("t", 3)]
     assert dict(new.items()) == {tp: vp for tp, vp in base.items() if tp != ("t", 700)} | {
         ("t", 5): VersionedPartition(state(2), 2000)}
+
+
+def test_changed_since_yields_the_buckets_an_update_copied() -> None:
+    base = PartitionMap.build((("t", i), VersionedPartition(state(), i + 1)) for i in range(1000))
+    new = base.updated({("t", 5): VersionedPartition(state(2), 2000), ("u", 0): VersionedPartition(state(), 1)}, [])
+    changed = dict(new.changed_since(base))
+    assert set(changed) == {("t", i) for i in range(256)} | {("u", 0)}  # the two buckets copied, whole
+    assert changed[("t", 5)].mod_revision == 2000
+    assert list(new.changed_since(new)) == []
+    assert len(dict(PartitionMap.build(new.items()).changed_since(new))) == 1001  # built anew: nothing shared
+    assert len(list(changed_since(dict(base), new))) == 1001  # another mapping: every partition
 
 
 def test_partitions_are_invisible_until_the_topic_key_covers_them() -> None:

@@ -17,7 +17,7 @@ from oncelog.protocol.records import (
 from oncelog.storage import LogConfig, OutOfOrderSequenceError, PartitionLog
 from oncelog.storage.errors import UnexpectedAppendOffsetError
 from oncelog.storage.interface import BrokerLog, HighWatermarkRule, ReplicaLog
-from oncelog.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT
+from oncelog.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from oncelog.testing import MockClock
 
 SMALL = LogConfig(segment_bytes=300, index_interval_bytes=100)
@@ -147,6 +147,22 @@ def test_an_epoch_recorded_past_the_log_end_is_dropped_on_load(tmp_path: Path) -
     plog.active_segment.log_path.open("r+b").truncate(plog.active_segment.size - 5)  # the append is torn
     plog = reopen(plog, clean=False)
     assert plog.log_end_offset == 2 and epochs(plog) == [(1, 0)]
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_a_new_leaders_epoch_not_yet_written_survives_a_restart_with_its_records(tmp_path: Path, clean: bool) -> None:
+    """A new leader's epoch is written to the checkpoint at the next flush, not as it takes over: a crash before
+    that flush loses no epoch of a record (recovery reads it from the batches past the recovery point), and a
+    clean shutdown flushes it."""
+    plog = open_log(tmp_path)
+    app(plog, plain(2), leader_epoch=1)
+    plog.flush()
+    plog.assign_leader_epoch(2, plog.log_end_offset)
+    app(plog, plain(3), leader_epoch=2)
+    assert LeaderEpochCache.load(plog.directory / LEADER_EPOCH_CHECKPOINT, "t-0").latest_epoch == 1  # not written
+    plog = reopen(plog, clean=clean)
+    assert plog.log_end_offset == 5 and epochs(plog) == [(1, 0), (2, 2)]
+    assert plog.end_offset_for_epoch(1) == (1, 2)
 
 
 def test_log_start_moves_truncate_the_epoch_cache_from_the_start(tmp_path: Path) -> None:

@@ -57,6 +57,8 @@ class ReplicaManager:
         self.store = store
         self._now_ms = now_ms
         self.view = ClusterView()
+        self._live: dict[int, int] = {}
+        self._live_of: ClusterView | None = None  # the view ``_live`` was computed from
         self.fetchers = ReplicaFetcherManager(
             FetcherConfig(config.node_id, durable, max_wait_ms=config.replica_fetch_wait_max_ms,
                           min_bytes=config.replica_fetch_min_bytes, max_bytes=config.replica_fetch_max_bytes,
@@ -78,7 +80,13 @@ class ReplicaManager:
         return self._now_ms()
 
     def live_broker_epochs(self) -> dict[int, int]:
-        return {n: b.epoch for n, b in self.view.brokers.items() if not b.shutting_down}
+        """Registered brokers not shutting down, and their epochs (asked by every leader at every follower fetch:
+        computed once per view; callers do not change it)."""
+        view = self.view
+        if self._live_of is not view:
+            self._live = {n: b.epoch for n, b in view.brokers.items() if not b.shutting_down}
+            self._live_of = view
+        return self._live
 
     def _broker(self, node_id: int) -> BrokerInfo | None:
         return self.view.address(node_id)
