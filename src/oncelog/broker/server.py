@@ -188,7 +188,8 @@ class Broker:
                                    f"{cfg.inter_broker_listener}, and its certificates)")
         try:
             self.logs = await loop.run_in_executor(None, LogManager.open, cfg.data_dir, log_defaults(cfg),
-                                                   self.clock, self.cluster.cluster_id if self.cluster else None)
+                                                   self.clock, self.cluster.cluster_id if self.cluster else None,
+                                                   cfg.num_recovery_threads_per_data_dir)
         except KafkaStorageError as e:
             raise StartupError(str(e)) from None
         except OSError as e:

@@ -98,8 +98,14 @@ class LogManager:
 
     # ---------------------------------------------------------------- open
     @classmethod
-    def open(cls, data_dir: Path, defaults: LogConfig, clock: Clock, cluster_id: str | None = None) -> LogManager:
-        """Open (or create) the data folder; a new one takes ``cluster_id`` when given (a broker of a cluster)."""
+    def open(cls, data_dir: Path, defaults: LogConfig, clock: Clock, cluster_id: str | None = None,
+             threads: int = 1) -> LogManager:
+        """Open (or create) the data folder; a new one takes ``cluster_id`` when given (a broker of a cluster).
+        ``threads``: how many partition logs are recovered at once after a crash (Kafka's
+        ``num.recovery.threads.per.data.dir``, which LogManager.loadLogs uses): each log's unflushed tail is
+        recovered and fsynced, and fsyncs of different files overlap (10,000 empty partitions on the 2-core box,
+        medians of 3: 7.3 s with 1 thread, 5.9 s with 2). A clean load is one at a time: it is Python work that
+        threads only slow down (2.2 s with 1 thread, 3.5 s with 2)."""
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         lock_fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
@@ -124,15 +130,27 @@ class LogManager:
                 log.info("data directory %s was not shut down cleanly; recovering partition logs", data_dir)
             self._remove_strays()
             hws = read_hw_checkpoint(data_dir / HW_CHECKPOINT_FILE)
+            plog_class = _partition_log()
+            todo: list[tuple[str, int, LogConfig]] = []
             for info in catalog.topics():
                 cfg = LogConfig.from_kafka(info.configs, defaults)
-                for p in range(info.num_partitions):
-                    # a replica (the file exists only in a cluster) starts at its checkpointed high watermark, 0 when
-                    # it has none: what it has beyond is not known to be on every in-sync replica
-                    hw = None if hws is None else hws.get((info.name, p), 0)
-                    self._logs[(info.name, p)] = _partition_log().open(
-                        self._dir_of(info.name, p), info.name, p, cfg, clock, clean_shutdown=clean,
-                        high_watermark=hw)
+                todo += [(info.name, p, cfg) for p in range(info.num_partitions)]
+
+            def load(item: tuple[str, int, LogConfig]) -> PartitionLog:
+                name, p, cfg = item
+                # a replica (the file exists only in a cluster) starts at its checkpointed high watermark, 0 when it
+                # has none: what it has beyond is not known to be on every in-sync replica
+                hw = None if hws is None else hws.get((name, p), 0)
+                return plog_class.open(self._dir_of(name, p), name, p, cfg, clock, clean_shutdown=clean,
+                                       high_watermark=hw)
+
+            if threads > 1 and not clean and len(todo) > 1:
+                with ThreadPoolExecutor(min(threads, len(todo)), thread_name_prefix="log-load") as pool:
+                    loaded = list(pool.map(load, todo))  # the first failure is raised
+            else:
+                loaded = [load(item) for item in todo]
+            for (name, p, _), plog in zip(todo, loaded):
+                self._logs[(name, p)] = plog
             return self
         except BaseException:
             fcntl.flock(lock_fd, fcntl.LOCK_UN)

@@ -488,8 +488,8 @@ _SETTINGS: list[Setting] = [
     Setting("log.cleaner.backoff.ms", "log_cleaner_backoff_ms", "LONG", _int, "Pause between log cleaner "
             "passes.", at_least(0), _MS),
     Setting("num.recovery.threads.per.data.dir", "num_recovery_threads_per_data_dir", "INT", _int, "Partition logs "
-            "flushed and closed at once at shutdown (a few fsyncs each; Kafka recovers logs at start-up with these "
-            "threads too, oncelog does not yet).", at_least(1)),
+            "recovered at once at start-up after a crash, and flushed and closed at once at shutdown (a few fsyncs "
+            "each).", at_least(1)),
     # -- transactions
     Setting("transaction.state.log.num.partitions", "transaction_state_log_num_partitions", "INT", _int,
             "Partitions of `__transaction_state` (fixed once the topic exists).", at_least(1)),
