@@ -130,7 +130,6 @@ class LogManager:
                 log.info("data directory %s was not shut down cleanly; recovering partition logs", data_dir)
             self._remove_strays()
             hws = read_hw_checkpoint(data_dir / HW_CHECKPOINT_FILE)
-            plog_class = _partition_log()
             todo: list[tuple[str, int, LogConfig]] = []
             for info in catalog.topics():
                 cfg = LogConfig.from_kafka(info.configs, defaults)
@@ -141,8 +140,8 @@ class LogManager:
                 # a replica (the file exists only in a cluster) starts at its checkpointed high watermark, 0 when it
                 # has none: what it has beyond is not known to be on every in-sync replica
                 hw = None if hws is None else hws.get((name, p), 0)
-                return plog_class.open(self._dir_of(name, p), name, p, cfg, clock, clean_shutdown=clean,
-                                       high_watermark=hw)
+                return _partition_log().open(self._dir_of(name, p), name, p, cfg, clock, clean_shutdown=clean,
+                                             high_watermark=hw)
 
             if threads > 1 and not clean and len(todo) > 1:
                 with ThreadPoolExecutor(min(threads, len(todo)), thread_name_prefix="log-load") as pool:
