@@ -23,7 +23,7 @@ import crc32c as _crc32c
 
 from oncelog.protocol import compression as _compression
 from oncelog.protocol import varint as _varint
-from oncelog.protocol.record_encode import SMALL_LIMIT, SMALL_VARLONGS, encode_keyless
+from oncelog.protocol.record_encode import SMALL_LIMIT, SMALL_VARLONGS, encode_keyless, one_record_batch
 from oncelog.protocol.record_batch import (
     ATTR_COMPRESSION_MASK,
     ATTR_CONTROL,
@@ -81,6 +81,7 @@ __all__ = [
     "TimestampType",
     "UnsupportedMagicError",
     "build_control_batch",
+    "control_batch",
     "build_empty_batch",
     "compute_crc",
     "decode_records",
@@ -329,8 +330,8 @@ def decode_records(
     return _decode_section(data, h)
 
 
-def _control_key(record_type: int) -> bytes:
-    return struct.pack(">hh", ControlRecordType.CURRENT_KEY_VERSION, record_type)
+_COMMIT_KEY = struct.pack(">hh", ControlRecordType.CURRENT_KEY_VERSION, ControlRecordType.COMMIT)
+_ABORT_KEY = struct.pack(">hh", ControlRecordType.CURRENT_KEY_VERSION, ControlRecordType.ABORT)
 
 
 class RecordBatchBuilder:
@@ -642,18 +643,17 @@ def build_control_batch(
     Transactional + control attributes, no compression, CREATE_TIME, no base sequence, and one record:
     key = int16 version 0 + int16 type (0 ABORT, 1 COMMIT), value = int16 version 0 + int32 coordinatorEpoch.
     """
-    builder = RecordBatchBuilder(
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        is_transactional=True,
-        is_control=True,
-        base_offset=base_offset,
-        partition_leader_epoch=partition_leader_epoch,
-    )
-    record_type = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+    return bytes(control_batch(producer_id, producer_epoch, commit, coordinator_epoch, timestamp_ms, base_offset,
+                               partition_leader_epoch)[0])
+
+
+def control_batch(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, timestamp_ms: int,
+                  base_offset: int = 0, partition_leader_epoch: int = -1) -> tuple[bytearray, BatchHeader]:
+    """:func:`build_control_batch`'s batch and its header (no parse needed to append it)."""
     value = struct.pack(">hi", ControlRecordType.CURRENT_END_TXN_MARKER_VERSION, coordinator_epoch)
-    builder.append(timestamp_ms, _control_key(record_type), value)
-    return builder.build()
+    return one_record_batch(timestamp_ms, _COMMIT_KEY if commit else _ABORT_KEY, value, producer_id=producer_id,
+                            producer_epoch=producer_epoch, is_transactional=True, is_control=True,
+                            base_offset=base_offset, partition_leader_epoch=partition_leader_epoch)
 
 
 def parse_control_record(batch: bytes | bytearray | memoryview, pos: int = 0) -> ControlRecord:

@@ -36,7 +36,7 @@ from oncelog.clock import Clock
 from oncelog.protocol.records import (
     BatchHeader,
     TimestampType,
-    build_control_batch,
+    control_batch,
     parse_batch_header,
     set_base_offset,
     set_max_timestamp_log_append,
@@ -327,9 +327,8 @@ class PartitionLog:
                       timestamp_ms: int, *, log_append_time_ms: int | None = None,
                       leader_epoch: int | None = None) -> AppendResult:
         """Write a COMMIT/ABORT transaction marker for ``producer_id`` (origin coordinator: WriteTxnMarkers)."""
-        buf = bytearray(build_control_batch(producer_id=producer_id, producer_epoch=producer_epoch, commit=commit,
-                                            coordinator_epoch=coordinator_epoch, timestamp_ms=timestamp_ms))
-        return self.append(buf, [parse_batch_header(buf, 0)], log_append_time_ms=log_append_time_ms,
+        buf, header = control_batch(producer_id, producer_epoch, commit, coordinator_epoch, timestamp_ms)
+        return self.append(buf, [header], log_append_time_ms=log_append_time_ms,
                            origin=ORIGIN_COORDINATOR, markers={0: (commit, coordinator_epoch)},
                            leader_epoch=leader_epoch)
 

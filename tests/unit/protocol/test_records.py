@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from oncelog.protocol.record_encode import one_record_batch
 from oncelog.protocol.records import (
     ATTR_CONTROL,
     ATTR_DELETE_HORIZON,
@@ -25,6 +26,7 @@ from oncelog.protocol.records import (
     TimestampType,
     UnsupportedMagicError,
     build_control_batch,
+    control_batch,
     build_empty_batch,
     decode_records,
     iter_batch_headers,
@@ -161,6 +163,35 @@ def test_control_batch_matches_kafka_end_transaction_marker(commit: bool) -> Non
     with pytest.raises(InvalidRecordError, match="not allowed to write control records"):
         validate_batches(data)
     assert validate_batches(data, from_client=False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ts=st.integers(-1, 2**62), key=st.none() | st.binary(max_size=300), value=st.none() | st.binary(max_size=300),
+       producer=st.sampled_from([(-1, -1, False), (7, 2, True), (2**40, 32767, False)]), control=st.booleans(),
+       base_offset=st.integers(0, 2**40), leader_epoch=st.integers(-1, 100))
+def test_one_record_batch_is_the_builders_batch(ts: int, key: bytes | None, value: bytes | None,
+                                                producer: tuple[int, int, bool], control: bool, base_offset: int,
+                                                leader_epoch: int) -> None:
+    """The one-call writer of a single-record batch (coordinator records, markers) writes the builder's bytes and
+    gives the header a parse would."""
+    pid, epoch, transactional = producer
+    b = RecordBatchBuilder(producer_id=pid, producer_epoch=epoch, is_transactional=transactional,
+                           is_control=control, base_offset=base_offset, partition_leader_epoch=leader_epoch)
+    b.append(ts, key, value)
+    out, header = one_record_batch(ts, key, value, producer_id=pid, producer_epoch=epoch,
+                                   is_transactional=transactional, is_control=control, base_offset=base_offset,
+                                   partition_leader_epoch=leader_epoch)
+    assert type(out) is bytearray and bytes(out) == b.build()
+    assert header == parse_batch_header(out)
+    assert validate_batches(out, from_client=False) == [header]
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_control_batch_gives_its_header(commit: bool) -> None:
+    out, header = control_batch(9, 3, commit, 17, 1234)
+    assert bytes(out) == build_control_batch(producer_id=9, producer_epoch=3, commit=commit, coordinator_epoch=17,
+                                             timestamp_ms=1234)
+    assert header == parse_batch_header(out)
 
 
 def _control(key: bytes | None, value: bytes | None) -> bytes:

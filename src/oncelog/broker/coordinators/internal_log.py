@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from oncelog.coordinator.runtime import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, LoadedMarker, LoadedRecord, LogEntry
 from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.record_encode import one_record_batch
 from oncelog.protocol.records import RecordBatchBuilder, decode_records, parse_batch_header, parse_control_record
 
 if TYPE_CHECKING:
@@ -94,14 +95,19 @@ class InternalTopicLog:
         p = self._partition(partition)
         if p.replicated:
             self._check_leader(p, epoch)
-        builder = RecordBatchBuilder(producer_id=producer_id, producer_epoch=producer_epoch,
-                                     base_sequence=-1, is_transactional=producer_id >= 0)
         now = self.clock.wall_ms()
-        for key, value in records:
-            builder.append(now, key, value)
-        payload = bytearray(builder.build())
-        headers = [parse_batch_header(payload, 0)]  # built here, one batch: no CRC check needed
-        result = p.append(payload, headers, None, origin="coordinator", lazy=lazy)
+        if len(records) == 1:  # (a transaction's state change): the batch and its header in one call
+            key, value = records[0]
+            payload, header = one_record_batch(now, key, value, producer_id=producer_id,
+                                               producer_epoch=producer_epoch, is_transactional=producer_id >= 0)
+        else:
+            builder = RecordBatchBuilder(producer_id=producer_id, producer_epoch=producer_epoch,
+                                         base_sequence=-1, is_transactional=producer_id >= 0)
+            for key, value in records:
+                builder.append(now, key, value)
+            payload = bytearray(builder.build())
+            header = parse_batch_header(payload, 0)  # built here, one batch: no CRC check needed
+        result = p.append(payload, [header], None, origin="coordinator", lazy=lazy)
         if p.replicated:
             return result.first_offset, _committed(p, result.last_offset)
         return result.first_offset, p.wait_durable(result.last_offset)
