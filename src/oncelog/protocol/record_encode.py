@@ -39,6 +39,7 @@ __all__ = ["SMALL_LIMIT", "SMALL_VARLONGS", "encode_keyless", "one_record_batch"
 SMALL_LIMIT = 1 << 13
 #: zigzag varints of [-SMALL_LIMIT, SMALL_LIMIT), indexed by value + SMALL_LIMIT
 SMALL_VARLONGS: tuple[bytes, ...] = tuple(_varint.encode_varlong(n) for n in range(-SMALL_LIMIT, SMALL_LIMIT))
+_HEADER_SPACE = bytes(BATCH_HEADER_SIZE)
 #: where a zigzag varint of a non-negative value gets one byte longer
 _WIDTH_STEPS = (64, 1 << 13, 1 << 20, 1 << 27)
 
@@ -118,21 +119,22 @@ def one_record_batch(timestamp_ms: int, key: bytes | None, value: bytes | None, 
                      partition_leader_epoch: int = -1) -> tuple[bytearray, BatchHeader]:
     """A batch of one record without headers (no compression, CREATE_TIME, no base sequence) and its header: the
     bytes ``RecordBatchBuilder`` builds for it, and the header ``parse_batch_header`` reads back from them."""
-    enc = _varint.encode_varlong
-    key_len = b"\x01" if key is None else enc(len(key))  # zigzag -1: null
-    value_len = b"\x01" if value is None else enc(len(value))
-    # attributes (0), timestamp delta (0), offset delta (0), the key, the value, header count (0)
-    body = 4 + len(key_len) + len(value_len) + (0 if key is None else len(key)) + (0 if value is None else len(value))
-    out = bytearray(BATCH_HEADER_SIZE)
-    out += enc(body)
-    out += b"\x00\x00\x00"
-    out += key_len
-    if key is not None:
-        out += key
-    out += value_len
-    if value is not None:
-        out += value
-    out += b"\x00"
+    table, lim = SMALL_VARLONGS, SMALL_LIMIT
+    if key is None:
+        key, key_len = b"", b"\x01"  # zigzag -1: null
+    else:
+        n = len(key)
+        key_len = table[n + lim] if n < lim else _varint.encode_varlong(n)
+    if value is None:
+        value, value_len = b"", b"\x01"
+    else:
+        n = len(value)
+        value_len = table[n + lim] if n < lim else _varint.encode_varlong(n)
+    # the record: its length, attributes (0), timestamp delta (0), offset delta (0), the key, the value, header
+    # count (0)
+    n = 4 + len(key_len) + len(key) + len(value_len) + len(value)
+    length = table[n + lim] if n < lim else _varint.encode_varlong(n)
+    out = bytearray(b"".join((_HEADER_SPACE, length, b"\x00\x00\x00", key_len, key, value_len, value, b"\x00")))
     attributes = (ATTR_TRANSACTIONAL if is_transactional else 0) | (ATTR_CONTROL if is_control else 0)
     batch_length = len(out) - LOG_OVERHEAD
     HEADER_STRUCT.pack_into(out, 0, base_offset, batch_length, partition_leader_epoch, MAGIC_V2, 0, attributes, 0,

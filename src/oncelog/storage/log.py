@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import struct
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -38,9 +39,7 @@ from oncelog.protocol.records import (
     TimestampType,
     control_batch,
     parse_batch_header,
-    set_base_offset,
     set_max_timestamp_log_append,
-    set_partition_leader_epoch,
 )
 
 from .cleaner import CleanerState, truncate_cleaner_checkpoint
@@ -69,6 +68,7 @@ __all__ = ["CHECKPOINT_FILE", "ORIGIN_CLIENT", "ORIGIN_COORDINATOR", "AppendResu
            "RollHook"]
 
 log = logging.getLogger("oncelog.storage")
+_BASE_OFFSET, _LEADER_EPOCH = struct.Struct(">q"), struct.Struct(">i")  # a batch's baseOffset, its partitionLeaderEpoch
 
 
 class PartitionLog:
@@ -224,17 +224,16 @@ class PartitionLog:
                         h.attributes |= 0x08
                         h.max_timestamp = log_append_time_ms
             has_pid = False
-            for h in headers:
-                set_base_offset(payload, h.position, off)
+            for h in headers:  # (set_base_offset and set_partition_leader_epoch, inlined: once per append)
+                _BASE_OFFSET.pack_into(payload, h.position, off)
                 h.base_offset = off
                 off += h.last_offset_delta + 1
                 if h.max_timestamp > max_ts:
                     max_ts, max_ts_off = h.max_timestamp, off - 1
                 if h.producer_id >= 0:
                     has_pid = True
-            if leader_epoch is not None:
-                for h in headers:
-                    set_partition_leader_epoch(payload, h.position, leader_epoch)
+                if leader_epoch is not None:
+                    _LEADER_EPOCH.pack_into(payload, h.position + 12, leader_epoch)
                     h.partition_leader_epoch = leader_epoch
             pending = nxt = None
             if has_pid:

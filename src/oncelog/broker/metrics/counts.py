@@ -89,25 +89,26 @@ class ErrorCounts:
         self._plans: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
     def _plan(self, cls: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        plan = self._plans.get(cls)
-        if plan is None:
-            fields = dataclasses.fields(cls) if dataclasses.is_dataclass(cls) else ()
-            # lists of structures only: a Metadata answer at 10,000 partitions has 30,000 lists of broker ids
-            plan = (tuple(f.name for f in fields if f.name == "error_code"),
-                    tuple(f.name for f in fields if _STRUCT_LIST.search(str(f.type))))
-            self._plans[cls] = plan
+        """(its ``error_code`` field, its lists of structures) of a response class; nothing for anything else."""
+        fields = dataclasses.fields(cls) if dataclasses.is_dataclass(cls) else ()
+        # lists of structures only: a Metadata answer at 10,000 partitions has 30,000 lists of broker ids
+        plan = (tuple(f.name for f in fields if f.name == "error_code"),
+                tuple(f.name for f in fields if _STRUCT_LIST.search(str(f.type))))
+        self._plans[cls] = plan
         return plan
 
     def add(self, api: str, response: object) -> None:
-        errors, lists = self._plan(type(response))
+        plans = self._plans
+        errors, lists = plans.get(type(response)) or self._plan(type(response))
         for name in errors:
             code = getattr(response, name)
             if code:
                 key = (api, code)
                 self.counts[key] = self.counts.get(key, 0) + 1
         for name in lists:
-            for item in getattr(response, name) or ():
-                if dataclasses.is_dataclass(item):
+            items = getattr(response, name)
+            if items:
+                for item in items:
                     self.add(api, item)
 
 
