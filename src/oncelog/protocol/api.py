@@ -183,6 +183,9 @@ def _as_mv(buf: Any) -> memoryview:
     return mv
 
 
+_REQUEST_HEADER_VERSIONS: dict[tuple[int, int], int] = {}  # (api key, version) -> request_header_version
+
+
 def decode_request_header(buf: Any) -> tuple[RequestHeader, int]:
     """Decode the request header at the start of ``buf`` (a frame without its size prefix).
 
@@ -196,11 +199,13 @@ def decode_request_header(buf: Any) -> tuple[RequestHeader, int]:
     except struct.error:
         raise ProtocolDecodeError(f"request header truncated ({len(mv)} bytes)") from None
     header = RequestHeader(api_key, api_version, correlation_id, None)
-    spec = API_KEYS.get(api_key)
-    hv = request_header_version(api_key, api_version)
+    hv = _REQUEST_HEADER_VERSIONS.get((api_key, api_version))
+    if hv is None:
+        hv = _REQUEST_HEADER_VERSIONS[(api_key, api_version)] = request_header_version(api_key, api_version)
     pos = 8
     if hv == 0:
         return header, pos
+    spec = API_KEYS.get(api_key)
     try:
         header.client_id, pos = r_nstr(mv, pos)
         if hv >= 2:
@@ -244,14 +249,23 @@ def _nbytes(p: Any) -> int:
     return p.nbytes if type(p) is memoryview else len(p)
 
 
-def _encode(out: bytearray, message: Any, api_key: int, version: int, kind: str) -> list[Any]:
-    cls = type(message)
+_WRITER_OF: dict[tuple[type, int, int], Any] = {}  # (message class, api key, version) -> its writer
+
+
+def _writer(cls: type, api_key: int, version: int, kind: str) -> Any:
     writers = getattr(cls, "_WRITERS", None)
     if writers is None or getattr(cls, "API_KEY", None) != api_key:
         raise ProtocolEncodeError(f"{cls.__name__} is not a {kind} of api key {api_key}")
     writer = writers.get(version)
     if writer is None:
         raise ProtocolEncodeError(f"{cls.__name__}: unsupported version {version}")
+    _WRITER_OF[(cls, api_key, version)] = writer
+    return writer
+
+
+def _encode(out: bytearray, message: Any, api_key: int, version: int, kind: str) -> list[Any]:
+    cls = type(message)
+    writer = _WRITER_OF.get((cls, api_key, version)) or _writer(cls, api_key, version, kind)
     parts: list[Any] = []
     try:
         writer(out, parts, message)
@@ -277,10 +291,16 @@ def encode_request(header: RequestHeader, message: Any) -> list[Any]:
     return _encode(out, message, header.api_key, header.api_version, "request")
 
 
+_RESPONSE_HEADER_VERSIONS: dict[tuple[int, int], int] = {}  # (api key, version) -> response_header_version
+
+
 def encode_response(api_key: int, api_version: int, correlation_id: int, message: Any) -> list[Any]:
     """Size prefix + response header + body, as a list of bytes-like parts (records by reference)."""
     out = bytearray(_i_pack(correlation_id))
-    if response_header_version(api_key, api_version) >= 1:
+    hv = _RESPONSE_HEADER_VERSIONS.get((api_key, api_version))
+    if hv is None:
+        hv = _RESPONSE_HEADER_VERSIONS[(api_key, api_version)] = response_header_version(api_key, api_version)
+    if hv >= 1:
         out.append(0)
     return _encode(out, message, api_key, api_version, "response")
 

@@ -57,8 +57,12 @@ class FrameDecoder:
             mv = memoryview(bytes(mv))
         elif mv.format != "B" or mv.ndim != 1:
             mv = mv.cast("B")
-        frames: list[memoryview | bytearray] = []
         n = len(mv)
+        if self._body is None and not self._head and n >= 4:  # the common chunk: exactly one whole frame
+            (size,) = _S_i.unpack_from(mv, 0)
+            if size == n - 4 and 0 <= size <= self.max_frame_bytes:
+                return [mv[4:]]
+        frames: list[memoryview | bytearray] = []
         pos = 0
         while pos < n:
             body = self._body
