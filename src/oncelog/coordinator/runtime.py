@@ -331,10 +331,12 @@ class CoordinatorRuntime(Generic[S]):
         p = self._partitions.get(partition)
         if p is None or p.loading or self._closed:
             raise self._refusal(partition, p)
+        fut = self._submit(partition, p, op, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, self._write_timeout)
+        if fut.done():  # answered in this call (its write needed no wait): no shield to build
+            return fut.result()  # type: ignore[no-any-return]
         # shielded: a cancelled caller (its client's connection closed) neither drops its queued operation nor
         # touches the future the runtime answers; the operation runs as if the caller still waited
-        return await asyncio.shield(self._submit(partition, p, op, NO_PRODUCER_ID,
-                                                 NO_PRODUCER_EPOCH, self._write_timeout))
+        return await asyncio.shield(fut)
 
     async def run_transactional(self, partition: int, producer_id: int, producer_epoch: int,
                                 op: Callable[[S], CoordinatorResult[T]]) -> T:
@@ -343,8 +345,10 @@ class CoordinatorRuntime(Generic[S]):
         p = self._partitions.get(partition)
         if p is None or p.loading or self._closed:
             raise self._refusal(partition, p)
-        return await asyncio.shield(self._submit(partition, p, op, producer_id,
-                                                 producer_epoch, self._write_timeout))  # shielded: as in run
+        fut = self._submit(partition, p, op, producer_id, producer_epoch, self._write_timeout)
+        if fut.done():
+            return fut.result()  # type: ignore[no-any-return]
+        return await asyncio.shield(fut)  # shielded: as in run
 
     async def replay_end_transaction_marker(self, partition: int, producer_id: int, producer_epoch: int,
                                             commit: bool, offset: int) -> None:
@@ -413,8 +417,8 @@ class CoordinatorRuntime(Generic[S]):
             self._failed(partition, result, op, e)
             return
         if lazy or (durable.done() and not durable.cancelled() and durable.exception() is None):
-            if lazy:
-                durable.add_done_callback(lambda d: self._lazy_durable(partition, d))
+            if lazy and not (durable.done() and not durable.cancelled() and durable.exception() is None):
+                durable.add_done_callback(lambda d: self._lazy_durable(partition, d))  # (nothing to say if durable)
             self._apply(partition, p, result, op, base)
             return
         p.inflight = op
