@@ -3,10 +3,25 @@ same names and bucket semantics (``le``: at most the bound) prometheus_client's 
 
 from __future__ import annotations
 
+import dataclasses
+
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from oncelog.broker.metrics.counts import LATENCY_BUCKETS, BrokerMetrics
+from oncelog.protocol.messages.add_partitions_to_txn_response import (
+    AddPartitionsToTxnPartitionResult,
+    AddPartitionsToTxnResponse,
+    AddPartitionsToTxnTopicResult,
+)
+from oncelog.protocol.messages.end_txn_response import EndTxnResponse
+from oncelog.protocol.messages.fetch_response import FetchableTopicResponse, FetchResponse, PartitionData
+from oncelog.protocol.messages.produce_response import (
+    BatchIndexAndErrorMessage,
+    PartitionProduceResponse,
+    ProduceResponse,
+    TopicProduceResponse,
+)
 
 
 def samples(m: BrokerMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -69,4 +84,43 @@ def test_error_counts_walk_nested_structures_not_lists_of_ids() -> None:
     errors.add("metadata", answer)
     assert errors.counts == {("metadata", 3): 1, ("metadata", 5): 2}
     assert errors._plan(MetadataResponsePartition) == (("error_code",), ())
-    assert errors._plan(MetadataResponse) == ((), ("brokers", "topics"))
+    assert errors._plan(MetadataResponse) == ((), ("topics",))  # a broker holds no error code
+
+
+def _every_error_code(obj: object) -> list[int]:
+    """Every non-zero ``error_code`` of a response, nested ones included: a full walk of its structures."""
+    if not dataclasses.is_dataclass(obj):
+        return []
+    out = []
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if f.name == "error_code" and value:
+            out.append(value)
+        elif isinstance(value, list):
+            out += [code for item in value for code in _every_error_code(item)]
+    return out
+
+
+def test_error_counts_are_every_nested_error_code() -> None:
+    """Responses are walked only where an error code can be (plans made once per class): what they count is what a
+    walk of every field finds."""
+    responses = [
+        ("produce", ProduceResponse(responses=[TopicProduceResponse(name="t", partition_responses=[
+            PartitionProduceResponse(index=0, error_code=6), PartitionProduceResponse(index=1),
+            PartitionProduceResponse(index=2, error_code=6, record_errors=[BatchIndexAndErrorMessage(batch_index=1)]),
+        ])])),
+        ("fetch", FetchResponse(error_code=0, responses=[FetchableTopicResponse(topic="t", partitions=[
+            PartitionData(partition_index=0, error_code=1), PartitionData(partition_index=1, error_code=74)])])),
+        ("add_partitions_to_txn", AddPartitionsToTxnResponse(error_code=0, results_by_topic_v3_and_below=[
+            AddPartitionsToTxnTopicResult(name="t", results_by_partition=[
+                AddPartitionsToTxnPartitionResult(partition_index=0, partition_error_code=51)])])),
+        ("end_txn", EndTxnResponse(error_code=48)),
+        ("end_txn", EndTxnResponse(error_code=0)),
+    ]
+    m = BrokerMetrics()
+    expected: dict[tuple[str, int], int] = {}
+    for api, response in responses:
+        m.observe_request(api, 0.001, response)
+        for code in _every_error_code(response):
+            expected[(api, code)] = expected.get((api, code), 0) + 1
+    assert m.errors.counts == expected == {("produce", 6): 2, ("fetch", 1): 1, ("fetch", 74): 1, ("end_txn", 48): 1}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["LATENCY_BUCKETS", "BrokerMetrics", "Count", "ErrorCounts", "LabelledCount"]
 
 #: a field annotated as a list of generated message structures (``list[MetadataResponseTopic]``), not of ids
-_STRUCT_LIST = re.compile(r"\blist\[[A-Z]")
+_STRUCT_LIST = re.compile(r"\blist\[([A-Z]\w*)")
 
 LATENCY_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5)
 
@@ -89,11 +90,19 @@ class ErrorCounts:
         self._plans: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
     def _plan(self, cls: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """(its ``error_code`` field, its lists of structures) of a response class; nothing for anything else."""
+        """(its ``error_code`` field, its lists of structures that can hold one) of a response class; nothing for
+        anything else."""
+        self._plans[cls] = _PLANNING
         fields = dataclasses.fields(cls) if dataclasses.is_dataclass(cls) else ()
-        # lists of structures only: a Metadata answer at 10,000 partitions has 30,000 lists of broker ids
-        plan = (tuple(f.name for f in fields if f.name == "error_code"),
-                tuple(f.name for f in fields if _STRUCT_LIST.search(str(f.type))))
+        lists = []
+        for f in fields:
+            element = _structure_in(cls, str(f.type))
+            if element is None:
+                continue
+            if isinstance(element, type) and (self._plans.get(element) or self._plan(element)) == ((), ()):
+                continue  # no error code anywhere in it (a partition result whose code has another name...)
+            lists.append(f.name)
+        plan = (tuple(f.name for f in fields if f.name == "error_code"), tuple(lists))
         self._plans[cls] = plan
         return plan
 
@@ -110,6 +119,18 @@ class ErrorCounts:
             if items:
                 for item in items:
                     self.add(api, item)
+
+
+#: the plan of a structure while its own is being made (one nested in itself is kept: it may hold codes)
+_PLANNING: tuple[tuple[str, ...], tuple[str, ...]] = ((), ("?",))
+def _structure_in(cls: type, annotation: str) -> type | str | None:
+    """The structure a field annotated so (``list[X]``, maybe ``| None``) of ``cls`` lists: X's class when it is
+    found beside ``cls``, else its name; None when the field is not a list of structures."""
+    m = _STRUCT_LIST.search(annotation)
+    if m is None:
+        return None
+    found = getattr(sys.modules.get(cls.__module__), m.group(1), None)
+    return found if isinstance(found, type) else m.group(1)
 
 
 class BrokerMetrics:
