@@ -123,6 +123,8 @@ class ErrorCounts:
 
 #: the plan of a structure while its own is being made (one nested in itself is kept: it may hold codes)
 _PLANNING: tuple[tuple[str, ...], tuple[str, ...]] = ((), ("?",))
+
+
 def _structure_in(cls: type, annotation: str) -> type | str | None:
     """The structure a field annotated so (``list[X]``, maybe ``| None``) of ``cls`` lists: X's class when it is
     found beside ``cls``, else its name; None when the field is not a list of structures."""
